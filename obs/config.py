@@ -1,0 +1,253 @@
+"""The lanes/SLO config: one YAML file parsed once into a typed, validated model.
+
+Spec (YAML) -> model (this module) -> generators (alerts, dashboards, query)
+-> writers. Unknown keys are errors; every error names the file and the field.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from obs.errors import ConfigError
+
+NAME_RE = r"^[a-z][a-z0-9_-]{0,39}$"
+Name = Annotated[str, Field(pattern=NAME_RE)]
+PositiveInt = Annotated[int, Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+Ratio = Annotated[float, Field(gt=0, lt=1)]
+
+# The SRE-workbook multi-window, multi-burn-rate alerts: data, not code.
+DEFAULT_BURN_WINDOWS: list[dict[str, object]] = [
+    {"severity": "page", "long": "1h", "short": "5m", "factor": 14.4, "for": "2m"},
+    {"severity": "page", "long": "6h", "short": "30m", "factor": 6.0, "for": "15m"},
+    {"severity": "ticket", "long": "1d", "short": "2h", "factor": 3.0, "for": "1h"},
+    {"severity": "ticket", "long": "3d", "short": "6h", "factor": 1.0, "for": "3h"},
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+DURATION_RE = re.compile(r"^[0-9]+(ms|s|m|h|d|w)$")
+
+
+class BurnWindow(_Model):
+    severity: Literal["page", "ticket"]
+    long: str
+    short: str
+    factor: PositiveFloat
+    for_: str = Field(alias="for", default="0m")
+
+    @field_validator("long", "short", "for_")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        if not DURATION_RE.match(v):
+            raise ValueError(f"{v!r} is not a Prometheus duration like 5m, 1h or 3d")
+        return v
+
+
+class LatencySLO(_Model):
+    """``objective`` of requests complete within ``threshold_ms`` (0.95 = p95 <= threshold)."""
+
+    threshold_ms: PositiveFloat
+    objective: Ratio = 0.95
+
+
+class AvailabilitySLO(_Model):
+    """``objective`` of requests do not fail for a server-side reason."""
+
+    objective: Ratio = 0.995
+
+
+class SLO(_Model):
+    ttft: LatencySLO | None = None
+    tpot: LatencySLO | None = None
+    availability: AvailabilitySLO | None = None
+    # Alerting floor for the prefix-cache hit ratio of the lane's pool (lanes that expect reuse).
+    cache_hit_ratio_min: Ratio | None = None
+    burn_windows: list[BurnWindow] = Field(
+        default_factory=lambda: [BurnWindow.model_validate(w) for w in DEFAULT_BURN_WINDOWS]
+    )
+
+
+class SlowClient(_Model):
+    """Per-stream buffer bound and what to do when a slow reader fills it."""
+
+    buffer_bytes: PositiveInt = 1 << 20
+    policy: Literal["wait", "abort"] = "wait"
+
+
+class Admission(_Model):
+    max_concurrency: PositiveInt | None = None
+    max_queue: Annotated[int, Field(ge=0)] = 0
+    queue_timeout_s: PositiveFloat = 5.0
+    max_prompt_tokens: PositiveInt | None = None
+    token_budget: PositiveInt | None = None  # in-flight prompt + max_tokens
+    tenant_fair_share: bool = False
+    slow_client: SlowClient = SlowClient()
+
+
+class Timeouts(_Model):
+    connect_s: PositiveFloat = 2.0
+    first_token_s: PositiveFloat = 60.0
+    idle_s: PositiveFloat = 30.0
+
+
+class Match(_Model):
+    """One classification rule; every given attribute must match (AND)."""
+
+    route: str | None = None
+    model: str | None = None
+    stream: bool | None = None
+    tenant: str | None = None
+    header: dict[str, str] | None = None
+    min_prompt_tokens: PositiveInt | None = None
+    max_prompt_tokens: PositiveInt | None = None
+    min_max_tokens: PositiveInt | None = None
+    max_max_tokens: PositiveInt | None = None
+
+
+class Lane(_Model):
+    name: Name
+    pool: Name
+    description: str = ""
+    match: list[Match] = Field(default_factory=list)
+    routing: Literal["least_outstanding", "prefix_affinity"] = "least_outstanding"
+    admission: Admission = Admission()
+    timeouts: Timeouts = Timeouts()
+    slo: SLO = SLO()
+
+
+class HealthCheck(_Model):
+    path: str = "/health"
+    interval_s: PositiveFloat = 5.0
+
+
+class Pool(_Model):
+    name: Name
+    replicas: list[str] = Field(min_length=1)
+    model: str | None = None
+    api_key_env: str | None = None  # name of the env var holding the pool's API key
+    health: HealthCheck = HealthCheck()
+    kv_cache_usage_max: Ratio = 0.9
+
+    @field_validator("replicas")
+    @classmethod
+    def _urls(cls, urls: list[str]) -> list[str]:
+        out = []
+        for u in urls:
+            parts = urlsplit(u)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"{u!r} is not an http(s) URL like http://127.0.0.1:8000")
+            try:
+                parts.port  # noqa: B018  (raises on a bad port)
+            except ValueError as e:
+                raise ValueError(f"{u!r} has a bad port") from e
+            out.append(u.rstrip("/"))
+        return out
+
+
+class Config(_Model):
+    version: Literal[1] = 1
+    pools: list[Pool] = Field(min_length=1)
+    lanes: list[Lane] = Field(min_length=1)
+    default_lane: Name
+
+    @model_validator(mode="after")
+    def _references(self) -> Config:
+        for kind, names in (("pool", [p.name for p in self.pools]), ("lane", self.lane_names)):
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                raise ValueError(f"duplicate {kind} name(s): {', '.join(dupes)}")
+        pools = {p.name for p in self.pools}
+        for lane in self.lanes:
+            if lane.pool not in pools:
+                raise ValueError(
+                    f"lane {lane.name!r} routes to unknown pool {lane.pool!r} "
+                    f"(pools: {', '.join(sorted(pools))})"
+                )
+        if self.default_lane not in self.lane_names:
+            raise ValueError(f"default_lane {self.default_lane!r} is not a lane")
+        return self
+
+    @property
+    def lane_names(self) -> list[str]:
+        return [lane.name for lane in self.lanes]
+
+    def lane(self, name: str) -> Lane:
+        return next(lane for lane in self.lanes if lane.name == name)
+
+    def pool(self, name: str) -> Pool:
+        return next(p for p in self.pools if p.name == name)
+
+    def slo_thresholds_s(self, which: Literal["ttft", "tpot"]) -> list[float]:
+        """Every latency threshold of that kind, in seconds (for histogram buckets)."""
+        out = []
+        for lane in self.lanes:
+            slo = getattr(lane.slo, which)
+            if slo is not None:
+                out.append(slo.threshold_ms / 1000)
+        return out
+
+
+def single_upstream(url: str, model: str | None = None) -> Config:
+    """The config ``--upstream URL`` implies: one pool, one lane, both named default."""
+    try:
+        return Config.model_validate(
+            {
+                "pools": [{"name": "default", "replicas": [url], "model": model}],
+                "lanes": [{"name": "default", "pool": "default"}],
+                "default_lane": "default",
+            }
+        )
+    except ValidationError as e:
+        raise ConfigError(f"--upstream: {_first_error(e)}") from e
+
+
+def _first_error(e: ValidationError) -> str:
+    return "; ".join(_describe(err) for err in e.errors())
+
+
+def _describe(err: object) -> str:
+    assert isinstance(err, dict)
+    loc = ".".join(str(p) for p in err.get("loc", ()))
+    msg = str(err.get("msg", "invalid"))
+    msg = msg.removeprefix("Value error, ")
+    if err.get("type") == "extra_forbidden":
+        msg = "unknown key"
+    return f"{loc}: {msg}" if loc else msg
+
+
+def parse_config(data: object, source: str = "<config>") -> Config:
+    """Validate already-loaded YAML/JSON data; errors name ``source`` and each field."""
+    try:
+        return Config.model_validate(data)
+    except ValidationError as e:
+        lines = [f"  {_describe(err)}" for err in e.errors()]
+        raise ConfigError(f"{source}: invalid config\n" + "\n".join(lines)) from e
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a lanes YAML file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read config: {e.strerror or e}") from e
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML: {e}") from e
+    return parse_config(data, str(p))
+
+
+def default_config_path() -> Path:
+    """The shipped default config for the six request classes."""
+    return Path(__file__).parent / "data" / "lanes.yaml"

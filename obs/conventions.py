@@ -1,0 +1,315 @@
+"""Every metric, label and bucket name the project exports or queries.
+
+Exporters, dashboards and alert rules import names from here and nowhere
+else; a test checks that every generated PromQL expression names only metrics
+defined in this module (or vLLM's own, listed in ``VLLM_METRICS``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+NAMESPACE: Final = "vllm_obs"
+
+# Label names.
+LANE: Final = "lane"
+POOL: Final = "pool"
+REPLICA: Final = "replica"
+MODEL: Final = "model"
+PHASE: Final = "phase"
+OUTCOME: Final = "outcome"
+FINISH_REASON: Final = "finish_reason"
+REASON: Final = "reason"
+ERROR_CLASS: Final = "error_class"
+EXPORTER: Final = "exporter"
+
+# The five request phases, in order (see obs.phases).
+PHASES: Final = ("queue", "prefill", "first_token", "decode", "stream")
+
+# Request outcomes: the ``outcome`` label and the event's ``status`` field.
+OK: Final = "ok"  # answered by the pool with a 2xx and relayed in full
+ERROR: Final = "error"  # failed for a server-side reason (upstream error, timeout, relay fault)
+CLIENT_ERROR: Final = "client_error"  # the pool answered 4xx: the request was bad
+REJECTED: Final = "rejected"  # refused by the sidecar's admission policy
+DISCONNECTED: Final = "client_disconnect"  # the client went away before the end
+OUTCOMES: Final = (OK, ERROR, CLIENT_ERROR, REJECTED, DISCONNECTED)
+# Outcomes that count against availability: only failures that are the service's fault.
+BAD_OUTCOMES: Final = (ERROR,)
+
+OVERFLOW_LABEL: Final = "other"
+MAX_MODEL_LABELS: Final = 32
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """One exported metric: its full name, type, help text and label names."""
+
+    name: str
+    kind: str  # counter | histogram | gauge
+    help: str
+    labels: tuple[str, ...]
+
+    @property
+    def series(self) -> tuple[str, ...]:
+        """The sample names Prometheus stores for this metric."""
+        if self.kind == "counter":
+            return (f"{self.name}_total",)
+        if self.kind == "histogram":
+            return (f"{self.name}_bucket", f"{self.name}_sum", f"{self.name}_count")
+        return (self.name,)
+
+
+def _m(name: str, kind: str, help_: str, *labels: str) -> Metric:
+    return Metric(f"{NAMESPACE}_{name}", kind, help_, labels)
+
+
+LP = (LANE, POOL)
+
+REQUESTS = _m(
+    "requests",
+    "counter",
+    "Requests finished by the sidecar, by outcome and finish reason.",
+    *LP,
+    MODEL,
+    OUTCOME,
+    FINISH_REASON,
+)
+REQUEST_DURATION = _m(
+    "request_duration_seconds", "histogram", "End-to-end time seen by the sidecar.", *LP
+)
+PHASE_DURATION = _m(
+    "phase_duration_seconds",
+    "histogram",
+    "Time spent in each request phase (queue, prefill, first_token, decode, stream).",
+    *LP,
+    PHASE,
+)
+TTFT = _m(
+    "ttft_seconds",
+    "histogram",
+    "Time to first token: request received to first output byte handed to the client.",
+    *LP,
+)
+TPOT = _m(
+    "tpot_seconds",
+    "histogram",
+    "Time per output token after the first: (last - first token) / (output tokens - 1).",
+    *LP,
+)
+ITL = _m(
+    "itl_seconds", "histogram", "Gaps between consecutive output chunks from the pool.", *LP
+)
+STREAM_BLOCKED = _m(
+    "stream_blocked_seconds",
+    "histogram",
+    "Time the relay spent blocked writing to a slow client, per request.",
+    *LP,
+)
+PROMPT_TOKENS = _m("prompt_tokens", "counter", "Prompt tokens, as the pool reported.", *LP)
+CACHED_TOKENS = _m(
+    "cached_tokens", "counter", "Prompt tokens served from the prefix cache.", *LP
+)
+COMPLETION_TOKENS = _m("completion_tokens", "counter", "Output tokens relayed.", *LP)
+ADMISSION_REJECTIONS = _m(
+    "admission_rejections",
+    "counter",
+    "Requests refused by the lane's admission policy, by reason.",
+    LANE,
+    REASON,
+)
+UPSTREAM_ERRORS = _m(
+    "upstream_errors", "counter", "Failures talking to the pool, by error class.", *LP, ERROR_CLASS
+)
+CLIENT_DISCONNECTS = _m(
+    "client_disconnects", "counter", "Clients that went away before the response ended.", *LP
+)
+IN_FLIGHT = _m("in_flight_requests", "gauge", "Requests dispatched to the pool, per lane.", LANE)
+QUEUED = _m("queued_requests", "gauge", "Requests waiting for admission, per lane.", LANE)
+LANE_INFO = _m(
+    "lane_info", "gauge", "Always 1: maps each lane to its pool (join on pool).", LANE, POOL
+)
+
+# Per-pool engine state, read from each replica's /metrics at scrape time.
+POOL_UP = _m(
+    "pool_up", "gauge", "1 if the replica's /metrics answered at the last scrape.", POOL, REPLICA
+)
+POOL_KV_CACHE_USAGE = _m(
+    "pool_kv_cache_usage_ratio", "gauge", "KV cache usage (0-1) of the replica.", POOL, REPLICA
+)
+POOL_RUNNING = _m(
+    "pool_requests_running", "gauge", "Requests running in the replica's engine.", POOL, REPLICA
+)
+POOL_WAITING = _m(
+    "pool_requests_waiting", "gauge", "Requests waiting in the replica's engine.", POOL, REPLICA
+)
+POOL_PREFIX_QUERIES = _m(
+    "pool_prefix_cache_queries",
+    "counter",
+    "Prompt tokens looked up in the replica's prefix cache.",
+    POOL,
+    REPLICA,
+)
+POOL_PREFIX_HITS = _m(
+    "pool_prefix_cache_hits",
+    "counter",
+    "Prompt tokens found in the replica's prefix cache.",
+    POOL,
+    REPLICA,
+)
+POOL_PREEMPTIONS = _m(
+    "pool_preemptions", "counter", "Requests preempted by the replica's engine.", POOL, REPLICA
+)
+
+# The sidecar's own health.
+EVENTS_WRITTEN = _m("events_written", "counter", "Request events written by an exporter.", EXPORTER)
+EVENTS_DROPPED = _m(
+    "events_dropped",
+    "counter",
+    "Request events an exporter could not write (queue full or I/O error).",
+    EXPORTER,
+    REASON,
+)
+EXPORTER_FAILURES = _m(
+    "exporter_failures", "counter", "Exceptions raised inside an exporter.", EXPORTER
+)
+
+ALL_METRICS: Final = (
+    REQUESTS,
+    REQUEST_DURATION,
+    PHASE_DURATION,
+    TTFT,
+    TPOT,
+    ITL,
+    STREAM_BLOCKED,
+    PROMPT_TOKENS,
+    CACHED_TOKENS,
+    COMPLETION_TOKENS,
+    ADMISSION_REJECTIONS,
+    UPSTREAM_ERRORS,
+    CLIENT_DISCONNECTS,
+    IN_FLIGHT,
+    QUEUED,
+    LANE_INFO,
+    POOL_UP,
+    POOL_KV_CACHE_USAGE,
+    POOL_RUNNING,
+    POOL_WAITING,
+    POOL_PREFIX_QUERIES,
+    POOL_PREFIX_HITS,
+    POOL_PREEMPTIONS,
+    EVENTS_WRITTEN,
+    EVENTS_DROPPED,
+    EXPORTER_FAILURES,
+)
+
+# vLLM's own metrics (as of 0.32) that the sidecar reads or the dashboards query.
+VLLM_KV_CACHE_USAGE: Final = "vllm:kv_cache_usage_perc"
+VLLM_RUNNING: Final = "vllm:num_requests_running"
+VLLM_WAITING: Final = "vllm:num_requests_waiting"
+VLLM_PREFIX_QUERIES: Final = "vllm:prefix_cache_queries_total"
+VLLM_PREFIX_HITS: Final = "vllm:prefix_cache_hits_total"
+VLLM_PREEMPTIONS: Final = "vllm:num_preemptions_total"
+VLLM_QUEUE_TIME: Final = "vllm:request_queue_time_seconds"
+VLLM_PREFILL_TIME: Final = "vllm:request_prefill_time_seconds"
+VLLM_DECODE_TIME: Final = "vllm:request_decode_time_seconds"
+VLLM_TTFT: Final = "vllm:time_to_first_token_seconds"
+VLLM_ITL: Final = "vllm:inter_token_latency_seconds"
+VLLM_METRICS: Final = (
+    VLLM_KV_CACHE_USAGE,
+    VLLM_RUNNING,
+    VLLM_WAITING,
+    VLLM_PREFIX_QUERIES,
+    VLLM_PREFIX_HITS,
+    VLLM_PREEMPTIONS,
+    VLLM_QUEUE_TIME,
+    VLLM_PREFILL_TIME,
+    VLLM_DECODE_TIME,
+    VLLM_TTFT,
+    VLLM_ITL,
+)
+
+# Latency buckets in seconds; SLO thresholds from the config are merged in
+# exactly (see ``latency_buckets``) so every threshold is a bucket boundary.
+LATENCY_BUCKETS: Final = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.5,
+    0.75,
+    1.0,
+    1.5,
+    2.0,
+    3.0,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    30.0,
+    60.0,
+    120.0,
+)
+TOKEN_LATENCY_BUCKETS: Final = (
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.015,
+    0.02,
+    0.025,
+    0.03,
+    0.04,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.5,
+    1.0,
+    2.0,
+)
+
+
+def merged_buckets(base: tuple[float, ...], thresholds_s: list[float]) -> tuple[float, ...]:
+    """``base`` plus every threshold (seconds), sorted, de-duplicated."""
+    return tuple(sorted({*base, *(round(t, 6) for t in thresholds_s)}))
+
+
+def bucket_le(seconds: float) -> str:
+    """The ``le`` label value prometheus_client writes for a bucket bound."""
+    return repr(float(seconds))
+
+
+class BoundedLabel:
+    """Caps the distinct values a user-controlled label may take.
+
+    Values in ``allowed`` always pass; up to ``cap`` other distinct values
+    pass in arrival order; anything after that folds into ``other``.
+    """
+
+    __slots__ = ("_allowed", "_cap", "_seen")
+
+    def __init__(self, allowed: tuple[str, ...] = (), cap: int = MAX_MODEL_LABELS) -> None:
+        self._allowed = frozenset(allowed)
+        self._cap = cap
+        self._seen: set[str] = set()
+
+    def __call__(self, value: str | None) -> str:
+        if not value:
+            return OVERFLOW_LABEL
+        if value in self._allowed or value in self._seen:
+            return value
+        if len(self._seen) < self._cap and len(value) <= 128:
+            self._seen.add(value)
+            return value
+        return OVERFLOW_LABEL

@@ -1,0 +1,112 @@
+"""The request event: one JSON line per request the sidecar handled.
+
+The schema is flat (one level) so that log tools, DuckDB and pandas read it
+without unnesting. Durations are milliseconds, named ``*_ms``. Fields a
+request never reached are ``null``. The first eight documented fields after
+the ids are the minimal request-log record serving teams already chart
+(``request_id``, ``model``, ``prompt_tokens``, ``completion_tokens``,
+``ttft_ms``, ``tpot_ms``, ``cache_hit``, ``finish_reason``).
+
+Bump ``SCHEMA_VERSION`` on any change that renames or retypes a field; adding
+a field is compatible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import orjson
+
+SCHEMA_VERSION = 1
+
+
+def _f(doc: str, default: Any = None) -> Any:
+    return field(default=default, metadata={"doc": doc})
+
+
+@dataclass(slots=True)
+class Event:
+    """One request as the sidecar saw it. ``to_json`` gives the JSONL line."""
+
+    schema_version: int = _f("Event schema version (this document: 1).", SCHEMA_VERSION)
+    ts: str = _f("Wall-clock time the request was received, ISO 8601 UTC, ms precision.", "")
+    request_id: str = _f("Request id: the client's `X-Request-Id`, or one the sidecar made.", "")
+    trace_id: str | None = _f("W3C trace id (32 hex) of the request's trace.")
+    span_id: str | None = _f("Span id of the sidecar's root span.")
+    model: str | None = _f("Model the client asked for.")
+    prompt_tokens: int | None = _f("Prompt tokens, from the pool's usage.")
+    completion_tokens: int | None = _f("Output tokens, from the pool's usage.")
+    ttft_ms: float | None = _f(
+        "Time to first token: received to first output byte handed to the client "
+        "(= queue + prefill + first_token). Null for non-streamed requests."
+    )
+    tpot_ms: float | None = _f(
+        "Time per output token after the first, as produced by the pool: "
+        "(last - first output chunk arrival) / (completion_tokens - 1)."
+    )
+    cache_hit: bool | None = _f("True when any prompt token came from the prefix cache.")
+    finish_reason: str | None = _f("Finish reason of the (first) choice: stop, length, ...")
+    lane: str = _f("Lane the request was classified into.", "default")
+    pool: str = _f("Pool the lane routes to.", "default")
+    replica: str | None = _f("Base URL of the pool replica that served the request.")
+    tenant: str | None = _f("Tenant, when the lane config maps keys or a header to tenants.")
+    route: str = _f("Request path, e.g. /v1/chat/completions.", "")
+    stream: bool = _f("Whether the client asked for a streamed response.", False)
+    status: str = _f(
+        "Outcome: ok, error (server-side failure), client_error (pool answered 4xx), "
+        "rejected (admission), client_disconnect.",
+        "ok",
+    )
+    http_status: int | None = _f("HTTP status the client received (or would have).")
+    error_class: str | None = _f(
+        "Why it failed: upstream_connect, upstream_status, upstream_timeout, "
+        "upstream_protocol, client_disconnect, admission, bad_request."
+    )
+    error_phase: str | None = _f("Phase the request was in when it failed.")
+    error_message: str | None = _f("Short error text (never prompt or output text).")
+    rejection_reason: str | None = _f("Admission rejection reason, when status is rejected.")
+    cached_tokens: int | None = _f(
+        "Prompt tokens served from the prefix cache (needs vLLM's "
+        "`--enable-prompt-tokens-details`; null without it)."
+    )
+    max_tokens: int | None = _f("max_tokens (or max_completion_tokens) the client asked for.")
+    e2e_ms: float = _f("End-to-end: received to last byte handed to the client.", 0.0)
+    queue_ms: float = _f("Phase: received to dispatched to the pool.", 0.0)
+    prefill_ms: float = _f("Phase: dispatched to first upstream chunk carrying output.", 0.0)
+    first_token_ms: float = _f("Phase: that chunk's arrival to its bytes handed to the client.", 0.0)
+    decode_ms: float = _f("Phase: first token handed to the client to last upstream output.", 0.0)
+    stream_ms: float = _f("Phase: last upstream output to last byte handed to the client.", 0.0)
+    stream_blocked_ms: float = _f("Time the relay spent blocked writing to the client.", 0.0)
+    output_chunks: int = _f("Upstream chunks that carried output.", 0)
+    itl_p50_ms: float | None = _f("Median gap between output chunks, as they arrived upstream.")
+    itl_p95_ms: float | None = _f("95th percentile of those gaps.")
+    itl_max_ms: float | None = _f("Largest of those gaps.")
+    usage_injected: bool = _f(
+        "True when the sidecar asked the pool for usage the client did not request "
+        "(and removed it from the client's stream).",
+        False,
+    )
+    engine_view: str = _f(
+        "Whether vLLM's llm_request span was joined: joined, late, absent.", "absent"
+    )
+    engine_queue_ms: float | None = _f("Engine: time in vLLM's waiting queue.")
+    engine_prefill_ms: float | None = _f("Engine: time in model prefill.")
+    engine_decode_ms: float | None = _f("Engine: time in model decode.")
+    engine_inference_ms: float | None = _f("Engine: prefill + decode.")
+    engine_ttft_ms: float | None = _f("Engine: arrival in vLLM to first token.")
+    prefix_fingerprint: str | None = _f(
+        "Short hash of the prompt's first 512 characters, for cache analysis (no text)."
+    )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def to_json(self) -> bytes:
+        """One JSONL line, newline included."""
+        return orjson.dumps(self.to_dict(), option=orjson.OPT_APPEND_NEWLINE)
+
+
+def field_docs() -> list[tuple[str, str, str]]:
+    """(name, type, description) of every event field, in schema order."""
+    return [(f.name, str(f.type), f.metadata["doc"]) for f in fields(Event)]

@@ -1,0 +1,78 @@
+"""The five request phases, computed from monotonic timestamps.
+
+A relayed request passes six boundaries, each a ``time.perf_counter_ns``
+reading taken by the sidecar:
+
+=============  =====================================================
+boundary       when
+=============  =====================================================
+received       the sidecar received the request
+dispatched     the request was sent to the pool (after admission, routing, connect)
+first_up       the first upstream chunk carrying output arrived
+first_sent     that chunk's bytes were handed to the client
+last_up        the last upstream chunk carrying output arrived
+end            the last byte was handed to the client (or the request ended)
+=============  =====================================================
+
+Phases are the gaps between consecutive boundaries. A boundary that was never
+reached (an error before the first token, say) collapses onto the next one
+reached, so the time is charged to the phase the request was in when it
+ended. Every phase is non-negative and the five always sum to ``end -
+received`` exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from obs.conventions import PHASES
+
+NS_PER_MS = 1_000_000
+
+
+@dataclass(slots=True)
+class Clock:
+    """Boundary timestamps of one request (``perf_counter_ns``; 0 = not reached)."""
+
+    received: int
+    dispatched: int = 0
+    first_up: int = 0
+    first_sent: int = 0
+    last_up: int = 0
+    end: int = 0
+
+    def phases_ns(self) -> dict[str, int]:
+        """Non-negative phase durations in ns, summing to ``end - received``."""
+        end = self.end or max(
+            self.received, self.dispatched, self.first_up, self.first_sent, self.last_up
+        )
+        bounds = [self.received]
+        for t in (self.dispatched, self.first_up, self.first_sent, self.last_up):
+            prev = bounds[-1]
+            # An unreached boundary collapses forward: charge the time to the current phase.
+            bounds.append(end if t == 0 else min(max(t, prev), end))
+        bounds.append(end)
+        return {name: bounds[i + 1] - bounds[i] for i, name in enumerate(PHASES)}
+
+    def current_phase(self, upstream_done: bool = False) -> str:
+        """The phase the request is in now: where a failure is charged."""
+        if not self.dispatched:
+            return "queue"
+        if not self.first_up:
+            return "prefill"
+        if not self.first_sent:
+            return "first_token"
+        return "stream" if upstream_done else "decode"
+
+
+def ms(ns: int) -> float:
+    """Nanoseconds to milliseconds, rounded to the microsecond."""
+    return round(ns / NS_PER_MS, 3)
+
+
+def percentile(sorted_values: list[int], q: float) -> int:
+    """Nearest-rank percentile of an ascending list (``q`` in 0..1)."""
+    if not sorted_values:
+        return 0
+    rank = max(0, min(len(sorted_values) - 1, int(q * len(sorted_values) + 0.999999) - 1))
+    return sorted_values[rank]
