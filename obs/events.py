@@ -74,7 +74,9 @@ class Event:
     e2e_ms: float = _f("End-to-end: received to last byte handed to the client.", 0.0)
     queue_ms: float = _f("Phase: received to dispatched to the pool.", 0.0)
     prefill_ms: float = _f("Phase: dispatched to first upstream chunk carrying output.", 0.0)
-    first_token_ms: float = _f("Phase: that chunk's arrival to its bytes handed to the client.", 0.0)
+    first_token_ms: float = _f(
+        "Phase: that chunk's arrival to its bytes handed to the client.", 0.0
+    )
     decode_ms: float = _f("Phase: first token handed to the client to last upstream output.", 0.0)
     stream_ms: float = _f("Phase: last upstream output to last byte handed to the client.", 0.0)
     stream_blocked_ms: float = _f("Time the relay spent blocked writing to the client.", 0.0)

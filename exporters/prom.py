@@ -1,0 +1,154 @@
+"""Prometheus metrics: per lane/pool histograms and counters, engine state per pool.
+
+Every name comes from ``obs.conventions``. Histograms get every SLO threshold
+of the config as an exact bucket bound. Per-pool engine state is read at
+scrape time from the last snapshot the pool monitor took (a custom
+``Collector``), never fetched inside a scrape and never refilled by handlers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from obs import conventions as c
+from obs.config import Config
+from obs.engine_metrics import EngineState
+from obs.record import Finished
+
+NS = 1e9
+
+
+def _counter(m: c.Metric, reg: CollectorRegistry) -> Counter:
+    return Counter(m.name, m.help, m.labels, registry=reg)
+
+
+def _hist(m: c.Metric, reg: CollectorRegistry, buckets: Iterable[float]) -> Histogram:
+    return Histogram(m.name, m.help, m.labels, registry=reg, buckets=tuple(buckets))
+
+
+class Metrics:
+    """The sidecar's metrics in one registry; also the exporter that fills them."""
+
+    name = "prometheus"
+
+    def __init__(self, config: Config, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        lat = c.merged_buckets(c.LATENCY_BUCKETS, config.slo_thresholds_s("ttft"))
+        tok = c.merged_buckets(c.TOKEN_LATENCY_BUCKETS, config.slo_thresholds_s("tpot"))
+        self.requests = _counter(c.REQUESTS, registry)
+        self.duration = _hist(c.REQUEST_DURATION, registry, lat)
+        self.phase = _hist(c.PHASE_DURATION, registry, lat)
+        self.ttft = _hist(c.TTFT, registry, lat)
+        self.tpot = _hist(c.TPOT, registry, tok)
+        self.itl = _hist(c.ITL, registry, tok)
+        self.blocked = _hist(c.STREAM_BLOCKED, registry, lat)
+        self.prompt_tokens = _counter(c.PROMPT_TOKENS, registry)
+        self.cached_tokens = _counter(c.CACHED_TOKENS, registry)
+        self.completion_tokens = _counter(c.COMPLETION_TOKENS, registry)
+        self.rejections = _counter(c.ADMISSION_REJECTIONS, registry)
+        self.upstream_errors = _counter(c.UPSTREAM_ERRORS, registry)
+        self.disconnects = _counter(c.CLIENT_DISCONNECTS, registry)
+        self.in_flight = Gauge(
+            c.IN_FLIGHT.name, c.IN_FLIGHT.help, c.IN_FLIGHT.labels, registry=registry
+        )
+        self.queued = Gauge(c.QUEUED.name, c.QUEUED.help, c.QUEUED.labels, registry=registry)
+        lane_info = Gauge(c.LANE_INFO.name, c.LANE_INFO.help, c.LANE_INFO.labels, registry=registry)
+        self.written = _counter(c.EVENTS_WRITTEN, registry)
+        self.dropped = _counter(c.EVENTS_DROPPED, registry)
+        self.failures = _counter(c.EXPORTER_FAILURES, registry)
+        self.model_label = c.BoundedLabel(tuple(p.model for p in config.pools if p.model))
+        for lane in config.lanes:
+            lane_info.labels(lane.name, lane.pool).set(1)
+            self.in_flight.labels(lane.name)
+            self.queued.labels(lane.name)
+
+    # Exporter interface.
+    def export(self, finished: Finished) -> None:
+        ev = finished.event
+        lp = (ev.lane, ev.pool)
+        self.requests.labels(
+            *lp, self.model_label(ev.model), ev.status, ev.finish_reason or "none"
+        ).inc()
+        self.duration.labels(*lp).observe(ev.e2e_ms / 1000)
+        if ev.status == c.REJECTED:
+            return
+        for phase, ns in finished.clock.phases_ns().items():
+            self.phase.labels(*lp, phase).observe(ns / NS)
+        if ev.ttft_ms is not None:
+            self.ttft.labels(*lp).observe(ev.ttft_ms / 1000)
+        if ev.tpot_ms is not None:
+            self.tpot.labels(*lp).observe(ev.tpot_ms / 1000)
+        if finished.itl_ns:
+            itl = self.itl.labels(*lp)
+            for gap in finished.itl_ns:
+                itl.observe(gap / NS)
+        if ev.stream:
+            self.blocked.labels(*lp).observe(ev.stream_blocked_ms / 1000)
+        if ev.prompt_tokens:
+            self.prompt_tokens.labels(*lp).inc(ev.prompt_tokens)
+        if ev.cached_tokens:
+            self.cached_tokens.labels(*lp).inc(ev.cached_tokens)
+        if ev.completion_tokens:
+            self.completion_tokens.labels(*lp).inc(ev.completion_tokens)
+        if ev.status == c.DISCONNECTED:
+            self.disconnects.labels(*lp).inc()
+        elif ev.status == c.ERROR and ev.error_class:
+            self.upstream_errors.labels(*lp, ev.error_class).inc()
+
+    def force_flush(self, timeout_s: float = 10.0) -> bool:
+        return True
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        return None
+
+    # Counters other components report into.
+    def rejected(self, lane: str, reason: str) -> None:
+        self.rejections.labels(lane, reason).inc()
+
+    def event_written(self, exporter: str, n: int) -> None:
+        self.written.labels(exporter).inc(n)
+
+    def event_dropped(self, exporter: str, reason: str, n: int) -> None:
+        self.dropped.labels(exporter, reason).inc(n)
+
+    def exporter_failed(self, exporter: str) -> None:
+        self.failures.labels(exporter).inc()
+
+
+class PoolStateCollector(Collector):
+    """Scrape-time view of each replica's engine state, from the monitor's snapshot."""
+
+    def __init__(
+        self, snapshot: Callable[[], Mapping[tuple[str, str], EngineState | None]]
+    ) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterable[Metric]:
+        labels = [c.POOL, c.REPLICA]
+        up = GaugeMetricFamily(c.POOL_UP.name, c.POOL_UP.help, labels=labels)
+        kv = GaugeMetricFamily(
+            c.POOL_KV_CACHE_USAGE.name, c.POOL_KV_CACHE_USAGE.help, labels=labels
+        )
+        run = GaugeMetricFamily(c.POOL_RUNNING.name, c.POOL_RUNNING.help, labels=labels)
+        wait = GaugeMetricFamily(c.POOL_WAITING.name, c.POOL_WAITING.help, labels=labels)
+        q = CounterMetricFamily(
+            c.POOL_PREFIX_QUERIES.name, c.POOL_PREFIX_QUERIES.help, labels=labels
+        )
+        h = CounterMetricFamily(c.POOL_PREFIX_HITS.name, c.POOL_PREFIX_HITS.help, labels=labels)
+        pre = CounterMetricFamily(c.POOL_PREEMPTIONS.name, c.POOL_PREEMPTIONS.help, labels=labels)
+        for (pool, replica), state in self._snapshot().items():
+            lv = [pool, replica]
+            up.add_metric(lv, 0.0 if state is None else 1.0)
+            if state is None:
+                continue
+            kv.add_metric(lv, state.kv_cache_usage)
+            run.add_metric(lv, state.running)
+            wait.add_metric(lv, state.waiting)
+            q.add_metric(lv, state.prefix_queries)
+            h.add_metric(lv, state.prefix_hits)
+            pre.add_metric(lv, state.preemptions)
+        return [up, kv, run, wait, q, h, pre]

@@ -1,0 +1,78 @@
+"""``vllm-obs config check FILE``: validate a lanes config and print what it resolves to."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "config",
+        help="validate and show a lanes/SLO config",
+        description="Work with the lanes/pools/SLO config that the sidecar, alerts "
+        "and dashboards share.",
+    )
+    cs = p.add_subparsers(dest="config_command", metavar="SUBCOMMAND", required=True)
+    check = cs.add_parser(
+        "check",
+        help="validate a config and print the resolved pools, lanes, rules and SLOs",
+        description="Validate FILE (default: the shipped default config) and print what it "
+        "resolves to. Exit status 2 and an error naming the field when it is invalid.",
+    )
+    check.add_argument("file", nargs="?", help="lanes YAML file (default: the shipped default)")
+    check.set_defaults(handler=run_check)
+
+
+def describe(config: object) -> str:
+    from obs.config import Config
+
+    assert isinstance(config, Config)
+    lines = ["pools:"]
+    for p in config.pools:
+        model = f" model={p.model}" if p.model else ""
+        lines.append(
+            f"  {p.name}: {', '.join(p.replicas)}{model} kv_cache_usage_max={p.kv_cache_usage_max}"
+        )
+    lines.append(f"lanes (rules tried in this order; default lane: {config.default_lane}):")
+    for lane in config.lanes:
+        a = lane.admission
+        lim = [
+            f"{k}={v}"
+            for k, v in (
+                ("max_concurrency", a.max_concurrency),
+                ("max_queue", a.max_queue),
+                ("queue_timeout_s", a.queue_timeout_s),
+                ("max_prompt_tokens", a.max_prompt_tokens),
+                ("token_budget", a.token_budget),
+            )
+            if v is not None
+        ]
+        lines.append(f"  {lane.name} -> pool {lane.pool} (routing {lane.routing})")
+        for rule in lane.match:
+            cond = " and ".join(f"{k}={v}" for k, v in rule.model_dump(exclude_none=True).items())
+            lines.append(f"    match: {cond}")
+        if not lane.match:
+            lines.append("    match: (no rules)")
+        lines.append(f"    admission: {', '.join(lim) or 'unlimited'}")
+        slo = lane.slo
+        parts = []
+        if slo.ttft:
+            parts.append(f"TTFT <= {slo.ttft.threshold_ms:g} ms for {slo.ttft.objective:.1%}")
+        if slo.tpot:
+            parts.append(f"TPOT <= {slo.tpot.threshold_ms:g} ms for {slo.tpot.objective:.1%}")
+        if slo.availability:
+            parts.append(f"availability {slo.availability.objective:.2%}")
+        if slo.cache_hit_ratio_min:
+            parts.append(f"cache hit ratio >= {slo.cache_hit_ratio_min:.0%}")
+        lines.append(f"    slo: {'; '.join(parts) or 'none'}")
+    return "\n".join(lines)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from obs.config import default_config_path, load_config
+
+    path = args.file or default_config_path()
+    config = load_config(path)
+    print(f"{path}: ok")
+    print(describe(config))
+    return 0

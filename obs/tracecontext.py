@@ -1,0 +1,56 @@
+"""W3C Trace Context (``traceparent``) parsing and formatting, without OpenTelemetry.
+
+The relay needs trace and span ids before the request is dispatched (to
+inject ``traceparent`` upstream) but builds its spans only when the request
+has ended, off the relay path; so ids are made here, cheaply.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+
+_TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
+_rand = random.SystemRandom()
+
+
+@dataclass(frozen=True, slots=True)
+class TraceIds:
+    """The ids of one request's root span, and its parent's span id if the client sent one."""
+
+    trace_id: int
+    span_id: int
+    parent_span_id: int | None
+    sampled: bool
+
+    def traceparent(self) -> str:
+        """The ``traceparent`` to send upstream: the pool's span becomes our root's child."""
+        flags = "01" if self.sampled else "00"
+        return f"00-{self.trace_id:032x}-{self.span_id:016x}-{flags}"
+
+    @property
+    def trace_id_hex(self) -> str:
+        return f"{self.trace_id:032x}"
+
+    @property
+    def span_id_hex(self) -> str:
+        return f"{self.span_id:016x}"
+
+
+def new_span_id() -> int:
+    return _rand.getrandbits(64) or 1
+
+
+def new_ids(traceparent: str | None) -> TraceIds:
+    """Continue the client's trace when its ``traceparent`` is valid, else start one."""
+    if traceparent:
+        m = _TRACEPARENT.match(traceparent.strip().lower())
+        if m and int(m.group(1), 16) and int(m.group(2), 16):
+            return TraceIds(
+                trace_id=int(m.group(1), 16),
+                span_id=new_span_id(),
+                parent_span_id=int(m.group(2), 16),
+                sampled=bool(int(m.group(3), 16) & 1),
+            )
+    return TraceIds(_rand.getrandbits(128) or 1, new_span_id(), None, True)

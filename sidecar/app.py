@@ -1,0 +1,199 @@
+"""``create_app(settings)``: wires the relay, pools, exporters and control routes.
+
+The relayed routes go straight to the relay (a plain ASGI callable: no
+framework routing or middleware on the token path); everything else goes to
+a small FastAPI app (``/health``, ``/v1/models``, ``/metrics``) whose 404
+handler answers OpenAI-style. vLLM's operational endpoints (profiling, sleep,
+cache reset, ...) are simply not routed: they are never reachable through the
+sidecar.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+import orjson
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from opentelemetry.sdk.trace import SpanProcessor
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from obs.exporters.base import Exporter, Fanout
+from obs.exporters.jsonl import JsonlExporter
+from obs.exporters.otel import SpanExporter, otlp_configured, otlp_processor
+from obs.exporters.prom import Metrics, PoolStateCollector
+from obs.lanes import Classifier
+from obs.sidecar.errors import error_body
+from obs.sidecar.pools import PoolSet
+from obs.sidecar.relay import GENERATE_ROUTES, PASSTHROUGH_ROUTES, Receive, Relay, Scope, Send
+from obs.sidecar.settings import Settings
+
+log = structlog.get_logger("vllm_obs.sidecar")
+
+
+class SidecarApp:
+    """The ASGI application: relay routes to the relay, the rest to FastAPI."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        registry: CollectorRegistry | None = None,
+        span_processor: SpanProcessor | None = None,
+    ) -> None:
+        self.settings = settings
+        self.registry = registry or CollectorRegistry()
+        self.metrics = Metrics(settings.config, self.registry)
+        self.pools = PoolSet(settings.config, settings.pool_poll_interval_s)
+        self.registry.register(PoolStateCollector(self.pools.snapshot))
+        exporters: list[Exporter] = []
+        self.jsonl: JsonlExporter | None = None
+        if settings.events_path is not None:
+            self.jsonl = JsonlExporter(
+                settings.events_path,
+                counters=self.metrics,
+                max_bytes=settings.events_max_bytes,
+                backups=settings.events_backups,
+            )
+            exporters.append(self.jsonl)
+        if span_processor is None and (settings.otlp_endpoint or otlp_configured()):
+            span_processor = otlp_processor(settings.otlp_endpoint)
+        if span_processor is not None:
+            exporters.append(SpanExporter(span_processor))
+        exporters.append(self.metrics)
+        self.exporters = Fanout(exporters, failures=self.metrics)
+        self._session: aiohttp.ClientSession | None = None
+        pool_keys = {
+            p.name: os.environ.get(p.api_key_env, "")
+            for p in settings.config.pools
+            if p.api_key_env
+        }
+        self.relay = Relay(
+            Classifier(settings.config),
+            self.pools,
+            self.exporters.export,
+            self.session,
+            max_body_bytes=settings.max_body_bytes,
+            pool_keys=pool_keys,
+        )
+        self.routes = set(GENERATE_ROUTES) | set(PASSTHROUGH_ROUTES) | set(settings.extra_routes)
+        self.api = self._build_api()
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
+            self._session = aiohttp.ClientSession(
+                connector=connector, auto_decompress=False, skip_auto_headers=("User-Agent",)
+            )
+        return self._session
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] in self.routes:
+            await self.relay(scope, receive, send)
+        else:
+            await self.api(scope, receive, send)
+
+    @asynccontextmanager
+    async def lifespan(self, _: FastAPI) -> AsyncIterator[None]:
+        self.pools.start(self.session())
+        log.info(
+            "sidecar_started",
+            pools={p.name: p.replicas for p in self.settings.config.pools},
+            events=str(self.settings.events_path),
+        )
+        try:
+            yield
+        finally:
+            await self.pools.stop()
+            if self._session is not None:
+                await self._session.close()
+            await asyncio.to_thread(self.exporters.shutdown, self.settings.shutdown_grace_s)
+            log.info("sidecar_stopped")
+
+    def _build_api(self) -> FastAPI:
+        api = FastAPI(
+            title="vllm-obs sidecar",
+            lifespan=self.lifespan,
+            docs_url=None,
+            redoc_url=None,
+            openapi_url=None,
+        )
+
+        @api.exception_handler(StarletteHTTPException)
+        async def _http_error(_: Request, exc: StarletteHTTPException) -> Response:
+            if exc.status_code == 404:
+                msg = "route not served by the vllm-obs sidecar"
+                return _json_error(msg, "NotFoundError", 404)
+            if exc.status_code == 405:
+                return _json_error("method not allowed", "MethodNotAllowedError", 405)
+            return _json_error(str(exc.detail), "Error", exc.status_code)
+
+        @api.get("/health")
+        async def health() -> Response:
+            pools = self.pools.health()
+            up = all(any(reps.values()) for reps in pools.values())
+            body = {"status": "ok" if up else "degraded", "pools": pools}
+            return JSONResponse(body)
+
+        @api.get("/metrics")
+        async def metrics() -> Response:
+            data = await asyncio.to_thread(generate_latest, self.registry)
+            return Response(data, media_type=CONTENT_TYPE_LATEST)
+
+        @api.get("/v1/models")
+        async def models(request: Request) -> Response:
+            return await self._models(request)
+
+        return api
+
+    async def _models(self, request: Request) -> Response:
+        """The union of the pools' model lists (first replica that answers, per pool)."""
+        seen: dict[str, Any] = {}
+        headers = {}
+        if "authorization" in request.headers:
+            headers["authorization"] = request.headers["authorization"]
+        timeout = aiohttp.ClientTimeout(total=5)
+        for pool, _healthy in self.pools.health().items():
+            for replica in self.pools.candidates(pool):
+                try:
+                    async with self.session().get(
+                        f"{replica.url}/v1/models", headers=headers, timeout=timeout
+                    ) as resp:
+                        if resp.status != 200:
+                            continue
+                        data = orjson.loads(await resp.read())
+                except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError):
+                    continue
+                for m in data.get("data", []):
+                    seen.setdefault(m.get("id"), m)
+                break
+        if not seen:
+            return _json_error("no pool answered /v1/models", "ServiceUnavailableError", 503)
+        return Response(
+            orjson.dumps({"object": "list", "data": list(seen.values())}),
+            media_type="application/json",
+        )
+
+
+def _json_error(message: str, type_: str, code: int) -> Response:
+    return Response(
+        error_body(message, type_, code), status_code=code, media_type="application/json"
+    )
+
+
+def create_app(
+    settings: Settings,
+    *,
+    registry: CollectorRegistry | None = None,
+    span_processor: SpanProcessor | None = None,
+) -> SidecarApp:
+    """Build the sidecar. Tests inject their own registry and span processor."""
+    return SidecarApp(settings, registry=registry, span_processor=span_processor)

@@ -1,0 +1,103 @@
+"""``vllm-obs sidecar``: argument parsing only; the app is built in the handler."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "sidecar",
+        help="run the recording sidecar in front of vLLM pools",
+        description=(
+            "Relay the OpenAI-compatible API of one or more `vllm serve` pools and record "
+            "every request: a JSONL event, an OpenTelemetry trace (five phases) and "
+            "Prometheus metrics on /metrics. Give either --upstream (one pool) or --config "
+            "(lanes and pools)."
+        ),
+    )
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument(
+        "--upstream", metavar="URL", help="base URL of one vLLM pool, e.g. http://127.0.0.1:8001"
+    )
+    src.add_argument(
+        "--config",
+        metavar="FILE",
+        type=Path,
+        help="lanes/pools YAML config (see `vllm-obs config check`)",
+    )
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"
+    )
+    p.add_argument(
+        "--port", type=int, default=8000, help="port to listen on (default: %(default)s)"
+    )
+    p.add_argument(
+        "--events",
+        metavar="PATH",
+        default="events.jsonl",
+        help="JSONL event log ('-' or 'none' to disable; default: %(default)s)",
+    )
+    p.add_argument(
+        "--events-max-mb",
+        type=float,
+        default=256,
+        help="rotate the event log when it passes this size (default: %(default)s MB)",
+    )
+    p.add_argument(
+        "--events-backups",
+        type=int,
+        default=10,
+        help="rotated event logs to keep (default: %(default)s)",
+    )
+    p.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        help="OTLP/HTTP traces endpoint, e.g. http://127.0.0.1:4318/v1/traces "
+        "(default: from OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT; no traces if unset)",
+    )
+    p.add_argument(
+        "--pool-poll-interval",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how often to read each replica's /metrics for engine state (default: %(default)s)",
+    )
+    p.add_argument(
+        "--model", help="with --upstream: the model alias the pool serves (for metric labels)"
+    )
+    p.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM, how long in-flight streams may take to finish (default: %(default)s)",
+    )
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from obs.config import load_config, single_upstream
+    from obs.errors import ConfigError
+    from obs.sidecar.server import serve
+    from obs.sidecar.settings import Settings
+
+    config = load_config(args.config) if args.config else single_upstream(args.upstream, args.model)
+    if not 0 < args.port < 65536:
+        raise ConfigError(f"--port: {args.port} is not a TCP port")
+    events = None if args.events in ("-", "none", "") else Path(args.events)
+    settings = Settings(
+        config=config,
+        host=args.host,
+        port=args.port,
+        events_path=events,
+        events_max_bytes=int(args.events_max_mb * (1 << 20)),
+        events_backups=args.events_backups,
+        otlp_endpoint=args.otlp_endpoint,
+        pool_poll_interval_s=args.pool_poll_interval,
+        shutdown_grace_s=args.shutdown_grace,
+        log_level=args.log_level,
+    )
+    return serve(settings)

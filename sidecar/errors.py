@@ -1,0 +1,87 @@
+"""The sidecar's own errors, mapped to HTTP status and an OpenAI-style body in one place."""
+
+from __future__ import annotations
+
+import orjson
+
+from obs.errors import ObsError
+
+
+class RelayError(ObsError):
+    """An error the sidecar answers itself. Subclasses fix status, type and error class."""
+
+    status = 500
+    type_ = "InternalServerError"
+    error_class = "internal"
+    retry_after: int | None = None
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+    def body(self) -> bytes:
+        return error_body(self.message, self.type_, self.status, self.param)
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        h = [(b"content-type", b"application/json")]
+        if self.retry_after is not None:
+            h.append((b"retry-after", str(self.retry_after).encode()))
+        return h
+
+
+class BadRequest(RelayError):
+    status = 400
+    type_ = "BadRequestError"
+    error_class = "bad_request"
+
+
+class PayloadTooLarge(RelayError):
+    status = 413
+    type_ = "PayloadTooLargeError"
+    error_class = "bad_request"
+
+
+class NotFound(RelayError):
+    status = 404
+    type_ = "NotFoundError"
+    error_class = "bad_request"
+
+
+class MethodNotAllowed(RelayError):
+    status = 405
+    type_ = "MethodNotAllowedError"
+    error_class = "bad_request"
+
+
+class UpstreamUnavailable(RelayError):
+    """No replica of the pool accepted a connection."""
+
+    status = 503
+    type_ = "ServiceUnavailableError"
+    error_class = "upstream_connect"
+    retry_after = 1
+
+
+class UpstreamTimeout(RelayError):
+    status = 504
+    type_ = "GatewayTimeoutError"
+    error_class = "upstream_timeout"
+
+
+class UpstreamProtocol(RelayError):
+    status = 502
+    type_ = "BadGatewayError"
+    error_class = "upstream_protocol"
+
+
+def error_body(message: str, type_: str, code: int, param: str | None = None) -> bytes:
+    """The error JSON vLLM and OpenAI use: ``{"error": {message, type, param, code}}``."""
+    return orjson.dumps(
+        {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    )
+
+
+def sse_error_frame(message: str, type_: str, code: int) -> bytes:
+    """An error inside an already-started stream, as vLLM sends it, then ``[DONE]``."""
+    return b"data: " + error_body(message, type_, code) + b"\n\ndata: [DONE]\n\n"

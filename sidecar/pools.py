@@ -1,0 +1,108 @@
+"""The pools' replicas: choosing one, tracking health, and polling engine state.
+
+Health is passive and active: a connect failure marks a replica unhealthy at
+once; the monitor polls each replica's ``/metrics`` every ``interval`` and
+marks it healthy again (and keeps its engine state) when it answers. A pool
+whose replicas are all unhealthy is still tried, so traffic resumes on the
+first request after the engine is back, without waiting for a poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+
+import aiohttp
+import structlog
+
+from obs.config import Config
+from obs.engine_metrics import EngineState, parse_engine_state
+
+log = structlog.get_logger("vllm_obs.pools")
+
+
+@dataclass(slots=True)
+class Replica:
+    pool: str
+    url: str
+    outstanding: int = 0
+    healthy: bool = True
+    state: EngineState | None = None
+    failures: int = 0
+
+
+class PoolSet:
+    def __init__(self, config: Config, poll_interval_s: float = 5.0) -> None:
+        self.config = config
+        self.poll_interval_s = poll_interval_s
+        self.replicas: dict[str, list[Replica]] = {
+            p.name: [Replica(p.name, u) for u in p.replicas] for p in config.pools
+        }
+        self._task: asyncio.Task[None] | None = None
+
+    def candidates(self, pool: str) -> list[Replica]:
+        """Replicas to try in order: healthy ones by fewest outstanding requests, then the rest."""
+        reps = self.replicas[pool]
+        if len(reps) == 1:
+            return reps
+        healthy = sorted((r for r in reps if r.healthy), key=lambda r: r.outstanding)
+        return healthy + [r for r in reps if not r.healthy]
+
+    def mark_failed(self, replica: Replica) -> None:
+        if replica.healthy:
+            log.warning("replica_unhealthy", pool=replica.pool, replica=replica.url)
+        replica.healthy = False
+        replica.failures += 1
+
+    def mark_ok(self, replica: Replica) -> None:
+        if not replica.healthy:
+            log.info("replica_healthy", pool=replica.pool, replica=replica.url)
+        replica.healthy = True
+
+    def snapshot(self) -> dict[tuple[str, str], EngineState | None]:
+        return {
+            (r.pool, r.url): (r.state if r.healthy else None)
+            for reps in self.replicas.values()
+            for r in reps
+        }
+
+    def health(self) -> dict[str, dict[str, bool]]:
+        return {pool: {r.url: r.healthy for r in reps} for pool, reps in self.replicas.items()}
+
+    async def poll_once(self, session: aiohttp.ClientSession) -> None:
+        timeout = aiohttp.ClientTimeout(total=min(2.0, self.poll_interval_s))
+        reps = [r for rs in self.replicas.values() for r in rs]
+        await asyncio.gather(*(self._poll(session, r, timeout) for r in reps))
+
+    async def _poll(
+        self, session: aiohttp.ClientSession, r: Replica, limit: aiohttp.ClientTimeout
+    ) -> None:
+        try:
+            async with session.get(f"{r.url}/metrics", timeout=limit) as resp:
+                if resp.status != 200:
+                    raise aiohttp.ClientResponseError(
+                        resp.request_info, (), status=resp.status, message="bad status"
+                    )
+                text = await resp.text()
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            r.state = None
+            self.mark_failed(r)
+            return
+        r.state = parse_engine_state(text)
+        self.mark_ok(r)
+
+    def start(self, session: aiohttp.ClientSession) -> None:
+        async def loop() -> None:
+            while True:
+                await self.poll_once(session)
+                await asyncio.sleep(self.poll_interval_s)
+
+        self._task = asyncio.get_running_loop().create_task(loop(), name="vllm-obs-pool-monitor")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None

@@ -1,0 +1,565 @@
+"""The relay: one ASGI handler per request, from the client to a pool and back.
+
+Hot path per upstream chunk: one ``perf_counter_ns``, frame split, one orjson
+parse per frame, a list append for the inter-token gap, and the ``send``. All
+per-request bookkeeping (event, spans, metrics) happens once, after the last
+byte, in the exporters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable, MutableMapping
+from datetime import UTC, datetime
+from hashlib import blake2b
+from typing import Any
+
+import aiohttp
+import orjson
+import structlog
+
+from obs import conventions as c
+from obs.config import Lane
+from obs.events import Event
+from obs.lanes import Classifier, RequestAttrs, estimate_prompt_tokens
+from obs.phases import Clock, ms, percentile
+from obs.record import Finished
+from obs.sidecar import errors as e
+from obs.sidecar.pools import PoolSet, Replica
+from obs.sidecar.sse import FrameSplitter, StreamState, UsageStripper, classify
+from obs.tracecontext import TraceIds, new_ids
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ExportFn = Callable[[Finished], None]
+
+log = structlog.get_logger("vllm_obs.relay")
+
+# Routes whose responses the relay understands (SSE / completion JSON).
+GENERATE_ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "text_completion"}
+# Other OpenAI-API routes vLLM serves: relayed as they are, with a basic event.
+PASSTHROUGH_ROUTES = {
+    "/v1/embeddings": "embeddings",
+    "/v1/responses": "responses",
+    "/tokenize": "tokenize",
+    "/detokenize": "detokenize",
+    "/v1/score": "score",
+    "/score": "score",
+    "/v1/rerank": "rerank",
+    "/rerank": "rerank",
+    "/pooling": "pooling",
+    "/classify": "classify",
+    "/v1/audio/transcriptions": "transcription",
+    "/v1/audio/translations": "translation",
+}
+# Response headers not copied from the pool (hop-by-hop, or set by our server).
+_SKIP_HEADERS = {b"connection", b"keep-alive", b"transfer-encoding", b"date", b"server"}
+_BODY = "http.response.body"
+
+
+class Request:
+    """Mutable state of one request while it is relayed."""
+
+    __slots__ = (
+        "clock",
+        "disconnected",
+        "done",
+        "event",
+        "ids",
+        "itl",
+        "operation",
+        "response",
+        "started",
+        "wall_ns",
+    )
+
+    def __init__(self, route: str) -> None:
+        self.clock = Clock(received=time.perf_counter_ns())
+        self.wall_ns = time.time_ns()
+        self.event = Event(route=route)
+        self.ids: TraceIds | None = None
+        self.itl: list[int] = []
+        self.operation = GENERATE_ROUTES.get(route) or PASSTHROUGH_ROUTES.get(route, "http")
+        self.response: aiohttp.ClientResponse | None = None
+        self.started = False  # response headers sent to the client
+        self.done = False  # last byte sent (a later disconnect is not the client leaving)
+        self.disconnected = False
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in scope["headers"]:
+        out[k.decode("latin-1").lower()] = v.decode("latin-1")
+    return out
+
+
+def _fingerprint(body: dict[str, Any]) -> str | None:
+    msgs = body.get("messages")
+    if isinstance(msgs, list) and msgs and isinstance(msgs[0], dict):
+        text = "".join(str(m.get("content", "")) for m in msgs if isinstance(m, dict))
+    elif isinstance(body.get("prompt"), str):
+        text = body["prompt"]
+    else:
+        return None
+    return blake2b(text[:512].encode("utf-8", "replace"), digest_size=8).hexdigest()
+
+
+class Relay:
+    """ASGI app for the relayed routes."""
+
+    def __init__(
+        self,
+        classifier: Classifier,
+        pools: PoolSet,
+        export: ExportFn,
+        session: Callable[[], aiohttp.ClientSession],
+        *,
+        max_body_bytes: int,
+        pool_keys: dict[str, str] | None = None,
+    ) -> None:
+        self.classifier = classifier
+        self.pools = pools
+        self.export = export
+        self.session = session
+        self.max_body_bytes = max_body_bytes
+        self.pool_keys = pool_keys or {}
+        self.in_flight: dict[str, int] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        req = Request(scope["path"])
+        try:
+            await self._handle(req, scope, receive, send)
+        except e.RelayError as err:
+            await self._fail(req, send, err)
+        except Exception as err:  # never a traceback to the client, never a lost event
+            log.exception("relay_internal_error", request_id=req.event.request_id)
+            await self._fail(req, send, e.RelayError(f"internal error in the sidecar: {err!r}"))
+        finally:
+            self._finish(req)
+
+    # ---- request side -------------------------------------------------------------------
+
+    async def _read_body(self, receive: Receive) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                raise _ClientGone
+            body = msg.get("body", b"")
+            size += len(body)
+            if size > self.max_body_bytes:
+                raise e.PayloadTooLarge(
+                    f"request body exceeds the sidecar's limit of {self.max_body_bytes} bytes"
+                )
+            chunks.append(body)
+            if not msg.get("more_body", False):
+                return b"".join(chunks)
+
+    async def _handle(self, req: Request, scope: Scope, receive: Receive, send: Send) -> None:
+        ev = req.event
+        ev.ts = datetime.fromtimestamp(req.wall_ns / 1e9, UTC).isoformat(timespec="milliseconds")
+        headers = _headers(scope)
+        ev.request_id = headers.get("x-request-id") or uuid.uuid4().hex
+        if len(ev.request_id) > 128:
+            ev.request_id = ev.request_id[:128]
+        req.ids = new_ids(headers.get("traceparent"))
+        ev.trace_id, ev.span_id = req.ids.trace_id_hex, req.ids.span_id_hex
+        if scope["method"] != "POST":
+            raise e.MethodNotAllowed(
+                f"{scope['method']} is not allowed on {scope['path']}; use POST"
+            )
+        try:
+            raw = await self._read_body(receive)
+        except _ClientGone:
+            req.disconnected = True
+            return
+        body: dict[str, Any] | None = None
+        generate = ev.route in GENERATE_ROUTES
+        if generate or headers.get("content-type", "").startswith("application/json"):
+            body = _parse_json(raw) if generate else _try_json(raw)
+        attrs = self._attrs(ev, headers, body)
+        lane = self.classifier.classify(attrs)
+        ev.lane, ev.pool = lane.name, lane.pool
+        inject = False
+        if generate and body is not None:
+            ev.prefix_fingerprint = _fingerprint(body)
+            if ev.stream:
+                opts = body.get("stream_options")
+                if not (isinstance(opts, dict) and opts.get("include_usage")):
+                    body["stream_options"] = {
+                        **(opts if isinstance(opts, dict) else {}),
+                        "include_usage": True,
+                    }
+                    raw = orjson.dumps(body)
+                    inject = ev.usage_injected = True
+        await self._dispatch(req, lane, headers, raw, inject, receive, send)
+
+    def _attrs(
+        self, ev: Event, headers: dict[str, str], body: dict[str, Any] | None
+    ) -> RequestAttrs:
+        b = body or {}
+        model = b.get("model")
+        ev.model = model if isinstance(model, str) else None
+        ev.stream = b.get("stream") is True
+        mt = b.get("max_tokens", b.get("max_completion_tokens"))
+        ev.max_tokens = mt if isinstance(mt, int) and not isinstance(mt, bool) else None
+        pt = None
+        if self.classifier.needs_prompt_tokens and body is not None:
+            pt = estimate_prompt_tokens(body)
+        return RequestAttrs(
+            route=ev.route,
+            model=ev.model,
+            stream=ev.stream,
+            headers=headers,
+            tenant=None,
+            max_tokens=ev.max_tokens,
+            prompt_tokens=pt,
+        )
+
+    # ---- upstream side ------------------------------------------------------------------
+
+    def _upstream_headers(self, req: Request, headers: dict[str, str], pool: str) -> dict[str, str]:
+        assert req.ids is not None
+        h = {
+            "content-type": headers.get("content-type", "application/json"),
+            "x-request-id": req.event.request_id,
+            "traceparent": req.ids.traceparent(),
+            "accept": headers.get("accept", "*/*"),
+        }
+        key = self.pool_keys.get(pool)
+        if key:
+            h["authorization"] = f"Bearer {key}"
+        elif "authorization" in headers:
+            h["authorization"] = headers["authorization"]
+        if "tracestate" in headers:
+            h["tracestate"] = headers["tracestate"]
+        return h
+
+    async def _dispatch(
+        self,
+        req: Request,
+        lane: Lane,
+        headers: dict[str, str],
+        raw: bytes,
+        inject: bool,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        ev = req.event
+        up_headers = self._upstream_headers(req, headers, lane.pool)
+        t = lane.timeouts
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=t.connect_s, sock_read=max(t.first_token_s, t.idle_s)
+        )
+        listener = asyncio.ensure_future(receive())
+        listener.add_done_callback(lambda f: self._on_client_message(req, f))
+        self.in_flight[lane.name] = self.in_flight.get(lane.name, 0) + 1
+        try:
+            last_err: Exception | None = None
+            for attempt, replica in enumerate(self.pools.candidates(lane.pool)[:2]):
+                if req.disconnected:
+                    return
+                ev.replica = replica.url
+                req.clock.dispatched = time.perf_counter_ns()
+                replica.outstanding += 1
+                try:
+                    resp = await self.session().post(
+                        replica.url + ev.route, data=raw, headers=up_headers, timeout=timeout
+                    )
+                except aiohttp.ClientConnectorError as err:
+                    replica.outstanding -= 1
+                    self.pools.mark_failed(replica)
+                    last_err = err
+                    log.warning("upstream_connect_failed", replica=replica.url, attempt=attempt)
+                    continue
+                except TimeoutError as err:
+                    replica.outstanding -= 1
+                    raise e.UpstreamTimeout(
+                        f"pool {lane.pool!r} did not answer within the lane's timeout"
+                    ) from err
+                except aiohttp.ClientError as err:
+                    replica.outstanding -= 1
+                    raise e.UpstreamProtocol(f"pool {lane.pool!r} failed: {err}") from err
+                self.pools.mark_ok(replica)
+                req.response = resp
+                try:
+                    await self._respond(req, resp, replica, inject, send)
+                finally:
+                    replica.outstanding -= 1
+                    resp.release()
+                return
+            raise e.UpstreamUnavailable(
+                f"pool {lane.pool!r} is unavailable: no replica accepted a connection "
+                f"({last_err.__class__.__name__ if last_err else 'no replicas'})"
+            )
+        finally:
+            self.in_flight[lane.name] -= 1
+            if not listener.done():
+                listener.cancel()
+
+    def _on_client_message(self, req: Request, fut: asyncio.Future[Message]) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        if fut.result().get("type") == "http.disconnect" and not req.done:
+            req.disconnected = True
+            if req.response is not None:
+                req.response.close()  # closes the connection: vLLM aborts the request
+
+    async def _respond(
+        self,
+        req: Request,
+        resp: aiohttp.ClientResponse,
+        replica: Replica,
+        inject: bool,
+        send: Send,
+    ) -> None:
+        ev = req.event
+        ev.http_status = resp.status
+        out_headers = [
+            (k.lower(), v)
+            for k, v in resp.raw_headers
+            if k.lower() not in _SKIP_HEADERS and not (inject and k.lower() == b"content-length")
+        ]
+        if not any(k == b"x-request-id" for k, _ in out_headers):
+            out_headers.append((b"x-request-id", ev.request_id.encode("latin-1")))
+        is_sse = resp.headers.get("content-type", "").startswith("text/event-stream")
+        if resp.status >= 400 or not is_sse:
+            await self._respond_whole(req, resp, out_headers, send)
+            return
+        await send({"type": "http.response.start", "status": resp.status, "headers": out_headers})
+        req.started = True
+        await self._relay_stream(req, resp, inject, send)
+
+    async def _respond_whole(
+        self,
+        req: Request,
+        resp: aiohttp.ClientResponse,
+        out_headers: list[tuple[bytes, bytes]],
+        send: Send,
+    ) -> None:
+        ev, clock = req.event, req.clock
+        try:
+            data = await resp.read()
+        except (aiohttp.ClientError, TimeoutError) as err:
+            if req.disconnected:
+                return
+            raise _upstream_error(err, "reading the response") from err
+        clock.first_up = clock.last_up = time.perf_counter_ns()
+        if resp.status >= 400:
+            ev.status = c.CLIENT_ERROR if resp.status < 500 else c.ERROR
+            ev.error_class = "upstream_status"
+            ev.error_message = _error_message(data)
+        elif ev.route in GENERATE_ROUTES:
+            _read_completion(ev, data)
+        await send({"type": "http.response.start", "status": resp.status, "headers": out_headers})
+        req.started = True
+        await send({"type": _BODY, "body": data, "more_body": False})
+        req.done = True
+        clock.first_sent = clock.end = time.perf_counter_ns()
+
+    async def _relay_stream(
+        self, req: Request, resp: aiohttp.ClientResponse, inject: bool, send: Send
+    ) -> None:
+        ev, clock, itl = req.event, req.clock, req.itl
+        splitter = FrameSplitter()
+        state = StreamState()
+        stripper = UsageStripper() if inject else None
+        perf = time.perf_counter_ns
+        last_out = 0
+        blocked = 0
+        try:
+            async for data in resp.content.iter_any():
+                now = perf()
+                frames = splitter.feed(data)
+                if not frames:
+                    continue
+                out: list[bytes] = []
+                for frame in frames:
+                    has_output, is_usage = classify(frame, state)
+                    if has_output:
+                        if last_out:
+                            itl.append(now - last_out)
+                        else:
+                            clock.first_up = now
+                        last_out = now
+                    if stripper is None:
+                        out.append(frame)
+                    else:
+                        out.extend(stripper.process(frame, is_usage, state.fingerprint))
+                if out:
+                    t0 = perf()
+                    await send({"type": _BODY, "body": b"".join(out), "more_body": True})
+                    t1 = perf()
+                    blocked += t1 - t0
+                    if last_out and not clock.first_sent:
+                        clock.first_sent = t1
+                if req.disconnected:
+                    break
+        except (aiohttp.ClientError, TimeoutError) as err:
+            if not req.disconnected:
+                clock.last_up = last_out
+                self._stream_failed(req, state, _upstream_error(err, "streaming"))
+                await self._end_stream_with_error(req, send)
+                ev.stream_blocked_ms = ms(blocked)
+                return
+        clock.last_up = last_out
+        if req.disconnected:
+            ev.stream_blocked_ms = ms(blocked)
+            _apply_usage(ev, state)
+            return
+        tail = (stripper.flush() if stripper else []) + (
+            [splitter.pending] if splitter.pending else []
+        )
+        if not state.done and state.error is None:
+            self._stream_failed(
+                req, state, e.UpstreamProtocol("the pool ended the stream without [DONE]")
+            )
+            tail.append(e.sse_error_frame(ev.error_message or "", "BadGatewayError", 502))
+        elif state.error is not None:
+            ev.status = c.ERROR
+            ev.error_class = "upstream_stream_error"
+            ev.error_message = str(state.error.get("message", ""))[:300]
+            ev.error_phase = clock.current_phase(upstream_done=True)
+        t0 = perf()
+        req.done = True
+        await send({"type": _BODY, "body": b"".join(tail), "more_body": False})
+        clock.end = perf()
+        ev.stream_blocked_ms = ms(blocked + clock.end - t0)
+        _apply_usage(ev, state)
+
+    def _stream_failed(self, req: Request, state: StreamState, err: e.RelayError) -> None:
+        ev = req.event
+        ev.status = c.ERROR
+        ev.error_class = err.error_class
+        ev.error_message = err.message
+        ev.error_phase = req.clock.current_phase()
+        _apply_usage(ev, state)
+
+    async def _end_stream_with_error(self, req: Request, send: Send) -> None:
+        ev = req.event
+        req.done = True
+        frame = e.sse_error_frame(ev.error_message or "upstream failed", "BadGatewayError", 502)
+        await send({"type": _BODY, "body": frame, "more_body": False})
+        req.clock.end = time.perf_counter_ns()
+
+    # ---- failure and finish -------------------------------------------------------------
+
+    async def _fail(self, req: Request, send: Send, err: e.RelayError) -> None:
+        ev = req.event
+        ev.status = c.CLIENT_ERROR if err.status < 500 else c.ERROR
+        ev.error_class = err.error_class
+        ev.error_message = err.message[:300]
+        ev.error_phase = req.clock.current_phase()
+        if req.started:
+            if not req.done:
+                req.done = True
+                frame = e.sse_error_frame(err.message, err.type_, err.status)
+                await send({"type": _BODY, "body": frame, "more_body": False})
+            return
+        ev.http_status = err.status
+        req.started = req.done = True
+        headers = [*err.headers(), (b"x-request-id", ev.request_id.encode("latin-1"))]
+        await send({"type": "http.response.start", "status": err.status, "headers": headers})
+        await send({"type": _BODY, "body": err.body(), "more_body": False})
+
+    def _finish(self, req: Request) -> None:
+        ev, clock = req.event, req.clock
+        if not clock.end:
+            clock.end = time.perf_counter_ns()
+        if req.disconnected and ev.status == c.OK:
+            ev.status = c.DISCONNECTED
+            ev.error_class = "client_disconnect"
+            ev.error_phase = clock.current_phase()
+        phases = clock.phases_ns()
+        ev.queue_ms = ms(phases["queue"])
+        ev.prefill_ms = ms(phases["prefill"])
+        ev.first_token_ms = ms(phases["first_token"])
+        ev.decode_ms = ms(phases["decode"])
+        ev.stream_ms = ms(phases["stream"])
+        ev.e2e_ms = ms(clock.end - clock.received)
+        if ev.stream and clock.first_sent:
+            ev.ttft_ms = ms(clock.first_sent - clock.received)
+        n = ev.completion_tokens
+        if ev.stream and n and n > 1 and clock.last_up >= clock.first_up > 0:
+            ev.tpot_ms = ms((clock.last_up - clock.first_up) // (n - 1))
+        ev.output_chunks = len(req.itl) + (1 if clock.first_up else 0)
+        if req.itl:
+            gaps = sorted(req.itl)
+            ev.itl_p50_ms = ms(percentile(gaps, 0.5))
+            ev.itl_p95_ms = ms(percentile(gaps, 0.95))
+            ev.itl_max_ms = ms(gaps[-1])
+        if ev.cached_tokens is not None:
+            ev.cache_hit = ev.cached_tokens > 0
+        ids = req.ids or new_ids(None)
+        self.export(Finished(ev, clock, req.wall_ns, ids, req.itl, req.operation))
+
+
+class _ClientGone(Exception):
+    pass
+
+
+def _parse_json(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as err:
+        raise e.BadRequest(f"request body is not valid JSON: {err}") from err
+    if not isinstance(body, dict):
+        raise e.BadRequest("request body must be a JSON object")
+    return body
+
+
+def _try_json(raw: bytes) -> dict[str, Any] | None:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def _upstream_error(err: BaseException, doing: str) -> e.RelayError:
+    if isinstance(err, TimeoutError):
+        return e.UpstreamTimeout(f"the pool stopped sending while {doing} (idle timeout)")
+    return e.UpstreamProtocol(
+        f"the pool's connection failed while {doing}: {err.__class__.__name__}"
+    )
+
+
+def _error_message(data: bytes) -> str:
+    try:
+        obj = orjson.loads(data)
+        return str(obj["error"]["message"])[:300]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return data[:200].decode("utf-8", "replace")
+
+
+def _apply_usage_dict(ev: Event, usage: dict[str, Any] | None) -> None:
+    if not isinstance(usage, dict):
+        return
+    ev.prompt_tokens = usage.get("prompt_tokens")
+    ev.completion_tokens = usage.get("completion_tokens")
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict):
+        ev.cached_tokens = details.get("cached_tokens")
+
+
+def _apply_usage(ev: Event, state: StreamState) -> None:
+    _apply_usage_dict(ev, state.usage)
+    ev.finish_reason = state.finish_reason
+
+
+def _read_completion(ev: Event, data: bytes) -> None:
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return
+    if not isinstance(obj, dict):
+        return
+    _apply_usage_dict(ev, obj.get("usage"))
+    choices = obj.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        ev.finish_reason = choices[0].get("finish_reason")

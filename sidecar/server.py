@@ -1,0 +1,48 @@
+"""Running the sidecar under uvicorn (uvloop + httptools), with structured logs."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import structlog
+import uvicorn
+
+from obs.sidecar.app import create_app
+from obs.sidecar.settings import Settings
+
+
+def configure_logging(level: str) -> None:
+    """JSON log lines on stderr; the only place structlog's global state is set."""
+    lvl = getattr(logging, level.upper())
+    logging.basicConfig(stream=sys.stderr, level=lvl, format="%(message)s")
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(lvl),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+
+
+def serve(settings: Settings) -> int:
+    configure_logging(settings.log_level)
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop",
+        http="httptools",
+        lifespan="on",
+        access_log=False,
+        log_level=settings.log_level,
+        timeout_graceful_shutdown=int(settings.shutdown_grace_s),
+        server_header=False,
+    )
+    uvicorn.Server(config).run()
+    return 0

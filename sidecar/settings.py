@@ -1,0 +1,24 @@
+"""The sidecar's settings: parsed once at the edge into one typed object."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from obs.config import Config
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    config: Config
+    host: str = "127.0.0.1"
+    port: int = 8000
+    events_path: Path | None = Path("events.jsonl")
+    events_max_bytes: int = 256 << 20
+    events_backups: int = 10
+    otlp_endpoint: str | None = None  # None: the standard OTEL_* variables decide
+    pool_poll_interval_s: float = 5.0
+    max_body_bytes: int = 32 << 20
+    shutdown_grace_s: float = 30.0
+    log_level: str = "info"
+    extra_routes: tuple[str, ...] = field(default=())
