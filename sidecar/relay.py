@@ -272,6 +272,7 @@ class Relay:
                         replica.url + ev.route, data=raw, headers=up_headers, timeout=timeout
                     )
                 except aiohttp.ClientConnectorError as err:
+                    req.clock.dispatched = 0  # never reached the pool: still queued
                     replica.outstanding -= 1
                     self.pools.mark_failed(replica)
                     last_err = err

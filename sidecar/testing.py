@@ -1,0 +1,253 @@
+"""Test helpers users can use too: a sidecar process and an OTLP/HTTP trace receiver.
+
+``SidecarProcess`` runs ``vllm-obs sidecar`` as a real subprocess on a free
+loopback port and stops it by PID. ``OtlpReceiver`` is a real OTLP/HTTP
+(protobuf) endpoint in a thread that decodes every span it receives, so a
+test can assert on what the sidecar and vLLM actually exported.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def wait_http(url: str, timeout_s: float = 30.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+    """Poll ``url`` until it answers 2xx; raise with context if it never does."""
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before {url} answered")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if 200 <= r.status < 300:
+                    return
+        except Exception as e:  # not up yet
+            last = e
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} did not answer within {timeout_s} s: {last}")
+
+
+class SidecarProcess:
+    """``vllm-obs sidecar`` in a subprocess on 127.0.0.1; ``stop()`` by PID."""
+
+    def __init__(
+        self,
+        *,
+        upstream: str | None = None,
+        config: Path | None = None,
+        events: Path | None = None,
+        args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        log_path: Path | None = None,
+        port: int | None = None,
+    ) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.events_path = events
+        cmd = [sys.executable, "-m", "obs.cli", "sidecar", "--port", str(self.port)]
+        cmd += ["--upstream", upstream] if upstream else ["--config", str(config)]
+        cmd += ["--events", str(events) if events else "none", *args]
+        self.cmd = cmd
+        self.env = {**os.environ, **(env or {})}
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, timeout_s: float = 30.0) -> SidecarProcess:
+        if self.log_path is not None:
+            with open(self.log_path, "ab") as out:  # the child keeps its own descriptor
+                self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=out, stderr=out)
+        else:
+            self.proc = subprocess.Popen(
+                self.cmd, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+        try:
+            wait_http(self.url + "/health", timeout_s, self.proc)
+        except Exception:
+            self.stop()
+            raise RuntimeError(f"sidecar did not start; log: {self.log_tail()}") from None
+        return self
+
+    def stop(self, timeout_s: float = 30.0) -> int | None:
+        """SIGTERM, wait, then SIGKILL; returns the exit code."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(5)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+
+    def events(self) -> list[dict[str, Any]]:
+        """Every whole event line written so far."""
+        if self.events_path is None or not self.events_path.exists():
+            return []
+        lines = self.events_path.read_bytes().splitlines()
+        return [orjson.loads(line) for line in lines if line.strip()]
+
+    def wait_events(self, n: int, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+        """Wait until at least ``n`` events are on disk (the writer flushes within ~0.2 s)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            evs = self.events()
+            if len(evs) >= n or time.monotonic() > deadline:
+                return evs
+            time.sleep(0.05)
+
+    def log_tail(self, n: int = 4000) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return "(no log)"
+        return self.log_path.read_text(errors="replace")[-n:]
+
+    def __enter__(self) -> SidecarProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@dataclass
+class ReceivedSpan:
+    name: str
+    trace_id: str
+    span_id: str
+    parent_span_id: str
+    kind: int
+    start_ns: int
+    end_ns: int
+    scope: str
+    attributes: dict[str, Any] = field(default_factory=dict)
+    resource: dict[str, Any] = field(default_factory=dict)
+
+
+def _any_value(v: Any) -> Any:
+    kind = v.WhichOneof("value")
+    if kind == "array_value":
+        return [_any_value(x) for x in v.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: _any_value(kv.value) for kv in v.kvlist_value.values}
+    return getattr(v, kind) if kind else None
+
+
+def decode_traces(body: bytes) -> list[ReceivedSpan]:
+    """Spans of one OTLP/HTTP protobuf ``ExportTraceServiceRequest``."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    req = ExportTraceServiceRequest()
+    req.ParseFromString(body)
+    out = []
+    for rs in req.resource_spans:
+        resource = {kv.key: _any_value(kv.value) for kv in rs.resource.attributes}
+        for ss in rs.scope_spans:
+            for s in ss.spans:
+                out.append(
+                    ReceivedSpan(
+                        name=s.name,
+                        trace_id=s.trace_id.hex(),
+                        span_id=s.span_id.hex(),
+                        parent_span_id=s.parent_span_id.hex(),
+                        kind=s.kind,
+                        start_ns=s.start_time_unix_nano,
+                        end_ns=s.end_time_unix_nano,
+                        scope=ss.scope.name,
+                        attributes={kv.key: _any_value(kv.value) for kv in s.attributes},
+                        resource=resource,
+                    )
+                )
+    return out
+
+
+class OtlpReceiver:
+    """A real OTLP/HTTP traces endpoint on 127.0.0.1 that keeps what it receives."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1/traces"
+        self.spans: list[ReceivedSpan] = []
+        self.raw: list[bytes] = []
+        self._lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                n = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(n)
+                if self.headers.get("content-encoding") == "gzip":
+                    body = gzip.decompress(body)
+                try:
+                    spans = decode_traces(body)
+                except Exception:
+                    self.send_response(400)
+                    self.end_headers()
+                    return
+                with receiver._lock:
+                    receiver.raw.append(body)
+                    receiver.spans.extend(spans)
+                self.send_response(200)
+                self.send_header("content-type", "application/x-protobuf")
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                return None
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def start(self) -> OtlpReceiver:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def trace(self, trace_id: str) -> list[ReceivedSpan]:
+        with self._lock:
+            return [s for s in self.spans if s.trace_id == trace_id]
+
+    def wait_for(
+        self, trace_id: str, names: Sequence[str], timeout_s: float = 15.0
+    ) -> list[ReceivedSpan]:
+        """Spans of ``trace_id`` once every name in ``names`` has arrived (or the timeout)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            spans = self.trace(trace_id)
+            have = {s.name for s in spans}
+            if all(n in have for n in names) or time.monotonic() > deadline:
+                return spans
+            time.sleep(0.1)

