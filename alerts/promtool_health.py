@@ -1,0 +1,320 @@
+"""promtool test groups for the health rules: each alert of each pool and lane fires, and not.
+
+Every case is a pair of groups: the condition holds (pending before ``for``,
+firing after it) and a near miss (silent). Conditions on gauges hold from
+t=0; conditions on rates from the second sample (t=1m).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+from obs import conventions as c
+
+from . import series as s
+from . import timeline as tl
+from .model import HEALTH_POLICY, AlertModel, LaneHealth, PoolHealth
+from .rules import RuleIndex
+
+Group = dict[str, Any]
+Inputs = Callable[[int], list[s.Series]]  # steps -> input series
+
+N = 1000  # requests or tokens per step
+GAUGE_S = 0
+RATE_S = 60
+
+
+def health_tests(model: AlertModel, index: RuleIndex) -> list[Group]:
+    """Every health test group, pools first, then lanes, then the sidecar's exporters."""
+    out: list[Group] = []
+    for p in model.pools:
+        out += _pool_cases(model, p, index)
+    for lane in model.lanes:
+        out += _lane_cases(model, lane, index)
+    out += _sidecar_cases(index)
+    return out
+
+
+def _pair(
+    alert: str,
+    what: str,
+    active_s: int,
+    firing: Inputs,
+    expected: list[dict[str, Any]],
+    silent: Inputs,
+    near_miss: str,
+) -> list[Group]:
+    """A firing group (pending, then firing) and a silent group for one alert rule."""
+    for_ = HEALTH_POLICY[alert].for_
+    pending = tl.pending_time(active_s, for_)
+    fire = tl.firing_time(active_s, for_)
+    steps = fire // tl.STEP_S + 1
+    checks = [tl.alert_test(alert, pending, [])] if pending is not None else []
+    checks.append(tl.alert_test(alert, fire, expected))
+    return [
+        tl.group(f"{alert} {what}: fires after {for_}", firing(steps), checks),
+        tl.group(
+            f"{alert} {what}: silent when {near_miss}",
+            silent(steps),
+            [tl.alert_test(alert, fire, [])],
+        ),
+    ]
+
+
+def _pool_series(name: str, p: PoolHealth, values: list[str]) -> list[s.Series]:
+    return [
+        s.series(name, {c.POOL: p.pool, c.REPLICA: r}, v)
+        for r, v in zip(p.replicas, values, strict=True)
+    ]
+
+
+def _pool_cases(model: AlertModel, p: PoolHealth, index: RuleIndex) -> list[Group]:
+    first = p.replicas[0]
+    rest = len(p.replicas) - 1
+    where = f"pool {p.pool}"
+
+    def rule(alert: str) -> dict[str, Any]:
+        return index.find(alert, pool=p.pool)
+
+    def up(*values: float) -> Inputs:
+        return lambda n: _pool_series(c.POOL_UP.name, p, [s.gauge(v, n) for v in values])
+
+    def kv(high: float, low: float) -> Inputs:
+        return lambda n: (
+            up(*[1] * len(p.replicas))(n)
+            + _pool_series(
+                c.POOL_KV_CACHE_USAGE.name, p, [s.gauge(high, n)] + [s.gauge(low, n)] * rest
+            )
+        )
+
+    def preempt(per_step: float) -> Inputs:
+        return lambda n: _pool_series(
+            c.POOL_PREEMPTIONS.series[0],
+            p,
+            [s.counter(per_step, n, start=2)] + [s.counter(0, n, start=2)] * rest,
+        )
+
+    def others(n: int) -> list[s.Series]:
+        series = [
+            x
+            for q in model.pools
+            if q.pool != p.pool
+            for x in _pool_series(c.POOL_UP.name, q, [s.gauge(1, n)] * len(q.replicas))
+        ]
+        return series or [
+            s.series(c.LANE_INFO.name, {c.LANE: lane.lane, c.POOL: lane.pool}, s.gauge(1, n))
+            for lane in model.lanes
+        ]
+
+    high = round((p.kv_cache_usage_max + 1) / 2, 4)
+    low = round(p.kv_cache_usage_max * 0.95, 4)
+    replica = {c.POOL: p.pool, c.REPLICA: first}
+    rate = 3 / tl.STEP_S
+    all_up = up(*[1] * len(p.replicas))
+    one_down = up(0, *[1] * rest)
+    return [
+        *_pair(
+            c.ALERT_KV_CACHE_USAGE_HIGH,
+            f"{where} replica at {high:g}",
+            GAUGE_S,
+            kv(high, low),
+            [s.expected(rule(c.ALERT_KV_CACHE_USAGE_HIGH), replica, high)],
+            kv(low, low),
+            f"usage is {low:g}",
+        ),
+        *_pair(
+            c.ALERT_POOL_PREEMPTING,
+            f"{where} replica preempting {rate:g}/s",
+            RATE_S,
+            preempt(3),
+            [s.expected(rule(c.ALERT_POOL_PREEMPTING), replica, rate)],
+            preempt(0),
+            "the counter is flat",
+        ),
+        *_pair(
+            c.ALERT_POOL_REPLICA_DOWN,
+            f"{where} first replica down",
+            GAUGE_S,
+            one_down,
+            [s.expected(rule(c.ALERT_POOL_REPLICA_DOWN), replica, 0)],
+            all_up,
+            "every replica is up",
+        ),
+        *_pair(
+            c.ALERT_POOL_DOWN,
+            f"{where} every replica down",
+            GAUGE_S,
+            up(*[0] * len(p.replicas)),
+            [s.expected(rule(c.ALERT_POOL_DOWN), {c.POOL: p.pool}, 0)],
+            one_down if rest else all_up,
+            "a replica is up",
+        ),
+        *_pair(
+            c.ALERT_POOL_ABSENT,
+            f"{where} without series",
+            GAUGE_S,
+            others,
+            [s.expected(rule(c.ALERT_POOL_ABSENT), {c.POOL: p.pool}, 1)],
+            lambda n: all_up(n) + others(n),
+            "its series are there",
+        ),
+    ]
+
+
+def _lane_cases(model: AlertModel, lane: LaneHealth, index: RuleIndex) -> list[Group]:
+    th = model.thresholds
+    where = f"lane {lane.lane}"
+    lp = {c.LANE: lane.lane, c.POOL: lane.pool}
+
+    def rule(alert: str) -> dict[str, Any]:
+        return index.find(alert, lane=lane.lane)
+
+    def rejections(rejected: int) -> Inputs:
+        def make(n: int) -> list[s.Series]:
+            by_reason = {"queue_full": rejected, "prompt_too_long": 1}
+            out = _requests(lane, N - sum(by_reason.values()), sum(by_reason.values()), n)
+            for reason, k in by_reason.items():
+                labels = {c.LANE: lane.lane, c.REASON: reason}
+                out.append(s.series(c.ADMISSION_REJECTIONS.series[0], labels, s.counter(k, n)))
+            return out
+
+        return make
+
+    hi = round(2 * th.rejection_ratio_max * N)
+    lo = round(th.rejection_ratio_max / 2 * N)
+    buckets = _phase_buckets(model)
+    slow = next(b for a, b in itertools.pairwise(buckets) if a >= lane.queue_wait_max_s)
+    fast = max((b for b in buckets if b < lane.queue_wait_max_s), default=buckets[0] / 2)
+
+    def queue(at: float, prefill_at: float) -> Inputs:
+        def make(n: int) -> list[s.Series]:
+            out = []
+            for phase, v in (("queue", at), ("prefill", prefill_at)):
+                out += s.latency_histogram(
+                    c.PHASE_DURATION, {**lp, c.PHASE: phase}, buckets, v, v, N, 0, n
+                )
+            return out
+
+        return make
+
+    i = buckets.index(slow)
+    wait = buckets[i - 1] + (slow - buckets[i - 1]) * th.queue_wait_quantile
+    cases = [
+        *_pair(
+            c.ALERT_ADMISSION_REJECTIONS_HIGH,
+            f"{where} rejecting {hi / N:g} for queue_full",
+            RATE_S,
+            rejections(hi),
+            [
+                s.expected(
+                    rule(c.ALERT_ADMISSION_REJECTIONS_HIGH), {**lp, c.REASON: "queue_full"}, hi / N
+                )
+            ],
+            rejections(lo),
+            f"{lo / N:g} are rejected",
+        ),
+        *_pair(
+            c.ALERT_QUEUE_WAIT_HIGH,
+            f"{where} queueing {slow:g}s",
+            RATE_S,
+            queue(slow, fast),
+            [s.expected(rule(c.ALERT_QUEUE_WAIT_HIGH), lp, wait)],
+            queue(fast, slow),
+            f"requests queue {fast:g}s (and prefill is slow)",
+        ),
+    ]
+    if lane.cache_hit_ratio_min is not None:
+        floor = lane.cache_hit_ratio_min
+        low, high = floor / 2, (floor + 1) / 2
+        cases += _pair(
+            c.ALERT_PREFIX_CACHE_HIT_RATIO_LOW,
+            f"{where} pool {lane.pool} hitting {low:g}",
+            RATE_S,
+            _prefix(model, lane.pool, low),
+            _prefix_expected(model, lane.pool, low, index),
+            _prefix(model, lane.pool, high),
+            f"the pool hits {high:g}",
+        )
+    return cases
+
+
+def _phase_buckets(model: AlertModel) -> tuple[float, ...]:
+    ttft = [sli.threshold_s for sli in model.slis if sli.kind == "ttft" and sli.threshold_s]
+    return c.merged_buckets(c.LATENCY_BUCKETS, ttft)
+
+
+def _requests(lane: LaneHealth, ok: int, rejected: int, n: int) -> list[s.Series]:
+    labels = {c.LANE: lane.lane, c.POOL: lane.pool, c.MODEL: s.MODEL}
+    return [
+        s.series(
+            c.REQUESTS.series[0],
+            {**labels, c.OUTCOME: outcome, c.FINISH_REASON: finish},
+            s.counter(k, n),
+        )
+        for outcome, finish, k in ((c.OK, "stop", ok), (c.REJECTED, "none", rejected))
+    ]
+
+
+def _prefix(model: AlertModel, pool: str, ratio: float) -> Inputs:
+    p = next(q for q in model.pools if q.pool == pool)
+
+    def make(n: int) -> list[s.Series]:
+        out = [
+            s.series(c.LANE_INFO.name, {c.LANE: lane.lane, c.POOL: lane.pool}, s.gauge(1, n))
+            for lane in model.lanes
+        ]
+        out += _pool_series(c.POOL_PREFIX_QUERIES.series[0], p, [s.counter(N, n)] * len(p.replicas))
+        hits = s.counter(round(ratio * N), n)
+        out += _pool_series(c.POOL_PREFIX_HITS.series[0], p, [hits] * len(p.replicas))
+        return out
+
+    return make
+
+
+def _prefix_expected(
+    model: AlertModel, pool: str, ratio: float, index: RuleIndex
+) -> list[dict[str, Any]]:
+    """Every lane on ``pool`` whose floor is above ``ratio`` fires."""
+    value = round(ratio * N) / N
+    return [
+        s.expected(
+            index.find(c.ALERT_PREFIX_CACHE_HIT_RATIO_LOW, lane=lane.lane),
+            {c.LANE: lane.lane, c.POOL: pool},
+            value,
+        )
+        for lane in model.lanes
+        if lane.pool == pool
+        and lane.cache_hit_ratio_min is not None
+        and value < lane.cache_hit_ratio_min
+    ]
+
+
+def _sidecar_cases(index: RuleIndex) -> list[Group]:
+    def counter(name: str, labels: dict[str, str], per_step: float) -> Inputs:
+        return lambda n: [s.series(name, labels, s.counter(per_step, n, start=3))]
+
+    dropped = {c.EXPORTER: "jsonl", c.REASON: "queue_full"}
+    failing = {c.EXPORTER: "otel"}
+    rate = 6 / tl.STEP_S
+    return [
+        *_pair(
+            c.ALERT_EVENTS_DROPPED,
+            f"jsonl dropping {rate:g}/s",
+            RATE_S,
+            counter(c.EVENTS_DROPPED.series[0], dropped, 6),
+            [s.expected(index.find(c.ALERT_EVENTS_DROPPED), dropped, rate)],
+            counter(c.EVENTS_DROPPED.series[0], dropped, 0),
+            "the counter is flat",
+        ),
+        *_pair(
+            c.ALERT_EXPORTER_FAILING,
+            f"otel failing {rate:g}/s",
+            RATE_S,
+            counter(c.EXPORTER_FAILURES.series[0], failing, 6),
+            [s.expected(index.find(c.ALERT_EXPORTER_FAILING), failing, rate)],
+            counter(c.EXPORTER_FAILURES.series[0], failing, 0),
+            "the counter is flat",
+        ),
+    ]

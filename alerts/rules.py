@@ -1,0 +1,51 @@
+"""Every Prometheus rule file for a config, as plain data: file name -> ``{"groups": [...]}``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .health_rules import health_groups
+from .model import AlertModel
+from .slo_rules import lane_groups
+
+RuleFile = dict[str, Any]
+HEALTH_FILE = "health.rules.yml"
+
+
+def slo_file(lane: str) -> str:
+    """The rule file of one lane's SLOs."""
+    return f"slo-{lane}.rules.yml"
+
+
+def rule_files(model: AlertModel) -> dict[str, RuleFile]:
+    """One file per lane with SLOs, then the health rules; in a stable order."""
+    files = {slo_file(lane): {"groups": lane_groups(model, lane)} for lane in model.slo_lanes}
+    files[HEALTH_FILE] = {"groups": health_groups(model)}
+    return files
+
+
+def alerts(files: dict[str, RuleFile]) -> list[dict[str, Any]]:
+    """Every alerting rule in ``files``."""
+    return [
+        rule
+        for f in files.values()
+        for group in f["groups"]
+        for rule in group["rules"]
+        if "alert" in rule
+    ]
+
+
+class RuleIndex:
+    """Find a generated alerting rule by name and (a subset of) its static labels."""
+
+    def __init__(self, files: dict[str, RuleFile]) -> None:
+        self._alerts = alerts(files)
+
+    def find(self, alert: str, **labels: str) -> dict[str, Any]:
+        """The one rule named ``alert`` whose labels include ``labels``."""
+        found = [
+            r for r in self._alerts if r["alert"] == alert and labels.items() <= r["labels"].items()
+        ]
+        if len(found) != 1:
+            raise LookupError(f"{len(found)} rules match {alert} {labels}")
+        return found[0]

@@ -1,0 +1,393 @@
+"""Start and stop a real ``vllm serve`` on 127.0.0.1, by process group.
+
+Stdlib only. The server runs in its own session (process group), so stopping it
+also reaches the engine-core processes vLLM spawns, and a Ctrl-C in the caller's
+terminal does not hit vLLM directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+from obs.engine.setup import (
+    EngineError,
+    engine_environment,
+    engine_home,
+    engine_python,
+    launcher_path,
+)
+
+HOST = "127.0.0.1"
+DEFAULT_STARTUP_TIMEOUT_S = 180.0
+DEFAULT_STOP_TIMEOUT_S = 15.0
+_POLL_INTERVAL_S = 0.25
+_LOG_TAIL_LINES = 40
+
+# Flags every server gets: loopback only, fast start (no torch.compile), and the prefix
+# cache with cached-token counts in responses.
+_FIXED_FLAGS = (
+    "--host",
+    HOST,
+    "--enforce-eager",
+    "--enable-prefix-caching",
+    "--enable-prompt-tokens-details",
+)
+
+
+class ServerError(EngineError):
+    """The vLLM server could not be started or controlled."""
+
+
+class VllmServer:
+    """A ``vllm serve`` process for one model, reachable at :attr:`url`.
+
+    Use as a context manager (``with VllmServer(dir) as server: ...``) or call
+    :meth:`start` / :meth:`stop`. The engine runs with ``--enforce-eager``: ready in
+    20-30 s on an idle 2-core machine, instead of ~40 s with torch.compile.
+    """
+
+    def __init__(
+        self,
+        model_dir: Path,
+        *,
+        port: int | None = None,
+        served_model_name: str = "tiny",
+        max_model_len: int = 2048,
+        kv_cache_bytes: int | None = None,
+        otlp_traces_endpoint: str | None = None,
+        extra_args: Sequence[str] = (),
+        log_path: Path | None = None,
+        python: Path | None = None,
+        launcher: Path | None = None,
+        startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
+        stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
+    ) -> None:
+        if max_model_len <= 0:
+            raise ValueError(f"max_model_len must be positive, got {max_model_len}")
+        if kv_cache_bytes is not None and kv_cache_bytes <= 0:
+            raise ValueError(f"kv_cache_bytes must be positive, got {kv_cache_bytes}")
+        self._model_dir = Path(model_dir)
+        self._port = free_port() if port is None else port
+        self._served_model_name = served_model_name
+        self._max_model_len = max_model_len
+        self._kv_cache_bytes = kv_cache_bytes
+        self._otlp_traces_endpoint = otlp_traces_endpoint
+        self._extra_args = tuple(extra_args)
+        self._requested_log_path = log_path
+        self._python = engine_python(engine_home()) if python is None else python
+        self._launcher = launcher_path() if launcher is None else launcher
+        self._startup_timeout_s = startup_timeout_s
+        self._stop_timeout_s = stop_timeout_s
+
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log_file: IO[bytes] | None = None
+        self._log_path: Path | None = None
+        self._scratch: Path | None = None
+        self._startup_s: float | None = None
+
+    # --- properties -------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. ``http://127.0.0.1:8000`` (OpenAI API under ``/v1``)."""
+        return f"http://{HOST}:{self._port}"
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def served_model_name(self) -> str:
+        return self._served_model_name
+
+    @property
+    def pid(self) -> int:
+        """PID of the ``vllm serve`` process (also its process-group id)."""
+        return self._require_process().pid
+
+    @property
+    def log_path(self) -> Path | None:
+        """Combined stdout/stderr of the server; None before :meth:`start`.
+
+        Without a ``log_path`` argument the log lives in a scratch directory that
+        :meth:`stop` deletes.
+        """
+        return self._log_path
+
+    @property
+    def startup_seconds(self) -> float | None:
+        """Seconds from launch until ``/health`` answered 200; None until then."""
+        return self._startup_s
+
+    def command(self) -> list[str]:
+        """The command line :meth:`start` runs."""
+        cmd = [
+            str(self._python),
+            str(self._launcher),
+            "serve",
+            str(self._model_dir),
+            "--port",
+            str(self._port),
+            *_FIXED_FLAGS,
+            "--served-model-name",
+            self._served_model_name,
+            "--max-model-len",
+            str(self._max_model_len),
+        ]
+        if self._kv_cache_bytes is not None:
+            cmd += ["--kv-cache-memory-bytes", str(self._kv_cache_bytes)]
+        if self._otlp_traces_endpoint is not None:
+            cmd += ["--otlp-traces-endpoint", self._otlp_traces_endpoint]
+        return cmd + list(self._extra_args)
+
+    # --- lifecycle --------------------------------------------------------------
+
+    def start(self) -> VllmServer:
+        """Launch the server and wait until ``GET /health`` answers 200.
+
+        Raises :class:`ServerError` (with the log tail) if the process exits or is
+        not healthy within the startup timeout; the process group is killed then.
+        """
+        if self._process is not None and self._process.poll() is None:
+            raise ServerError(f"server already running (pid {self._process.pid})")
+        self._cleanup()  # a previous run that exited by itself
+        self._process = None
+        self._startup_s = None
+        if not self._python.exists():
+            raise ServerError(
+                f"engine python {self._python} not found; run `vllm-obs engine setup` first"
+            )
+        if not (self._model_dir / "config.json").exists():
+            raise ServerError(f"no model at {self._model_dir} (config.json missing)")
+        if port_in_use(self._port):
+            raise ServerError(f"port {self._port} on {HOST} is already in use")
+
+        self._scratch = Path(tempfile.mkdtemp(prefix="vllm-obs-server-"))
+        self._log_path = self._requested_log_path or self._scratch / "vllm.log"
+        self._log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_file = self._log_path.open("wb")
+        started = time.monotonic()
+        try:
+            self._process = subprocess.Popen(
+                self.command(),
+                stdin=subprocess.DEVNULL,
+                stdout=self._log_file,
+                stderr=subprocess.STDOUT,
+                env=self._environment(self._scratch / "vllm-cache"),
+                start_new_session=True,
+            )
+        except OSError as exc:
+            self._cleanup()
+            raise ServerError(f"cannot launch {self._python}: {exc}") from exc
+
+        try:
+            self._wait_healthy(started)
+        except BaseException:
+            self.kill()
+            raise
+        self._startup_s = time.monotonic() - started
+        return self
+
+    def stop(self) -> int | None:
+        """SIGTERM the server, wait up to the stop timeout, then SIGKILL its process group.
+
+        The API server shuts its engine processes down itself, so SIGTERM goes to it
+        first (signalling the whole group at once kills the engine under it and logs an
+        EngineDeadError); what is left of the group afterwards gets SIGTERM, then
+        SIGKILL at the deadline. Returns the server's exit status (None if it was never
+        started). Safe to call twice.
+        """
+        process = self._process
+        if process is None:
+            return None
+        deadline = time.monotonic() + self._stop_timeout_s
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            self._signal_group(signal.SIGCONT)  # a paused server cannot act on SIGTERM
+            try:
+                process.wait(timeout=self._stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                self._signal_group(signal.SIGKILL)
+                process.wait()
+        self._signal_group(signal.SIGTERM)  # stragglers, if any
+        self._reap_group(deadline)
+        self._cleanup()
+        return process.returncode
+
+    def kill(self) -> int | None:
+        """SIGKILL the whole process group at once (a crash, for fault tests)."""
+        process = self._process
+        if process is None:
+            return None
+        self._signal_group(signal.SIGKILL)
+        process.wait()
+        self._reap_group(deadline=time.monotonic() + 5.0)
+        self._cleanup()
+        return process.returncode
+
+    def pause(self) -> None:
+        """SIGSTOP the process group: connections hang, nothing answers."""
+        self._require_process()
+        self._signal_group(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT the process group after :meth:`pause`."""
+        self._require_process()
+        self._signal_group(signal.SIGCONT)
+
+    def poll(self) -> int | None:
+        """Exit status if the server process has exited, else None."""
+        return self._require_process().poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Block until the server process exits; raises TimeoutExpired on timeout."""
+        return self._require_process().wait(timeout)
+
+    def log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
+        """The last ``lines`` lines of the server log ('' if there is none)."""
+        if self._log_path is None:
+            return ""
+        try:
+            text = self._log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def __enter__(self) -> VllmServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "not started" if self._process is None else f"pid {self._process.pid}"
+        return f"VllmServer({str(self._model_dir)!r}, url={self.url!r}, {state})"
+
+    # --- internals --------------------------------------------------------------
+
+    def _environment(self, cache_root: Path) -> dict[str, str]:
+        env = engine_environment(os.environ)
+        no_proxy = ",".join(p for p in (env.get("no_proxy", ""), HOST, "localhost") if p)
+        env.update(
+            {
+                "VLLM_TARGET_DEVICE": "cpu",
+                "VLLM_CPU_KVCACHE_SPACE": "1",
+                # Otherwise vLLM's message queue binds the host's external address.
+                "VLLM_HOST_IP": HOST,
+                "VLLM_CACHE_ROOT": str(cache_root),
+                "HF_HUB_OFFLINE": "1",
+                "VLLM_NO_USAGE_STATS": "1",
+                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+                "no_proxy": no_proxy,
+                "NO_PROXY": no_proxy,
+            }
+        )
+        return env
+
+    def _wait_healthy(self, started: float) -> None:
+        process = self._require_process()
+        deadline = started + self._startup_timeout_s
+        health = f"{self.url}/health"
+        while True:
+            status = process.poll()
+            if status is not None:
+                raise ServerError(
+                    f"vllm serve exited with status {status} before becoming healthy.\n"
+                    f"Log ({self._log_path}), last lines:\n{self.log_tail()}"
+                )
+            if _http_status(health) == 200:
+                return
+            if time.monotonic() >= deadline:
+                raise ServerError(
+                    f"vllm serve was not healthy at {health} within "
+                    f"{self._startup_timeout_s:.0f} s.\n"
+                    f"Log ({self._log_path}), last lines:\n{self.log_tail()}"
+                )
+            time.sleep(_POLL_INTERVAL_S)
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._require_process().pid, sig)
+
+    def _reap_group(self, deadline: float) -> None:
+        """Wait for the rest of the group (engine processes) to go; SIGKILL at the deadline."""
+        pgid = self._require_process().pid
+        while group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if group_alive(pgid):
+            self._signal_group(signal.SIGKILL)
+            give_up = time.monotonic() + 5.0
+            while group_alive(pgid) and time.monotonic() < give_up:
+                time.sleep(0.05)
+
+    def _require_process(self) -> subprocess.Popen[bytes]:
+        if self._process is None:
+            raise ServerError("server not started")
+        return self._process
+
+    def _cleanup(self) -> None:
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)  # the cache, and the default log
+            self._scratch = None
+
+
+def free_port(host: str = HOST) -> int:
+    """A TCP port that is free on ``host`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def port_in_use(port: int, host: str = HOST) -> bool:
+    """True if something accepts TCP connections on ``host:port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex((host, port)) == 0
+
+
+def group_alive(pgid: int) -> bool:
+    """True if any non-zombie process is still in process group ``pgid``."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # After the command name: state, ppid, pgrp, ...
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def _http_status(url: str, timeout_s: float = 2.0) -> int | None:
+    # Loopback only: never route through a configured HTTP proxy.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=timeout_s) as response:
+            status: int = response.status
+            return status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (urllib.error.URLError, OSError):
+        return None
