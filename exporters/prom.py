@@ -60,6 +60,7 @@ class Metrics:
         self.written = _counter(c.EVENTS_WRITTEN, registry)
         self.dropped = _counter(c.EVENTS_DROPPED, registry)
         self.failures = _counter(c.EXPORTER_FAILURES, registry)
+        self.engine_spans = _counter(c.ENGINE_SPANS, registry)
         self.model_label = c.BoundedLabel(tuple(p.model for p in config.pools if p.model))
         for lane in config.lanes:
             lane_info.labels(lane.name, lane.pool).set(1)
@@ -117,6 +118,9 @@ class Metrics:
 
     def exporter_failed(self, exporter: str) -> None:
         self.failures.labels(exporter).inc()
+
+    def engine_span(self, result: str) -> None:
+        self.engine_spans.labels(result).inc()
 
 
 class PoolStateCollector(Collector):

@@ -135,6 +135,9 @@ class Pool(_Model):
     replicas: list[str] = Field(min_length=1)
     model: str | None = None
     api_key_env: str | None = None  # name of the env var holding the pool's API key
+    # True when the pool's vLLM exports its llm_request spans to this sidecar
+    # (--otlp-traces-endpoint http://SIDECAR/v1/traces): events then wait for the engine view.
+    engine_traces: bool = False
     health: HealthCheck = HealthCheck()
     kv_cache_usage_max: Ratio = 0.9
 
@@ -197,12 +200,19 @@ class Config(_Model):
         return out
 
 
-def single_upstream(url: str, model: str | None = None) -> Config:
+def single_upstream(url: str, model: str | None = None, engine_traces: bool = False) -> Config:
     """The config ``--upstream URL`` implies: one pool, one lane, both named default."""
     try:
         return Config.model_validate(
             {
-                "pools": [{"name": "default", "replicas": [url], "model": model}],
+                "pools": [
+                    {
+                        "name": "default",
+                        "replicas": [url],
+                        "model": model,
+                        "engine_traces": engine_traces,
+                    }
+                ],
                 "lanes": [{"name": "default", "pool": "default"}],
                 "default_lane": "default",
             }

@@ -90,7 +90,9 @@ class Event:
         False,
     )
     engine_view: str = _f(
-        "Whether vLLM's llm_request span was joined: joined, late, absent.", "absent"
+        "Whether vLLM's llm_request span was joined: joined, or absent (pool not tracing "
+        "to the sidecar, request failed, or the span came after the join wait).",
+        "absent",
     )
     engine_queue_ms: float | None = _f("Engine: time in vLLM's waiting queue.")
     engine_prefill_ms: float | None = _f("Engine: time in model prefill.")

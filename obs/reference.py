@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from obs import conventions as c
@@ -32,13 +33,17 @@ def metric_table() -> str:
 TABLES = {"event-fields": event_table, "metrics": metric_table}
 
 
+def _replacer(table: str) -> Callable[[re.Match[str]], str]:
+    return lambda m: m.group(1) + table + "\n" + m.group(2)
+
+
 def render(text: str) -> str:
     """``text`` with every generated table replaced by what the code says now."""
     for name, fn in TABLES.items():
         pattern = re.compile(
             rf"(<!-- BEGIN GENERATED {name} -->\n).*?(<!-- END GENERATED {name} -->)", re.S
         )
-        text = pattern.sub(lambda m, fn=fn: m.group(1) + fn() + "\n" + m.group(2), text)
+        text = pattern.sub(_replacer(fn()), text)
     return text
 
 

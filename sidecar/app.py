@@ -11,6 +11,7 @@ sidecar.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -31,7 +32,10 @@ from obs.exporters.jsonl import JsonlExporter
 from obs.exporters.otel import SpanExporter, otlp_configured, otlp_processor
 from obs.exporters.prom import Metrics, PoolStateCollector
 from obs.lanes import Classifier
+from obs.record import Finished
+from obs.sidecar.engine_join import EngineJoin
 from obs.sidecar.errors import error_body
+from obs.sidecar.otlp import decode_traces
 from obs.sidecar.pools import PoolSet
 from obs.sidecar.relay import GENERATE_ROUTES, PASSTHROUGH_ROUTES, Receive, Relay, Scope, Send
 from obs.sidecar.settings import Settings
@@ -76,10 +80,19 @@ class SidecarApp:
             for p in settings.config.pools
             if p.api_key_env
         }
+        self.join = EngineJoin(
+            self.exporters.export,
+            settings.engine_join_wait_s,
+            on_late=lambda: self.metrics.engine_span("late"),
+            on_joined=lambda: self.metrics.engine_span("joined"),
+        )
+        self.traced_pools = {p.name for p in settings.config.pools if p.engine_traces}
+        self.trace_forward = settings.otlp_endpoint or _env_traces_endpoint()
+        self._forwards: set[asyncio.Task[None]] = set()
         self.relay = Relay(
             Classifier(settings.config),
             self.pools,
-            self.exporters.export,
+            self._submit,
             self.session,
             max_body_bytes=settings.max_body_bytes,
             pool_keys=pool_keys,
@@ -95,11 +108,89 @@ class SidecarApp:
             )
         return self._session
 
+    def _submit(self, finished: Finished) -> None:
+        self.join.submit(finished, finished.event.pool in self.traced_pools)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] in self.routes:
             await self.relay(scope, receive, send)
+        elif scope["type"] == "http" and scope["path"] == "/v1/traces":
+            await self._receive_traces(scope, receive, send)
         else:
             await self.api(scope, receive, send)
+
+    async def _receive_traces(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """OTLP/HTTP (protobuf) receiver: join llm_request spans, forward everything unchanged."""
+        status, body = 200, b""
+        headers = {k.decode("latin-1").lower(): v for k, v in scope["headers"]}
+        chunks = []
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return
+            chunks.append(msg.get("body", b""))
+            if not msg.get("more_body"):
+                break
+        raw = b"".join(chunks)
+        ctype = headers.get("content-type", b"").decode("latin-1")
+        if scope["method"] != "POST":
+            status, body = (
+                405,
+                error_body("POST OTLP/HTTP protobuf here", "MethodNotAllowedError", 405),
+            )
+        elif not ctype.startswith("application/x-protobuf"):
+            status, body = (
+                415,
+                error_body(
+                    "only OTLP/HTTP protobuf is accepted (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="
+                    "http/protobuf)",
+                    "UnsupportedMediaTypeError",
+                    415,
+                ),
+            )
+        else:
+            try:
+                payload = (
+                    gzip.decompress(raw) if headers.get("content-encoding") == b"gzip" else raw
+                )
+                spans = decode_traces(payload)
+            except Exception:
+                status, body = 400, error_body("not an OTLP trace export", "BadRequestError", 400)
+            else:
+                for span in spans:
+                    if span.name == "llm_request":
+                        self.join.on_span(span.trace_id, span.attributes)
+                if self.trace_forward:
+                    self._forward(raw, headers)
+        out = [
+            (b"content-type", b"application/x-protobuf" if status == 200 else b"application/json")
+        ]
+        await send({"type": "http.response.start", "status": status, "headers": out})
+        await send({"type": "http.response.body", "body": body})
+
+    def _forward(self, raw: bytes, headers: dict[str, bytes]) -> None:
+        fwd = {"content-type": "application/x-protobuf"}
+        if "content-encoding" in headers:
+            fwd["content-encoding"] = headers["content-encoding"].decode("latin-1")
+
+        async def post() -> None:
+            assert self.trace_forward is not None
+            try:
+                async with self.session().post(
+                    self.trace_forward,
+                    data=raw,
+                    headers=fwd,
+                    timeout=aiohttp.ClientTimeout(total=10),
+                ) as resp:
+                    if resp.status >= 300:
+                        raise aiohttp.ClientError(f"status {resp.status}")
+            except (aiohttp.ClientError, TimeoutError) as e:
+                log.warning("trace_forward_failed", endpoint=self.trace_forward, error=str(e))
+                self.metrics.exporter_failed("otlp_forward")
+
+        task = asyncio.get_running_loop().create_task(post())
+        self._forwards.add(task)
+        task.add_done_callback(self._forwards.discard)
 
     @asynccontextmanager
     async def lifespan(self, _: FastAPI) -> AsyncIterator[None]:
@@ -112,6 +203,9 @@ class SidecarApp:
         try:
             yield
         finally:
+            self.join.flush()
+            if self._forwards:
+                await asyncio.wait(self._forwards, timeout=5)
             await self.pools.stop()
             if self._session is not None:
                 await self._session.close()
@@ -181,6 +275,16 @@ class SidecarApp:
             orjson.dumps({"object": "list", "data": list(seen.values())}),
             media_type="application/json",
         )
+
+
+def _env_traces_endpoint() -> str | None:
+    if os.environ.get("OTEL_TRACES_EXPORTER", "otlp").lower() == "none":
+        return None
+    if url := os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        return url
+    if url := os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        return url.rstrip("/") + "/v1/traces"
+    return None
 
 
 def _json_error(message: str, type_: str, code: int) -> Response:

@@ -74,6 +74,20 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="SECONDS",
         help="on SIGTERM, how long in-flight streams may take to finish (default: %(default)s)",
     )
+    p.add_argument(
+        "--engine-traces",
+        action="store_true",
+        help="with --upstream: the pool exports its llm_request spans to this sidecar "
+        "(vllm serve --otlp-traces-endpoint http://SIDECAR/v1/traces); events wait for them",
+    )
+    p.add_argument(
+        "--engine-join-wait",
+        type=float,
+        default=6.0,
+        metavar="SECONDS",
+        help="longest an event waits for the engine's span before it is written without "
+        "(default: %(default)s; vLLM batches spans every OTEL_BSP_SCHEDULE_DELAY, 5 s by default)",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(handler=run)
 
@@ -84,7 +98,11 @@ def run(args: argparse.Namespace) -> int:
     from obs.sidecar.server import serve
     from obs.sidecar.settings import Settings
 
-    config = load_config(args.config) if args.config else single_upstream(args.upstream, args.model)
+    config = (
+        load_config(args.config)
+        if args.config
+        else single_upstream(args.upstream, args.model, args.engine_traces)
+    )
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port: {args.port} is not a TCP port")
     events = None if args.events in ("-", "none", "") else Path(args.events)
@@ -99,5 +117,6 @@ def run(args: argparse.Namespace) -> int:
         pool_poll_interval_s=args.pool_poll_interval,
         shutdown_grace_s=args.shutdown_grace,
         log_level=args.log_level,
+        engine_join_wait_s=args.engine_join_wait,
     )
     return serve(settings)

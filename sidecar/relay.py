@@ -24,8 +24,8 @@ from obs import conventions as c
 from obs.config import Lane
 from obs.events import Event
 from obs.lanes import Classifier, RequestAttrs, estimate_prompt_tokens
-from obs.phases import Clock, ms, percentile
-from obs.record import Finished
+from obs.phases import Clock, ms
+from obs.record import Finished, fill_timings
 from obs.sidecar import errors as e
 from obs.sidecar.pools import PoolSet, Replica
 from obs.sidecar.sse import FrameSplitter, StreamState, UsageStripper, classify
@@ -476,28 +476,10 @@ class Relay:
             ev.status = c.DISCONNECTED
             ev.error_class = "client_disconnect"
             ev.error_phase = clock.current_phase()
-        phases = clock.phases_ns()
-        ev.queue_ms = ms(phases["queue"])
-        ev.prefill_ms = ms(phases["prefill"])
-        ev.first_token_ms = ms(phases["first_token"])
-        ev.decode_ms = ms(phases["decode"])
-        ev.stream_ms = ms(phases["stream"])
-        ev.e2e_ms = ms(clock.end - clock.received)
-        if ev.stream and clock.first_sent:
-            ev.ttft_ms = ms(clock.first_sent - clock.received)
-        n = ev.completion_tokens
-        if ev.stream and n and n > 1 and clock.last_up >= clock.first_up > 0:
-            ev.tpot_ms = ms((clock.last_up - clock.first_up) // (n - 1))
-        ev.output_chunks = len(req.itl) + (1 if clock.first_up else 0)
-        if req.itl:
-            gaps = sorted(req.itl)
-            ev.itl_p50_ms = ms(percentile(gaps, 0.5))
-            ev.itl_p95_ms = ms(percentile(gaps, 0.95))
-            ev.itl_max_ms = ms(gaps[-1])
-        if ev.cached_tokens is not None:
-            ev.cache_hit = ev.cached_tokens > 0
         ids = req.ids or new_ids(None)
-        self.export(Finished(ev, clock, req.wall_ns, ids, req.itl, req.operation))
+        finished = Finished(ev, clock, req.wall_ns, ids, req.itl, req.operation)
+        fill_timings(finished)
+        self.export(finished)
 
 
 class _ClientGone(Exception):

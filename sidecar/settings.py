@@ -21,4 +21,5 @@ class Settings:
     max_body_bytes: int = 32 << 20
     shutdown_grace_s: float = 30.0
     log_level: str = "info"
+    engine_join_wait_s: float = 6.0  # longest an event waits for the engine's span
     extra_routes: tuple[str, ...] = field(default=())

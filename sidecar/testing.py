@@ -18,12 +18,13 @@ import threading
 import time
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+from obs.sidecar.otlp import ReceivedSpan, decode_traces
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -138,59 +139,6 @@ class SidecarProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-@dataclass
-class ReceivedSpan:
-    name: str
-    trace_id: str
-    span_id: str
-    parent_span_id: str
-    kind: int
-    start_ns: int
-    end_ns: int
-    scope: str
-    attributes: dict[str, Any] = field(default_factory=dict)
-    resource: dict[str, Any] = field(default_factory=dict)
-
-
-def _any_value(v: Any) -> Any:
-    kind = v.WhichOneof("value")
-    if kind == "array_value":
-        return [_any_value(x) for x in v.array_value.values]
-    if kind == "kvlist_value":
-        return {kv.key: _any_value(kv.value) for kv in v.kvlist_value.values}
-    return getattr(v, kind) if kind else None
-
-
-def decode_traces(body: bytes) -> list[ReceivedSpan]:
-    """Spans of one OTLP/HTTP protobuf ``ExportTraceServiceRequest``."""
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-        ExportTraceServiceRequest,
-    )
-
-    req = ExportTraceServiceRequest()
-    req.ParseFromString(body)
-    out = []
-    for rs in req.resource_spans:
-        resource = {kv.key: _any_value(kv.value) for kv in rs.resource.attributes}
-        for ss in rs.scope_spans:
-            for s in ss.spans:
-                out.append(
-                    ReceivedSpan(
-                        name=s.name,
-                        trace_id=s.trace_id.hex(),
-                        span_id=s.span_id.hex(),
-                        parent_span_id=s.parent_span_id.hex(),
-                        kind=s.kind,
-                        start_ns=s.start_time_unix_nano,
-                        end_ns=s.end_time_unix_nano,
-                        scope=ss.scope.name,
-                        attributes={kv.key: _any_value(kv.value) for kv in s.attributes},
-                        resource=resource,
-                    )
-                )
-    return out
 
 
 class OtlpReceiver:

@@ -43,6 +43,7 @@ FIXED = {
     c.REASON: ["queue_full"],
     c.ERROR_CLASS: ["timeout"],
     c.EXPORTER: ["jsonl"],
+    c.RESULT: ["joined", "late"],
 }
 VLLM_BUCKETS = (0.01, 0.1, 1.0, 10.0)
 

@@ -1,0 +1,65 @@
+"""The engine's view of a request, from vLLM's ``llm_request`` span, merged into the record.
+
+vLLM measures from the moment the request reached its engine: time in its
+waiting queue, model prefill, model decode, TTFT. The sidecar only sees the
+outside. Merging moves the phase boundaries, never the total:
+
+- the engine's queue time moves from ``prefill`` into ``queue`` (the request
+  was waiting, not prefilling);
+- for a non-streamed answer (which arrives whole), the engine's decode time
+  moves from ``prefill`` into ``decode``, and the first token is placed where
+  decode began, which gives the event a TTFT and a TPOT.
+
+Every adjustment is clamped to the phase it takes time from, so phases stay
+non-negative and still sum to ``e2e_ms``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from obs.phases import ms
+from obs.record import Finished, fill_timings
+
+NS = 1_000_000_000
+
+
+def engine_request_ids(request_id: str) -> tuple[str, ...]:
+    """The ids vLLM derives from our ``X-Request-Id`` (chat and completions)."""
+    return (f"chatcmpl-{request_id}", f"cmpl-{request_id}-0", f"cmpl-{request_id}", request_id)
+
+
+def _s(attrs: Mapping[str, Any], key: str) -> float | None:
+    v = attrs.get(f"gen_ai.latency.{key}")
+    return float(v) if isinstance(v, int | float) else None
+
+
+def apply_engine_view(f: Finished, attrs: Mapping[str, Any]) -> None:
+    """Merge an ``llm_request`` span's attributes into ``f`` (clock, event, derived fields)."""
+    ev, clock = f.event, f.clock
+    queue = _s(attrs, "time_in_queue") or 0.0
+    prefill = _s(attrs, "time_in_model_prefill")
+    decode = _s(attrs, "time_in_model_decode")
+    inference = _s(attrs, "time_in_model_inference")
+    ttft = _s(attrs, "time_to_first_token")
+    ev.engine_view = "joined"
+    ev.engine_queue_ms = ms(int(queue * NS))
+    ev.engine_prefill_ms = None if prefill is None else ms(int(prefill * NS))
+    ev.engine_decode_ms = None if decode is None else ms(int(decode * NS))
+    ev.engine_inference_ms = None if inference is None else ms(int(inference * NS))
+    ev.engine_ttft_ms = None if ttft is None else ms(int(ttft * NS))
+    if not clock.dispatched:
+        fill_timings(f)
+        return
+    prefill_end = clock.first_up or clock.end
+    # The engine's queue wait is queueing, not prefill.
+    moved = min(int(queue * NS), max(0, prefill_end - clock.dispatched))
+    clock.dispatched += moved
+    if not ev.stream and decode is not None and clock.first_up:
+        # A whole answer: the first token was made where the engine's decode began.
+        arrival = clock.first_up
+        first = max(clock.dispatched, arrival - int(decode * NS))
+        clock.first_up = clock.first_sent = first
+        clock.last_up = arrival
+    fill_timings(f)
