@@ -85,10 +85,16 @@ class SidecarProcess:
     def start(self, timeout_s: float = 30.0) -> SidecarProcess:
         if self.log_path is not None:
             with open(self.log_path, "ab") as out:  # the child keeps its own descriptor
-                self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=out, stderr=out)
+                self.proc = subprocess.Popen(
+                    self.cmd, env=self.env, stdout=out, stderr=out, start_new_session=True
+                )
         else:
             self.proc = subprocess.Popen(
-                self.cmd, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                self.cmd,
+                env=self.env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # a terminal's Ctrl-C is for the caller, not the sidecar
             )
         try:
             wait_http(self.url + "/health", timeout_s, self.proc)

@@ -289,7 +289,6 @@ class VllmServer:
         env.update(
             {
                 "VLLM_TARGET_DEVICE": "cpu",
-                "VLLM_CPU_KVCACHE_SPACE": "1",
                 # Otherwise vLLM's message queue binds the host's external address.
                 "VLLM_HOST_IP": HOST,
                 "VLLM_CACHE_ROOT": str(cache_root),
@@ -300,6 +299,10 @@ class VllmServer:
                 "NO_PROXY": no_proxy,
             }
         )
+        if self._kv_cache_bytes is None:
+            env["VLLM_CPU_KVCACHE_SPACE"] = "1"  # GiB; it would override --kv-cache-memory-bytes
+        else:
+            env.pop("VLLM_CPU_KVCACHE_SPACE", None)
         return env
 
     def _wait_healthy(self, started: float) -> None:

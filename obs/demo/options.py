@@ -1,0 +1,73 @@
+"""What ``vllm-obs demo`` was asked to do, and the local pools it starts: data, no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_OUT = Path("vllm-obs-demo")
+DEFAULT_DURATION_S = 60.0
+SHORT_DURATION_S = 15.0
+DEFAULT_RATE = 4.0
+SCRAPE_INTERVAL_S = 2
+# Context length of the tiny model; the demo mix is sized to fit it.
+LOCAL_MAX_MODEL_LEN = 2048
+MIB = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSpec:
+    """One local ``vllm serve`` pool: its name in the lanes config and its scheduler flags."""
+
+    name: str
+    vllm_args: tuple[str, ...]
+    kv_cache_bytes: int
+    why: str
+
+    def describe(self) -> str:
+        kv = f"--kv-cache-memory-bytes {self.kv_cache_bytes // MIB}MiB"
+        return " ".join((*self.vllm_args, kv))
+
+
+# The two pools of the shipped lanes config, scaled to the tiny model on a small CPU box.
+# About 1 KiB of KV cache per token for the tiny model: 32 MiB holds ~32k tokens.
+LOCAL_POOLS = (
+    PoolSpec(
+        "interactive",
+        ("--max-num-batched-tokens", "512", "--max-num-seqs", "32"),
+        32 * MIB,
+        "small prefill budget per step: short decode steps for chat, rag, agent, slow-stream",
+    ),
+    PoolSpec(
+        "bulk",
+        ("--max-num-batched-tokens", "4096", "--max-num-seqs", "16"),
+        64 * MIB,
+        "large prefill budget: throughput for long-prefill and batch",
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DemoOptions:
+    """Everything one demo run needs, parsed once from the command line."""
+
+    out: Path = DEFAULT_OUT
+    duration_s: float = DEFAULT_DURATION_S
+    rate: float = DEFAULT_RATE
+    seed: int = 0
+    # Real pools instead of local ones: one URL for every pool, or a whole lanes config.
+    upstream: str | None = None
+    config: Path | None = None
+    # Extra mix overrides (CLASS.FIELD=VALUE), applied after the demo's own.
+    mix_sets: tuple[str, ...] = ()
+    # The load generator's full default mix (prompts up to 8000 tokens) instead of the
+    # demo mix sized for a 2048-token context.
+    full_mix: bool = False
+    prometheus: bool = True
+    # Redraw the live line in place (a terminal) or print periodic lines.
+    live_in_place: bool = False
+
+    @property
+    def local_pools(self) -> bool:
+        """True when the demo starts its own vLLM pools."""
+        return self.upstream is None and self.config is None
