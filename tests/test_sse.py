@@ -9,7 +9,7 @@ import pytest
 
 from obs.sidecar.sse import FrameSplitter, StreamState, UsageStripper, add_fingerprint, classify
 
-CAPTURE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "vllm-0.32-sse-capture.txt"
+CAPTURE = Path(__file__).resolve().parent / "data" / "vllm-0.32-sse-capture.txt"
 
 
 def _sections() -> dict[str, bytes]:
