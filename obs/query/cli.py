@@ -1,0 +1,259 @@
+"""``vllm-obs query``: postmortem questions over request logs, from the shell.
+
+Only argparse runs at import; each handler imports what it needs (DuckDB,
+and matplotlib for ``report``) so unrelated commands start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from obs.query.schema import GROUP_BY, TIMINGS
+
+FILTER_HELP = (
+    "Times are ISO 8601 (2025-06-02T14:30, ...Z or +02:00; no offset = UTC) or relative to "
+    "now (30m, 2h, 1d). Lane/pool/model/tenant/status take several values, repeated or "
+    "comma-separated."
+)
+
+
+def _common(p: argparse.ArgumentParser, paths: bool = True, fmt: bool = True) -> None:
+    if paths:
+        p.add_argument(
+            "paths",
+            nargs="+",
+            metavar="LOG",
+            help="JSONL files (rotated, .gz), quoted globs, or directories / Parquet datasets",
+        )
+    f = p.add_argument_group("filters", FILTER_HELP)
+    f.add_argument("--since", metavar="TIME", help="only events at or after TIME")
+    f.add_argument("--until", metavar="TIME", help="only events before TIME")
+    for dim in ("lane", "pool", "model", "tenant", "status"):
+        f.add_argument(f"--{dim}", action="append", metavar=dim.upper(), help=f"only this {dim}")
+    if fmt:
+        p.add_argument(
+            "--format",
+            choices=("table", "json", "csv", "markdown"),
+            default="table",
+            help="output format (default: table)",
+        )
+    p.add_argument("--no-progress", action="store_true", help="never draw the progress line")
+
+
+def _config_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="lanes/SLO config for SLO attainment and goodput (default: the shipped default)",
+    )
+
+
+def add_parser(subparsers: Any) -> None:
+    q = subparsers.add_parser(
+        "query",
+        help="postmortem queries over request logs (summary, slowest, timeline, report, ...)",
+        description="Postmortem queries over request event logs (JSONL or Parquet).",
+    )
+    sub = q.add_subparsers(dest="query_command", metavar="QUERY", required=True)
+
+    p = sub.add_parser("summary", help="per-lane rates, percentiles, SLO attainment, goodput")
+    _common(p)
+    _config_arg(p)
+    p.add_argument(
+        "--by",
+        choices=GROUP_BY,
+        default="lane",
+        metavar="FIELD",
+        help=f"one column per value of FIELD: {', '.join(GROUP_BY)} (default: lane)",
+    )
+    p.set_defaults(handler=_summary)
+
+    p = sub.add_parser("slowest", help="the slowest requests by a timing, with their phases")
+    _common(p)
+    p.add_argument("--by", default="e2e", choices=list(TIMINGS), help="timing to rank by")
+    p.add_argument("-n", type=int, default=10, help="how many (default 10)")
+    p.set_defaults(handler=_slowest)
+
+    p = sub.add_parser("show", help="one request's full event and a phase waterfall")
+    p.add_argument("request_id", metavar="ID", help="request id, trace id, or a unique id prefix")
+    _common(p, fmt=False)
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.set_defaults(handler=_show)
+
+    p = sub.add_parser("timeline", help="per-interval rates and percentiles")
+    _common(p)
+    _config_arg(p)
+    p.add_argument("--interval", metavar="DUR", help="interval length, e.g. 1m (default: auto)")
+    p.add_argument("--by", choices=GROUP_BY, metavar="FIELD", help="one series per value of FIELD")
+    p.set_defaults(handler=_timeline)
+
+    p = sub.add_parser(
+        "compare",
+        help="two logs or two windows side by side, with significance tests",
+        description=(
+            "Compare BEFORE and AFTER logs, or two windows of one log "
+            "(--before and --after). Rates use a two-proportion z-test, latency "
+            "percentiles a Mann-Whitney U test on the timing's distribution."
+        ),
+    )
+    p.add_argument("logs", nargs="+", metavar="LOG", help="one log (with windows) or BEFORE AFTER")
+    _common(p, paths=False)
+    _config_arg(p)
+    p.add_argument("--before", metavar="START..END", help="window of the first side")
+    p.add_argument("--after", metavar="START..END", help="window of the second side")
+    p.add_argument("--alpha", type=float, default=0.01, help="significance level (default 0.01)")
+    p.set_defaults(handler=_compare)
+
+    p = sub.add_parser("report", help="self-contained HTML report with plots")
+    _common(p, fmt=False)
+    _config_arg(p)
+    p.add_argument("--out", "-o", required=True, metavar="DIR", help="directory to write into")
+    p.add_argument("--title", help="report title")
+    p.set_defaults(handler=_report)
+
+    p = sub.add_parser("export", help="write events as Parquet partitioned by date and lane")
+    _common(p, fmt=False)
+    p.add_argument("--out", "-o", required=True, metavar="DIR", help="dataset directory")
+    p.add_argument("--append", action="store_true", help="add to an existing dataset")
+    p.set_defaults(handler=_export)
+
+
+def _filters(args: argparse.Namespace) -> Any:
+    from obs.query.filters import Filters
+
+    return Filters.parse(
+        args.since, args.until, args.lane, args.pool, args.model, args.tenant, args.status
+    )
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from obs.config import default_config_path, load_config
+
+    return load_config(args.config or default_config_path())
+
+
+def _scan(args: argparse.Namespace, paths: list[str] | None = None, filters: Any = None) -> Any:
+    from obs.query.scan import Scan
+
+    return Scan(paths or args.paths, filters or _filters(args), progress=_progress(args))
+
+
+def _progress(args: argparse.Namespace) -> bool | None:
+    return False if args.no_progress else None
+
+
+def _warn(*scans: Any) -> None:
+    for scan in scans:
+        for msg in scan.report.messages():
+            print(f"vllm-obs query: warning: {msg}", file=sys.stderr)
+
+
+def _emit(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _summary(args: argparse.Namespace) -> int:
+    from obs.query.aggregate import summary
+    from obs.query.table import render
+
+    config = _config(args)
+    scan = _scan(args)
+    table = summary(scan, config, args.by)
+    _emit(render(table, args.format, transpose=True))
+    _warn(scan)
+    return 0
+
+
+def _slowest(args: argparse.Namespace) -> int:
+    from obs.query.requests import slowest
+    from obs.query.table import render
+
+    scan = _scan(args)
+    _emit(render(slowest(scan, args.by, args.n), args.format))
+    _warn(scan)
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from obs.query.requests import as_json, describe, find
+    from obs.query.table import to_json
+
+    scan = _scan(args)
+    event = find(scan, args.request_id)
+    _emit(to_json(as_json(event)) if args.format == "json" else describe(event))
+    _warn(scan)
+    return 0
+
+
+def _timeline(args: argparse.Namespace) -> int:
+    from obs.query.intervals import timeline
+    from obs.query.table import render
+
+    config = _config(args)
+    scan = _scan(args)
+    _emit(render(timeline(scan, config, args.interval, args.by), args.format))
+    _warn(scan)
+    return 0
+
+
+def _window(text: str | None) -> tuple[Any, Any] | None:
+    from obs.errors import InputError
+    from obs.query.filters import parse_time
+
+    if text is None:
+        return None
+    if ".." not in text:
+        raise InputError(f"{text!r}: a window is START..END (either side may be empty)")
+    lo, hi = text.split("..", 1)
+    return (parse_time(lo) if lo.strip() else None, parse_time(hi) if hi.strip() else None)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from obs.errors import InputError
+    from obs.query.comparison import compare, for_display
+    from obs.query.filters import Filters
+    from obs.query.scan import Scan, connect
+    from obs.query.table import render
+
+    if len(args.logs) > 2:
+        raise InputError("compare takes one log (with --before/--after windows) or two logs")
+    before_w, after_w = _window(args.before), _window(args.after)
+    if len(args.logs) == 1 and not (before_w and after_w):
+        raise InputError("with one log, give both windows: --before START..END --after START..END")
+    base = _filters(args)
+    fb: Filters = base.with_window(*before_w) if before_w else base
+    fa: Filters = base.with_window(*after_w) if after_w else base
+    con = connect()
+    progress = _progress(args)
+    before = Scan([args.logs[0]], fb, con=con, progress=progress)
+    after = Scan([args.logs[-1]], fa, con=con, progress=progress)
+    table = compare(before, after, _config(args), args.alpha)
+    _emit(
+        render(for_display(table) if args.format in ("table", "markdown") else table, args.format)
+    )
+    _warn(before, after)
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from obs.query.html_report import report
+
+    config = _config(args)
+    scan = _scan(args)
+    path = report(scan, config, args.out, args.title)
+    _warn(scan)
+    print(f"wrote {path} (and the figures as PNG beside it)", file=sys.stderr)
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from obs.query.parquet import export
+
+    scan = _scan(args)
+    result = export(scan, args.out, args.append)
+    _warn(scan)
+    print(f"wrote {result['events']} events to {result['out']} ({result['files']} files)")
+    return 0

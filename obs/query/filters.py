@@ -1,0 +1,151 @@
+"""Row filters shared by every query: a time window and dimension values.
+
+Times are absolute (ISO 8601: ``2025-06-02``, ``2025-06-02T14:30``,
+``2025-06-02T14:30:00+02:00``; no offset means UTC) or relative to now
+(``30m``, ``2h``, ``1d``, ``90s``, ``1w``: that long ago). ``since`` is
+inclusive, ``until`` exclusive. Filters render to a SQL condition; values are
+quoted, never interpolated raw.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from obs.conventions import OUTCOMES
+from obs.errors import InputError
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)\s*$")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``30m`` -> 30 minutes. Units: ms, s, m, h, d, w."""
+    m = _DURATION.match(text)
+    if not m:
+        raise InputError(f"{text!r} is not a duration like 90s, 30m, 2h or 1d")
+    return timedelta(seconds=float(m.group(1)) * _UNIT_S[m.group(2)])
+
+
+def parse_time(text: str, now: datetime | None = None) -> datetime:
+    """An absolute ISO time or a relative one (``2h`` = two hours before ``now``), naive UTC."""
+    text = text.strip()
+    if _DURATION.match(text):
+        now = now or datetime.now(UTC)
+        return _naive_utc(now) - parse_duration(text)
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00").replace(" ", "T", 1))
+    except ValueError:
+        raise InputError(
+            f"{text!r} is not a time: use ISO 8601 (2025-06-02T14:30, 2025-06-02T14:30:00Z) "
+            "or a relative duration (30m, 2h, 1d ago)"
+        ) from None
+    return _naive_utc(t)
+
+
+def _naive_utc(t: datetime) -> datetime:
+    return t.astimezone(UTC).replace(tzinfo=None) if t.tzinfo else t
+
+
+def sql_str(value: str) -> str:
+    """A SQL string literal."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def sql_ts(t: datetime) -> str:
+    """A SQL TIMESTAMP literal (naive UTC)."""
+    return f"TIMESTAMP '{t.isoformat(sep=' ')}'"
+
+
+def _values(items: Iterable[str] | None) -> tuple[str, ...]:
+    """Flatten repeated and comma-separated flag values."""
+    out: list[str] = []
+    for item in items or ():
+        out.extend(v.strip() for v in item.split(",") if v.strip())
+    return tuple(dict.fromkeys(out))
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """Which events a query sees. Empty tuples mean "any"."""
+
+    since: datetime | None = None
+    until: datetime | None = None
+    lanes: tuple[str, ...] = ()
+    pools: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
+    tenants: tuple[str, ...] = ()
+    statuses: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        unknown = [s for s in self.statuses if s not in OUTCOMES]
+        if unknown:
+            names = ", ".join(map(repr, unknown))
+            raise InputError(f"unknown status {names}; statuses are: {', '.join(OUTCOMES)}")
+        if self.since and self.until and self.since >= self.until:
+            raise InputError(f"--since {self.since} is not before --until {self.until}")
+
+    @classmethod
+    def parse(
+        cls,
+        since: str | None = None,
+        until: str | None = None,
+        lane: Iterable[str] | None = None,
+        pool: Iterable[str] | None = None,
+        model: Iterable[str] | None = None,
+        tenant: Iterable[str] | None = None,
+        status: Iterable[str] | None = None,
+        now: datetime | None = None,
+    ) -> Filters:
+        """Build filters from command-line style strings (repeatable, comma-separated)."""
+        return cls(
+            since=parse_time(since, now) if since else None,
+            until=parse_time(until, now) if until else None,
+            lanes=_values(lane),
+            pools=_values(pool),
+            models=_values(model),
+            tenants=_values(tenant),
+            statuses=_values(status),
+        )
+
+    def with_window(self, since: datetime | None, until: datetime | None) -> Filters:
+        """The same filters over another time window."""
+        return Filters(
+            since, until, self.lanes, self.pools, self.models, self.tenants, self.statuses
+        )
+
+    def to_sql(self) -> str:
+        """A SQL condition over the event columns (``TRUE`` when nothing is filtered)."""
+        parts = []
+        if self.since:
+            parts.append(f"ts >= {sql_ts(self.since)}")
+        if self.until:
+            parts.append(f"ts < {sql_ts(self.until)}")
+        for column, values in (
+            ("lane", self.lanes),
+            ("pool", self.pools),
+            ("model", self.models),
+            ("tenant", self.tenants),
+            ("status", self.statuses),
+        ):
+            if values:
+                parts.append(f"{column} IN ({', '.join(map(sql_str, values))})")
+        return " AND ".join(parts) or "TRUE"
+
+    def describe(self) -> str:
+        """One line naming what is filtered, for report headers."""
+        parts = []
+        if self.since or self.until:
+            parts.append(f"from {self.since or 'start'} to {self.until or 'end'} UTC")
+        for label, values in (
+            ("lane", self.lanes),
+            ("pool", self.pools),
+            ("model", self.models),
+            ("tenant", self.tenants),
+            ("status", self.statuses),
+        ):
+            if values:
+                parts.append(f"{label} {', '.join(values)}")
+        return "; ".join(parts) or "all events"

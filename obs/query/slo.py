@@ -1,0 +1,74 @@
+"""How one request is judged against its lane's SLOs, as SQL expressions.
+
+The rules (the docs repeat them):
+
+* **TTFT value** is ``ttft_ms``. A non-streamed request has no ``ttft_ms``:
+  its first token reaches the client with the whole answer, so a successful
+  non-streamed request is judged on ``e2e_ms`` (vLLM's benchmark does the
+  same for non-streamed requests). A request with neither (failed before any
+  output) is not judged on TTFT.
+* **TPOT value** is ``tpot_ms``; requests without it (non-streamed, one
+  output token, failed before the second token) are not judged on TPOT.
+* A request **meets** a latency SLO when its value is ``<= threshold_ms``.
+  **Attainment** = requests meeting it / requests judged on it.
+* **Availability** = 1 - requests with a status in ``BAD_OUTCOMES`` (server-side
+  failures: ``error``) / all requests. Rejections, client errors and client
+  disconnects do not count against it.
+* A request is **good** (goodput) when its status is ``ok`` and it meets every
+  latency SLO of its lane that judges it. Rejected, failed and abandoned
+  requests are never good. **goodput_ratio** = good / all requests.
+* An SLO is **met** by a lane when attainment >= the objective.
+
+Requests of lanes the config does not name are judged on no latency SLO.
+"""
+
+from __future__ import annotations
+
+from obs.config import Config
+from obs.conventions import BAD_OUTCOMES, OK
+from obs.query.filters import sql_str
+
+TTFT_VALUE = f"coalesce(ttft_ms, CASE WHEN stream = false AND status = '{OK}' THEN e2e_ms END)"
+BAD = "status IN (" + ", ".join(sql_str(s) for s in BAD_OUTCOMES) + ")"
+
+
+def _by_lane(config: Config, kind: str, attr: str) -> str:
+    """``CASE lane WHEN ... END``: the lane's value of ``slo.<kind>.<attr>`` (NULL if none)."""
+    whens = []
+    for lane in config.lanes:
+        slo = getattr(lane.slo, kind)
+        if slo is not None:
+            whens.append(f"WHEN {sql_str(lane.name)} THEN {float(getattr(slo, attr))!r}")
+    return f"(CASE lane {' '.join(whens)} END)" if whens else "NULL::DOUBLE"
+
+
+def threshold(config: Config, kind: str) -> str:
+    """SQL: the request's lane threshold for ``ttft`` or ``tpot`` in ms (NULL if none)."""
+    return _by_lane(config, kind, "threshold_ms")
+
+
+def objective(config: Config, kind: str) -> str:
+    """SQL: the request's lane objective for ``ttft``, ``tpot`` or ``availability``."""
+    return _by_lane(config, kind, "objective")
+
+
+def judged_rows(config: Config, source: str) -> str:
+    """``source`` plus per-request SLO flags, each computed once per row.
+
+    Adds ``_ttft_judged``, ``_ttft_met``, ``_tpot_judged``, ``_tpot_met`` and
+    ``_good`` (booleans; the ``_met`` ones imply ``_judged``).
+    """
+    inner = (
+        f"SELECT *, {threshold(config, 'ttft')} AS _ttft_thr, "
+        f"{threshold(config, 'tpot')} AS _tpot_thr, {TTFT_VALUE} AS _ttft_v FROM {source}"
+    )
+    flags = (
+        "SELECT * EXCLUDE (_ttft_j, _tpot_j), "
+        "_ttft_j AS _ttft_judged, _ttft_j AND _ttft_v <= _ttft_thr AS _ttft_met, "
+        "_tpot_j AS _tpot_judged, _tpot_j AND tpot_ms <= _tpot_thr AS _tpot_met, "
+        f"status = '{OK}' AND (NOT _ttft_j OR _ttft_v <= _ttft_thr) "
+        "AND (NOT _tpot_j OR tpot_ms <= _tpot_thr) AS _good "
+        "FROM (SELECT *, _ttft_thr IS NOT NULL AND _ttft_v IS NOT NULL AS _ttft_j, "
+        f"_tpot_thr IS NOT NULL AND tpot_ms IS NOT NULL AS _tpot_j FROM ({inner}))"
+    )
+    return f"({flags})"
