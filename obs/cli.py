@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -60,6 +61,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except ModuleNotFoundError as e:
+        if os.environ.get("VLLM_OBS_DEBUG"):
+            raise
+        print(
+            f"vllm-obs {args.command}: error: missing Python package {e.name!r}; "
+            f"reinstall vllm-obs (pip install vllm-obs) to get its dependencies",
+            file=sys.stderr,
+        )
+        return 2
+    except Exception as e:
+        if os.environ.get("VLLM_OBS_DEBUG"):
+            raise
+        print(
+            f"vllm-obs {args.command}: internal error: {e!r} "
+            "(set VLLM_OBS_DEBUG=1 for the traceback, and please report it)",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":

@@ -36,9 +36,11 @@ from obs.record import Finished
 from obs.sidecar.engine_join import EngineJoin
 from obs.sidecar.errors import error_body
 from obs.sidecar.otlp import decode_traces
+from obs.sidecar.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES
 from obs.sidecar.pools import PoolSet
-from obs.sidecar.relay import GENERATE_ROUTES, PASSTHROUGH_ROUTES, Receive, Relay, Scope, Send
+from obs.sidecar.relay import Relay
 from obs.sidecar.settings import Settings
+from obs.sidecar.types import Receive, Scope, Send
 
 log = structlog.get_logger("vllm_obs.sidecar")
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Callable
 from datetime import UTC, datetime
-from hashlib import blake2b
 from typing import Any
 
 import aiohttp
@@ -24,88 +23,31 @@ from obs import conventions as c
 from obs.config import Lane
 from obs.events import Event
 from obs.lanes import Classifier, RequestAttrs, estimate_prompt_tokens
-from obs.phases import Clock, ms
 from obs.record import Finished, fill_timings
 from obs.sidecar import errors as e
+from obs.sidecar.payloads import (
+    GENERATE_ROUTES,
+    error_message,
+    fingerprint,
+    parse_json,
+    read_completion,
+    request_headers,
+    try_json,
+    upstream_error,
+)
 from obs.sidecar.pools import PoolSet, Replica
-from obs.sidecar.sse import FrameSplitter, StreamState, UsageStripper, classify
-from obs.tracecontext import TraceIds, new_ids
+from obs.sidecar.request import Request
+from obs.sidecar.streaming import relay_stream
+from obs.sidecar.types import Message, Receive, Scope, Send
+from obs.tracecontext import new_ids
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 ExportFn = Callable[[Finished], None]
 
 log = structlog.get_logger("vllm_obs.relay")
 
-# Routes whose responses the relay understands (SSE / completion JSON).
-GENERATE_ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "text_completion"}
-# Other OpenAI-API routes vLLM serves: relayed as they are, with a basic event.
-PASSTHROUGH_ROUTES = {
-    "/v1/embeddings": "embeddings",
-    "/v1/responses": "responses",
-    "/tokenize": "tokenize",
-    "/detokenize": "detokenize",
-    "/v1/score": "score",
-    "/score": "score",
-    "/v1/rerank": "rerank",
-    "/rerank": "rerank",
-    "/pooling": "pooling",
-    "/classify": "classify",
-    "/v1/audio/transcriptions": "transcription",
-    "/v1/audio/translations": "translation",
-}
 # Response headers not copied from the pool (hop-by-hop, or set by our server).
 _SKIP_HEADERS = {b"connection", b"keep-alive", b"transfer-encoding", b"date", b"server"}
 _BODY = "http.response.body"
-
-
-class Request:
-    """Mutable state of one request while it is relayed."""
-
-    __slots__ = (
-        "clock",
-        "disconnected",
-        "done",
-        "event",
-        "ids",
-        "itl",
-        "operation",
-        "response",
-        "started",
-        "wall_ns",
-    )
-
-    def __init__(self, route: str) -> None:
-        self.clock = Clock(received=time.perf_counter_ns())
-        self.wall_ns = time.time_ns()
-        self.event = Event(route=route)
-        self.ids: TraceIds | None = None
-        self.itl: list[int] = []
-        self.operation = GENERATE_ROUTES.get(route) or PASSTHROUGH_ROUTES.get(route, "http")
-        self.response: aiohttp.ClientResponse | None = None
-        self.started = False  # response headers sent to the client
-        self.done = False  # last byte sent (a later disconnect is not the client leaving)
-        self.disconnected = False
-
-
-def _headers(scope: Scope) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for k, v in scope["headers"]:
-        out[k.decode("latin-1").lower()] = v.decode("latin-1")
-    return out
-
-
-def _fingerprint(body: dict[str, Any]) -> str | None:
-    msgs = body.get("messages")
-    if isinstance(msgs, list) and msgs and isinstance(msgs[0], dict):
-        text = "".join(str(m.get("content", "")) for m in msgs if isinstance(m, dict))
-    elif isinstance(body.get("prompt"), str):
-        text = body["prompt"]
-    else:
-        return None
-    return blake2b(text[:512].encode("utf-8", "replace"), digest_size=8).hexdigest()
 
 
 class Relay:
@@ -163,7 +105,7 @@ class Relay:
     async def _handle(self, req: Request, scope: Scope, receive: Receive, send: Send) -> None:
         ev = req.event
         ev.ts = datetime.fromtimestamp(req.wall_ns / 1e9, UTC).isoformat(timespec="milliseconds")
-        headers = _headers(scope)
+        headers = request_headers(scope)
         ev.request_id = headers.get("x-request-id") or uuid.uuid4().hex
         if len(ev.request_id) > 128:
             ev.request_id = ev.request_id[:128]
@@ -181,13 +123,13 @@ class Relay:
         body: dict[str, Any] | None = None
         generate = ev.route in GENERATE_ROUTES
         if generate or headers.get("content-type", "").startswith("application/json"):
-            body = _parse_json(raw) if generate else _try_json(raw)
+            body = parse_json(raw) if generate else try_json(raw)
         attrs = self._attrs(ev, headers, body)
         lane = self.classifier.classify(attrs)
         ev.lane, ev.pool = lane.name, lane.pool
         inject = False
         if generate and body is not None:
-            ev.prefix_fingerprint = _fingerprint(body)
+            ev.prefix_fingerprint = fingerprint(body)
             if ev.stream:
                 opts = body.get("stream_options")
                 if not (isinstance(opts, dict) and opts.get("include_usage")):
@@ -334,7 +276,7 @@ class Relay:
             return
         await send({"type": "http.response.start", "status": resp.status, "headers": out_headers})
         req.started = True
-        await self._relay_stream(req, resp, inject, send)
+        await relay_stream(req, resp, inject, send)
 
     async def _respond_whole(
         self,
@@ -349,104 +291,19 @@ class Relay:
         except (aiohttp.ClientError, TimeoutError) as err:
             if req.disconnected:
                 return
-            raise _upstream_error(err, "reading the response") from err
+            raise upstream_error(err, "reading the response") from err
         clock.first_up = clock.last_up = time.perf_counter_ns()
         if resp.status >= 400:
             ev.status = c.CLIENT_ERROR if resp.status < 500 else c.ERROR
             ev.error_class = "upstream_status"
-            ev.error_message = _error_message(data)
+            ev.error_message = error_message(data)
         elif ev.route in GENERATE_ROUTES:
-            _read_completion(ev, data)
+            read_completion(ev, data)
         await send({"type": "http.response.start", "status": resp.status, "headers": out_headers})
         req.started = True
         await send({"type": _BODY, "body": data, "more_body": False})
         req.done = True
         clock.first_sent = clock.end = time.perf_counter_ns()
-
-    async def _relay_stream(
-        self, req: Request, resp: aiohttp.ClientResponse, inject: bool, send: Send
-    ) -> None:
-        ev, clock, itl = req.event, req.clock, req.itl
-        splitter = FrameSplitter()
-        state = StreamState()
-        stripper = UsageStripper() if inject else None
-        perf = time.perf_counter_ns
-        last_out = 0
-        blocked = 0
-        try:
-            async for data in resp.content.iter_any():
-                now = perf()
-                frames = splitter.feed(data)
-                if not frames:
-                    continue
-                out: list[bytes] = []
-                for frame in frames:
-                    has_output, is_usage = classify(frame, state)
-                    if has_output:
-                        if last_out:
-                            itl.append(now - last_out)
-                        else:
-                            clock.first_up = now
-                        last_out = now
-                    if stripper is None:
-                        out.append(frame)
-                    else:
-                        out.extend(stripper.process(frame, is_usage, state.fingerprint))
-                if out:
-                    t0 = perf()
-                    await send({"type": _BODY, "body": b"".join(out), "more_body": True})
-                    t1 = perf()
-                    blocked += t1 - t0
-                    if last_out and not clock.first_sent:
-                        clock.first_sent = t1
-                if req.disconnected:
-                    break
-        except (aiohttp.ClientError, TimeoutError) as err:
-            if not req.disconnected:
-                clock.last_up = last_out
-                self._stream_failed(req, state, _upstream_error(err, "streaming"))
-                await self._end_stream_with_error(req, send)
-                ev.stream_blocked_ms = ms(blocked)
-                return
-        clock.last_up = last_out
-        if req.disconnected:
-            ev.stream_blocked_ms = ms(blocked)
-            _apply_usage(ev, state)
-            return
-        tail = (stripper.flush() if stripper else []) + (
-            [splitter.pending] if splitter.pending else []
-        )
-        if not state.done and state.error is None:
-            self._stream_failed(
-                req, state, e.UpstreamProtocol("the pool ended the stream without [DONE]")
-            )
-            tail.append(e.sse_error_frame(ev.error_message or "", "BadGatewayError", 502))
-        elif state.error is not None:
-            ev.status = c.ERROR
-            ev.error_class = "upstream_stream_error"
-            ev.error_message = str(state.error.get("message", ""))[:300]
-            ev.error_phase = clock.current_phase(upstream_done=True)
-        t0 = perf()
-        req.done = True
-        await send({"type": _BODY, "body": b"".join(tail), "more_body": False})
-        clock.end = perf()
-        ev.stream_blocked_ms = ms(blocked + clock.end - t0)
-        _apply_usage(ev, state)
-
-    def _stream_failed(self, req: Request, state: StreamState, err: e.RelayError) -> None:
-        ev = req.event
-        ev.status = c.ERROR
-        ev.error_class = err.error_class
-        ev.error_message = err.message
-        ev.error_phase = req.clock.current_phase()
-        _apply_usage(ev, state)
-
-    async def _end_stream_with_error(self, req: Request, send: Send) -> None:
-        ev = req.event
-        req.done = True
-        frame = e.sse_error_frame(ev.error_message or "upstream failed", "BadGatewayError", 502)
-        await send({"type": _BODY, "body": frame, "more_body": False})
-        req.clock.end = time.perf_counter_ns()
 
     # ---- failure and finish -------------------------------------------------------------
 
@@ -484,65 +341,3 @@ class Relay:
 
 class _ClientGone(Exception):
     pass
-
-
-def _parse_json(raw: bytes) -> dict[str, Any]:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as err:
-        raise e.BadRequest(f"request body is not valid JSON: {err}") from err
-    if not isinstance(body, dict):
-        raise e.BadRequest("request body must be a JSON object")
-    return body
-
-
-def _try_json(raw: bytes) -> dict[str, Any] | None:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    return body if isinstance(body, dict) else None
-
-
-def _upstream_error(err: BaseException, doing: str) -> e.RelayError:
-    if isinstance(err, TimeoutError):
-        return e.UpstreamTimeout(f"the pool stopped sending while {doing} (idle timeout)")
-    return e.UpstreamProtocol(
-        f"the pool's connection failed while {doing}: {err.__class__.__name__}"
-    )
-
-
-def _error_message(data: bytes) -> str:
-    try:
-        obj = orjson.loads(data)
-        return str(obj["error"]["message"])[:300]
-    except (orjson.JSONDecodeError, KeyError, TypeError):
-        return data[:200].decode("utf-8", "replace")
-
-
-def _apply_usage_dict(ev: Event, usage: dict[str, Any] | None) -> None:
-    if not isinstance(usage, dict):
-        return
-    ev.prompt_tokens = usage.get("prompt_tokens")
-    ev.completion_tokens = usage.get("completion_tokens")
-    details = usage.get("prompt_tokens_details")
-    if isinstance(details, dict):
-        ev.cached_tokens = details.get("cached_tokens")
-
-
-def _apply_usage(ev: Event, state: StreamState) -> None:
-    _apply_usage_dict(ev, state.usage)
-    ev.finish_reason = state.finish_reason
-
-
-def _read_completion(ev: Event, data: bytes) -> None:
-    try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return
-    if not isinstance(obj, dict):
-        return
-    _apply_usage_dict(ev, obj.get("usage"))
-    choices = obj.get("choices")
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        ev.finish_reason = choices[0].get("finish_reason")

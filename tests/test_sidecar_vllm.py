@@ -247,27 +247,29 @@ def test_metrics_pass_promtool_and_count_every_request(
     assert s["vllm_obs_pool_up"][0][1] == 1
 
 
-def _vllm_running(vllm: VllmServer) -> float:
+def _vllm_sample(vllm: VllmServer, name: str) -> float:
     text = httpx.get(vllm.url + "/metrics").text
-    return sum(v for _, v in _samples(text).get("vllm:num_requests_running", []))
+    return sum(v for _, v in _samples(text).get(name, []))
 
 
 def test_client_disconnect_aborts_upstream(vllm: VllmServer, sidecar: SidecarFactory) -> None:
     """A client leaving mid-stream makes vLLM stop generating at once; the event says so."""
     sc = sidecar(vllm.url, traces=False)
-    body = _body(CHAT, True, None, max_tokens=1900) | {"ignore_eos": True}
+    max_tokens = 1900
+    generated_before = _vllm_sample(vllm, "vllm:generation_tokens_total")
+    body = _body(CHAT, True, None, max_tokens=max_tokens) | {"ignore_eos": True}
     with httpx.Client(timeout=60) as client, client.stream("POST", sc.url + CHAT, json=body) as r:
-        seen_running = False
         for i, _ in enumerate(r.iter_lines()):
-            if i % 20 == 0 and _vllm_running(vllm) == 1:  # vLLM's gauge lags the first tokens
-                seen_running = True
+            if i == 40:  # about 20 tokens in: leave
                 break
-        assert seen_running, "the stream ended before vLLM reported it running"
     left = time.monotonic()
-    while _vllm_running(vllm) != 0 and time.monotonic() - left < 5:
+    while _vllm_sample(vllm, "vllm:num_requests_running") != 0 and time.monotonic() - left < 5:
         time.sleep(0.05)
     stopped_after = time.monotonic() - left
     assert stopped_after < 1.0, f"vLLM still running the request {stopped_after:.2f} s later"
+    time.sleep(1.0)  # vLLM's counters are published with a short delay
+    generated = _vllm_sample(vllm, "vllm:generation_tokens_total") - generated_before
+    assert generated < max_tokens / 2, f"vLLM generated {generated} of {max_tokens} tokens"
     (event,) = sc.wait_events(1)
     assert event["status"] == "client_disconnect"
     assert event["error_class"] == "client_disconnect"

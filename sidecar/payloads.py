@@ -1,0 +1,114 @@
+"""What the relay reads from requests and responses: routes, JSON bodies, usage, errors.
+
+Pure helpers of ``obs.sidecar.relay``: no I/O, nothing on the per-chunk path.
+"""
+
+from __future__ import annotations
+
+from hashlib import blake2b
+from typing import Any
+
+import orjson
+
+from obs.events import Event
+from obs.sidecar import errors as e
+from obs.sidecar.sse import StreamState
+from obs.sidecar.types import Scope
+
+# Routes whose responses the relay understands (SSE / completion JSON).
+GENERATE_ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "text_completion"}
+# Other OpenAI-API routes vLLM serves: relayed as they are, with a basic event.
+PASSTHROUGH_ROUTES = {
+    "/v1/embeddings": "embeddings",
+    "/v1/responses": "responses",
+    "/tokenize": "tokenize",
+    "/detokenize": "detokenize",
+    "/v1/score": "score",
+    "/score": "score",
+    "/v1/rerank": "rerank",
+    "/rerank": "rerank",
+    "/pooling": "pooling",
+    "/classify": "classify",
+    "/v1/audio/transcriptions": "transcription",
+    "/v1/audio/translations": "translation",
+}
+
+
+def request_headers(scope: Scope) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in scope["headers"]:
+        out[k.decode("latin-1").lower()] = v.decode("latin-1")
+    return out
+
+
+def fingerprint(body: dict[str, Any]) -> str | None:
+    msgs = body.get("messages")
+    if isinstance(msgs, list) and msgs and isinstance(msgs[0], dict):
+        text = "".join(str(m.get("content", "")) for m in msgs if isinstance(m, dict))
+    elif isinstance(body.get("prompt"), str):
+        text = body["prompt"]
+    else:
+        return None
+    return blake2b(text[:512].encode("utf-8", "replace"), digest_size=8).hexdigest()
+
+
+def parse_json(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as err:
+        raise e.BadRequest(f"request body is not valid JSON: {err}") from err
+    if not isinstance(body, dict):
+        raise e.BadRequest("request body must be a JSON object")
+    return body
+
+
+def try_json(raw: bytes) -> dict[str, Any] | None:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def upstream_error(err: BaseException, doing: str) -> e.RelayError:
+    if isinstance(err, TimeoutError):
+        return e.UpstreamTimeout(f"the pool stopped sending while {doing} (idle timeout)")
+    return e.UpstreamProtocol(
+        f"the pool's connection failed while {doing}: {err.__class__.__name__}"
+    )
+
+
+def error_message(data: bytes) -> str:
+    try:
+        obj = orjson.loads(data)
+        return str(obj["error"]["message"])[:300]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return data[:200].decode("utf-8", "replace")
+
+
+def apply_usage_dict(ev: Event, usage: dict[str, Any] | None) -> None:
+    if not isinstance(usage, dict):
+        return
+    ev.prompt_tokens = usage.get("prompt_tokens")
+    ev.completion_tokens = usage.get("completion_tokens")
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict):
+        ev.cached_tokens = details.get("cached_tokens")
+
+
+def apply_usage(ev: Event, state: StreamState) -> None:
+    apply_usage_dict(ev, state.usage)
+    ev.finish_reason = state.finish_reason
+
+
+def read_completion(ev: Event, data: bytes) -> None:
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return
+    if not isinstance(obj, dict):
+        return
+    apply_usage_dict(ev, obj.get("usage"))
+    choices = obj.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        ev.finish_reason = choices[0].get("finish_reason")

@@ -1,0 +1,41 @@
+"""The mutable state of one request while the sidecar relays it."""
+
+from __future__ import annotations
+
+import time
+
+import aiohttp
+
+from obs.events import Event
+from obs.phases import Clock
+from obs.sidecar.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES
+from obs.tracecontext import TraceIds
+
+
+class Request:
+    """Mutable state of one request while it is relayed."""
+
+    __slots__ = (
+        "clock",
+        "disconnected",
+        "done",
+        "event",
+        "ids",
+        "itl",
+        "operation",
+        "response",
+        "started",
+        "wall_ns",
+    )
+
+    def __init__(self, route: str) -> None:
+        self.clock = Clock(received=time.perf_counter_ns())
+        self.wall_ns = time.time_ns()
+        self.event = Event(route=route)
+        self.ids: TraceIds | None = None
+        self.itl: list[int] = []
+        self.operation = GENERATE_ROUTES.get(route) or PASSTHROUGH_ROUTES.get(route, "http")
+        self.response: aiohttp.ClientResponse | None = None
+        self.started = False  # response headers sent to the client
+        self.done = False  # last byte sent (a later disconnect is not the client leaving)
+        self.disconnected = False

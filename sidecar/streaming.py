@@ -1,0 +1,105 @@
+"""Relaying one SSE response from the pool to the client, timing each output frame.
+
+Hot path per upstream read: one ``perf_counter_ns``, frame split, one orjson
+parse per frame, a list append for the inter-token gap, and the ``send``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import aiohttp
+
+from obs import conventions as c
+from obs.phases import ms
+from obs.sidecar import errors as e
+from obs.sidecar.payloads import apply_usage, upstream_error
+from obs.sidecar.request import Request
+from obs.sidecar.sse import FrameSplitter, StreamState, UsageStripper, classify
+from obs.sidecar.types import Send
+
+_BODY = "http.response.body"
+
+
+async def relay_stream(
+    req: Request, resp: aiohttp.ClientResponse, inject: bool, send: Send
+) -> None:
+    ev, clock, itl = req.event, req.clock, req.itl
+    splitter = FrameSplitter()
+    state = StreamState()
+    stripper = UsageStripper() if inject else None
+    perf = time.perf_counter_ns
+    last_out = 0
+    blocked = 0
+    try:
+        async for data in resp.content.iter_any():
+            now = perf()
+            frames = splitter.feed(data)
+            if not frames:
+                continue
+            out: list[bytes] = []
+            for frame in frames:
+                has_output, is_usage = classify(frame, state)
+                if has_output:
+                    if last_out:
+                        itl.append(now - last_out)
+                    else:
+                        clock.first_up = now
+                    last_out = now
+                if stripper is None:
+                    out.append(frame)
+                else:
+                    out.extend(stripper.process(frame, is_usage, state.fingerprint))
+            if out:
+                t0 = perf()
+                await send({"type": _BODY, "body": b"".join(out), "more_body": True})
+                t1 = perf()
+                blocked += t1 - t0
+                if last_out and not clock.first_sent:
+                    clock.first_sent = t1
+            if req.disconnected:
+                break
+    except (aiohttp.ClientError, TimeoutError) as err:
+        if not req.disconnected:
+            clock.last_up = last_out
+            stream_failed(req, state, upstream_error(err, "streaming"))
+            await end_stream_with_error(req, send)
+            ev.stream_blocked_ms = ms(blocked)
+            return
+    clock.last_up = last_out
+    if req.disconnected:
+        ev.stream_blocked_ms = ms(blocked)
+        apply_usage(ev, state)
+        return
+    tail = (stripper.flush() if stripper else []) + ([splitter.pending] if splitter.pending else [])
+    if not state.done and state.error is None:
+        stream_failed(req, state, e.UpstreamProtocol("the pool ended the stream without [DONE]"))
+        tail.append(e.sse_error_frame(ev.error_message or "", "BadGatewayError", 502))
+    elif state.error is not None:
+        ev.status = c.ERROR
+        ev.error_class = "upstream_stream_error"
+        ev.error_message = str(state.error.get("message", ""))[:300]
+        ev.error_phase = clock.current_phase(upstream_done=True)
+    t0 = perf()
+    req.done = True
+    await send({"type": _BODY, "body": b"".join(tail), "more_body": False})
+    clock.end = perf()
+    ev.stream_blocked_ms = ms(blocked + clock.end - t0)
+    apply_usage(ev, state)
+
+
+def stream_failed(req: Request, state: StreamState, err: e.RelayError) -> None:
+    ev = req.event
+    ev.status = c.ERROR
+    ev.error_class = err.error_class
+    ev.error_message = err.message
+    ev.error_phase = req.clock.current_phase()
+    apply_usage(ev, state)
+
+
+async def end_stream_with_error(req: Request, send: Send) -> None:
+    ev = req.event
+    req.done = True
+    frame = e.sse_error_frame(ev.error_message or "upstream failed", "BadGatewayError", 502)
+    await send({"type": _BODY, "body": frame, "more_body": False})
+    req.clock.end = time.perf_counter_ns()
