@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from obs.config import validation_error
 from obs.errors import ConfigError
 
 # The request classes, in the order reports list them. They are also the
@@ -224,21 +225,12 @@ def apply_sets(data: dict[str, Any], sets: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def _describe(err: Mapping[str, Any]) -> str:
-    loc = ".".join(str(p) for p in err.get("loc", ()))
-    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-    if err.get("type") == "extra_forbidden":
-        msg = "unknown key"
-    return f"{loc}: {msg}" if loc else msg
-
-
 def parse_mix(data: object, source: str = "<mix>") -> Mix:
     """Validate complete mix data (see :func:`overlay`); errors name ``source`` and each field."""
     try:
         return Mix.model_validate(data)
     except ValidationError as e:
-        lines = [f"  {_describe(err)}" for err in e.errors()]
-        raise ConfigError(f"{source}: invalid mix\n" + "\n".join(lines)) from e
+        raise validation_error(source, "mix", e) from e
 
 
 def load_mix(path: str | Path | None = None, sets: Sequence[str] = ()) -> Mix:

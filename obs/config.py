@@ -235,13 +235,18 @@ def _describe(err: object) -> str:
     return f"{loc}: {msg}" if loc else msg
 
 
+def validation_error(source: str, what: str, e: ValidationError) -> ConfigError:
+    """A ``ConfigError`` naming ``source`` and, one per line, each invalid field and why."""
+    lines = [f"  {_describe(err)}" for err in e.errors()]
+    return ConfigError(f"{source}: invalid {what}\n" + "\n".join(lines))
+
+
 def parse_config(data: object, source: str = "<config>") -> Config:
     """Validate already-loaded YAML/JSON data; errors name ``source`` and each field."""
     try:
         return Config.model_validate(data)
     except ValidationError as e:
-        lines = [f"  {_describe(err)}" for err in e.errors()]
-        raise ConfigError(f"{source}: invalid config\n" + "\n".join(lines)) from e
+        raise validation_error(source, "config", e) from e
 
 
 def load_config(path: str | Path) -> Config:
