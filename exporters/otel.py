@@ -29,14 +29,15 @@ SCOPE = InstrumentationScope("vllm_obs.sidecar", "0.1.0")
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
-def otlp_configured() -> bool:
-    """True when the standard OTEL_* variables name an OTLP traces endpoint."""
+def traces_endpoint_from_env() -> str | None:
+    """The OTLP/HTTP traces URL the standard OTEL_* variables name, or None (unset or disabled)."""
     if os.environ.get("OTEL_TRACES_EXPORTER", "otlp").lower() == "none":
-        return False
-    return bool(
-        os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-    )
+        return None
+    if url := os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        return url
+    if url := os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        return url.rstrip("/") + "/v1/traces"
+    return None
 
 
 def otlp_processor(endpoint: str | None = None) -> SpanProcessor:

@@ -29,7 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from obs.exporters.base import Exporter, Fanout
 from obs.exporters.jsonl import JsonlExporter
-from obs.exporters.otel import SpanExporter, otlp_configured, otlp_processor
+from obs.exporters.otel import SpanExporter, otlp_processor, traces_endpoint_from_env
 from obs.exporters.prom import Metrics, PoolStateCollector
 from obs.lanes import Classifier
 from obs.record import Finished
@@ -70,7 +70,7 @@ class SidecarApp:
                 backups=settings.events_backups,
             )
             exporters.append(self.jsonl)
-        if span_processor is None and (settings.otlp_endpoint or otlp_configured()):
+        if span_processor is None and (settings.otlp_endpoint or traces_endpoint_from_env()):
             span_processor = otlp_processor(settings.otlp_endpoint)
         if span_processor is not None:
             exporters.append(SpanExporter(span_processor))
@@ -89,7 +89,7 @@ class SidecarApp:
             on_joined=lambda: self.metrics.engine_span("joined"),
         )
         self.traced_pools = {p.name for p in settings.config.pools if p.engine_traces}
-        self.trace_forward = settings.otlp_endpoint or _env_traces_endpoint()
+        self.trace_forward = settings.otlp_endpoint or traces_endpoint_from_env()
         self._forwards: set[asyncio.Task[None]] = set()
         self.relay = Relay(
             Classifier(settings.config),
@@ -277,16 +277,6 @@ class SidecarApp:
             orjson.dumps({"object": "list", "data": list(seen.values())}),
             media_type="application/json",
         )
-
-
-def _env_traces_endpoint() -> str | None:
-    if os.environ.get("OTEL_TRACES_EXPORTER", "otlp").lower() == "none":
-        return None
-    if url := os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
-        return url
-    if url := os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
-        return url.rstrip("/") + "/v1/traces"
-    return None
 
 
 def _json_error(message: str, type_: str, code: int) -> Response:

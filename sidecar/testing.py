@@ -11,7 +11,6 @@ from __future__ import annotations
 import gzip
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,13 +23,10 @@ from typing import Any
 
 import orjson
 
+from obs.engine.server import free_port
 from obs.sidecar.otlp import ReceivedSpan, decode_traces
 
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+__all__ = ["OtlpReceiver", "ReceivedSpan", "SidecarProcess", "free_port", "wait_http"]
 
 
 def wait_http(

@@ -123,29 +123,27 @@ class Filters:
             parts.append(f"ts >= {sql_ts(self.since)}")
         if self.until:
             parts.append(f"ts < {sql_ts(self.until)}")
-        for column, values in (
+        for column, values in self._dimensions():
+            if values:
+                parts.append(f"{column} IN ({', '.join(map(sql_str, values))})")
+        return " AND ".join(parts) or "TRUE"
+
+    def _dimensions(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """Each filterable event column with the values asked for (empty: not filtered)."""
+        return (
             ("lane", self.lanes),
             ("pool", self.pools),
             ("model", self.models),
             ("tenant", self.tenants),
             ("status", self.statuses),
-        ):
-            if values:
-                parts.append(f"{column} IN ({', '.join(map(sql_str, values))})")
-        return " AND ".join(parts) or "TRUE"
+        )
 
     def describe(self) -> str:
         """One line naming what is filtered, for report headers."""
         parts = []
         if self.since or self.until:
             parts.append(f"from {self.since or 'start'} to {self.until or 'end'} UTC")
-        for label, values in (
-            ("lane", self.lanes),
-            ("pool", self.pools),
-            ("model", self.models),
-            ("tenant", self.tenants),
-            ("status", self.statuses),
-        ):
+        for label, values in self._dimensions():
             if values:
                 parts.append(f"{label} {', '.join(values)}")
         return "; ".join(parts) or "all events"
