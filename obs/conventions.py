@@ -38,6 +38,25 @@ OUTCOMES: Final = (OK, ERROR, CLIENT_ERROR, REJECTED, DISCONNECTED)
 # Outcomes that count against availability: only failures that are the service's fault.
 BAD_OUTCOMES: Final = (ERROR,)
 
+# Admission rejection reasons: the ``reason`` label of admission_rejections and the
+# event's ``rejection_reason``. The HTTP status each answers with is in obs.sidecar.admission.
+QUEUE_FULL: Final = "queue_full"  # 429: the lane's queue holds max_queue requests already
+QUEUE_TIMEOUT: Final = "queue_timeout"  # 429: waited queue_timeout_s without a slot
+TENANT_SHARE: Final = "tenant_share"  # 429: the tenant holds its fair share of a full lane
+PROMPT_TOO_LONG: Final = "prompt_too_long"  # 413: estimated prompt over max_prompt_tokens
+OVER_TOKEN_BUDGET: Final = "over_token_budget"  # 413: prompt + max_tokens over token_budget
+POOL_UNAVAILABLE: Final = "pool_unavailable"  # 503: no replica of the pool accepts connections
+ENGINE_QUEUE_FULL: Final = "engine_queue_full"  # 503 from vLLM itself (--max-num-queued-reqs)
+REJECTION_REASONS: Final = (
+    QUEUE_FULL,
+    QUEUE_TIMEOUT,
+    TENANT_SHARE,
+    PROMPT_TOO_LONG,
+    OVER_TOKEN_BUDGET,
+    POOL_UNAVAILABLE,
+    ENGINE_QUEUE_FULL,
+)
+
 OVERFLOW_LABEL: Final = "other"
 MAX_MODEL_LABELS: Final = 32
 
