@@ -14,6 +14,11 @@ prefix cache, admission, queue wait, pool health, exporters). With --tests,
 also write promtool unit tests for every alert (run: promtool test rules
 DIR/*.test.yml). Files generated before that a new run no longer produces
 are removed; other files in the directories are left alone.
+
+For staging and end-to-end tests, --max-for and --max-interval cap every
+alert's hold and every rule group's evaluation interval, so an alert fires
+seconds after its condition holds instead of minutes; expressions, windows
+and names stay as in production. Never use them for production rules.
 """
 
 
@@ -50,22 +55,62 @@ def add_parser(subparsers: Any) -> None:
         "https://github.com/ORG/REPO/blob/main/docs/runbook.md "
         "(default: the repository-relative path docs/runbook.md)",
     )
+    p.add_argument(
+        "--max-for",
+        type=_duration,
+        default=None,
+        metavar="DURATION",
+        help="staging/tests only: cap every alert's `for` hold at DURATION (e.g. 0s, 10s)",
+    )
+    p.add_argument(
+        "--max-interval",
+        type=_duration,
+        default=None,
+        metavar="DURATION",
+        help="staging/tests only: cap every rule group's own evaluation `interval` at "
+        "DURATION (the 30-day budget group runs every 5m)",
+    )
     p.set_defaults(handler=run)
+
+
+def _duration(text: str) -> str:
+    from .model import seconds
+
+    try:
+        seconds(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+    return text
 
 
 def run(args: argparse.Namespace) -> int:
     """Generate and write the files; print each path written."""
     from obs.config import default_config_path, load_config
+    from obs.errors import ConfigError
 
+    from .holds import HoldCaps, cap
     from .model import RUNBOOK_PATH, build_model
     from .promtool_tests import promtool_files
     from .rules import rule_files
     from .writer import write
 
+    try:
+        caps = HoldCaps(args.max_for, args.max_interval)
+    except ValueError as e:
+        raise ConfigError(f"--max-interval: {e}") from e
+    if caps.active and args.tests is not None:
+        raise ConfigError(
+            "--tests: the promtool tests check the configured holds; write them without "
+            "--max-for/--max-interval"
+        )
     config_path: Path = args.config or default_config_path()
     model = build_model(load_config(config_path), runbook_url=args.runbook_url or RUNBOOK_PATH)
     files = rule_files(model)
-    written = write(args.out, files, config_path.name)
+    source = config_path.name
+    if caps.active:
+        files = cap(files, caps)
+        source = f"{source} with {caps.describe()} (staging holds)"
+    written = write(args.out, files, source)
     if args.tests is not None:
         written += write(
             args.tests, promtool_files(model, files, args.out, args.tests), config_path.name

@@ -9,6 +9,7 @@ scrape time from the last snapshot the pool monitor took (a custom
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -75,6 +76,8 @@ class Metrics:
             *lp, self.model_label(ev.model), ev.status, ev.finish_reason or "none"
         ).inc()
         self.duration.labels(*lp).observe(ev.e2e_ms / 1000)
+        if ev.rejection_reason:
+            self.rejections.labels(ev.lane, ev.rejection_reason).inc()
         if ev.status == c.REJECTED:
             return
         for phase, ns in finished.clock.phases_ns().items():
@@ -106,9 +109,12 @@ class Metrics:
     def shutdown(self, timeout_s: float = 10.0) -> None:
         return None
 
-    # Counters other components report into.
-    def rejected(self, lane: str, reason: str) -> None:
-        self.rejections.labels(lane, reason).inc()
+    # State and counters other components report into.
+    def watch_lanes(self, gates: Mapping[str, LaneLoad]) -> None:
+        """The in-flight and queued gauges read each lane's admission state at scrape time."""
+        for lane, gate in gates.items():
+            self.in_flight.labels(lane).set_function(_reader(gate, "in_flight"))
+            self.queued.labels(lane).set_function(_reader(gate, "queued"))
 
     def event_written(self, exporter: str, n: int) -> None:
         self.written.labels(exporter).inc(n)
@@ -121,6 +127,17 @@ class Metrics:
 
     def engine_span(self, result: str) -> None:
         self.engine_spans.labels(result).inc()
+
+
+def _reader(gate: LaneLoad, attr: str) -> Callable[[], float]:
+    return lambda: float(getattr(gate, attr))
+
+
+class LaneLoad(Protocol):
+    @property
+    def in_flight(self) -> int: ...
+    @property
+    def queued(self) -> int: ...
 
 
 class PoolStateCollector(Collector):

@@ -157,11 +157,35 @@ class Pool(_Model):
         return out
 
 
+class ApiKey(_Model):
+    """A client API key, stored as its SHA-256 (``vllm-obs config hash-key``), and its tenant."""
+
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    tenant: Name
+
+
+class Auth(_Model):
+    """Who the client is. With ``api_keys``, requests without a listed key get 401."""
+
+    api_keys: list[ApiKey] = Field(default_factory=list)
+    # A header naming the tenant, set by a gateway you trust; used when no key names one.
+    tenant_header: Annotated[str, Field(pattern=r"^[A-Za-z0-9-]{1,64}$")] | None = None
+
+    @field_validator("api_keys")
+    @classmethod
+    def _unique(cls, keys: list[ApiKey]) -> list[ApiKey]:
+        hashes = [k.sha256 for k in keys]
+        if len(set(hashes)) != len(hashes):
+            raise ValueError("the same key hash is listed twice")
+        return keys
+
+
 class Config(_Model):
     version: Literal[1] = 1
     pools: list[Pool] = Field(min_length=1)
     lanes: list[Lane] = Field(min_length=1)
     default_lane: Name
+    auth: Auth = Auth()
 
     @model_validator(mode="after")
     def _references(self) -> Config:

@@ -65,7 +65,11 @@ class Event:
     )
     error_phase: str | None = _f("Phase the request was in when it failed.")
     error_message: str | None = _f("Short error text (never prompt or output text).")
-    rejection_reason: str | None = _f("Admission rejection reason, when status is rejected.")
+    rejection_reason: str | None = _f(
+        "Why the request was refused: an admission reason when status is rejected "
+        "(queue_full, queue_timeout, tenant_share, prompt_too_long, over_token_budget, "
+        "engine_queue_full), or pool_unavailable with status error."
+    )
     cached_tokens: int | None = _f(
         "Prompt tokens served from the prefix cache (needs vLLM's "
         "`--enable-prompt-tokens-details`; null without it)."

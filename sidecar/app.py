@@ -99,6 +99,7 @@ class SidecarApp:
             max_body_bytes=settings.max_body_bytes,
             pool_keys=pool_keys,
         )
+        self.metrics.watch_lanes(self.relay.gates)
         self.routes = set(GENERATE_ROUTES) | set(PASSTHROUGH_ROUTES) | set(settings.extra_routes)
         self.api = self._build_api()
 

@@ -36,6 +36,12 @@ class BadRequest(RelayError):
     error_class = "bad_request"
 
 
+class Unauthorized(RelayError):
+    status = 401
+    type_ = "AuthenticationError"
+    error_class = "unauthorized"
+
+
 class PayloadTooLarge(RelayError):
     status = 413
     type_ = "PayloadTooLargeError"

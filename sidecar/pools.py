@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from dataclasses import dataclass
+from hashlib import blake2b
 
 import aiohttp
 import structlog
@@ -20,6 +22,14 @@ from obs.config import Config
 from obs.engine_metrics import EngineState, parse_engine_state
 
 log = structlog.get_logger("vllm_obs.pools")
+
+# Consistent hashing with bounded loads: a replica takes its keys while it holds fewer
+# than this factor times the mean outstanding requests of the pool.
+AFFINITY_LOAD_FACTOR = 1.25
+
+
+def _weight(key: str, url: str) -> bytes:
+    return blake2b(f"{key}|{url}".encode(), digest_size=8).digest()
 
 
 @dataclass(slots=True)
@@ -41,12 +51,25 @@ class PoolSet:
         }
         self._task: asyncio.Task[None] | None = None
 
-    def candidates(self, pool: str) -> list[Replica]:
-        """Replicas to try in order: healthy ones by fewest outstanding requests, then the rest."""
+    def candidates(self, pool: str, affinity: str | None = None) -> list[Replica]:
+        """Replicas to try in order: healthy ones by fewest outstanding requests, then the rest.
+
+        With an ``affinity`` key (a prefix fingerprint) the first is the healthy replica that
+        key hashes to (rendezvous hashing: a replica leaving moves only its own keys), unless
+        that replica holds more than its bounded share of the outstanding requests
+        (``AFFINITY_LOAD_FACTOR`` x the mean): then the next replica in the key's order.
+        """
         reps = self.replicas[pool]
         if len(reps) == 1:
             return reps
         healthy = sorted((r for r in reps if r.healthy), key=lambda r: r.outstanding)
+        if affinity is not None and len(healthy) > 1:
+            total = sum(r.outstanding for r in healthy) + 1
+            cap = math.ceil(AFFINITY_LOAD_FACTOR * total / len(healthy))
+            ranked = sorted(healthy, key=lambda r: _weight(affinity, r.url), reverse=True)
+            first = next((r for r in ranked if r.outstanding < cap), healthy[0])
+            healthy.remove(first)
+            healthy.insert(0, first)
         return healthy + [r for r in reps if not r.healthy]
 
     def mark_failed(self, replica: Replica) -> None:

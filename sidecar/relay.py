@@ -9,6 +9,7 @@ byte, in the exporters.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 import uuid
 from collections.abc import Callable
@@ -20,11 +21,13 @@ import orjson
 import structlog
 
 from obs import conventions as c
-from obs.config import Lane
+from obs.config import Auth, Lane
 from obs.events import Event
 from obs.lanes import Classifier, RequestAttrs, estimate_prompt_tokens
 from obs.record import Finished, fill_timings
 from obs.sidecar import errors as e
+from obs.sidecar.admission import LaneGate, Rejected, Ticket
+from obs.sidecar.client import client_conn
 from obs.sidecar.payloads import (
     GENERATE_ROUTES,
     error_message,
@@ -35,7 +38,7 @@ from obs.sidecar.payloads import (
     try_json,
     upstream_error,
 )
-from obs.sidecar.pools import PoolSet, Replica
+from obs.sidecar.pools import PoolSet
 from obs.sidecar.request import Request
 from obs.sidecar.streaming import relay_stream
 from obs.sidecar.types import Message, Receive, Scope, Send
@@ -69,7 +72,14 @@ class Relay:
         self.session = session
         self.max_body_bytes = max_body_bytes
         self.pool_keys = pool_keys or {}
-        self.in_flight: dict[str, int] = {}
+        config = classifier.config
+        self.gates = {lane.name: LaneGate(lane) for lane in config.lanes}
+        self.auth: Auth = config.auth
+        self.tenants = {k.sha256: k.tenant for k in config.auth.api_keys}
+        self.needs_prompt_tokens = classifier.needs_prompt_tokens or any(
+            g.policy.max_prompt_tokens is not None or g.policy.token_budget is not None
+            for g in self.gates.values()
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         req = Request(scope["path"])
@@ -111,6 +121,7 @@ class Relay:
             ev.request_id = ev.request_id[:128]
         req.ids = new_ids(headers.get("traceparent"))
         ev.trace_id, ev.span_id = req.ids.trace_id_hex, req.ids.span_id_hex
+        ev.tenant = self._tenant(headers)
         if scope["method"] != "POST":
             raise e.MethodNotAllowed(
                 f"{scope['method']} is not allowed on {scope['path']}; use POST"
@@ -127,6 +138,8 @@ class Relay:
         attrs = self._attrs(ev, headers, body)
         lane = self.classifier.classify(attrs)
         ev.lane, ev.pool = lane.name, lane.pool
+        gate = self.gates[lane.name]
+        cost = gate.check(attrs.prompt_tokens, ev.max_tokens)
         inject = False
         if generate and body is not None:
             ev.prefix_fingerprint = fingerprint(body)
@@ -139,7 +152,24 @@ class Relay:
                     }
                     raw = orjson.dumps(body)
                     inject = ev.usage_injected = True
-        await self._dispatch(req, lane, headers, raw, inject, receive, send)
+        req.conn = client_conn(scope)
+        await self._dispatch(req, lane, gate, cost, headers, raw, inject, receive, send)
+
+    def _tenant(self, headers: dict[str, str]) -> str | None:
+        """The tenant from the client's API key (401 without a listed key) or a trusted header."""
+        if self.tenants:
+            auth = headers.get("authorization", "")
+            scheme, _, key = auth.partition(" ")
+            if scheme.lower() != "bearer" or not key.strip():
+                raise e.Unauthorized("an API key is required: send 'Authorization: Bearer KEY'")
+            tenant = self.tenants.get(hashlib.sha256(key.strip().encode()).hexdigest())
+            if tenant is None:
+                raise e.Unauthorized("the API key is not valid for this service")
+            return tenant
+        if self.auth.tenant_header:
+            value = headers.get(self.auth.tenant_header.lower())
+            return value[:64] if value else None
+        return None
 
     def _attrs(
         self, ev: Event, headers: dict[str, str], body: dict[str, Any] | None
@@ -151,14 +181,14 @@ class Relay:
         mt = b.get("max_tokens", b.get("max_completion_tokens"))
         ev.max_tokens = mt if isinstance(mt, int) and not isinstance(mt, bool) else None
         pt = None
-        if self.classifier.needs_prompt_tokens and body is not None:
+        if self.needs_prompt_tokens and body is not None:
             pt = estimate_prompt_tokens(body)
         return RequestAttrs(
             route=ev.route,
             model=ev.model,
             stream=ev.stream,
             headers=headers,
-            tenant=None,
+            tenant=ev.tenant,
             max_tokens=ev.max_tokens,
             prompt_tokens=pt,
         )
@@ -176,7 +206,7 @@ class Relay:
         key = self.pool_keys.get(pool)
         if key:
             h["authorization"] = f"Bearer {key}"
-        elif "authorization" in headers:
+        elif "authorization" in headers and not self.tenants:  # sidecar keys stop here
             h["authorization"] = headers["authorization"]
         if "tracestate" in headers:
             h["tracestate"] = headers["tracestate"]
@@ -186,6 +216,8 @@ class Relay:
         self,
         req: Request,
         lane: Lane,
+        gate: LaneGate,
+        cost: int,
         headers: dict[str, str],
         raw: bytes,
         inject: bool,
@@ -200,10 +232,22 @@ class Relay:
         )
         listener = asyncio.ensure_future(receive())
         listener.add_done_callback(lambda f: self._on_client_message(req, f))
-        self.in_flight[lane.name] = self.in_flight.get(lane.name, 0) + 1
+        ticket = req.ticket = Ticket(ev.tenant or "", cost)
+        req.gate = gate
+        try:
+            admitted = await gate.admit(ticket)
+        except BaseException:
+            listener.cancel()
+            raise
+        if not admitted:  # the client left while queued
+            listener.cancel()
+            return
+        req.admitted = True
         try:
             last_err: Exception | None = None
-            for attempt, replica in enumerate(self.pools.candidates(lane.pool)[:2]):
+            affinity = ev.prefix_fingerprint if lane.routing == "prefix_affinity" else None
+            candidates = self.pools.candidates(lane.pool, affinity)[:2]
+            for attempt, replica in enumerate(candidates):
                 if req.disconnected:
                     return
                 ev.replica = replica.url
@@ -229,9 +273,16 @@ class Relay:
                     replica.outstanding -= 1
                     raise e.UpstreamProtocol(f"pool {lane.pool!r} failed: {err}") from err
                 self.pools.mark_ok(replica)
+                if resp.status == 503 and attempt + 1 < len(candidates):
+                    # vLLM sheds load with 503 (--max-num-queued-reqs): try the other replica.
+                    replica.outstanding -= 1
+                    resp.release()
+                    req.clock.dispatched = 0
+                    log.info("upstream_busy_failover", replica=replica.url)
+                    continue
                 req.response = resp
                 try:
-                    await self._respond(req, resp, replica, inject, send)
+                    await self._respond(req, resp, lane, inject, send)
                 finally:
                     replica.outstanding -= 1
                     resp.release()
@@ -241,7 +292,7 @@ class Relay:
                 f"({last_err.__class__.__name__ if last_err else 'no replicas'})"
             )
         finally:
-            self.in_flight[lane.name] -= 1
+            req.release()
             if not listener.done():
                 listener.cancel()
 
@@ -252,12 +303,14 @@ class Relay:
             req.disconnected = True
             if req.response is not None:
                 req.response.close()  # closes the connection: vLLM aborts the request
+            elif req.gate is not None and req.ticket is not None and not req.admitted:
+                req.gate.withdraw(req.ticket)
 
     async def _respond(
         self,
         req: Request,
         resp: aiohttp.ClientResponse,
-        replica: Replica,
+        lane: Lane,
         inject: bool,
         send: Send,
     ) -> None:
@@ -276,7 +329,8 @@ class Relay:
             return
         await send({"type": "http.response.start", "status": resp.status, "headers": out_headers})
         req.started = True
-        await relay_stream(req, resp, inject, send)
+        slow, idle_s = lane.admission.slow_client, lane.timeouts.idle_s
+        await relay_stream(req, resp, inject, send, req.conn, slow, idle_s)
 
     async def _respond_whole(
         self,
@@ -293,7 +347,12 @@ class Relay:
                 return
             raise upstream_error(err, "reading the response") from err
         clock.first_up = clock.last_up = time.perf_counter_ns()
-        if resp.status >= 400:
+        if resp.status == 503:  # vLLM's own admission (--max-num-queued-reqs/-tokens)
+            ev.status = c.REJECTED
+            ev.rejection_reason = c.ENGINE_QUEUE_FULL
+            ev.error_class = "admission"
+            ev.error_message = error_message(data)
+        elif resp.status >= 400:
             ev.status = c.CLIENT_ERROR if resp.status < 500 else c.ERROR
             ev.error_class = "upstream_status"
             ev.error_message = error_message(data)
@@ -310,6 +369,11 @@ class Relay:
     async def _fail(self, req: Request, send: Send, err: e.RelayError) -> None:
         ev = req.event
         ev.status = c.CLIENT_ERROR if err.status < 500 else c.ERROR
+        if isinstance(err, Rejected):
+            ev.status = c.REJECTED
+            ev.rejection_reason = err.reason
+        elif isinstance(err, e.UpstreamUnavailable):
+            ev.rejection_reason = c.POOL_UNAVAILABLE  # still an error: it counts against SLOs
         ev.error_class = err.error_class
         ev.error_message = err.message[:300]
         ev.error_phase = req.clock.current_phase()

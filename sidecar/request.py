@@ -8,6 +8,8 @@ import aiohttp
 
 from obs.events import Event
 from obs.phases import Clock
+from obs.sidecar.admission import LaneGate, Ticket
+from obs.sidecar.client import ClientConn
 from obs.sidecar.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES
 from obs.tracecontext import TraceIds
 
@@ -16,15 +18,19 @@ class Request:
     """Mutable state of one request while it is relayed."""
 
     __slots__ = (
+        "admitted",
         "clock",
+        "conn",
         "disconnected",
         "done",
         "event",
+        "gate",
         "ids",
         "itl",
         "operation",
         "response",
         "started",
+        "ticket",
         "wall_ns",
     )
 
@@ -39,3 +45,13 @@ class Request:
         self.started = False  # response headers sent to the client
         self.done = False  # last byte sent (a later disconnect is not the client leaving)
         self.disconnected = False
+        self.conn: ClientConn | None = None  # the client connection, under our server
+        self.gate: LaneGate | None = None
+        self.ticket: Ticket | None = None  # what the request holds (or waits for) of its lane
+        self.admitted = False
+
+    def release(self) -> None:
+        """Give back the lane slot (once): when the pool is done, before a slow client is."""
+        if self.admitted and self.gate is not None and self.ticket is not None:
+            self.admitted = False
+            self.gate.release(self.ticket)

@@ -9,6 +9,7 @@ import structlog
 import uvicorn
 
 from obs.sidecar.app import create_app
+from obs.sidecar.client import SidecarHttpProtocol
 from obs.sidecar.settings import Settings
 
 
@@ -37,7 +38,7 @@ def serve(settings: Settings) -> int:
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        http="httptools",
+        http=SidecarHttpProtocol,  # httptools, exposing each connection to the relay
         lifespan="on",
         access_log=False,
         log_level=settings.log_level,

@@ -2,6 +2,8 @@
 
 Hot path per upstream read: one ``perf_counter_ns``, frame split, one orjson
 parse per frame, a list append for the inter-token gap, and the ``send``.
+Slow readers are absorbed by the client connection's bounded write buffer
+(see obs.sidecar.client): the relay keeps reading at the pool's pace.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ import time
 import aiohttp
 
 from obs import conventions as c
+from obs.config import SlowClient
 from obs.phases import ms
 from obs.sidecar import errors as e
+from obs.sidecar.client import ClientConn
 from obs.sidecar.payloads import apply_usage, upstream_error
 from obs.sidecar.request import Request
 from obs.sidecar.sse import FrameSplitter, StreamState, UsageStripper, classify
@@ -22,9 +26,19 @@ _BODY = "http.response.body"
 
 
 async def relay_stream(
-    req: Request, resp: aiohttp.ClientResponse, inject: bool, send: Send
+    req: Request,
+    resp: aiohttp.ClientResponse,
+    inject: bool,
+    send: Send,
+    conn: ClientConn | None,
+    slow: SlowClient,
+    drain_timeout_s: float,
 ) -> None:
     ev, clock, itl = req.event, req.clock, req.itl
+    limit = slow.buffer_bytes
+    abort_at = limit if conn is not None and slow.policy == "abort" else 0
+    if conn is not None:
+        conn.bound(limit, wait=not abort_at)
     splitter = FrameSplitter()
     state = StreamState()
     stripper = UsageStripper() if inject else None
@@ -51,6 +65,11 @@ async def relay_stream(
                 else:
                     out.extend(stripper.process(frame, is_usage, state.fingerprint))
             if out:
+                if abort_at and conn is not None and conn.buffered() > abort_at:
+                    clock.last_up = last_out
+                    await _abort_slow_reader(req, resp, state, send, limit)
+                    ev.stream_blocked_ms = ms(blocked)
+                    return
                 t0 = perf()
                 await send({"type": _BODY, "body": b"".join(out), "more_body": True})
                 t1 = perf()
@@ -67,6 +86,7 @@ async def relay_stream(
             ev.stream_blocked_ms = ms(blocked)
             return
     clock.last_up = last_out
+    req.release()  # the pool is done with this request, whatever the client still has to read
     if req.disconnected:
         ev.stream_blocked_ms = ms(blocked)
         apply_usage(ev, state)
@@ -83,9 +103,35 @@ async def relay_stream(
     t0 = perf()
     req.done = True
     await send({"type": _BODY, "body": b"".join(tail), "more_body": False})
+    t1 = perf()
+    if conn is not None:
+        await conn.drained(drain_timeout_s)
     clock.end = perf()
-    ev.stream_blocked_ms = ms(blocked + clock.end - t0)
+    ev.stream_blocked_ms = ms(blocked + t1 - t0)
     apply_usage(ev, state)
+
+
+async def _abort_slow_reader(
+    req: Request, resp: aiohttp.ClientResponse, state: StreamState, send: Send, limit: int
+) -> None:
+    """The lane's ``abort`` policy: the client fell ``limit`` bytes behind; end its stream."""
+    ev = req.event
+    resp.close()  # vLLM aborts the request when its connection closes
+    msg = f"the client fell more than {limit} bytes behind the stream; aborted (slow_client)"
+    ev.status = c.CLIENT_ERROR
+    ev.error_class = "slow_client"
+    ev.error_message = msg
+    ev.error_phase = req.clock.current_phase()
+    apply_usage(ev, state)
+    req.done = True
+    await send(
+        {
+            "type": _BODY,
+            "body": e.sse_error_frame(msg, "SlowClientError", 408),
+            "more_body": False,
+        }
+    )
+    req.clock.end = time.perf_counter_ns()
 
 
 def stream_failed(req: Request, state: StreamState, err: e.RelayError) -> None:

@@ -1,37 +1,25 @@
-"""A real Prometheus for the demo: its config, the process on loopback, and its alerts.
+"""A real Prometheus for the demo and the live-stack tests: its config, the process on
+loopback (``obs.demo.service``), its alerts and rules.
 
-Stdlib only. The process runs in its own session, so a Ctrl-C in the terminal
-reaches the demo (which still reads the alerts) and not Prometheus directly.
+Stdlib only (plus PyYAML). The process runs in its own session, so a Ctrl-C in the
+terminal reaches the demo (which still reads the alerts) and not Prometheus directly.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 import shutil
-import signal
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
 
-from obs.engine.server import group_alive
-from obs.errors import ObsError
-
-STARTUP_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 10.0
-
-
-class PrometheusError(ObsError):
-    """Prometheus could not be started or queried."""
+from obs.demo.service import ServiceProcess
+from obs.promapi import PrometheusAPI
+from obs.promapi import PrometheusError as PrometheusError
 
 
 def find_prometheus() -> str | None:
@@ -65,11 +53,12 @@ def write_config(
     pools: Mapping[str, Sequence[str]],
     rules_dir: Path,
     interval_s: int,
+    alertmanager_url: str | None = None,
 ) -> Path:
     """A Prometheus config scraping the sidecar (job ``vllm-obs-sidecar``) and every pool
     replica (job ``vllm``, label ``pool``), as the compose stack does, and loading the
-    generated rules."""
-    config = {
+    generated rules; alerts go to ``alertmanager_url`` when given."""
+    config: dict[str, Any] = {
         "global": {"scrape_interval": f"{interval_s}s", "evaluation_interval": f"{interval_s}s"},
         "rule_files": [str(rules_dir.resolve() / "*.yml")],
         "scrape_configs": [
@@ -86,6 +75,9 @@ def write_config(
             },
         ],
     }
+    if alertmanager_url is not None:
+        targets = [host_port(alertmanager_url)]
+        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": targets}]}]}
     header = "# Written by vllm-obs demo: scrapes the sidecar and the pools, loads rules/.\n"
     path.write_text(header + yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return path
@@ -99,24 +91,10 @@ class Alert:
     active_at: str
 
 
-class PrometheusProcess:
+class PrometheusProcess(ServiceProcess):
     """``prometheus`` on 127.0.0.1:``port`` with its data under ``data_dir``."""
 
-    def __init__(
-        self, binary: str, config: Path, data_dir: Path, log_path: Path, port: int
-    ) -> None:
-        self.binary = binary
-        self.config = config
-        self.data_dir = data_dir
-        self.log_path = log_path
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}"
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
-
-    @property
-    def pid(self) -> int | None:
-        return None if self._proc is None else self._proc.pid
+    name = "prometheus"
 
     def command(self) -> list[str]:
         return [
@@ -127,75 +105,16 @@ class PrometheusProcess:
             "--storage.tsdb.retention.time=7d",
         ]
 
-    def start(self) -> PrometheusProcess:
-        """Launch and wait for ``/-/ready``; raises :class:`PrometheusError` with the log tail."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._log = self.log_path.open("wb")
-        try:
-            self._proc = subprocess.Popen(
-                self.command(),
-                stdin=subprocess.DEVNULL,
-                stdout=self._log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        except OSError as e:
-            raise PrometheusError(f"cannot run {self.binary}: {e}") from e
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while True:
-            if self._proc.poll() is not None:
-                raise PrometheusError(
-                    f"prometheus exited with status {self._proc.returncode} at start; "
-                    f"log ({self.log_path}):\n{self.log_tail()}"
-                )
-            if _status(f"{self.url}/-/ready") == 200:
-                return self
-            if time.monotonic() > deadline:
-                self.stop()
-                raise PrometheusError(
-                    f"prometheus was not ready within {STARTUP_TIMEOUT_S:.0f} s; "
-                    f"log ({self.log_path}):\n{self.log_tail()}"
-                )
-            time.sleep(0.2)
-
-    def stop(self) -> int | None:
-        """SIGTERM, wait, then SIGKILL its session; returns the exit status. Safe twice."""
-        proc = self._proc
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                _killpg(proc.pid)
-                proc.wait()
-        if group_alive(proc.pid):  # anything it left in its session
-            _killpg(proc.pid)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        return proc.returncode
-
-    def log_tail(self, n: int = 3000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-n:]
-        except OSError:
-            return "(no log)"
+    @property
+    def client(self) -> PrometheusAPI:
+        """Its HTTP API: instant and range queries."""
+        return PrometheusAPI(self.url)
 
     # --- the HTTP API ------------------------------------------------------------
 
     def api(self, path: str) -> Any:
         """``data`` of a ``GET /api/v1/...`` answer; raises :class:`PrometheusError`."""
-        url = f"{self.url}/api/v1/{path}"
-        try:
-            with _opener().open(url, timeout=10) as r:
-                body = json.loads(r.read())
-        except (OSError, ValueError) as e:
-            raise PrometheusError(f"GET {url}: {e}") from e
-        if body.get("status") != "success":
-            raise PrometheusError(f"GET {url}: {body.get('error', body)}")
-        return body["data"]
+        return self.client.get(path)
 
     def alerts(self) -> list[Alert]:
         """Alerts pending or firing now."""
@@ -223,24 +142,3 @@ class PrometheusProcess:
         """(targets up, targets in total)."""
         active = self.api("targets")["activeTargets"]
         return sum(1 for t in active if t.get("health") == "up"), len(active)
-
-
-def _opener() -> urllib.request.OpenerDirector:
-    # Loopback only: never through a configured HTTP proxy.
-    return urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def _status(url: str) -> int | None:
-    try:
-        with _opener().open(url, timeout=2) as r:
-            status: int = r.status
-            return status
-    except urllib.error.HTTPError as e:
-        return e.code
-    except OSError:
-        return None
-
-
-def _killpg(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
