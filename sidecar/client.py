@@ -3,17 +3,19 @@
 Slow-client isolation without a copy or a task per stream: the relay writes
 every chunk as soon as the pool sends it; what the client has not taken yet
 waits in the connection's write buffer (kernel send buffer, then the event
-loop's). The kernel part is kept small (``KERNEL_SNDBUF``) so that the bound
-and the lag are visible here, not hidden in a socket buffer that autotunes to
-megabytes. Per stream, the lane's ``slow_client`` policy applies:
+loop's). The kernel part is pinned (``KERNEL_SNDBUF``; Linux doubles it) rather
+than left to autotune to megabytes, and what it still holds is read with the
+``SIOCOUTQ`` ioctl, so the bound and the lag are both seen here. Per stream,
+the lane's ``slow_client`` policy applies:
 
 - ``wait``: the buffer's high-water mark is the bound; past it, the server's
   ``send`` waits, so the relay stops reading and the pool's socket backs up.
-- ``abort``: no waiting; when the buffered bytes pass the bound, the relay
-  ends the stream with an error and closes the pool connection.
+- ``abort``: no waiting; when the unread bytes (both buffers) pass the bound,
+  the relay ends the stream with an error and closes the pool connection.
 
-At the end of a stream :meth:`ClientConn.drained` waits for the buffer to
-empty, so the event's stream phase is the time the client's slowness cost.
+At the end of a stream :meth:`ClientConn.drained` waits until the client's
+side has received every byte, so the event's stream phase is the time the
+client's slowness cost.
 
 ``SidecarHttpProtocol`` is uvicorn's httptools protocol with one addition:
 each request's scope carries its connection under ``scope["extensions"]``.
@@ -25,7 +27,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import socket
+import struct
+import termios
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -33,39 +38,57 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 EXTENSION = "vllm_obs.client_conn"
 KERNEL_SNDBUF = 64 << 10
 DEFAULT_HIGH_WATER = 64 << 10  # asyncio's and uvloop's default, restored after each stream
+NEVER_WAIT = (1 << 31) - 1  # abort policy: the relay checks the bound itself
 
 
 class ClientConn:
     """The transport of one client connection, seen by the relay."""
 
-    __slots__ = ("_flow", "_transport")
+    __slots__ = ("_fd", "_flow", "_sock", "_transport")
 
     def __init__(self, transport: asyncio.Transport, flow: Any) -> None:
         self._transport = transport
         self._flow = flow
+        self._sock = transport.get_extra_info("socket")
+        self._fd: int = self._sock.fileno() if self._sock is not None else -1
 
     def bound(self, limit: int, *, wait: bool) -> None:
         """Start a stream: buffer up to ``limit`` bytes, waiting (or not) past it."""
-        sock = self._transport.get_extra_info("socket")
-        if sock is not None:
+        if self._sock is not None:
             with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, KERNEL_SNDBUF)
-        high = limit if wait else 1 << 62
+                self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, KERNEL_SNDBUF)
+        high = limit if wait else NEVER_WAIT
         self._transport.set_write_buffer_limits(high=high, low=high // 4)
 
+    def unsent(self) -> int:
+        """Bytes in the kernel's send queue that the client's side has not acknowledged."""
+        if self._fd < 0:
+            return 0
+        try:
+            raw = fcntl.ioctl(self._fd, termios.TIOCOUTQ, b"\0\0\0\0")
+        except OSError:
+            return 0
+        return int(struct.unpack("i", raw)[0])
+
     def buffered(self) -> int:
-        """Bytes written by the relay that the client has not taken yet (beyond the kernel's)."""
-        return self._transport.get_write_buffer_size()
+        """Bytes the relay wrote that the client's side has not received yet."""
+        return self._transport.get_write_buffer_size() + self.unsent()
 
     async def drained(self, timeout_s: float) -> bool:
-        """Wait until the client has taken every byte (True), or ``timeout_s`` passes."""
+        """Wait until the client's side has received every byte (True), or ``timeout_s``."""
         t = self._transport
-        if t.is_closing() or not t.get_write_buffer_size():
-            self.reset()
-            return True
-        t.set_write_buffer_limits(high=0, low=0)  # pauses the protocol until the buffer empties
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
         try:
-            await asyncio.wait_for(self._flow.drain(), timeout_s)
+            if not t.is_closing() and t.get_write_buffer_size():
+                t.set_write_buffer_limits(high=0, low=0)  # pauses the protocol until empty
+                await asyncio.wait_for(self._flow.drain(), timeout_s)
+            pause = 0.002
+            while not t.is_closing() and self.unsent():
+                if loop.time() >= deadline:
+                    return False
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 0.05)
             return True
         except TimeoutError:
             return False

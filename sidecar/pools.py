@@ -24,8 +24,10 @@ from obs.engine_metrics import EngineState, parse_engine_state
 log = structlog.get_logger("vllm_obs.pools")
 
 # Consistent hashing with bounded loads: a replica takes its keys while it holds fewer
-# than this factor times the mean outstanding requests of the pool.
-AFFINITY_LOAD_FACTOR = 1.25
+# than FACTOR x the pool's mean outstanding requests + SLACK. The slack keeps small
+# pools from spilling on every short burst: a cache hit is worth a few queued requests.
+AFFINITY_LOAD_FACTOR = 1.5
+AFFINITY_LOAD_SLACK = 4
 
 
 def _weight(key: str, url: str) -> bytes:
@@ -57,15 +59,15 @@ class PoolSet:
         With an ``affinity`` key (a prefix fingerprint) the first is the healthy replica that
         key hashes to (rendezvous hashing: a replica leaving moves only its own keys), unless
         that replica holds more than its bounded share of the outstanding requests
-        (``AFFINITY_LOAD_FACTOR`` x the mean): then the next replica in the key's order.
+        (see ``AFFINITY_LOAD_FACTOR``): then the next replica in the key's order.
         """
         reps = self.replicas[pool]
         if len(reps) == 1:
             return reps
         healthy = sorted((r for r in reps if r.healthy), key=lambda r: r.outstanding)
         if affinity is not None and len(healthy) > 1:
-            total = sum(r.outstanding for r in healthy) + 1
-            cap = math.ceil(AFFINITY_LOAD_FACTOR * total / len(healthy))
+            mean = (sum(r.outstanding for r in healthy) + 1) / len(healthy)
+            cap = math.ceil(AFFINITY_LOAD_FACTOR * mean) + AFFINITY_LOAD_SLACK
             ranked = sorted(healthy, key=lambda r: _weight(affinity, r.url), reverse=True)
             first = next((r for r in ranked if r.outstanding < cap), healthy[0])
             healthy.remove(first)

@@ -384,3 +384,158 @@ def test_pool_unavailable_answers_503_and_counts_the_reason(
     (ev,) = sc.wait_events(1)
     assert (ev["status"], ev["rejection_reason"]) == (c.ERROR, c.POOL_UNAVAILABLE)
     assert _rejections(sc) == {("a", c.POOL_UNAVAILABLE): 1}
+
+
+# ---- slow readers -------------------------------------------------------------------------
+
+
+def _read_stream(sc: SidecarProcess, lane: str, rid: str, bytes_per_s: float | None) -> bytes:
+    """Stream a 300-token answer, reading at ``bytes_per_s`` (None: as fast as it comes).
+
+    The slow client's socket has a 4 KiB receive buffer, as a phone on a slow link has
+    a small window: what it has not read stays on the sidecar's side.
+    """
+    opts = [(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)] if bytes_per_s else []
+    body = _chat(f"slow {rid}", 300, stream=True, **LONG)
+    headers = {"x-lane": lane, "x-request-id": rid}
+    out = b""
+    with (
+        httpx.Client(transport=httpx.HTTPTransport(socket_options=opts), timeout=120) as cl,
+        cl.stream("POST", sc.url + CHAT, json=body, headers=headers) as r,
+    ):
+        for chunk in r.iter_raw(1024):
+            out += chunk
+            if bytes_per_s:
+                time.sleep(len(chunk) / bytes_per_s)
+    return out
+
+
+def _fast_lane_run(sc: SidecarProcess, n: int) -> list[str]:
+    rids = []
+    for i in range(n):
+        rid = uuid.uuid4().hex
+        _read_stream_short(sc, rid, i)
+        rids.append(rid)
+    return rids
+
+
+def _read_stream_short(sc: SidecarProcess, rid: str, i: int) -> None:
+    body = _chat(f"quick question {i} {rid}", 32, stream=True)
+    headers = {"x-lane": "fast", "x-request-id": rid}
+    with httpx.stream("POST", sc.url + CHAT, json=body, headers=headers, timeout=60) as r:
+        assert r.status_code == 200
+        r.read()
+
+
+def _median(xs: list[float]) -> float:
+    return sorted(xs)[len(xs) // 2]
+
+
+def test_slow_readers_leave_other_lanes_alone_and_show_their_lag(
+    vllm: VllmServer, sidecar: SidecarFactory, tmp_path: Path
+) -> None:
+    """Slow readers: the pool ends at its pace, the stream phase holds the lag, others unhurt."""
+    slow: dict[str, Any] = {"buffer_bytes": 1 << 20, "policy": "wait"}
+    lanes = [_lane("slow", slow_client=slow), _lane("fast")]
+    sc = sidecar(config=_config(tmp_path, {"p": [vllm.url]}, lanes), traces=False)
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for label, rate in (("fast readers", None), ("slow readers", 8000.0)):
+        slow_ids = [uuid.uuid4().hex for _ in range(4)]
+        with ThreadPoolExecutor(4) as ex:
+            streams = [ex.submit(_read_stream, sc, "slow", rid, rate) for rid in slow_ids]
+            fast_ids = _fast_lane_run(sc, 8)
+            bodies = [f.result() for f in streams]
+        assert all(b.rstrip().endswith(b"data: [DONE]") for b in bodies)
+        runs[label] = {
+            "slow": [_event(sc, rid) for rid in slow_ids],
+            "fast": [_event(sc, rid) for rid in fast_ids],
+        }
+    for ev in runs["slow readers"]["slow"]:
+        assert ev["status"] == c.OK and ev["completion_tokens"] == 300
+        # The pool was done long before the client: the lag is the stream phase.
+        assert ev["stream_ms"] > 1000 and ev["stream_ms"] > ev["e2e_ms"] / 2, ev
+    for ev in runs["fast readers"]["slow"]:
+        assert ev["stream_ms"] < 500, ev
+    # The other lane: TTFT and inter-token latency within noise of the run without them.
+    for field, slack_ms in (("ttft_ms", 250.0), ("itl_p50_ms", 25.0)):
+        base = _median([ev[field] for ev in runs["fast readers"]["fast"]])
+        with_slow = _median([ev[field] for ev in runs["slow readers"]["fast"]])
+        assert with_slow <= 2 * base + slack_ms, (field, base, with_slow)
+
+
+def test_abort_policy_ends_a_stream_whose_client_falls_behind(
+    vllm: VllmServer, sidecar: SidecarFactory, tmp_path: Path
+) -> None:
+    """abort policy: past the bound the stream ends with a slow_client error, recorded."""
+    lanes = [_lane("a", slow_client={"buffer_bytes": 16384, "policy": "abort"})]
+    sc = sidecar(config=_config(tmp_path, {"p": [vllm.url]}, lanes), traces=False)
+    rid = uuid.uuid4().hex
+    opts = [(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)]
+    body = _chat(f"never read {rid}", 1900, stream=True, **LONG)
+    headers = {"x-lane": "a", "x-request-id": rid}
+    with (
+        httpx.Client(transport=httpx.HTTPTransport(socket_options=opts), timeout=60) as cl,
+        cl.stream("POST", sc.url + CHAT, json=body, headers=headers) as r,
+    ):
+        ev = _event(sc, rid)  # written while the client has read nothing yet
+        rest = r.read()
+    assert (ev["status"], ev["error_class"], ev["http_status"]) == (
+        c.CLIENT_ERROR,
+        "slow_client",
+        200,
+    )
+    assert "16384 bytes behind" in ev["error_message"]
+    assert b'"type":"SlowClientError"' in rest and rest.rstrip().endswith(b"data: [DONE]")
+    assert rest.count(b"data: ") < 1900  # cut short, not the whole answer
+
+
+# ---- prefix affinity --------------------------------------------------------------------
+
+
+def _document(seed: str) -> str:
+    words = [uuid.uuid5(uuid.NAMESPACE_OID, f"{seed}-{i}").hex[:6] for i in range(200)]
+    return " ".join(words)
+
+
+def test_prefix_affinity_raises_the_cache_hit_ratio_across_two_replicas(
+    vllm: VllmServer, vllm_b: VllmServer, sidecar: SidecarFactory, tmp_path: Path
+) -> None:
+    """Two replicas: prefix_affinity hits the prefix cache more than least_outstanding."""
+    lanes = [
+        {**_lane("affinity"), "routing": "prefix_affinity"},
+        {**_lane("least"), "routing": "least_outstanding"},
+    ]
+    cfg = _config(tmp_path, {"p": [vllm.url, vllm_b.url]}, lanes)
+    sc = sidecar(config=cfg, traces=False)
+    ratios, spread = {}, {}
+    for lane in ("affinity", "least"):
+        run = uuid.uuid4().hex
+        docs = [_document(f"{run}-{d}") for d in range(6)]
+        bodies = [
+            {
+                "model": "tiny",
+                "max_tokens": 24,  # long enough to overlap: least_outstanding spreads them
+                "messages": [
+                    {"role": "system", "content": docs[q % 6]},
+                    {"role": "user", "content": f"question {q} about it?"},
+                ],
+            }
+            for q in range(24)
+        ]
+        rids = [f"{lane}-{run}-{q}" for q in range(24)]
+        with ThreadPoolExecutor(3) as ex:
+            futures = [
+                ex.submit(_post, sc, lane, body, **{"x-request-id": rid})
+                for body, rid in zip(bodies, rids, strict=True)
+            ]
+            results = [f.result() for f in futures]
+        assert [r.status_code for r in results] == [200] * 24, results[0].text[:300]
+        events = [_event(sc, rid) for rid in rids]
+        assert {ev["replica"] for ev in events} <= {vllm.url, vllm_b.url}
+        spread[lane] = max(
+            len({ev["replica"] for ev in events[d::6]}) for d in range(6)
+        )  # replicas the busiest-spread document went to
+        prompt = sum(ev["prompt_tokens"] for ev in events)
+        ratios[lane] = sum(ev["cached_tokens"] or 0 for ev in events) / prompt
+    assert spread == {"affinity": 1, "least": 2}, spread
+    assert ratios["affinity"] > ratios["least"] + 0.05, ratios
