@@ -138,6 +138,9 @@ def _pool_alerts(model: AlertModel, p: PoolHealth) -> list[Rule]:
     ]
 
 
+NOT_POOL_DOWN = f'{c.REASON}!="{c.POOL_UNAVAILABLE}"'
+
+
 def _lane_alerts(model: AlertModel, lane: LaneHealth) -> list[Rule]:
     th = model.thresholds
     labels = {c.LANE: lane.lane, c.POOL: lane.pool}
@@ -152,7 +155,8 @@ def _lane_alerts(model: AlertModel, lane: LaneHealth) -> list[Rule]:
         _alert(
             model,
             c.ALERT_ADMISSION_REJECTIONS_HIGH,
-            f"{e.selector(c.LANE_REJECTION_RATIO_RULE, sel)} > {reject_max}",
+            # pool_unavailable is the pool-down alert's to page on, not this one's.
+            f"{e.selector(c.LANE_REJECTION_RATIO_RULE, sel, NOT_POOL_DOWN)} > {reject_max}",
             labels,
             f"Lane {lane.lane} rejects {PCT} of requests ({REASON})",
             f"The admission policy of lane {lane.lane} refused {PCT} of its requests for reason "

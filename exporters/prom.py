@@ -65,6 +65,8 @@ class Metrics:
         self.model_label = c.BoundedLabel(tuple(p.model for p in config.pools if p.model))
         for lane in config.lanes:
             lane_info.labels(lane.name, lane.pool).set(1)
+            for tokens in (self.prompt_tokens, self.cached_tokens, self.completion_tokens):
+                tokens.labels(lane.name, lane.pool)  # 0, not absent: ratios show 0% not no data
             self.in_flight.labels(lane.name)
             self.queued.labels(lane.name)
 

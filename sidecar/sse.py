@@ -1,9 +1,16 @@
 """Server-sent events from a vLLM pool: framing, classification and the usage rewrite.
 
 vLLM writes ``data: {json}\\n\\n`` frames (no ``event:``/``id:`` lines) and ends
-with ``data: [DONE]``. The relay forwards frames byte for byte; it parses each
-frame once (orjson, ~1 us) only to learn whether it carries output, its finish
-reason and the usage.
+with ``data: [DONE]``. The relay forwards frames byte for byte; it only needs
+to know whether a frame carries output, its finish reason and the usage.
+
+Per token, that costs no JSON parse: a token frame is recognised by a few
+byte searches anchored on its ``"finish_reason":`` key (found from the end,
+where vLLM writes it), and the content key just before it. JSON escapes every
+quote inside a string, so a key pattern such as ``"content":"`` can never
+match inside generated text. Everything else (the usage frame, error frames,
+several choices in one frame, spaced or unknown shapes) takes the full orjson
+parse, which is also the reference the fast path is tested against.
 
 When the client did not ask for ``stream_options.include_usage`` the sidecar
 asks for it anyway (it needs the token counts) and removes the usage frame
@@ -25,7 +32,11 @@ SEP = b"\n\n"
 
 
 class FrameSplitter:
-    """Splits a byte stream into complete SSE frames (each ending in a blank line)."""
+    """Splits a byte stream into complete SSE frames (each ending in a blank line).
+
+    The common read, one whole frame, is returned as it is (no copy); several
+    frames are sliced once each.
+    """
 
     __slots__ = ("_buf",)
 
@@ -35,12 +46,20 @@ class FrameSplitter:
     def feed(self, data: bytes) -> list[bytes]:
         """Complete frames in ``data`` (separator included); keeps the remainder."""
         buf = self._buf + data if self._buf else data
-        if SEP not in buf:
+        i = buf.find(SEP)
+        if i < 0:
             self._buf = buf
             return []
-        parts = buf.split(SEP)
-        self._buf = parts.pop()
-        return [p + SEP for p in parts]
+        start = i + 2
+        if start == len(buf):
+            self._buf = b""
+            return [buf]
+        frames = [buf[:start]]
+        while (i := buf.find(SEP, start)) >= 0:
+            frames.append(buf[start : i + 2])
+            start = i + 2
+        self._buf = buf[start:]
+        return frames
 
     @property
     def pending(self) -> bytes:
@@ -78,6 +97,65 @@ def _has_output(choices: list[dict[str, Any]]) -> bool:
 
 def classify(frame: bytes, state: StreamState) -> tuple[bool, bool]:
     """Update ``state`` from one frame; returns (carries_output, is_usage_frame)."""
+    if frame.startswith(b"data: {"):
+        fast = _classify_fast(frame, state)
+        if fast is not None:
+            return fast
+    return classify_parsed(frame, state)
+
+
+# Keys whose non-empty string value means output (chat delta, completions choice).
+_TEXT_KEYS = (b'"content":"', b'"text":"', b'"reasoning_content":"', b'"reasoning":"')
+_FINISH = b'"finish_reason":'
+_INDEX = b'{"index":'
+_FP = b'"system_fingerprint":"'
+# How vLLM ends a token frame: nothing after the choice (no usage, no fingerprint).
+_PLAIN_END = b'"token_ids":null}]}\n\n'
+
+
+def _classify_fast(frame: bytes, state: StreamState) -> tuple[bool, bool] | None:
+    """vLLM's one-choice frame without usage, by byte search; None: parse it instead."""
+    i = frame.rfind(_FINISH)
+    if i < 0:
+        return None  # no choice (usage or error frame) or an unknown shape
+    j = i + len(_FINISH)
+    if frame.startswith(b"null", j):
+        finish = None
+    elif frame.startswith(b'"', j):
+        k = frame.find(b'"', j + 1)
+        if k < 0 or frame.find(b"\\", j + 1, k) >= 0:
+            return None
+        finish = frame[j + 1 : k].decode()
+    else:
+        return None  # spaced or unusual JSON
+    if frame.count(_INDEX, 0, i) != 1:
+        return None  # several choices in one frame, or tool-call deltas (indexed too)
+    if not frame.endswith(_PLAIN_END):
+        if frame.find(b'"usage":{', j) >= 0:
+            return None  # usage on every frame (continuous_usage_stats)
+        if (f := frame.find(_FP, j)) >= 0:
+            f += len(_FP)
+            end = frame.find(b'"', f)
+            if end > f:
+                state.fingerprint = frame[f:end].decode()
+    if finish is not None:
+        if state.finish_reason is None:
+            state.finish_reason = finish
+        state.output_frames += 1
+        return True, False
+    for key in _TEXT_KEYS:
+        k = frame.rfind(key, 0, i)
+        if k >= 0 and frame[k + len(key)] != 0x22:  # a non-empty string
+            state.output_frames += 1
+            return True, False
+    if frame.find(b'"function_call":{"', 0, i) >= 0:
+        state.output_frames += 1
+        return True, False
+    return False, False
+
+
+def classify_parsed(frame: bytes, state: StreamState) -> tuple[bool, bool]:
+    """``classify`` by a full JSON parse: any frame shape (the fast path's reference)."""
     if not frame.startswith(b"data: "):
         return False, False
     payload = frame[6:].rstrip()
