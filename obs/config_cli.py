@@ -21,6 +21,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     check.add_argument("file", nargs="?", help="lanes YAML file (default: the shipped default)")
     check.set_defaults(handler=run_check)
+    hk = cs.add_parser(
+        "hash-key",
+        help="print the auth.api_keys entry for a client API key (read from stdin)",
+        description="Read one client API key from stdin (a terminal prompts without echo) and "
+        "print the config entry that maps its SHA-256 to TENANT. The key itself is never "
+        "stored: the sidecar hashes each request's bearer token and looks the hash up.",
+    )
+    hk.add_argument("tenant", help="tenant name the key belongs to (lower case, digits, - or _)")
+    hk.set_defaults(handler=run_hash_key)
 
 
 def describe(config: object) -> str:
@@ -47,6 +56,9 @@ def describe(config: object) -> str:
             )
             if v is not None
         ]
+        if a.tenant_fair_share:
+            lim.append("tenant_fair_share")
+        lim.append(f"slow_client={a.slow_client.policy}@{a.slow_client.buffer_bytes}B")
         lines.append(f"  {lane.name} -> pool {lane.pool} (routing {lane.routing})")
         for rule in lane.match:
             cond = " and ".join(f"{k}={v}" for k, v in rule.model_dump(exclude_none=True).items())
@@ -65,6 +77,10 @@ def describe(config: object) -> str:
         if slo.cache_hit_ratio_min:
             parts.append(f"cache hit ratio >= {slo.cache_hit_ratio_min:.0%}")
         lines.append(f"    slo: {'; '.join(parts) or 'none'}")
+    auth = config.auth
+    keys = f"{len(auth.api_keys)} API key(s), 401 without one" if auth.api_keys else "no API keys"
+    header = f"; tenant header {auth.tenant_header}" if auth.tenant_header else ""
+    lines.append(f"auth: {keys}{header}")
     return "\n".join(lines)
 
 
@@ -75,4 +91,25 @@ def run_check(args: argparse.Namespace) -> int:
     config = load_config(path)
     print(f"{path}: ok")
     print(describe(config))
+    return 0
+
+
+def run_hash_key(args: argparse.Namespace) -> int:
+    import getpass
+    import hashlib
+    import re
+    import sys
+
+    from obs.config import NAME_RE
+    from obs.errors import InputError
+
+    if not re.match(NAME_RE, args.tenant):
+        raise InputError(f"tenant {args.tenant!r} must match {NAME_RE}")
+    key = getpass.getpass("API key: ") if sys.stdin.isatty() else sys.stdin.readline()
+    key = key.strip()
+    if not key:
+        raise InputError("no key given on stdin")
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    print("auth:\n  api_keys:")
+    print(f"    - sha256: {digest}\n      tenant: {args.tenant}")
     return 0

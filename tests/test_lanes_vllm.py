@@ -10,6 +10,8 @@ guessed from timing.
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from collections import Counter
@@ -539,3 +541,35 @@ def test_prefix_affinity_raises_the_cache_hit_ratio_across_two_replicas(
         ratios[lane] = sum(ev["cached_tokens"] or 0 for ev in events) / prompt
     assert spread == {"affinity": 1, "least": 2}, spread
     assert ratios["affinity"] > ratios["least"] + 0.05, ratios
+
+
+# ---- tenants from API keys ----------------------------------------------------------------
+
+
+def test_hashed_api_keys_map_to_tenants_and_gate_the_sidecar(
+    vllm: VllmServer, sidecar: SidecarFactory, tmp_path: Path
+) -> None:
+    """With keys configured: no or unknown key is 401; a listed key names the event's tenant."""
+    key = f"sk-{uuid.uuid4().hex}"
+    hashed = subprocess.run(
+        [sys.executable, "-m", "obs.cli", "config", "hash-key", "team-a"],
+        input=key,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    cfg = _config(tmp_path, {"p": [vllm.url]}, [_lane("a")])
+    cfg.write_text(cfg.read_text() + hashed)
+    sc = sidecar(config=cfg, traces=False)
+    for auth in ({}, {"authorization": "Bearer sk-wrong"}, {"authorization": "Basic x"}):
+        r = _post(sc, "a", _chat("who am I?"), **auth)
+        assert r.status_code == 401, r.text
+        assert r.json()["error"]["type"] == "AuthenticationError"
+    r = _post(sc, "a", _chat("who am I?"), authorization=f"Bearer {key}")
+    assert r.status_code == 200, r.text
+    events = sc.wait_events(4)
+    assert [(ev["status"], ev["error_class"], ev["tenant"]) for ev in events] == [
+        (c.CLIENT_ERROR, "unauthorized", None)
+    ] * 3 + [(c.OK, None, "team-a")]
+    logs = sc.log_tail(100_000) + (tmp_path / "events-0.jsonl").read_text()
+    assert key not in logs
