@@ -242,6 +242,9 @@ class SidecarApp:
 
         @api.get("/metrics")
         async def metrics() -> Response:
+            if self.settings.metrics_address is not None:
+                host, port = self.settings.metrics_address
+                return _json_error(f"metrics are served on {host}:{port}", "NotFoundError", 404)
             data = await asyncio.to_thread(generate_latest, self.registry)
             return Response(data, media_type=CONTENT_TYPE_LATEST)
 

@@ -88,6 +88,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="longest an event waits for the engine's span before it is written without "
         "(default: %(default)s; vLLM batches spans every OTEL_BSP_SCHEDULE_DELAY, 5 s by default)",
     )
+    p.add_argument(
+        "--metrics-address",
+        metavar="HOST:PORT",
+        help="serve /metrics on this address instead of the relay's port (e.g. an internal "
+        "interface the scraper reaches and clients do not); the relay's /metrics is then 404",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(handler=run)
 
@@ -106,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port: {args.port} is not a TCP port")
     events = None if args.events in ("-", "none", "") else Path(args.events)
+    metrics_address = _address(args.metrics_address) if args.metrics_address else None
     settings = Settings(
         config=config,
         host=args.host,
@@ -118,5 +125,15 @@ def run(args: argparse.Namespace) -> int:
         shutdown_grace_s=args.shutdown_grace,
         log_level=args.log_level,
         engine_join_wait_s=args.engine_join_wait,
+        metrics_address=metrics_address,
     )
     return serve(settings)
+
+
+def _address(value: str) -> tuple[str, int]:
+    from obs.errors import ConfigError
+
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--metrics-address: {value!r} is not HOST:PORT, e.g. 10.0.0.5:9464")
+    return host.strip("[]"), int(port)

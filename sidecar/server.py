@@ -7,7 +7,9 @@ import sys
 
 import structlog
 import uvicorn
+from prometheus_client import start_http_server
 
+from obs.errors import ConfigError
 from obs.sidecar.app import create_app
 from obs.sidecar.client import SidecarHttpProtocol
 from obs.sidecar.settings import Settings
@@ -33,6 +35,13 @@ def configure_logging(level: str) -> None:
 def serve(settings: Settings) -> int:
     configure_logging(settings.log_level)
     app = create_app(settings)
+    metrics_server = None
+    if settings.metrics_address is not None:
+        host, port = settings.metrics_address
+        try:  # prometheus_client's own server, in a thread: scrapes never touch the relay loop
+            metrics_server, _ = start_http_server(port, addr=host, registry=app.registry)
+        except OSError as err:
+            raise ConfigError(f"--metrics-address {host}:{port}: {err.strerror}") from err
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -45,5 +54,9 @@ def serve(settings: Settings) -> int:
         timeout_graceful_shutdown=int(settings.shutdown_grace_s),
         server_header=False,
     )
-    uvicorn.Server(config).run()
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        if metrics_server is not None:
+            metrics_server.shutdown()
     return 0

@@ -23,3 +23,4 @@ class Settings:
     log_level: str = "info"
     engine_join_wait_s: float = 6.0  # longest an event waits for the engine's span
     extra_routes: tuple[str, ...] = field(default=())
+    metrics_address: tuple[str, int] | None = None  # /metrics there instead of on the relay port
