@@ -63,6 +63,7 @@ class Metrics:
         self.failures = _counter(c.EXPORTER_FAILURES, registry)
         self.engine_spans = _counter(c.ENGINE_SPANS, registry)
         self.model_label = c.BoundedLabel(tuple(p.model for p in config.pools if p.model))
+        self.finish_label = c.BoundedLabel(c.FINISH_REASONS, cap=0)
         for lane in config.lanes:
             lane_info.labels(lane.name, lane.pool).set(1)
             for tokens in (self.prompt_tokens, self.cached_tokens, self.completion_tokens):
@@ -75,7 +76,10 @@ class Metrics:
         ev = finished.event
         lp = (ev.lane, ev.pool)
         self.requests.labels(
-            *lp, self.model_label(ev.model), ev.status, ev.finish_reason or "none"
+            *lp,
+            self.model_label(ev.model),
+            ev.status,
+            self.finish_label(ev.finish_reason or "none"),
         ).inc()
         self.duration.labels(*lp).observe(ev.e2e_ms / 1000)
         if ev.rejection_reason:

@@ -59,6 +59,11 @@ REJECTION_REASONS: Final = (
 
 OVERFLOW_LABEL: Final = "other"
 MAX_MODEL_LABELS: Final = 32
+# finish_reason label values: OpenAI's and vLLM's; anything else a pool sends is "other".
+FINISH_REASONS: Final = (
+    "stop", "length", "tool_calls", "function_call", "content_filter", "abort", "error",
+    "repetition", "none",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
