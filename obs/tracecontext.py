@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass
 
 _TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
-_rand = random.SystemRandom()
+# Ids need uniqueness, not secrecy: the module generator (reseeded after fork), as
+# OpenTelemetry's own RandomIdGenerator does; SystemRandom cost a syscall per id.
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +40,7 @@ class TraceIds:
 
 
 def new_span_id() -> int:
-    return _rand.getrandbits(64) or 1
+    return random.getrandbits(64) or 1
 
 
 def new_ids(traceparent: str | None) -> TraceIds:
@@ -53,4 +54,4 @@ def new_ids(traceparent: str | None) -> TraceIds:
                 parent_span_id=int(m.group(2), 16),
                 sampled=bool(int(m.group(3), 16) & 1),
             )
-    return TraceIds(_rand.getrandbits(128) or 1, new_span_id(), None, True)
+    return TraceIds(random.getrandbits(128) or 1, new_span_id(), None, True)

@@ -1,0 +1,1 @@
+"""Benchmarks: what the relay costs (``bench.relay``, ``bench.exporter_cost``), query speed."""

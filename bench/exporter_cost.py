@@ -1,0 +1,163 @@
+"""What each exporter costs per finished request, in-process (microseconds).
+
+The relay hands every finished request to the exporters once, on the event
+loop. This measures, per exporter on its own, for a typical streamed request
+(80 output tokens, so 79 inter-token gaps):
+
+  on loop   wall time inside ``export()`` on the event-loop thread (what
+            delays other streams; includes waiting for the GIL while an
+            exporter's own thread holds it, so it is noisy on a busy machine)
+  total     process CPU per request, background threads included (the JSONL
+            writer thread; the span batcher encoding protobuf and posting it
+            to a real OTLP/HTTP receiver in another process)
+
+    .venv/bin/python -m bench.exporter_cost --requests 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from obs import conventions as c
+from obs.config import single_upstream
+from obs.events import Event
+from obs.exporters.jsonl import JsonlExporter
+from obs.exporters.otel import SpanExporter, otlp_processor
+from obs.exporters.prom import Metrics
+from obs.phases import Clock
+from obs.record import Finished, fill_timings
+from obs.sidecar.testing import free_port
+from obs.tracecontext import new_ids
+
+TOKENS = 80
+
+
+def finished(i: int) -> Finished:
+    """A finished streamed chat request as the relay builds it."""
+    t0 = time.perf_counter_ns()
+    ms = 1_000_000
+    clock = Clock(
+        received=t0,
+        dispatched=t0 + ms // 10,
+        first_up=t0 + 20 * ms,
+        first_sent=t0 + 20 * ms + 50_000,
+        last_up=t0 + (20 + 5 * (TOKENS - 1)) * ms,
+        end=t0 + (20 + 5 * (TOKENS - 1)) * ms + 100_000,
+    )
+    ev = Event(route="/v1/chat/completions")
+    ev.ts, ev.request_id, ev.model = "2026-11-21T00:00:00.000+00:00", f"req-{i}", "tiny"
+    ev.lane = ev.pool = "default"
+    ev.replica, ev.stream, ev.status, ev.http_status = "http://127.0.0.1:8001", True, c.OK, 200
+    ev.prompt_tokens, ev.completion_tokens, ev.cached_tokens = 128, TOKENS, 0
+    ev.finish_reason, ev.max_tokens, ev.prefix_fingerprint = "length", TOKENS, "0123456789abcdef"
+    ids = new_ids(None)
+    ev.trace_id, ev.span_id = ids.trace_id_hex, ids.span_id_hex
+    f = Finished(
+        ev, clock, time.time_ns(), ids, [5 * ms + (j % 7) * 1000 for j in range(TOKENS - 1)]
+    )
+    fill_timings(f)
+    return f
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and proc.poll() is None:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+            return
+        time.sleep(0.1)
+    raise RuntimeError("the OTLP receiver did not start")
+
+
+def _cpu() -> float:
+    return time.process_time()
+
+
+def measure(
+    name: str, export: Callable[[Finished], None], flush: Callable[[], object], n: int
+) -> dict[str, float]:
+    items = [finished(i) for i in range(n)]
+    for f in items[: n // 10]:  # warm
+        export(f)
+    flush()
+    on_loop = 0
+    cpu0 = _cpu()
+    for f in items:
+        t = time.perf_counter_ns()
+        export(f)
+        on_loop += time.perf_counter_ns() - t
+    flush()
+    total = _cpu() - cpu0
+    row = {"on_loop_us": on_loop / n / 1000, "total_cpu_us": total / n * 1e6}
+    print(
+        f"{name:12s} on loop {row['on_loop_us']:7.1f} us/request   "
+        f"total CPU {row['total_cpu_us']:7.1f} us/request",
+        file=sys.stderr,
+        flush=True,
+    )
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.exporter_cost",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--requests", type=int, default=20000)
+    ap.add_argument("--out", type=Path, default=Path("bench/results/exporter_cost.json"))
+    args = ap.parse_args(argv)
+    n = args.requests
+    results: dict[str, dict[str, float]] = {}
+    work = Path(tempfile.mkdtemp(prefix="vllm-obs-exporter-cost-"))
+
+    results["fill_timings"] = measure("fill_timings", fill_timings, lambda: None, n)
+
+    metrics = Metrics(single_upstream("http://127.0.0.1:8001"), CollectorRegistry())
+    results["metrics"] = measure("metrics", metrics.export, lambda: None, n)
+
+    jsonl = JsonlExporter(work / "events.jsonl")
+    results["events"] = measure("events", jsonl.export, jsonl.force_flush, n)
+    jsonl.shutdown()
+
+    port = free_port()
+    receiver = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time; from obs.sidecar.testing import OtlpReceiver; "
+            f"OtlpReceiver({port}).start(); time.sleep(3600)",
+        ]
+    )
+    try:
+        _wait_port(port, receiver)
+        # Room for every span: the batcher must encode and send them all, not drop them.
+        os.environ["OTEL_BSP_MAX_QUEUE_SIZE"] = str(7 * n)
+        spans = SpanExporter(otlp_processor(f"http://127.0.0.1:{port}/v1/traces"))
+        results["spans"] = measure("spans", spans.export, spans.force_flush, n)
+        spans.shutdown()
+    finally:
+        receiver.terminate()
+        receiver.wait(10)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"requests": n, "tokens": TOKENS, **results}, indent=2) + "\n")
+    print("| exporter | on the event loop (us/request) | total CPU (us/request) |")
+    print("|---|---|---|")
+    for name, row in results.items():
+        print(f"| {name} | {row['on_loop_us']:.1f} | {row['total_cpu_us']:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
