@@ -89,11 +89,16 @@ def error_message(data: bytes) -> str:
 def apply_usage_dict(ev: Event, usage: dict[str, Any] | None) -> None:
     if not isinstance(usage, dict):
         return
-    ev.prompt_tokens = usage.get("prompt_tokens")
-    ev.completion_tokens = usage.get("completion_tokens")
+    ev.prompt_tokens = _count(usage.get("prompt_tokens"))
+    ev.completion_tokens = _count(usage.get("completion_tokens"))
     details = usage.get("prompt_tokens_details")
     if isinstance(details, dict):
-        ev.cached_tokens = details.get("cached_tokens")
+        ev.cached_tokens = _count(details.get("cached_tokens"))
+
+
+def _count(v: object) -> int | None:
+    """A token count as the pool reported it, or None when it is not a count at all."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
 def apply_usage(ev: Event, state: StreamState) -> None:
@@ -111,4 +116,5 @@ def read_completion(ev: Event, data: bytes) -> None:
     apply_usage_dict(ev, obj.get("usage"))
     choices = obj.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        ev.finish_reason = choices[0].get("finish_reason")
+        fr = choices[0].get("finish_reason")
+        ev.finish_reason = fr if isinstance(fr, str) else None

@@ -89,7 +89,8 @@ class Relay:
             await self._fail(req, send, err)
         except Exception as err:  # never a traceback to the client, never a lost event
             log.exception("relay_internal_error", request_id=req.event.request_id)
-            await self._fail(req, send, e.RelayError(f"internal error in the sidecar: {err!r}"))
+            await self._fail(req, send, e.RelayError("internal error in the sidecar"))
+            req.event.error_message = f"internal error in the sidecar: {err!r}"[:300]
         finally:
             self._finish(req)
 
@@ -257,7 +258,7 @@ class Relay:
                     resp = await self.session().post(
                         replica.url + ev.route, data=raw, headers=up_headers, timeout=timeout
                     )
-                except aiohttp.ClientConnectorError as err:
+                except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as err:
                     req.clock.dispatched = 0  # never reached the pool: still queued
                     replica.outstanding -= 1
                     self.pools.mark_failed(replica)
@@ -399,7 +400,10 @@ class Relay:
             ev.error_phase = clock.current_phase()
         ids = req.ids or new_ids(None)
         finished = Finished(ev, clock, req.wall_ns, ids, req.itl, req.operation)
-        fill_timings(finished)
+        try:
+            fill_timings(finished)
+        except Exception:  # never lose the event over what a pool sent
+            log.exception("timings_failed", request_id=ev.request_id)
         self.export(finished)
 
 

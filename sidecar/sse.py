@@ -85,7 +85,7 @@ def _has_output(choices: list[dict[str, Any]]) -> bool:
         if c.get("finish_reason") is not None:
             return True
         delta = c.get("delta")
-        if delta is not None:
+        if isinstance(delta, dict):
             if delta.get("content") or delta.get("tool_calls") or delta.get("reasoning_content"):
                 return True
             if delta.get("reasoning") or delta.get("function_call"):
@@ -174,19 +174,21 @@ def classify_parsed(frame: bytes, state: StreamState) -> tuple[bool, bool]:
         err = obj["error"]
         state.error = err if isinstance(err, dict) else {"message": str(err)}
         return False, False
-    choices = obj.get("choices") or []
+    # A pool may send any JSON: only the expected types count, the rest is relayed untouched.
+    choices = obj.get("choices")
+    choices = [c for c in choices if isinstance(c, dict)] if isinstance(choices, list) else []
     usage = obj.get("usage")
-    if usage:
+    if isinstance(usage, dict) and usage:
         state.usage = usage
     fp = obj.get("system_fingerprint")
-    if fp:
+    if isinstance(fp, str) and fp:
         state.fingerprint = fp
-    is_usage = not choices and usage is not None
+    is_usage = not choices and isinstance(usage, dict)
     if not choices:
         return False, is_usage
     for c in choices:
         fr = c.get("finish_reason")
-        if fr is not None and state.finish_reason is None:
+        if isinstance(fr, str) and state.finish_reason is None:
             state.finish_reason = fr
     out = _has_output(choices)
     if out:

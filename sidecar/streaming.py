@@ -91,7 +91,9 @@ async def relay_stream(
         ev.stream_blocked_ms = ms(blocked)
         apply_usage(ev, state)
         return
-    tail = (stripper.flush() if stripper else []) + ([splitter.pending] if splitter.pending else [])
+    tail = stripper.flush() if stripper else []
+    if splitter.pending and state.done:  # bytes after [DONE]: the pool's, relayed as they are
+        tail.append(splitter.pending)
     if not state.done and state.error is None:
         stream_failed(req, state, e.UpstreamProtocol("the pool ended the stream without [DONE]"))
         tail.append(e.sse_error_frame(ev.error_message or "", "BadGatewayError", 502))

@@ -1,0 +1,102 @@
+"""Looking at a running sidecar from outside: metrics, SSE frames, open files and sockets.
+
+Shared by the fault, fuzz and soak tests. Everything here reads what a real
+process exposes (``/metrics``, ``/proc``); nothing reaches into the sidecar.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+from prometheus_client.parser import text_string_to_metric_families
+
+DONE_FRAME = b"data: [DONE]\n\n"
+_TCP_STATES = {"01": "ESTABLISHED", "06": "TIME_WAIT", "08": "CLOSE_WAIT", "0A": "LISTEN"}
+
+
+def metric(base_url: str, name: str, **labels: str) -> float:
+    """Sum of the samples named ``name`` whose labels include ``labels`` (0 if none)."""
+    text = httpx.get(base_url + "/metrics", timeout=10).text
+    total = 0.0
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                total += s.value
+    return total
+
+
+def label_values(base_url: str, name: str, label: str) -> set[str]:
+    """Every value ``label`` takes on the samples named ``name``."""
+    text = httpx.get(base_url + "/metrics", timeout=10).text
+    return {
+        s.labels[label]
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name == name and label in s.labels
+    }
+
+
+def sse_frames(body: bytes) -> list[bytes]:
+    """Complete SSE frames of ``body`` (separator stripped); a trailing partial frame is kept."""
+    parts = body.split(b"\n\n")
+    if parts and parts[-1] == b"":
+        parts.pop()
+    return parts
+
+
+def frame_json(frame: bytes) -> Any:
+    """The JSON payload of a ``data: {...}`` frame; raises if it is not one."""
+    if not frame.startswith(b"data: "):
+        raise ValueError(f"not a data frame: {frame[:80]!r}")
+    return orjson.loads(frame[6:])
+
+
+def is_error_frame(frame: bytes) -> bool:
+    """True for a well-formed OpenAI-style error frame ``data: {"error": {...}}``."""
+    try:
+        obj = frame_json(frame)
+    except (ValueError, orjson.JSONDecodeError):
+        return False
+    return isinstance(obj, dict) and isinstance(obj.get("error"), dict)
+
+
+def open_fds(pid: int) -> int:
+    """Number of open file descriptors of ``pid``."""
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of ``pid``."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def tcp_sockets(pid: int, remote_port: int | None = None) -> list[str]:
+    """States of the TCP sockets ``pid`` holds open (to ``remote_port`` if given)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    states = []
+    for table in ("tcp", "tcp6"):
+        path = Path(f"/proc/{pid}/net/{table}")
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines()[1:]:
+            cols = line.split()
+            if cols[9] not in inodes:
+                continue
+            port = int(cols[2].rsplit(":", 1)[1], 16)
+            if remote_port is None or port == remote_port:
+                states.append(_TCP_STATES.get(cols[3], cols[3]))
+    return states
