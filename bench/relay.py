@@ -131,6 +131,8 @@ class Bench:
 
     def measure_idle(self, seconds: float) -> None:
         """Each relay's CPU rate with no traffic (pool polling, scrapes), subtracted later."""
+        if seconds <= 0:  # no baseline: the relay's CPU is counted whole
+            return
         stats = {n: t.stat for n, t in self.targets.items() if t.stat is not None}
         before = {n: s.cpu_s() for n, s in stats.items()}
         time.sleep(seconds)
@@ -196,7 +198,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--ttft-ms", type=float, default=20.0, help="the fake's time to first token")
     ap.add_argument("--itl-ms", type=float, default=5.0, help="the fake's inter-token delay")
     ap.add_argument("--scrape-interval", type=float, default=1.0, metavar="SECONDS")
-    ap.add_argument("--idle-seconds", type=float, default=3.0, help="idle CPU baseline window")
+    ap.add_argument(
+        "--idle-seconds", type=float, default=3.0, help="idle CPU baseline window (0: no baseline)"
+    )
     ap.add_argument(
         "--extra-sidecar",
         action="append",
