@@ -119,8 +119,11 @@ class Metrics:
     def watch_lanes(self, gates: Mapping[str, LaneLoad]) -> None:
         """The in-flight and queued gauges read each lane's admission state at scrape time."""
         for lane, gate in gates.items():
-            self.in_flight.labels(lane).set_function(_reader(gate, "in_flight"))
-            self.queued.labels(lane).set_function(_reader(gate, "queued"))
+            self._watch_lane(lane, gate)
+
+    def _watch_lane(self, lane: str, gate: LaneLoad) -> None:
+        self.in_flight.labels(lane).set_function(lambda: gate.in_flight)
+        self.queued.labels(lane).set_function(lambda: gate.queued)
 
     def event_written(self, exporter: str, n: int) -> None:
         self.written.labels(exporter).inc(n)
@@ -133,10 +136,6 @@ class Metrics:
 
     def engine_span(self, result: str) -> None:
         self.engine_spans.labels(result).inc()
-
-
-def _reader(gate: LaneLoad, attr: str) -> Callable[[], float]:
-    return lambda: float(getattr(gate, attr))
 
 
 class LaneLoad(Protocol):

@@ -9,7 +9,6 @@ byte, in the exporters.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 import uuid
 from collections.abc import Callable
@@ -21,12 +20,13 @@ import orjson
 import structlog
 
 from obs import conventions as c
-from obs.config import Auth, Lane
+from obs.config import Lane
 from obs.events import Event
 from obs.lanes import Classifier, RequestAttrs, estimate_prompt_tokens
 from obs.record import Finished, fill_timings
 from obs.sidecar import errors as e
 from obs.sidecar.admission import LaneGate, Rejected, Ticket
+from obs.sidecar.auth import Tenants
 from obs.sidecar.client import client_conn
 from obs.sidecar.payloads import (
     GENERATE_ROUTES,
@@ -74,8 +74,7 @@ class Relay:
         self.pool_keys = pool_keys or {}
         config = classifier.config
         self.gates = {lane.name: LaneGate(lane) for lane in config.lanes}
-        self.auth: Auth = config.auth
-        self.tenants = {k.sha256: k.tenant for k in config.auth.api_keys}
+        self.tenants = Tenants(config.auth)
         self.needs_prompt_tokens = classifier.needs_prompt_tokens or any(
             g.policy.max_prompt_tokens is not None or g.policy.token_budget is not None
             for g in self.gates.values()
@@ -122,7 +121,7 @@ class Relay:
             ev.request_id = ev.request_id[:128]
         req.ids = new_ids(headers.get("traceparent"))
         ev.trace_id, ev.span_id = req.ids.trace_id_hex, req.ids.span_id_hex
-        ev.tenant = self._tenant(headers)
+        ev.tenant = self.tenants.resolve(headers)
         if scope["method"] != "POST":
             raise e.MethodNotAllowed(
                 f"{scope['method']} is not allowed on {scope['path']}; use POST"
@@ -155,22 +154,6 @@ class Relay:
                     inject = ev.usage_injected = True
         req.conn = client_conn(scope)
         await self._dispatch(req, lane, gate, cost, headers, raw, inject, receive, send)
-
-    def _tenant(self, headers: dict[str, str]) -> str | None:
-        """The tenant from the client's API key (401 without a listed key) or a trusted header."""
-        if self.tenants:
-            auth = headers.get("authorization", "")
-            scheme, _, key = auth.partition(" ")
-            if scheme.lower() != "bearer" or not key.strip():
-                raise e.Unauthorized("an API key is required: send 'Authorization: Bearer KEY'")
-            tenant = self.tenants.get(hashlib.sha256(key.strip().encode()).hexdigest())
-            if tenant is None:
-                raise e.Unauthorized("the API key is not valid for this service")
-            return tenant
-        if self.auth.tenant_header:
-            value = headers.get(self.auth.tenant_header.lower())
-            return value[:64] if value else None
-        return None
 
     def _attrs(
         self, ev: Event, headers: dict[str, str], body: dict[str, Any] | None
@@ -207,7 +190,7 @@ class Relay:
         key = self.pool_keys.get(pool)
         if key:
             h["authorization"] = f"Bearer {key}"
-        elif "authorization" in headers and not self.tenants:  # sidecar keys stop here
+        elif "authorization" in headers and not self.tenants.checks_keys:
             h["authorization"] = headers["authorization"]
         if "tracestate" in headers:
             h["tracestate"] = headers["tracestate"]
@@ -331,7 +314,7 @@ class Relay:
         await send({"type": "http.response.start", "status": resp.status, "headers": out_headers})
         req.started = True
         slow, idle_s = lane.admission.slow_client, lane.timeouts.idle_s
-        await relay_stream(req, resp, inject, send, req.conn, slow, idle_s)
+        await relay_stream(req, resp, inject, send, slow, idle_s)
 
     async def _respond_whole(
         self,

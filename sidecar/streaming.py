@@ -16,7 +16,6 @@ from obs import conventions as c
 from obs.config import SlowClient
 from obs.phases import ms
 from obs.sidecar import errors as e
-from obs.sidecar.client import ClientConn
 from obs.sidecar.payloads import apply_usage, upstream_error
 from obs.sidecar.request import Request
 from obs.sidecar.sse import FrameSplitter, StreamState, UsageStripper, classify
@@ -30,11 +29,10 @@ async def relay_stream(
     resp: aiohttp.ClientResponse,
     inject: bool,
     send: Send,
-    conn: ClientConn | None,
     slow: SlowClient,
     drain_timeout_s: float,
 ) -> None:
-    ev, clock, itl = req.event, req.clock, req.itl
+    ev, clock, itl, conn = req.event, req.clock, req.itl, req.conn
     limit = slow.buffer_bytes
     abort_at = limit if conn is not None and slow.policy == "abort" else 0
     if conn is not None:

@@ -18,15 +18,30 @@ DONE_FRAME = b"data: [DONE]\n\n"
 _TCP_STATES = {"01": "ESTABLISHED", "06": "TIME_WAIT", "08": "CLOSE_WAIT", "0A": "LISTEN"}
 
 
-def metric(base_url: str, name: str, **labels: str) -> float:
-    """Sum of the samples named ``name`` whose labels include ``labels`` (0 if none)."""
-    text = httpx.get(base_url + "/metrics", timeout=10).text
-    total = 0.0
+Samples = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def parse_samples(text: str) -> Samples:
+    """Every sample of a Prometheus exposition, by sample name: (labels, value) pairs."""
+    out: Samples = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                total += s.value
-    return total
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
+
+
+def samples(base_url: str) -> Samples:
+    """The samples ``base_url``/metrics serves now."""
+    return parse_samples(httpx.get(base_url + "/metrics", timeout=10).text)
+
+
+def metric(base_url: str, name: str, **labels: str) -> float:
+    """Sum of the samples named ``name`` whose labels include ``labels`` (0 if none)."""
+    return sum(
+        v
+        for lb, v in samples(base_url).get(name, [])
+        if all(lb.get(k) == want for k, want in labels.items())
+    )
 
 
 def label_values(base_url: str, name: str, label: str) -> set[str]:

@@ -24,7 +24,6 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from obs import conventions as c
 from obs.cli import main as cli_main
@@ -33,6 +32,7 @@ from obs.engine import EnginePaths, VllmServer
 from obs.loadgen.records import read_records
 from obs.sidecar.testing import SidecarProcess
 
+from . import probes
 from .conftest import SidecarFactory
 from .test_loadgen_engine import TINY_MIX
 
@@ -96,21 +96,13 @@ def _chat(text: str, max_tokens: int = 8, **extra: Any) -> dict[str, Any]:
 LONG = {"ignore_eos": True}  # with max_tokens 1900: seconds of generation
 
 
-def _metrics(sc: SidecarProcess) -> dict[str, list[tuple[dict[str, str], float]]]:
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for fam in text_string_to_metric_families(httpx.get(sc.url + "/metrics").text):
-        for s in fam.samples:
-            out.setdefault(s.name, []).append((s.labels, s.value))
-    return out
-
-
 def _gauge(sc: SidecarProcess, name: str, lane: str) -> float:
-    return sum(v for lb, v in _metrics(sc).get(name, []) if lb.get(c.LANE) == lane)
+    return probes.metric(sc.url, name, **{c.LANE: lane})
 
 
 def _rejections(sc: SidecarProcess) -> Counter[tuple[str, str]]:
     out: Counter[tuple[str, str]] = Counter()
-    for lb, v in _metrics(sc).get(c.ADMISSION_REJECTIONS.name + "_total", []):
+    for lb, v in probes.samples(sc.url).get(c.ADMISSION_REJECTIONS.name + "_total", []):
         out[(lb[c.LANE], lb[c.REASON])] += int(v)
     return out
 
@@ -228,7 +220,7 @@ def test_default_config_routes_the_six_classes_to_their_lanes_and_pools(
         assert ev["replica"] == (vllm.url if expected[cls] == "interactive" else vllm_b.url)
         seen[cls] += 1
     assert set(seen) == set(expected), seen
-    series = _metrics(sc)[c.REQUESTS.name + "_total"]
+    series = probes.samples(sc.url)[c.REQUESTS.name + "_total"]
     by_lane: Counter[str] = Counter()
     for lb, v in series:
         assert expected[lb[c.LANE]] == lb[c.POOL]

@@ -11,12 +11,12 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from obs.conventions import PHASES
 from obs.engine import VllmServer
 from obs.sidecar.testing import OtlpReceiver
 
+from . import probes
 from .conftest import SidecarFactory, require_binary
 
 pytestmark = pytest.mark.engine
@@ -205,14 +205,6 @@ def test_trace_has_root_five_phases_and_vllm_span(
     assert len([s for s in spans if s.name == "chat tiny"]) == 1
 
 
-def _samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out.setdefault(s.name, []).append((s.labels, s.value))
-    return out
-
-
 def test_metrics_pass_promtool_and_count_every_request(
     vllm: VllmServer, sidecar: SidecarFactory
 ) -> None:
@@ -230,7 +222,7 @@ def test_metrics_pass_promtool_and_count_every_request(
         [promtool, "check", "metrics"], input=text, capture_output=True, text=True
     )
     assert check.returncode == 0, check.stdout + check.stderr
-    s = _samples(text)
+    s = probes.parse_samples(text)
     n = n_stream + n_plain
     assert sum(v for _, v in s["vllm_obs_requests_total"]) == n
     assert sum(v for _, v in s["vllm_obs_request_duration_seconds_count"]) == n
@@ -245,11 +237,6 @@ def test_metrics_pass_promtool_and_count_every_request(
     assert s["vllm_obs_pool_prefix_cache_queries_total"][0][1] > 0
     assert "vllm_obs_pool_prefix_cache_hits_total" in s
     assert s["vllm_obs_pool_up"][0][1] == 1
-
-
-def _vllm_sample(vllm: VllmServer, name: str) -> float:
-    text = httpx.get(vllm.url + "/metrics").text
-    return sum(v for _, v in _samples(text).get(name, []))
 
 
 def _leave_after_20_tokens(url: str, body: dict[str, Any]) -> float:
@@ -273,7 +260,7 @@ def test_client_disconnect_aborts_upstream(vllm: VllmServer, sidecar: SidecarFac
     attempts = 0
     while attempts < 4:
         attempts += 1
-        generated_before = _vllm_sample(vllm, "vllm:generation_tokens_total")
+        generated_before = probes.metric(vllm.url, "vllm:generation_tokens_total")
         took = _leave_after_20_tokens(sc.url + CHAT, body)
         if took < 1.0:
             break
@@ -281,12 +268,12 @@ def test_client_disconnect_aborts_upstream(vllm: VllmServer, sidecar: SidecarFac
     else:
         pytest.fail(f"vLLM never streamed progressively in {attempts} attempts ({took:.1f} s)")
     left = time.monotonic()
-    while _vllm_sample(vllm, "vllm:num_requests_running") != 0 and time.monotonic() - left < 5:
+    while probes.metric(vllm.url, "vllm:num_requests_running") != 0 and time.monotonic() - left < 5:
         time.sleep(0.05)
     stopped_after = time.monotonic() - left
     assert stopped_after < 1.0, f"vLLM still running the request {stopped_after:.2f} s later"
     time.sleep(1.0)  # vLLM's counters are published with a short delay
-    generated = _vllm_sample(vllm, "vllm:generation_tokens_total") - generated_before
+    generated = probes.metric(vllm.url, "vllm:generation_tokens_total") - generated_before
     assert generated < max_tokens / 2, f"vLLM generated {generated} of {max_tokens} tokens"
     events = sc.wait_events(attempts)
     event = events[-1]
