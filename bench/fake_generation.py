@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import orjson
@@ -143,17 +144,28 @@ class Generation:
             else b',"logprobs":null,"finish_reason":null,"stop_reason":null,'
             b'"prompt_token_ids":null,"token_ids":null}]}\n\n'
         )
-        self._start = asyncio.get_running_loop().time()
+        self._start = time.perf_counter()
 
     # ---- scheduling -------------------------------------------------------------------
 
     def start(self) -> None:
-        loop = asyncio.get_running_loop()
         if self.stream:
-            self._handle = loop.call_at(self._start + self.pacing.ttft_s, self._step)
+            self._at(self.pacing.ttft_s, self._step)
         else:
-            total = self.pacing.ttft_s + self.pacing.itl_s * (self._n - 1)
-            self._handle = loop.call_at(self._start + total, self._whole)
+            self._at(self.pacing.ttft_s + self.pacing.itl_s * (self._n - 1), self._whole)
+
+    def _at(self, offset_s: float, step: Callable[[], None]) -> None:
+        """Run ``step`` ``offset_s`` after the start, by the real clock: never early.
+
+        The loop's own clock is cached per iteration (uvloop: in whole milliseconds), so
+        its timers can fire a little before the real deadline; they are re-armed then.
+        """
+        left = self._start + offset_s - time.perf_counter()
+        loop = asyncio.get_running_loop()
+        if left <= 0:  # due (or late): next loop turn, as a past call_at would be
+            self._handle = loop.call_soon(step)
+        else:
+            self._handle = loop.call_later(left, self._at, offset_s, step)
 
     def cancel(self) -> None:
         if self._handle is not None:
@@ -183,12 +195,10 @@ class Generation:
             return
         if conn.paused:
             return
-        loop = asyncio.get_running_loop()
         if self.pacing.itl_s > 0:
-            at = self._start + self.pacing.ttft_s + self.pacing.itl_s * self._sent
-            self._handle = loop.call_at(at, self._step)
+            self._at(self.pacing.ttft_s + self.pacing.itl_s * self._sent, self._step)
         else:
-            self._handle = loop.call_soon(self._step)
+            self._handle = asyncio.get_running_loop().call_soon(self._step)
 
     def _delta(self, tok: bytes) -> bytes:
         return b'"delta":{"content":' + tok + b"}" if self.chat else b'"text":' + tok

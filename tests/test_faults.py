@@ -402,6 +402,10 @@ def test_sigterm_lets_in_flight_streams_finish_refuses_new_and_flushes_events(
             httpx.post(sc.url + CHAT, json=chat(2, stream=False), timeout=30)
         except httpx.ConnectError:
             refused = True
+        except httpx.ReadError:
+            # Raced the listener closing: the connection sat in the accept backlog and the
+            # kernel reset it unanswered. Not served either: refused as well.
+            refused = True
         time.sleep(0.02)
     assert refused, "the sidecar kept accepting connections after SIGTERM"
     for s in streams:
