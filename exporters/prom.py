@@ -70,6 +70,10 @@ class Metrics:
                 tokens.labels(lane.name, lane.pool)  # 0, not absent: ratios show 0% not no data
             self.in_flight.labels(lane.name)
             self.queued.labels(lane.name)
+            # 0 before the first rejection: else a lane's first burst of rejections creates the
+            # series at its burst value, and rate() (hence the rejection alert) never sees it.
+            for reason in c.REJECTION_REASONS:
+                self.rejections.labels(lane.name, reason)
 
     # Exporter interface.
     def export(self, finished: Finished) -> None:

@@ -135,7 +135,7 @@ COMPLETION_TOKENS = _m("completion_tokens", "counter", "Output tokens relayed.",
 ADMISSION_REJECTIONS = _m(
     "admission_rejections",
     "counter",
-    "Requests refused by the lane's admission policy, by reason.",
+    "Requests refused by the lane's admission policy, by reason (every lane and reason from 0).",
     LANE,
     REASON,
 )

@@ -5,6 +5,12 @@ once; the monitor polls each replica's ``/metrics`` every ``interval`` and
 marks it healthy again (and keeps its engine state) when it answers. A pool
 whose replicas are all unhealthy is still tried, so traffic resumes on the
 first request after the engine is back, without waiting for a poll.
+
+A replica that accepts the poll's connection but answers late is busy, not down: a
+saturated engine starves its API server, and /metrics answers seconds late exactly
+when its KV cache is full. It keeps its health and its last engine state through
+``SLOW_POLLS_TOLERATED`` late polls in a row; the next one marks it down (a frozen
+engine). A refused or timed-out connection marks it down at once.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ log = structlog.get_logger("vllm_obs.pools")
 # pools from spilling on every short burst: a cache hit is worth a few queued requests.
 AFFINITY_LOAD_FACTOR = 1.5
 AFFINITY_LOAD_SLACK = 4
+SLOW_POLLS_TOLERATED = 2
 
 
 def _weight(key: str, url: str) -> bytes:
@@ -42,6 +49,7 @@ class Replica:
     healthy: bool = True
     state: EngineState | None = None
     failures: int = 0
+    slow_polls: int = 0  # late /metrics answers in a row (the connection was accepted)
 
 
 class PoolSet:
@@ -96,7 +104,8 @@ class PoolSet:
         return {pool: {r.url: r.healthy for r in reps} for pool, reps in self.replicas.items()}
 
     async def poll_once(self, session: aiohttp.ClientSession) -> None:
-        timeout = aiohttp.ClientTimeout(total=min(2.0, self.poll_interval_s))
+        limit = min(2.0, self.poll_interval_s)
+        timeout = aiohttp.ClientTimeout(total=limit, sock_connect=limit)
         reps = [r for rs in self.replicas.values() for r in rs]
         await asyncio.gather(*(self._poll(session, r, timeout) for r in reps))
 
@@ -110,12 +119,25 @@ class PoolSet:
                         resp.request_info, (), status=resp.status, message="bad status"
                     )
                 text = await resp.text()
-        except (aiohttp.ClientError, TimeoutError, OSError):
-            r.state = None
-            self.mark_failed(r)
+        except TimeoutError as e:
+            connected = not isinstance(e, aiohttp.ConnectionTimeoutError)
+            if connected and r.healthy and r.slow_polls < SLOW_POLLS_TOLERATED:
+                r.slow_polls += 1
+                log.info("replica_metrics_slow", pool=r.pool, replica=r.url, late=r.slow_polls)
+                return
+            self._poll_failed(r)
             return
+        except (aiohttp.ClientError, OSError):
+            self._poll_failed(r)
+            return
+        r.slow_polls = 0
         r.state = parse_engine_state(text)
         self.mark_ok(r)
+
+    def _poll_failed(self, r: Replica) -> None:
+        r.slow_polls = 0
+        r.state = None
+        self.mark_failed(r)
 
     def start(self, session: aiohttp.ClientSession) -> None:
         async def loop() -> None:

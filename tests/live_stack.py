@@ -7,9 +7,10 @@ scraping the sidecar and both pools every second and loading the rules that
 ``vllm-obs alerts --max-for 0s --max-interval 2s`` generates, and Alertmanager delivering
 every alert to a webhook receiver.
 
-``LiveStack.run`` drives the demo mix with ``vllm-obs load`` and, meanwhile, bursts of long
-prompts at the tiny-KV pool and bursts of concurrent requests at the limited lane; then
-stops the bulk pool's engine and sends it a few more requests. It records what it saw and
+``LiveStack.run`` drives the demo mix with ``vllm-obs load`` and, meanwhile, keeps the tiny-KV
+pool full of long requests until the KV alert is delivered, and sends bursts of concurrent
+requests at the limited lane; then stops the bulk pool's engine and sends it a few more
+requests. It records what it saw and
 never asserts: the tests do. Every process it starts is stopped by ``close``.
 """
 
@@ -48,7 +49,7 @@ from obs.engine.server import free_port
 from obs.loadgen.prompts import CharEstimate
 from obs.sidecar.testing import SidecarProcess
 
-KV_CACHE_BYTES = 4 << 20  # 4096 tokens of the tiny model: three long prompts fill it
+KV_CACHE_BYTES = 4 << 20  # 4096 tokens of the tiny model: 31 blocks of 128 tokens on CPU
 LIMITED = "limited"
 SCRAPE_S = 1
 MAX_FOR = "0s"  # the KV gauge swings between 30% and 100% within a second under this load
@@ -59,11 +60,19 @@ MAX_INTERVAL = "2s"
 LOAD_RATE = 2.5
 LOAD_DURATION_S = 20.0
 LOAD_SEED = 5
-KV_BURST = 12  # concurrent ~1150-token prompts (+300 output tokens) at the 4096-token pool
-KV_BURSTS_MAX = 3
+# KV pressure: ~1725-token prompts (14 blocks) with 250 output tokens, KV_WORKERS at a time,
+# so two running requests hold 28 of 31 blocks (> 90%) from the second one's admission on.
+# Sustained, not a burst: a saturated engine on 2 cores answers /metrics seconds late, and
+# only a poll that gets through while the cache is full can report it.
+KV_PROMPT_TOKENS = 1500  # as CharEstimate counts; the tiny model's tokenizer makes ~1725
+KV_OUTPUT_TOKENS = 250
+KV_WORKERS = 3
+KV_WAIT_S = 90.0
 ADMISSION_BURST = 6  # concurrent requests at the limited lane (1 slot, no queue)
 ADMISSION_ROUNDS = 3
-ALERT_WAIT_S = 30.0
+ADMISSION_TOKENS = 256  # the admitted request holds the slot while the burst's others arrive
+ALERT_WAIT_S = 60.0
+SCRAPED_WAIT_S = 60.0
 
 
 def lanes_config(path: Path, interactive: str, bulk: str) -> Config:
@@ -106,7 +115,7 @@ class LiveStack:
     finished: float = 0.0
     load_status: int | None = None
     load_output: str = ""
-    kv_bursts: int = 0
+    kv_requests: int = 0
     admission: list[Reply] = field(default_factory=list)
     after_stop: list[Reply] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -173,7 +182,17 @@ class LiveStack:
             free_port(),
         ).start()
         self.started = time.time()
+        self._wait_scraped()
         return self
+
+    def _wait_scraped(self) -> None:
+        """Until Prometheus holds a sample of the sidecar: a counter's first rise needs one."""
+        assert self.prometheus is not None
+        deadline = time.monotonic() + SCRAPED_WAIT_S
+        while not self.prometheus.client.query('up{job="vllm-obs-sidecar"} == 1'):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Prometheus did not scrape the sidecar in {SCRAPED_WAIT_S:g} s")
+            time.sleep(0.25)
 
     def close(self) -> None:
         """Stop everything this stack started (not the session's engine), by PID."""
@@ -199,11 +218,17 @@ class LiveStack:
         self.load = load = self._start_load()
         admission = threading.Thread(target=self._admission_rounds, name="admission")
         admission.start()
-        for _ in range(KV_BURSTS_MAX):
-            self.kv_bursts += 1
-            _together(KV_BURST, lambda i: self._long_prompt(self.kv_bursts * 100 + i))
-            if self._wait_notified(c.ALERT_KV_CACHE_USAGE_HIGH, 5.0, pool="bulk"):
-                break
+        full = threading.Event()
+        kv = [
+            threading.Thread(target=self._kv_pressure, args=(w, full), name=f"kv-{w}")
+            for w in range(KV_WORKERS)
+        ]
+        for t in kv:
+            t.start()
+        self._wait_notified(c.ALERT_KV_CACHE_USAGE_HIGH, KV_WAIT_S, pool="bulk")
+        full.set()
+        for t in kv:
+            t.join()
         admission.join()
         try:
             out, _ = load.communicate(timeout=180)
@@ -239,12 +264,18 @@ class LiveStack:
     def _admission_rounds(self) -> None:
         for _ in range(ADMISSION_ROUNDS):
             self.admission += _together(
-                ADMISSION_BURST, lambda i: self._post(LIMITED, f"limited {i}", 64)
+                ADMISSION_BURST, lambda i: self._post(LIMITED, f"limited {i}", ADMISSION_TOKENS)
             )
             time.sleep(2 * SCRAPE_S)
 
-    def _long_prompt(self, i: int) -> Reply:
-        return self._post("long-prefill", CharEstimate().fit(f"kv-{i}", 1000), 300)
+    def _kv_pressure(self, worker: int, stop: threading.Event) -> None:
+        """Long requests one after another at the tiny-KV pool until ``stop``."""
+        n = 0
+        while not stop.is_set():
+            n += 1
+            self.kv_requests += 1
+            prompt = CharEstimate().fit(f"kv-{worker}-{n}", KV_PROMPT_TOKENS)
+            self._post("long-prefill", prompt, KV_OUTPUT_TOKENS)
 
     def _post(self, lane: str, content: str, max_tokens: int) -> Reply:
         assert self.sidecar is not None

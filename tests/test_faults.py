@@ -38,7 +38,7 @@ from obs.engine import EnginePaths, ServerError, VllmServer
 from obs.sidecar.testing import SidecarProcess
 
 from .conftest import SidecarFactory
-from .probes import DONE_FRAME, is_error_frame, metric, sse_frames, tcp_sockets
+from .probes import DONE_FRAME, is_error_frame, metric, samples, sse_frames, tcp_sockets
 
 pytestmark = pytest.mark.engine
 
@@ -305,6 +305,31 @@ def test_replica_frozen_mid_stream_ends_stream_at_idle_timeout(
     wait_until(lambda: vllm_running(spare) == 0, 10, "vLLM to abort the timed-out request")
     assert httpx.post(sc.url + CHAT, json=chat(4, stream=False), timeout=60).status_code == 200
     assert_exits_promptly(sc)
+
+
+def test_replica_late_on_one_poll_keeps_its_health_and_engine_state(
+    vllm: VllmServer, spare: VllmServer, sidecar: SidecarFactory, tmp_path: Path
+) -> None:
+    """A replica that answers one or two polls late (busy) stays up, with its last KV reading."""
+    config = write_config(tmp_path / "lanes.yaml", [spare.url, vllm.url], first_token_s=5)
+    sc = sidecar(config=config, traces=False, args=("--pool-poll-interval", "1"))
+    up = {"pool": "main", "replica": spare.url}
+    wait_until(lambda: metric(sc.url, "vllm_obs_pool_up", **up) == 1, 10, "spare up")
+    seen: list[tuple[float, bool]] = []
+    spare.pause()  # 1.5 s: at most two polls (1 s timeout, then 1 s apart) answer late
+    try:
+        paused = time.monotonic()
+        while time.monotonic() - paused < 1.5:
+            kv = samples(sc.url).get("vllm_obs_pool_kv_cache_usage_ratio", [])
+            pool_up = metric(sc.url, "vllm_obs_pool_up", **up)
+            seen.append((pool_up, any(lb.get("replica") == spare.url for lb, _ in kv)))
+            time.sleep(0.1)
+    finally:
+        spare.resume()
+    time.sleep(2.5)  # the polls after the thaw
+    seen.append((metric(sc.url, "vllm_obs_pool_up", **up), True))
+    assert len(seen) > 5 and all(pool_up == 1 and kv for pool_up, kv in seen), seen
+    assert httpx.get(sc.url + "/health").json()["pools"]["main"][spare.url] is True
 
 
 def test_frozen_replica_leaves_the_pool_until_it_thaws(

@@ -155,10 +155,10 @@ def test_every_panel_of_the_operational_dashboards_returns_data(stack: LiveStack
 def test_tiny_kv_cache_under_long_prompts_fires_kv_alert_to_alertmanager(
     stack: LiveStack,
 ) -> None:
-    """A 4096-token KV cache under long prompts: KV usage alert fires, the webhook gets it."""
+    """A 4096-token KV cache kept full by long requests: the KV alert fires, the webhook gets it."""
     assert stack.bulk is not None
     sent = stack.notified(c.ALERT_KV_CACHE_USAGE_HIGH, pool="bulk")
-    assert sent, (stack.kv_bursts, stack.notes)
+    assert sent, (stack.kv_requests, stack.notes)
     assert sent[0].labels["severity"] == "ticket"
     assert sent[0].labels["replica"] == stack.bulk.url
     assert sent[0].annotations["runbook_url"].endswith("#vllmobskvcacheusagehigh")

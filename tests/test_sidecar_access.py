@@ -10,8 +10,10 @@ from pathlib import Path
 
 import httpx
 
+from obs import conventions as c
 from obs.sidecar.testing import free_port
 
+from . import probes
 from .conftest import SidecarFactory
 
 DEAD_POOL = f"http://127.0.0.1:{free_port()}"
@@ -27,6 +29,16 @@ def test_metrics_address_serves_metrics_apart_from_the_relay(sidecar: SidecarFac
     scraped = httpx.get(f"http://127.0.0.1:{port}/metrics")
     assert scraped.status_code == 200
     assert "vllm_obs_requests_total" in scraped.text or "vllm_obs_lane_info" in scraped.text
+
+
+def test_rejection_counters_exist_at_zero_before_any_request(sidecar: SidecarFactory) -> None:
+    """Every lane x reason rejection series is 0 from the start, so rate() sees a first burst."""
+    sc = sidecar(DEAD_POOL, traces=False)
+    series = probes.samples(sc.url)[c.ADMISSION_REJECTIONS.name + "_total"]
+    seen = {(lb[c.LANE], lb[c.REASON]): v for lb, v in series}
+    lanes = {lb[c.LANE] for lb, _ in probes.samples(sc.url)[c.LANE_INFO.name]}
+    assert lanes and set(seen) == {(ln, r) for ln in lanes for r in c.REJECTION_REASONS}
+    assert set(seen.values()) == {0.0}
 
 
 def test_metrics_address_in_use_is_a_clear_error(tmp_path: Path) -> None:
