@@ -66,6 +66,11 @@ def describe(config: object) -> str:
         if not lane.match:
             lines.append("    match: (no rules)")
         lines.append(f"    admission: {', '.join(lim) or 'unlimited'}")
+        t = lane.timeouts
+        lines.append(
+            f"    timeouts: connect {t.connect_s:g} s, first token {t.first_token_s:g} s, "
+            f"idle {t.idle_s:g} s"
+        )
         slo = lane.slo
         parts = []
         if slo.ttft:

@@ -61,7 +61,8 @@ class Event:
     http_status: int | None = _f("HTTP status the client received (or would have).")
     error_class: str | None = _f(
         "Why it failed: upstream_connect, upstream_status, upstream_timeout, "
-        "upstream_protocol, client_disconnect, admission, bad_request."
+        "upstream_protocol, upstream_stream_error, client_disconnect, slow_client, admission, "
+        "bad_request, unauthorized, shutdown, internal."
     )
     error_phase: str | None = _f("Phase the request was in when it failed.")
     error_message: str | None = _f("Short error text (never prompt or output text).")
@@ -105,6 +106,12 @@ class Event:
     engine_ttft_ms: float | None = _f("Engine: arrival in vLLM to first token.")
     prefix_fingerprint: str | None = _f(
         "Short hash of the prompt's first 512 characters, for cache analysis (no text)."
+    )
+    prompt_text: str | None = _f(
+        "The prompt's text, redacted; only with --capture-text prompt|all (else null)."
+    )
+    output_text: str | None = _f(
+        "The output's text (first choice), redacted; only with --capture-text output|all."
     )
 
     def to_dict(self) -> dict[str, Any]:

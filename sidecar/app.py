@@ -98,6 +98,7 @@ class SidecarApp:
             self.session,
             max_body_bytes=settings.max_body_bytes,
             pool_keys=pool_keys,
+            capture=settings.capture,
         )
         self.metrics.watch_lanes(self.relay.gates)
         self.routes = set(GENERATE_ROUTES) | set(PASSTHROUGH_ROUTES) | set(settings.extra_routes)
@@ -202,10 +203,13 @@ class SidecarApp:
             "sidecar_started",
             pools={p.name: p.replicas for p in self.settings.config.pools},
             events=str(self.settings.events_path),
+            capture_text=self.settings.capture.describe() if self.settings.capture else "off",
         )
         try:
             yield
         finally:
+            if self.relay.running:  # requests cut at the end of the grace: their last words
+                await asyncio.wait(self.relay.running, timeout=2)
             self.join.flush()
             if self._forwards:
                 await asyncio.wait(self._forwards, timeout=5)

@@ -94,6 +94,26 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="serve /metrics on this address instead of the relay's port (e.g. an internal "
         "interface the scraper reaches and clients do not); the relay's /metrics is then 404",
     )
+    p.add_argument(
+        "--capture-text",
+        choices=["none", "prompt", "output", "all"],
+        default="none",
+        help="write the prompt and/or output text into each JSONL event (prompt_text, "
+        "output_text), through the redaction hook; never into spans or logs (default: none)",
+    )
+    p.add_argument(
+        "--redact-hook",
+        metavar="MODULE:FUNCTION",
+        help="with --capture-text: a str -> str function every captured text goes through "
+        "(default: obs.sidecar.capture:redact, which masks e-mails, tokens, long numbers, IPs)",
+    )
+    p.add_argument(
+        "--capture-max-chars",
+        type=int,
+        default=4096,
+        metavar="N",
+        help="with --capture-text: keep at most N characters of each text (default: %(default)s)",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(handler=run)
 
@@ -101,6 +121,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> int:
     from obs.config import load_config, single_upstream
     from obs.errors import ConfigError
+    from obs.sidecar.capture import TextCapture
     from obs.sidecar.server import serve
     from obs.sidecar.settings import Settings
 
@@ -126,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         engine_join_wait_s=args.engine_join_wait,
         metrics_address=metrics_address,
+        capture=TextCapture.parse(args.capture_text, args.redact_hook, args.capture_max_chars),
     )
     return serve(settings)
 

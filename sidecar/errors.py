@@ -69,6 +69,14 @@ class UpstreamUnavailable(RelayError):
     retry_after = 1
 
 
+class ShuttingDown(RelayError):
+    """The sidecar's shutdown grace ended while the request was still running."""
+
+    status = 503
+    type_ = "ServiceUnavailableError"
+    error_class = "shutdown"
+
+
 class UpstreamTimeout(RelayError):
     status = 504
     type_ = "GatewayTimeoutError"

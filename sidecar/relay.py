@@ -27,20 +27,19 @@ from obs.record import Finished, fill_timings
 from obs.sidecar import errors as e
 from obs.sidecar.admission import LaneGate, Rejected, Ticket
 from obs.sidecar.auth import Tenants
+from obs.sidecar.capture import TextCapture
 from obs.sidecar.client import client_conn
+from obs.sidecar.deadline import Deadline, first_token_timeout
 from obs.sidecar.payloads import (
     GENERATE_ROUTES,
-    error_message,
     fingerprint,
     parse_json,
-    read_completion,
     request_headers,
     try_json,
-    upstream_error,
 )
 from obs.sidecar.pools import PoolSet
 from obs.sidecar.request import Request
-from obs.sidecar.streaming import relay_stream
+from obs.sidecar.streaming import relay_stream, relay_whole
 from obs.sidecar.types import Message, Receive, Scope, Send
 from obs.tracecontext import new_ids
 
@@ -51,6 +50,7 @@ log = structlog.get_logger("vllm_obs.relay")
 # Response headers not copied from the pool (hop-by-hop, or set by our server).
 _SKIP_HEADERS = {b"connection", b"keep-alive", b"transfer-encoding", b"date", b"server"}
 _BODY = "http.response.body"
+SHUTDOWN_MESSAGE = "the sidecar shut down before the request finished (--shutdown-grace ended)"
 
 
 class Relay:
@@ -65,6 +65,7 @@ class Relay:
         *,
         max_body_bytes: int,
         pool_keys: dict[str, str] | None = None,
+        capture: TextCapture | None = None,
     ) -> None:
         self.classifier = classifier
         self.pools = pools
@@ -72,9 +73,11 @@ class Relay:
         self.session = session
         self.max_body_bytes = max_body_bytes
         self.pool_keys = pool_keys or {}
+        self.capture = capture
         config = classifier.config
         self.gates = {lane.name: LaneGate(lane) for lane in config.lanes}
         self.tenants = Tenants(config.auth)
+        self.running: set[asyncio.Task[Any]] = set()  # handlers, for shutdown to wait on
         self.needs_prompt_tokens = classifier.needs_prompt_tokens or any(
             g.policy.max_prompt_tokens is not None or g.policy.token_budget is not None
             for g in self.gates.values()
@@ -82,16 +85,30 @@ class Relay:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         req = Request(scope["path"])
+        task = asyncio.current_task()
+        if task is not None:
+            self.running.add(task)
         try:
             await self._handle(req, scope, receive, send)
         except e.RelayError as err:
             await self._fail(req, send, err)
+        except asyncio.CancelledError:
+            # uvicorn cancels the requests still running when --shutdown-grace ends: close the
+            # upstream (vLLM aborts), tell the client, and log the request like any other.
+            if task is not None:
+                task.uncancel()
+            if req.response is not None:
+                req.response.close()
+            if not req.done:  # else the client has the whole answer: it stays as it was
+                await self._fail(req, send, e.ShuttingDown(SHUTDOWN_MESSAGE))
         except Exception as err:  # never a traceback to the client, never a lost event
             log.exception("relay_internal_error", request_id=req.event.request_id)
             await self._fail(req, send, e.RelayError("internal error in the sidecar"))
             req.event.error_message = f"internal error in the sidecar: {err!r}"[:300]
         finally:
             self._finish(req)
+            if task is not None:
+                self.running.discard(task)
 
     # ---- request side -------------------------------------------------------------------
 
@@ -152,6 +169,9 @@ class Relay:
                     }
                     raw = orjson.dumps(body)
                     inject = ev.usage_injected = True
+        if self.capture is not None and generate:
+            req.capture_body = body if self.capture.prompt else None
+            req.capture_frames = [] if self.capture.output else None
         req.conn = client_conn(scope)
         await self._dispatch(req, lane, gate, cost, headers, raw, inject, receive, send)
 
@@ -211,9 +231,8 @@ class Relay:
         ev = req.event
         up_headers = self._upstream_headers(req, headers, lane.pool)
         t = lane.timeouts
-        timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=t.connect_s, sock_read=max(t.first_token_s, t.idle_s)
-        )
+        # No read timeout: the first-token and idle deadlines are the Deadline's (see _respond).
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=t.connect_s, sock_read=None)
         listener = asyncio.ensure_future(receive())
         listener.add_done_callback(lambda f: self._on_client_message(req, f))
         ticket = req.ticket = Ticket(ev.tenant or "", cost)
@@ -238,9 +257,10 @@ class Relay:
                 req.clock.dispatched = time.perf_counter_ns()
                 replica.outstanding += 1
                 try:
-                    resp = await self.session().post(
-                        replica.url + ev.route, data=raw, headers=up_headers, timeout=timeout
-                    )
+                    async with asyncio.timeout(t.first_token_s):  # until the response headers
+                        resp = await self.session().post(
+                            replica.url + ev.route, data=raw, headers=up_headers, timeout=timeout
+                        )
                 except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as err:
                     req.clock.dispatched = 0  # never reached the pool: still queued
                     replica.outstanding -= 1
@@ -250,9 +270,7 @@ class Relay:
                     continue
                 except TimeoutError as err:
                     replica.outstanding -= 1
-                    raise e.UpstreamTimeout(
-                        f"pool {lane.pool!r} did not answer within the lane's timeout"
-                    ) from err
+                    raise first_token_timeout(t.first_token_s) from err
                 except aiohttp.ClientError as err:
                     replica.outstanding -= 1
                     raise e.UpstreamProtocol(f"pool {lane.pool!r} failed: {err}") from err
@@ -308,45 +326,21 @@ class Relay:
         if not any(k == b"x-request-id" for k, _ in out_headers):
             out_headers.append((b"x-request-id", ev.request_id.encode("latin-1")))
         is_sse = resp.headers.get("content-type", "").startswith("text/event-stream")
-        if resp.status >= 400 or not is_sse:
-            await self._respond_whole(req, resp, out_headers, send)
-            return
-        await send({"type": "http.response.start", "status": resp.status, "headers": out_headers})
-        req.started = True
-        slow, idle_s = lane.admission.slow_client, lane.timeouts.idle_s
-        await relay_stream(req, resp, inject, send, slow, idle_s)
-
-    async def _respond_whole(
-        self,
-        req: Request,
-        resp: aiohttp.ClientResponse,
-        out_headers: list[tuple[bytes, bytes]],
-        send: Send,
-    ) -> None:
-        ev, clock = req.event, req.clock
+        t = lane.timeouts
+        deadline = Deadline(resp, req.clock.dispatched, t.first_token_s, t.idle_s)
         try:
-            data = await resp.read()
-        except (aiohttp.ClientError, TimeoutError) as err:
-            if req.disconnected:
+            if resp.status >= 400 or not is_sse:
+                await relay_whole(req, resp, out_headers, send, deadline)
                 return
-            raise upstream_error(err, "reading the response") from err
-        clock.first_up = clock.last_up = time.perf_counter_ns()
-        if resp.status == 503:  # vLLM's own admission (--max-num-queued-reqs/-tokens)
-            ev.status = c.REJECTED
-            ev.rejection_reason = c.ENGINE_QUEUE_FULL
-            ev.error_class = "admission"
-            ev.error_message = error_message(data)
-        elif resp.status >= 400:
-            ev.status = c.CLIENT_ERROR if resp.status < 500 else c.ERROR
-            ev.error_class = "upstream_status"
-            ev.error_message = error_message(data)
-        elif ev.route in GENERATE_ROUTES:
-            read_completion(ev, data)
-        await send({"type": "http.response.start", "status": resp.status, "headers": out_headers})
-        req.started = True
-        await send({"type": _BODY, "body": data, "more_body": False})
-        req.done = True
-        clock.first_sent = clock.end = time.perf_counter_ns()
+            await send(
+                {"type": "http.response.start", "status": resp.status, "headers": out_headers}
+            )
+            req.started = True
+            await relay_stream(
+                req, resp, inject, send, lane.admission.slow_client, deadline, t.idle_s
+            )
+        finally:
+            deadline.cancel()
 
     # ---- failure and finish -------------------------------------------------------------
 
@@ -387,6 +381,11 @@ class Relay:
             fill_timings(finished)
         except Exception:  # never lose the event over what a pool sent
             log.exception("timings_failed", request_id=ev.request_id)
+        if self.capture is not None:
+            try:
+                self.capture.fill(ev, req.capture_body, req.capture_frames, req.capture_whole)
+            except Exception:  # never lose the event over a text it should carry
+                log.exception("capture_failed", request_id=ev.request_id)
         self.export(finished)
 
 

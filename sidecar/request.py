@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import aiohttp
 
@@ -19,6 +20,9 @@ class Request:
 
     __slots__ = (
         "admitted",
+        "capture_body",
+        "capture_frames",
+        "capture_whole",
         "clock",
         "conn",
         "disconnected",
@@ -49,6 +53,10 @@ class Request:
         self.gate: LaneGate | None = None
         self.ticket: Ticket | None = None  # what the request holds (or waits for) of its lane
         self.admitted = False
+        # Kept for --capture-text only (None otherwise): read when the request ends.
+        self.capture_body: dict[str, Any] | None = None
+        self.capture_frames: list[bytes] | None = None
+        self.capture_whole: bytes | None = None
 
     def release(self) -> None:
         """Give back the lane slot (once): when the pool is done, before a slow client is."""

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from obs.config import Config
+from obs.sidecar.capture import TextCapture
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,3 +25,4 @@ class Settings:
     engine_join_wait_s: float = 6.0  # longest an event waits for the engine's span
     extra_routes: tuple[str, ...] = field(default=())
     metrics_address: tuple[str, int] | None = None  # /metrics there instead of on the relay port
+    capture: TextCapture | None = None  # None: no prompt or output text anywhere (the default)

@@ -1,4 +1,5 @@
-"""Relaying one SSE response from the pool to the client, timing each output frame.
+"""Relaying one response from the pool to the client: an SSE stream, timing each output
+frame, or a whole body.
 
 Hot path per upstream read: one ``perf_counter_ns``, frame split, one orjson
 parse per frame, a list append for the inter-token gap, and the ``send``.
@@ -16,7 +17,14 @@ from obs import conventions as c
 from obs.config import SlowClient
 from obs.phases import ms
 from obs.sidecar import errors as e
-from obs.sidecar.payloads import apply_usage, upstream_error
+from obs.sidecar.deadline import Deadline
+from obs.sidecar.payloads import (
+    GENERATE_ROUTES,
+    apply_usage,
+    error_message,
+    read_completion,
+    upstream_error,
+)
 from obs.sidecar.request import Request
 from obs.sidecar.sse import FrameSplitter, StreamState, UsageStripper, classify
 from obs.sidecar.types import Send
@@ -30,6 +38,7 @@ async def relay_stream(
     inject: bool,
     send: Send,
     slow: SlowClient,
+    deadline: Deadline,
     drain_timeout_s: float,
 ) -> None:
     ev, clock, itl, conn = req.event, req.clock, req.itl, req.conn
@@ -41,14 +50,19 @@ async def relay_stream(
     state = StreamState()
     stripper = UsageStripper() if inject else None
     perf = time.perf_counter_ns
+    capture = req.capture_frames
     last_out = 0
     blocked = 0
     try:
         async for data in resp.content.iter_any():
             now = perf()
+            if last_out:
+                deadline.last_ns = now
             frames = splitter.feed(data)
             if not frames:
                 continue
+            if capture is not None:
+                capture.extend(frames)
             out: list[bytes] = []
             for frame in frames:
                 has_output, is_usage = classify(frame, state)
@@ -57,6 +71,7 @@ async def relay_stream(
                         itl.append(now - last_out)
                     else:
                         clock.first_up = now
+                        deadline.first_output(now)
                     last_out = now
                 if stripper is None:
                     out.append(frame)
@@ -69,8 +84,12 @@ async def relay_stream(
                     ev.stream_blocked_ms = ms(blocked)
                     return
                 t0 = perf()
+                deadline.sending = True
                 await send({"type": _BODY, "body": b"".join(out), "more_body": True})
+                deadline.sending = False
                 t1 = perf()
+                if last_out:
+                    deadline.last_ns = t1
                 blocked += t1 - t0
                 if last_out and not clock.first_sent:
                     clock.first_sent = t1
@@ -79,7 +98,7 @@ async def relay_stream(
     except (aiohttp.ClientError, TimeoutError) as err:
         if not req.disconnected:
             clock.last_up = last_out
-            stream_failed(req, state, upstream_error(err, "streaming"))
+            stream_failed(req, state, deadline.expired or upstream_error(err, "streaming"))
             await end_stream_with_error(req, send)
             ev.stream_blocked_ms = ms(blocked)
             return
@@ -109,6 +128,42 @@ async def relay_stream(
     clock.end = perf()
     ev.stream_blocked_ms = ms(blocked + t1 - t0)
     apply_usage(ev, state)
+
+
+async def relay_whole(
+    req: Request,
+    resp: aiohttp.ClientResponse,
+    out_headers: list[tuple[bytes, bytes]],
+    send: Send,
+    deadline: Deadline,
+) -> None:
+    """A response that is not a stream (an error status, a non-streamed answer), sent whole."""
+    ev, clock = req.event, req.clock
+    try:  # a whole answer is its first token: the first-token deadline bounds it
+        data = await resp.read()
+    except (aiohttp.ClientError, TimeoutError) as err:
+        if req.disconnected:
+            return
+        raise deadline.expired or upstream_error(err, "reading the response") from err
+    clock.first_up = clock.last_up = time.perf_counter_ns()
+    if req.capture_frames is not None:
+        req.capture_whole = data
+    if resp.status == 503:  # vLLM's own admission (--max-num-queued-reqs/-tokens)
+        ev.status = c.REJECTED
+        ev.rejection_reason = c.ENGINE_QUEUE_FULL
+        ev.error_class = "admission"
+        ev.error_message = error_message(data)
+    elif resp.status >= 400:
+        ev.status = c.CLIENT_ERROR if resp.status < 500 else c.ERROR
+        ev.error_class = "upstream_status"
+        ev.error_message = error_message(data)
+    elif ev.route in GENERATE_ROUTES:
+        read_completion(ev, data)
+    await send({"type": "http.response.start", "status": resp.status, "headers": out_headers})
+    req.started = True
+    await send({"type": _BODY, "body": data, "more_body": False})
+    req.done = True
+    clock.first_sent = clock.end = time.perf_counter_ns()
 
 
 async def _abort_slow_reader(

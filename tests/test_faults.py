@@ -224,11 +224,6 @@ def vllm_running(server: VllmServer) -> float:
 # ---- upstream timeouts (a frozen replica) -----------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap (issue 9): one aiohttp sock_read = max(first_token_s, idle_s) serves both "
-    "deadlines; docs/failure.md 'Known gaps'",
-)
 def test_frozen_replica_times_out_at_first_token_deadline(
     spare: VllmServer, sidecar: SidecarFactory, tmp_path: Path
 ) -> None:
@@ -263,11 +258,6 @@ def test_frozen_replica_times_out_at_first_token_deadline(
     assert_exits_promptly(sc)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap (issue 9): one aiohttp sock_read = max(first_token_s, idle_s) serves both "
-    "deadlines; docs/failure.md 'Known gaps'",
-)
 def test_replica_frozen_mid_stream_ends_stream_at_idle_timeout(
     spare: VllmServer, sidecar: SidecarFactory, tmp_path: Path
 ) -> None:
@@ -445,11 +435,6 @@ def test_sigterm_lets_in_flight_streams_finish_refuses_new_and_flushes_events(
     assert all(e["status"] == "ok" for e in events.values())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap (issue 9): past --shutdown-grace uvicorn cancels the relay and the stream "
-    "is cut without an error frame; docs/failure.md 'Known gaps'",
-)
 def test_sigterm_past_grace_ends_streams_with_error_and_logs_them(
     spare: VllmServer, sidecar: SidecarFactory, tmp_path: Path
 ) -> None:
@@ -479,28 +464,39 @@ def test_sigkill_of_the_sidecar_loses_only_requests_in_flight(
     spare: VllmServer, sidecar: SidecarFactory, tmp_path: Path
 ) -> None:
     """SIGKILL: finished requests are all on disk as whole lines; in-flight ones are lost."""
-    sc = sidecar(config=write_config(tmp_path / "lanes.yaml", [spare.url]), traces=False)
-    done = []
-    for _ in range(5):
-        rid = uuid.uuid4().hex
-        r = httpx.post(
-            sc.url + CHAT, json=chat(4, stream=False), headers={"x-request-id": rid}, timeout=60
-        )
-        assert r.status_code == 200
-        done.append(rid)
-    time.sleep(0.5)  # the writer thread writes within milliseconds of the response
-    streams = [Stream(sc.url + CHAT, chat(LONG)) for _ in range(2)]
-    for s in streams:
-        assert s.first_output.wait(60)
-    sc.kill()
-    for s in streams:
-        s.wait(30)
-        # The client sees its connection drop mid-body (no error frame: nobody is left to send it).
-        assert s.error is not None or not s.body.endswith(DONE_FRAME)
+    config = write_config(tmp_path / "lanes.yaml", [spare.url])
+    for _attempt in range(3):
+        sc = sidecar(config=config, traces=False)
+        done = []
+        for _ in range(5):
+            rid = uuid.uuid4().hex
+            r = httpx.post(
+                sc.url + CHAT, json=chat(4, stream=False), headers={"x-request-id": rid}, timeout=60
+            )
+            assert r.status_code == 200
+            done.append(rid)
+        time.sleep(0.5)  # the writer thread writes within milliseconds of the response
+        streams = [Stream(sc.url + CHAT, chat(LONG)) for _ in range(2)]
+        for s in streams:
+            assert s.first_output.wait(60)
+        sc.kill()
+        for s in streams:
+            s.wait(30)
+        # The client sees its connection drop mid-body (no error frame: nobody is left to send
+        # it). A stream vLLM delivered whole before the kill (its API server fell behind its
+        # engine on this loaded machine) was not in flight: try again.
+        cut = [s for s in streams if s.error is not None or not s.body.endswith(DONE_FRAME)]
+        if cut:
+            break
+    else:
+        pytest.fail("vLLM delivered every stream whole before the sidecar was killed")
     assert sc.events_path is not None
     raw = sc.events_path.read_bytes()
     assert raw.endswith(b"\n")  # whole lines only
-    assert [e["request_id"] for e in sc.events()] == done
+    ids = [e["request_id"] for e in sc.events()]
+    assert ids[: len(done)] == done
+    # Beyond the finished requests, at most the streams that ended before the kill.
+    assert set(ids[len(done) :]) <= {s.request_id for s in streams if s not in cut}
     # The kernel closed the sidecar's upstream sockets: vLLM aborts the orphaned streams.
     wait_until(lambda: vllm_running(spare) == 0, 5, "vLLM to abort the orphaned streams")
 

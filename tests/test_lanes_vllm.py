@@ -103,7 +103,8 @@ def _gauge(sc: SidecarProcess, name: str, lane: str) -> float:
 def _rejections(sc: SidecarProcess) -> Counter[tuple[str, str]]:
     out: Counter[tuple[str, str]] = Counter()
     for lb, v in probes.samples(sc.url).get(c.ADMISSION_REJECTIONS.name + "_total", []):
-        out[(lb[c.LANE], lb[c.REASON])] += int(v)
+        if v:  # every lane x reason series exists from the start, at 0
+            out[(lb[c.LANE], lb[c.REASON])] += int(v)
     return out
 
 
@@ -465,8 +466,11 @@ def test_slow_readers_leave_other_lanes_alone_and_show_their_lag(
         assert ev["status"] == c.OK and ev["completion_tokens"] == 300
         # The pool was done long before the client: the lag is the stream phase.
         assert ev["stream_ms"] > 1000 and ev["stream_ms"] > ev["e2e_ms"] / 2, ev
+    # Fast readers lag little: a fraction of the slow readers' lag (an absolute bound flakes on
+    # this shared 2-core machine, where a reader thread can wait half a second for a core).
+    least_slow_lag = min(ev["stream_ms"] for ev in runs["slow readers"]["slow"])
     for ev in runs["fast readers"]["slow"]:
-        assert ev["stream_ms"] < 500, ev
+        assert ev["stream_ms"] < min(1500.0, least_slow_lag / 3), ev
     # The other lane: TTFT and inter-token latency within noise of the run without them.
     for field, slack_ms in (("ttft_ms", 250.0), ("itl_p50_ms", 25.0)):
         base = _median([ev[field] for ev in runs["fast readers"]["fast"]])

@@ -1,0 +1,79 @@
+"""The first-token and idle deadlines of one upstream response, on one lazy timer.
+
+A lane's ``timeouts.first_token_s`` runs from dispatch to the first output token;
+``timeouts.idle_s`` bounds each silence after it. aiohttp's one ``sock_read`` cannot
+serve both (it is one value per request), so the sidecar reads with no read timeout
+and keeps this watchdog instead. The relay's hot path stores one timestamp per read
+(``last_ns``); the timer wakes when a deadline could have passed, re-arms itself if
+data came meanwhile, and otherwise closes the upstream response: the pending read
+fails, and vLLM aborts the request when its connection closes. While the relay waits
+on a slow client (``sending``) the pool's silence is the client's doing: the timer
+only re-arms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+
+from obs.sidecar import errors as e
+
+NS = 1_000_000_000
+
+
+class Deadline:
+    """Watch ``resp`` from ``started_ns`` (perf_counter_ns of dispatch) until ``cancel``."""
+
+    __slots__ = (
+        "_first_ns", "_first_s", "_handle", "_idle_ns", "_idle_s", "_loop", "_resp", "expired",
+        "last_ns", "sending",
+    )  # fmt: skip
+
+    def __init__(
+        self, resp: aiohttp.ClientResponse, started_ns: int, first_token_s: float, idle_s: float
+    ) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._resp = resp
+        self._first_s, self._idle_s = first_token_s, idle_s
+        self._first_ns = started_ns + int(first_token_s * NS)
+        self._idle_ns = int(idle_s * NS)
+        self.last_ns = 0  # the last read since the first output token; 0: none yet
+        self.sending = False  # the relay waits on the client: a silence that is not the pool's
+        self.expired: e.UpstreamTimeout | None = None
+        self._handle = self._arm(self._first_ns, time.perf_counter_ns())
+
+    def _arm(self, due_ns: int, now_ns: int) -> asyncio.TimerHandle:
+        return self._loop.call_later(max(0, due_ns - now_ns) / NS, self._check)
+
+    def _check(self) -> None:
+        now = time.perf_counter_ns()
+        due = self.last_ns + self._idle_ns if self.last_ns else self._first_ns
+        if self.sending:
+            due = now + self._idle_ns
+        if now < due:  # data came since the timer was set (or the loop woke early)
+            self._handle = self._arm(due, now)
+            return
+        if self.last_ns:
+            self.expired = e.UpstreamTimeout(
+                f"the pool stopped sending while streaming (idle timeout: {self._idle_s:g} s)"
+            )
+        else:
+            self.expired = first_token_timeout(self._first_s)
+        self._resp.close()
+
+    def first_output(self, now_ns: int) -> None:
+        """The first output token came: from now on, the idle deadline (re-armed once)."""
+        self.last_ns = now_ns
+        self._handle.cancel()
+        self._handle = self._arm(now_ns + self._idle_ns, now_ns)
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+
+def first_token_timeout(first_token_s: float) -> e.UpstreamTimeout:
+    return e.UpstreamTimeout(
+        f"the pool sent no first token within the lane's first_token_s ({first_token_s:g} s)"
+    )
