@@ -123,6 +123,16 @@ def spare(spare_engine: VllmServer) -> Iterator[VllmServer]:
         spare_engine.resume()
 
 
+def _answered(sc: SidecarProcess) -> str:
+    """One short non-streamed request through ``sc`` that must succeed; its request id."""
+    rid = uuid.uuid4().hex
+    r = httpx.post(
+        sc.url + CHAT, json=chat(4, stream=False), headers={"x-request-id": rid}, timeout=60
+    )
+    assert r.status_code == 200, r.content
+    return rid
+
+
 class Stream:
     """A streamed request read on a thread: frames as they come, the body at the end."""
 
@@ -338,14 +348,7 @@ def test_frozen_replica_leaves_the_pool_until_it_thaws(
     try:
         wait_until(lambda: not healthy()[spare.url], 10, "the frozen replica marked down")
         assert httpx.get(sc.url + "/health").json()["status"] == "ok"  # one replica is enough
-        rids = []
-        for _ in range(3):
-            rid = uuid.uuid4().hex
-            r = httpx.post(
-                sc.url + CHAT, json=chat(4, stream=False), headers={"x-request-id": rid}, timeout=30
-            )
-            assert r.status_code == 200
-            rids.append(rid)
+        rids = [_answered(sc) for _ in range(3)]
         assert {event_of(sc, rid)["replica"] for rid in rids} == {vllm.url}
         up = {"pool": "main", "replica": spare.url}
         assert metric(sc.url, "vllm_obs_pool_up", **up) == 0
@@ -467,14 +470,7 @@ def test_sigkill_of_the_sidecar_loses_only_requests_in_flight(
     config = write_config(tmp_path / "lanes.yaml", [spare.url])
     for _attempt in range(3):
         sc = sidecar(config=config, traces=False)
-        done = []
-        for _ in range(5):
-            rid = uuid.uuid4().hex
-            r = httpx.post(
-                sc.url + CHAT, json=chat(4, stream=False), headers={"x-request-id": rid}, timeout=60
-            )
-            assert r.status_code == 200
-            done.append(rid)
+        done = [_answered(sc) for _ in range(5)]
         time.sleep(0.5)  # the writer thread writes within milliseconds of the response
         streams = [Stream(sc.url + CHAT, chat(LONG)) for _ in range(2)]
         for s in streams:
