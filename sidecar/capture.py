@@ -84,6 +84,8 @@ class TextCapture:
     def parse(cls, which: str | None, hook: str | None, max_chars: int) -> TextCapture | None:
         """From the CLI: ``which`` is None/none, prompt, output or all."""
         if which in (None, "none"):
+            if hook:
+                raise ConfigError("--redact-hook is only used with --capture-text")
             return None
         if max_chars <= 0:
             raise ConfigError(f"--capture-max-chars: {max_chars} must be positive")

@@ -72,7 +72,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         type=float,
         default=30.0,
         metavar="SECONDS",
-        help="on SIGTERM, how long in-flight streams may take to finish (default: %(default)s)",
+        help="on SIGTERM, how long requests in flight may take to finish; those still running "
+        "then end with an error frame or a 503 and are logged (default: %(default)s)",
     )
     p.add_argument(
         "--engine-traces",

@@ -133,13 +133,20 @@ def test_custom_hook_and_cap_apply_and_a_failing_hook_drops_only_the_text(
     assert (ev["status"], ev["prompt_text"], ev["output_text"]) == ("ok", HOOK_FAILED, HOOK_FAILED)
 
 
-def test_bad_redact_hook_is_a_clear_error_at_start(tmp_path: Path) -> None:
-    """A hook that cannot be imported stops the start with one line naming the option."""
+@pytest.mark.parametrize(
+    ("capture", "message"),
+    [
+        ("all", "--redact-hook: cannot import 'no_such_module'"),
+        ("none", "--redact-hook is only used with --capture-text"),
+    ],
+)
+def test_bad_redact_hook_is_a_clear_error_at_start(capture: str, message: str) -> None:
+    """A hook that cannot be imported, or one given without capture, stops the start in a line."""
     cmd = [
         sys.executable, "-m", "obs.cli", "sidecar", "--upstream", "http://127.0.0.1:9",
-        "--events", "none", "--capture-text", "all", "--redact-hook", "no_such_module:f",
+        "--events", "none", "--capture-text", capture, "--redact-hook", "no_such_module:f",
     ]  # fmt: skip
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 2, r.stderr
-    assert "--redact-hook: cannot import 'no_such_module'" in r.stderr
+    assert message in r.stderr
     assert "Traceback" not in r.stderr
