@@ -41,6 +41,7 @@ from obs.sidecar.pools import PoolSet
 from obs.sidecar.relay import Relay
 from obs.sidecar.settings import Settings
 from obs.sidecar.types import Receive, Scope, Send
+from obs.sidecar.upstream import Upstream
 
 log = structlog.get_logger("vllm_obs.sidecar")
 
@@ -76,7 +77,8 @@ class SidecarApp:
             exporters.append(SpanExporter(span_processor))
         exporters.append(self.metrics)
         self.exporters = Fanout(exporters, failures=self.metrics)
-        self._session: aiohttp.ClientSession | None = None
+        self._session: aiohttp.ClientSession | None = None  # polling, /v1/models, forwarding
+        self.upstream = Upstream()  # the relay's pool connections
         pool_keys = {
             p.name: os.environ.get(p.api_key_env, "")
             for p in settings.config.pools
@@ -95,7 +97,7 @@ class SidecarApp:
             Classifier(settings.config),
             self.pools,
             self._submit,
-            self.session,
+            self.upstream,
             max_body_bytes=settings.max_body_bytes,
             pool_keys=pool_keys,
             capture=settings.capture,
@@ -214,6 +216,7 @@ class SidecarApp:
             if self._forwards:
                 await asyncio.wait(self._forwards, timeout=5)
             await self.pools.stop()
+            self.upstream.close()
             if self._session is not None:
                 await self._session.close()
             await asyncio.to_thread(self.exporters.shutdown, self.settings.shutdown_grace_s)

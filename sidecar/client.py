@@ -31,6 +31,7 @@ import fcntl
 import socket
 import struct
 import termios
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -44,13 +45,44 @@ NEVER_WAIT = (1 << 31) - 1  # abort policy: the relay checks the bound itself
 class ClientConn:
     """The transport of one client connection, seen by the relay."""
 
-    __slots__ = ("_fd", "_flow", "_sock", "_transport")
+    __slots__ = ("_cycle", "_fd", "_flow", "_protocol", "_sock", "_transport")
 
-    def __init__(self, transport: asyncio.Transport, flow: Any) -> None:
-        self._transport = transport
-        self._flow = flow
-        self._sock = transport.get_extra_info("socket")
+    def __init__(self, protocol: SidecarHttpProtocol) -> None:
+        self._protocol = protocol
+        self._transport: asyncio.Transport = protocol.transport
+        self._flow = protocol.flow
+        self._sock = self._transport.get_extra_info("socket")
         self._fd: int = self._sock.fileno() if self._sock is not None else -1
+        self._cycle: Any = None  # uvicorn's RequestResponseCycle of this request
+
+    def on_writable(self, callback: Callable[[], None] | None) -> None:
+        """Call ``callback`` when the client has taken enough for writing to go on."""
+        self._protocol.writable_callback = callback
+
+    @property
+    def paused(self) -> bool:
+        """The write buffer is past its high-water mark (the client is behind)."""
+        return bool(self._flow.write_paused)
+
+    @property
+    def gone(self) -> bool:
+        return self._transport.is_closing() or bool(self._cycle and self._cycle.disconnected)
+
+    def write_body(self, data: bytes) -> None:
+        """Write one piece of a started response's body, as uvicorn's ``send`` frames it.
+
+        The relay's per-token path: no ASGI message, no coroutine. The response must
+        have been started with ``http.response.start`` and is ended with a last ASGI
+        ``http.response.body`` as usual, so uvicorn's own bookkeeping stays right.
+        """
+        cycle = self._cycle
+        if cycle.disconnected:
+            return
+        if cycle.chunked_encoding:
+            self._transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        else:
+            cycle.expected_content_length -= len(data)
+            self._transport.write(data)
 
     def bound(self, limit: int, *, wait: bool) -> None:
         """Start a stream: buffer up to ``limit`` bytes, waiting (or not) past it."""
@@ -108,7 +140,21 @@ def client_conn(scope: dict[str, Any]) -> ClientConn | None:
 class SidecarHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, exposing the connection to the relay."""
 
+    _conn: ClientConn | None = None
+    writable_callback: Callable[[], None] | None = None
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        ext: dict[str, Any] = {EXTENSION: ClientConn(self.transport, self.flow)}
+        self._conn = ClientConn(self)
+        ext: dict[str, Any] = {EXTENSION: self._conn}
         self.scope["extensions"] = ext
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        if self._conn is not None:  # the cycle this request's response is written by
+            self._conn._cycle = self.cycle
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self.writable_callback is not None:
+            self.writable_callback()

@@ -1,13 +1,13 @@
 """The first-token and idle deadlines of one upstream response, on one lazy timer.
 
 A lane's ``timeouts.first_token_s`` runs from dispatch to the first output token;
-``timeouts.idle_s`` bounds each silence after it. aiohttp's one ``sock_read`` cannot
-serve both (it is one value per request), so the sidecar reads with no read timeout
-and keeps this watchdog instead. The relay's hot path stores one timestamp per read
-(``last_ns``); the timer wakes when a deadline could have passed, re-arms itself if
-data came meanwhile, and otherwise closes the upstream response: the pending read
-fails, and vLLM aborts the request when its connection closes. While the relay waits
-on a slow client (``sending``) the pool's silence is the client's doing: the timer
+``timeouts.idle_s`` bounds each silence after it. One read timeout cannot serve
+both, so the sidecar's pool connections have none and this watchdog keeps both.
+The relay's hot path stores one timestamp per read (``last_ns``); the timer wakes
+when a deadline could have passed, re-arms itself if data came meanwhile, and
+otherwise closes the upstream response: the body fails, and vLLM aborts the
+request when its connection closes. While the relay waits on a slow client
+(``sending``) the pool's silence is the client's doing: the timer
 only re-arms.
 """
 
@@ -16,9 +16,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-import aiohttp
-
 from obs.sidecar import errors as e
+from obs.sidecar.upstream import Response
 
 NS = 1_000_000_000
 
@@ -32,7 +31,7 @@ class Deadline:
     )  # fmt: skip
 
     def __init__(
-        self, resp: aiohttp.ClientResponse, started_ns: int, first_token_s: float, idle_s: float
+        self, resp: Response, started_ns: int, first_token_s: float, idle_s: float
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self._resp = resp

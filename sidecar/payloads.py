@@ -14,6 +14,7 @@ from obs.events import Event
 from obs.sidecar import errors as e
 from obs.sidecar.sse import StreamState
 from obs.sidecar.types import Scope
+from obs.sidecar.upstream import UpstreamError
 
 # Routes whose responses the relay understands (SSE / completion JSON).
 GENERATE_ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "text_completion"}
@@ -71,6 +72,8 @@ def try_json(raw: bytes) -> dict[str, Any] | None:
 
 
 def upstream_error(err: BaseException, doing: str) -> e.RelayError:
+    if isinstance(err, UpstreamError):  # says what happened and while doing what
+        return e.UpstreamProtocol(str(err))
     if isinstance(err, TimeoutError):
         return e.UpstreamTimeout(f"the pool stopped sending while {doing} (idle timeout)")
     return e.UpstreamProtocol(

@@ -1,7 +1,8 @@
 """The relay: one ASGI handler per request, from the client to a pool and back.
 
-Hot path per upstream chunk: one ``perf_counter_ns``, frame split, one orjson
-parse per frame, a list append for the inter-token gap, and the ``send``. All
+Hot path per upstream chunk (obs.sidecar.streaming, in the pool socket's
+callback): one ``perf_counter_ns``, frame split, ``classify``, a list append
+for the inter-token gap, and a write to the client's transport. All
 per-request bookkeeping (event, spans, metrics) happens once, after the last
 byte, in the exporters.
 """
@@ -15,7 +16,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-import aiohttp
 import orjson
 import structlog
 
@@ -41,6 +41,7 @@ from obs.sidecar.pools import PoolSet
 from obs.sidecar.request import Request
 from obs.sidecar.streaming import relay_stream, relay_whole
 from obs.sidecar.types import Message, Receive, Scope, Send
+from obs.sidecar.upstream import ConnectFailed, Response, Upstream, UpstreamError
 from obs.tracecontext import new_ids
 
 ExportFn = Callable[[Finished], None]
@@ -61,7 +62,7 @@ class Relay:
         classifier: Classifier,
         pools: PoolSet,
         export: ExportFn,
-        session: Callable[[], aiohttp.ClientSession],
+        upstream: Upstream,
         *,
         max_body_bytes: int,
         pool_keys: dict[str, str] | None = None,
@@ -70,7 +71,7 @@ class Relay:
         self.classifier = classifier
         self.pools = pools
         self.export = export
-        self.session = session
+        self.upstream = upstream
         self.max_body_bytes = max_body_bytes
         self.pool_keys = pool_keys or {}
         self.capture = capture
@@ -101,6 +102,8 @@ class Relay:
                 req.response.close()
             if not req.done:  # else the client has the whole answer: it stays as it was
                 await self._fail(req, send, e.ShuttingDown(SHUTDOWN_MESSAGE))
+            if req.conn is not None:  # what is still buffered reaches the client before exit
+                await req.conn.drained(1.0)
         except Exception as err:  # never a traceback to the client, never a lost event
             log.exception("relay_internal_error", request_id=req.event.request_id)
             await self._fail(req, send, e.RelayError("internal error in the sidecar"))
@@ -231,8 +234,6 @@ class Relay:
         ev = req.event
         up_headers = self._upstream_headers(req, headers, lane.pool)
         t = lane.timeouts
-        # No read timeout: the first-token and idle deadlines are the Deadline's (see _respond).
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=t.connect_s, sock_read=None)
         listener = asyncio.ensure_future(receive())
         listener.add_done_callback(lambda f: self._on_client_message(req, f))
         ticket = req.ticket = Ticket(ev.tenant or "", cost)
@@ -258,10 +259,10 @@ class Relay:
                 replica.outstanding += 1
                 try:
                     async with asyncio.timeout(t.first_token_s):  # until the response headers
-                        resp = await self.session().post(
-                            replica.url + ev.route, data=raw, headers=up_headers, timeout=timeout
+                        resp = await self.upstream.post(
+                            replica.url, ev.route, raw, up_headers, t.connect_s
                         )
-                except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as err:
+                except ConnectFailed as err:
                     req.clock.dispatched = 0  # never reached the pool: still queued
                     replica.outstanding -= 1
                     self.pools.mark_failed(replica)
@@ -271,7 +272,7 @@ class Relay:
                 except TimeoutError as err:
                     replica.outstanding -= 1
                     raise first_token_timeout(t.first_token_s) from err
-                except aiohttp.ClientError as err:
+                except UpstreamError as err:
                     replica.outstanding -= 1
                     raise e.UpstreamProtocol(f"pool {lane.pool!r} failed: {err}") from err
                 self.pools.mark_ok(replica)
@@ -291,7 +292,7 @@ class Relay:
                 return
             raise e.UpstreamUnavailable(
                 f"pool {lane.pool!r} is unavailable: no replica accepted a connection "
-                f"({last_err.__class__.__name__ if last_err else 'no replicas'})"
+                f"({last_err if last_err else 'no replicas'})"
             )
         finally:
             req.release()
@@ -311,7 +312,7 @@ class Relay:
     async def _respond(
         self,
         req: Request,
-        resp: aiohttp.ClientResponse,
+        resp: Response,
         lane: Lane,
         inject: bool,
         send: Send,

@@ -5,13 +5,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import aiohttp
-
 from obs.events import Event
 from obs.phases import Clock
 from obs.sidecar.admission import LaneGate, Ticket
 from obs.sidecar.client import ClientConn
 from obs.sidecar.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES
+from obs.sidecar.upstream import Response
 from obs.tracecontext import TraceIds
 
 
@@ -45,7 +44,7 @@ class Request:
         self.ids: TraceIds | None = None
         self.itl: list[int] = []
         self.operation = GENERATE_ROUTES.get(route) or PASSTHROUGH_ROUTES.get(route, "http")
-        self.response: aiohttp.ClientResponse | None = None
+        self.response: Response | None = None
         self.started = False  # response headers sent to the client
         self.done = False  # last byte sent (a later disconnect is not the client leaving)
         self.disconnected = False

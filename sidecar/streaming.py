@@ -1,22 +1,32 @@
 """Relaying one response from the pool to the client: an SSE stream, timing each output
 frame, or a whole body.
 
-Hot path per upstream read: one ``perf_counter_ns``, frame split, one orjson
-parse per frame, a list append for the inter-token gap, and the ``send``.
-Slow readers are absorbed by the client connection's bounded write buffer
-(see obs.sidecar.client): the relay keeps reading at the pool's pace.
+A stream is relayed inside the pool socket's callback (``StreamSink.on_body``,
+called by ``obs.sidecar.upstream`` for each de-chunked piece): one
+``perf_counter_ns``, the frame split, ``classify``, a list append for the
+inter-token gap, and a write straight to the client's transport. No task
+switch and no ASGI message per token; the relay's coroutine awaits once, for
+the end of the body, then sends the last piece through ASGI so the server
+ends the response as usual.
+
+Slow readers: what the client has not taken yet waits in its connection's
+bounded write buffer (see obs.sidecar.client). Under the lane's ``wait``
+policy, a full buffer pauses reading from the pool (its socket backs up, as
+nginx does) until the client catches up; under ``abort`` the stream ends.
+Under another ASGI server (no client-connection extension) the sink hands
+each piece to the coroutine, which sends it as an ASGI message.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-
-import aiohttp
 
 from obs import conventions as c
 from obs.config import SlowClient
 from obs.phases import ms
 from obs.sidecar import errors as e
+from obs.sidecar.client import ClientConn
 from obs.sidecar.deadline import Deadline
 from obs.sidecar.payloads import (
     GENERATE_ROUTES,
@@ -28,86 +38,166 @@ from obs.sidecar.payloads import (
 from obs.sidecar.request import Request
 from obs.sidecar.sse import FrameSplitter, StreamState, UsageStripper, classify
 from obs.sidecar.types import Send
+from obs.sidecar.upstream import Response, UpstreamError
 
 _BODY = "http.response.body"
 
 
+class StreamSink:
+    """The per-piece work of one streamed response, run in the pool socket's callback."""
+
+    __slots__ = (
+        "_wake", "abort_at", "aborted", "blocked", "conn", "deadline", "ended", "error",
+        "last_out", "limit", "paused_at", "pending", "pending_bytes", "req", "resp", "splitter",
+        "state", "stripper",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        req: Request,
+        resp: Response,
+        inject: bool,
+        conn: ClientConn | None,
+        slow: SlowClient,
+        deadline: Deadline,
+    ) -> None:
+        self.req, self.resp, self.conn, self.deadline = req, resp, conn, deadline
+        self.limit = slow.buffer_bytes
+        self.abort_at = self.limit if conn is not None and slow.policy == "abort" else 0
+        self.splitter = FrameSplitter()
+        self.state = StreamState()
+        self.stripper = UsageStripper() if inject else None
+        self.last_out = 0  # perf_counter_ns of the last output frame's arrival
+        self.blocked = 0  # ns the relay waited on the client
+        self.paused_at = 0  # the pool's connection is paused for a slow client since then
+        self.aborted = False
+        self.ended = False
+        self.error: UpstreamError | None = None
+        self.pending: list[bytes] = []  # without a client connection: for the coroutine
+        self.pending_bytes = 0
+        self._wake: asyncio.Future[None] | None = None
+
+    def on_body(self, data: bytes) -> None:
+        now = time.perf_counter_ns()
+        req, state = self.req, self.state
+        if self.last_out:
+            self.deadline.last_ns = now
+        frames = self.splitter.feed(data)
+        if not frames:
+            return
+        if req.capture_frames is not None:
+            req.capture_frames.extend(frames)
+        stripper = self.stripper
+        out: list[bytes] = []
+        for frame in frames:
+            has_output, is_usage = classify(frame, state)
+            if has_output:
+                if self.last_out:
+                    req.itl.append(now - self.last_out)
+                else:
+                    req.clock.first_up = now
+                    self.deadline.first_output(now)
+                self.last_out = now
+            if stripper is None:
+                out.append(frame)
+            else:
+                out.extend(stripper.process(frame, is_usage, state.fingerprint))
+        if not out or req.disconnected or self.aborted:
+            return
+        payload = out[0] if len(out) == 1 else b"".join(out)
+        conn = self.conn
+        if conn is None:
+            self.pending.append(payload)
+            self.pending_bytes += len(payload)
+            if self.pending_bytes > self.limit and not self.paused_at:
+                self.paused_at = now
+                self.resp.pause_reading()
+            self._notify()
+            return
+        if self.abort_at and conn.buffered() > self.abort_at:
+            self.aborted = True
+            self.resp.close()  # vLLM aborts the request when its connection closes
+            return
+        conn.write_body(payload)
+        if self.last_out and not req.clock.first_sent:
+            req.clock.first_sent = time.perf_counter_ns()
+        if conn.paused and not self.paused_at:  # the client is behind: stop reading the pool
+            self.paused_at = time.perf_counter_ns()
+            self.deadline.sending = True
+            self.resp.pause_reading()
+            conn.on_writable(self._writable)
+
+    def _writable(self) -> None:
+        if self.conn is not None:
+            self.conn.on_writable(None)
+        self.resumed()
+
+    def resumed(self) -> None:
+        if not self.paused_at:
+            return
+        now = time.perf_counter_ns()
+        self.blocked += now - self.paused_at
+        self.paused_at = 0
+        self.deadline.sending = False
+        if self.last_out:
+            self.deadline.last_ns = now
+        self.resp.resume_reading()
+
+    def on_end(self, exc: UpstreamError | None) -> None:
+        self.ended = True
+        self.error = exc
+        self._notify()
+
+    def _notify(self) -> None:
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+
+    async def wait(self) -> None:
+        """Until there is output for the coroutine to send, or the body ended."""
+        if self.pending or self.ended:
+            return
+        self._wake = asyncio.get_running_loop().create_future()
+        await self._wake
+
+
 async def relay_stream(
     req: Request,
-    resp: aiohttp.ClientResponse,
+    resp: Response,
     inject: bool,
     send: Send,
     slow: SlowClient,
     deadline: Deadline,
     drain_timeout_s: float,
 ) -> None:
-    ev, clock, itl, conn = req.event, req.clock, req.itl, req.conn
-    limit = slow.buffer_bytes
-    abort_at = limit if conn is not None and slow.policy == "abort" else 0
+    ev, clock, conn = req.event, req.clock, req.conn
     if conn is not None:
-        conn.bound(limit, wait=not abort_at)
-    splitter = FrameSplitter()
-    state = StreamState()
-    stripper = UsageStripper() if inject else None
-    perf = time.perf_counter_ns
-    capture = req.capture_frames
-    last_out = 0
-    blocked = 0
+        conn.bound(slow.buffer_bytes, wait=slow.policy != "abort")
+    sink = StreamSink(req, resp, inject, conn, slow, deadline)
+    state = sink.state
     try:
-        async for data in resp.content.iter_any():
-            now = perf()
-            if last_out:
-                deadline.last_ns = now
-            frames = splitter.feed(data)
-            if not frames:
-                continue
-            if capture is not None:
-                capture.extend(frames)
-            out: list[bytes] = []
-            for frame in frames:
-                has_output, is_usage = classify(frame, state)
-                if has_output:
-                    if last_out:
-                        itl.append(now - last_out)
-                    else:
-                        clock.first_up = now
-                        deadline.first_output(now)
-                    last_out = now
-                if stripper is None:
-                    out.append(frame)
-                else:
-                    out.extend(stripper.process(frame, is_usage, state.fingerprint))
-            if out:
-                if abort_at and conn is not None and conn.buffered() > abort_at:
-                    clock.last_up = last_out
-                    await _abort_slow_reader(req, resp, state, send, limit)
-                    ev.stream_blocked_ms = ms(blocked)
-                    return
-                t0 = perf()
-                deadline.sending = True
-                await send({"type": _BODY, "body": b"".join(out), "more_body": True})
-                deadline.sending = False
-                t1 = perf()
-                if last_out:
-                    deadline.last_ns = t1
-                blocked += t1 - t0
-                if last_out and not clock.first_sent:
-                    clock.first_sent = t1
-            if req.disconnected:
-                break
-    except (aiohttp.ClientError, TimeoutError) as err:
-        if not req.disconnected:
-            clock.last_up = last_out
-            stream_failed(req, state, deadline.expired or upstream_error(err, "streaming"))
-            await end_stream_with_error(req, send)
-            ev.stream_blocked_ms = ms(blocked)
-            return
-    clock.last_up = last_out
+        if conn is not None:
+            await resp.stream(sink)
+        else:
+            await _relay_asgi(req, resp, sink, send)
+    finally:
+        if conn is not None:
+            conn.on_writable(None)
+    clock.last_up = sink.last_out
+    if sink.aborted:
+        await _abort_slow_reader(req, state, send, sink.limit)
+        ev.stream_blocked_ms = ms(sink.blocked)
+        return
+    if sink.error is not None and not req.disconnected:
+        stream_failed(req, state, deadline.expired or upstream_error(sink.error, "streaming"))
+        await end_stream_with_error(req, send)
+        ev.stream_blocked_ms = ms(sink.blocked)
+        return
     req.release()  # the pool is done with this request, whatever the client still has to read
     if req.disconnected:
-        ev.stream_blocked_ms = ms(blocked)
+        ev.stream_blocked_ms = ms(sink.blocked)
         apply_usage(ev, state)
         return
+    stripper, splitter = sink.stripper, sink.splitter
     tail = stripper.flush() if stripper else []
     if splitter.pending and state.done:  # bytes after [DONE]: the pool's, relayed as they are
         tail.append(splitter.pending)
@@ -119,20 +209,50 @@ async def relay_stream(
         ev.error_class = "upstream_stream_error"
         ev.error_message = str(state.error.get("message", ""))[:300]
         ev.error_phase = clock.current_phase(upstream_done=True)
+    perf = time.perf_counter_ns
     t0 = perf()
-    req.done = True
     await send({"type": _BODY, "body": b"".join(tail), "more_body": False})
+    req.done = True  # only now: a shutdown cut during the send still ends the body cleanly
     t1 = perf()
     if conn is not None:
         await conn.drained(drain_timeout_s)
     clock.end = perf()
-    ev.stream_blocked_ms = ms(blocked + t1 - t0)
+    ev.stream_blocked_ms = ms(sink.blocked + t1 - t0)
     apply_usage(ev, state)
+
+
+async def _relay_asgi(req: Request, resp: Response, sink: StreamSink, send: Send) -> None:
+    """Without the client connection: each piece goes out as an ASGI message."""
+    perf = time.perf_counter_ns
+    body = asyncio.ensure_future(resp.stream(sink))
+    try:
+        while True:
+            await sink.wait()
+            if sink.pending:
+                out = b"".join(sink.pending)
+                sink.pending.clear()
+                sink.pending_bytes = 0
+                t0 = perf()
+                sink.deadline.sending = True
+                await send({"type": _BODY, "body": out, "more_body": True})
+                sink.deadline.sending = False
+                t1 = perf()
+                sink.blocked += t1 - t0
+                if sink.last_out:
+                    sink.deadline.last_ns = t1
+                    if not req.clock.first_sent:
+                        req.clock.first_sent = t1
+                sink.resumed()
+            elif sink.ended or req.disconnected:
+                break
+    finally:
+        if not body.done():
+            body.cancel()
 
 
 async def relay_whole(
     req: Request,
-    resp: aiohttp.ClientResponse,
+    resp: Response,
     out_headers: list[tuple[bytes, bytes]],
     send: Send,
     deadline: Deadline,
@@ -141,7 +261,7 @@ async def relay_whole(
     ev, clock = req.event, req.clock
     try:  # a whole answer is its first token: the first-token deadline bounds it
         data = await resp.read()
-    except (aiohttp.ClientError, TimeoutError) as err:
+    except UpstreamError as err:
         if req.disconnected:
             return
         raise deadline.expired or upstream_error(err, "reading the response") from err
@@ -166,12 +286,9 @@ async def relay_whole(
     clock.first_sent = clock.end = time.perf_counter_ns()
 
 
-async def _abort_slow_reader(
-    req: Request, resp: aiohttp.ClientResponse, state: StreamState, send: Send, limit: int
-) -> None:
+async def _abort_slow_reader(req: Request, state: StreamState, send: Send, limit: int) -> None:
     """The lane's ``abort`` policy: the client fell ``limit`` bytes behind; end its stream."""
     ev = req.event
-    resp.close()  # vLLM aborts the request when its connection closes
     msg = f"the client fell more than {limit} bytes behind the stream; aborted (slow_client)"
     ev.status = c.CLIENT_ERROR
     ev.error_class = "slow_client"
