@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import sys
 
@@ -13,6 +14,8 @@ from obs.errors import ConfigError
 from obs.sidecar.app import create_app
 from obs.sidecar.client import SidecarHttpProtocol
 from obs.sidecar.settings import Settings
+
+GC_THRESHOLD = 7000
 
 
 def configure_logging(level: str) -> None:
@@ -42,6 +45,11 @@ def serve(settings: Settings) -> int:
             metrics_server, _ = start_http_server(port, addr=host, registry=app.registry)
         except OSError as err:
             raise ConfigError(f"--metrics-address {host}:{port}: {err.strerror}") from err
+    # The relay allocates per request, never per token, and keeps no cycles it relies on the
+    # collector for: collect young objects 10x less often than CPython's default (700), and
+    # leave everything alive at start-up (modules, config, the app) out of every collection.
+    gc.set_threshold(GC_THRESHOLD, 10, 10)
+    gc.freeze()
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -53,6 +61,7 @@ def serve(settings: Settings) -> int:
         log_level=settings.log_level,
         timeout_graceful_shutdown=int(settings.shutdown_grace_s),
         server_header=False,
+        proxy_headers=False,  # nothing reads the client's address: no per-request rewrite
     )
     try:
         uvicorn.Server(config).run()
