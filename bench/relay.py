@@ -58,7 +58,9 @@ SIDECARS = {
     "sidecar-events": (True, False, False),
     "sidecar-spans": (False, True, False),
     "sidecar-metrics": (False, False, True),
+    "sidecar-w2": (True, True, True),  # every exporter, --workers 2
 }
+WORKERS = {"sidecar-w2": 2}
 EXPORTER_TARGETS = ["sidecar-bare", "sidecar-events", "sidecar-spans", "sidecar-metrics"]
 
 
@@ -118,7 +120,8 @@ class Bench:
             events=events_path,
             env=env,
             log_path=self.work / f"{name}.log",
-            args=["--log-level", "warning"],
+            args=["--log-level", "warning"]
+            + (["--workers", str(WORKERS[name])] if name in WORKERS else []),
         )
         # `python -m` puts the working directory first on sys.path: start another checkout's
         # sidecar from its own directory, so that its `obs` is the one imported.
@@ -127,7 +130,8 @@ class Bench:
         self.sidecars.append(sc)
         if scraped:
             self.scrapers.append(Scraper(sc.url + "/metrics", self.args.scrape_interval).start())
-        return Target(name, sc.url, ProcStat(sc.pid), events_path=events_path)
+        stat = ProcStat(sc.pid, children=name in WORKERS)  # the supervisor and its workers
+        return Target(name, sc.url, stat, events_path=events_path)
 
     def measure_idle(self, seconds: float) -> None:
         """Each relay's CPU rate with no traffic (pool polling, scrapes), subtracted later."""
@@ -184,7 +188,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--targets",
         default="direct,sidecar,nginx",
-        help="comma-separated: direct, sidecar, nginx, " + ", ".join(EXPORTER_TARGETS),
+        help="comma-separated: direct, sidecar, nginx, sidecar-w2 (every exporter, "
+        "--workers 2), " + ", ".join(EXPORTER_TARGETS),
     )
     ap.add_argument("--exporters", action="store_true", help="add " + ", ".join(EXPORTER_TARGETS))
     ap.add_argument("--levels", default="c1,c64,sat", help="comma-separated: c1, c64, sat")
@@ -262,8 +267,14 @@ def main(argv: list[str] | None = None) -> int:
                     runs[w.name].setdefault(name, []).append(r)
                     progress(f"round {rnd}/{args.rounds} " + _line(name, w, r.result, r))
         time.sleep(6)  # let the span batcher (5 s) and the event writer flush
-        counts = {
-            n: len(t.events_path.read_bytes().splitlines())
+        counts = {  # with --workers, worker I writes NAME.wI.jsonl beside the path
+            n: sum(
+                len(f.read_bytes().splitlines())
+                for f in [
+                    t.events_path,
+                    *t.events_path.parent.glob(f"{t.events_path.stem}.w*.jsonl"),
+                ]
+            )
             for n, t in b.targets.items()
             if t.events_path is not None and t.events_path.exists()
         }

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from obs import conventions as c
 from obs.config import Admission, Lane
 from obs.sidecar.errors import RelayError
+from obs.sidecar.workers import share
 
 
 class Rejected(RelayError):
@@ -61,9 +62,19 @@ class Ticket:
 class LaneGate:
     """The admission state of one lane."""
 
-    def __init__(self, lane: Lane) -> None:
+    def __init__(self, lane: Lane, workers: int = 1) -> None:
         self.lane = lane.name
+        self.whole_budget = lane.admission.token_budget
         self.policy: Admission = lane.admission
+        if workers > 1:  # this process's part of the lane's limits (obs.sidecar.workers)
+            a = lane.admission
+            self.policy = a.model_copy(
+                update={
+                    "max_concurrency": share(a.max_concurrency, workers),
+                    "max_queue": share(a.max_queue, workers),
+                    "token_budget": share(a.token_budget, workers),
+                }
+            )
         a = self.policy
         self.limited = a.max_concurrency is not None or a.token_budget is not None
         self.in_flight = 0
@@ -89,11 +100,11 @@ class LaneGate:
                 None,
             )
         cost = pt + (max_tokens or 0)
-        if a.token_budget is not None and cost > a.token_budget:
+        if self.whole_budget is not None and cost > self.whole_budget:
             raise Rejected(
                 c.OVER_TOKEN_BUDGET,
                 f"prompt plus max_tokens is about {cost} tokens, more than lane "
-                f"{self.lane!r}'s whole in-flight budget of {a.token_budget}",
+                f"{self.lane!r}'s whole in-flight budget of {self.whole_budget}",
                 413,
                 None,
             )

@@ -42,6 +42,7 @@ from obs.sidecar.relay import Relay
 from obs.sidecar.settings import Settings
 from obs.sidecar.types import Receive, Scope, Send
 from obs.sidecar.upstream import Upstream
+from obs.sidecar.workers import merged_registry
 
 log = structlog.get_logger("vllm_obs.sidecar")
 
@@ -61,6 +62,12 @@ class SidecarApp:
         self.metrics = Metrics(settings.config, self.registry)
         self.pools = PoolSet(settings.config, settings.pool_poll_interval_s)
         self.registry.register(PoolStateCollector(self.pools.snapshot))
+        # What /metrics shows: this process's registry, or every worker's merged.
+        self.exposition = (
+            self.registry
+            if settings.worker is None
+            else merged_registry(self.registry, settings.worker)
+        )
         exporters: list[Exporter] = []
         self.jsonl: JsonlExporter | None = None
         if settings.events_path is not None:
@@ -101,6 +108,7 @@ class SidecarApp:
             max_body_bytes=settings.max_body_bytes,
             pool_keys=pool_keys,
             capture=settings.capture,
+            workers=settings.workers,
         )
         self.metrics.watch_lanes(self.relay.gates)
         self.routes = set(GENERATE_ROUTES) | set(PASSTHROUGH_ROUTES) | set(settings.extra_routes)
@@ -252,7 +260,7 @@ class SidecarApp:
             if self.settings.metrics_address is not None:
                 host, port = self.settings.metrics_address
                 return _json_error(f"metrics are served on {host}:{port}", "NotFoundError", 404)
-            data = await asyncio.to_thread(generate_latest, self.registry)
+            data = await asyncio.to_thread(generate_latest, self.exposition)
             return Response(data, media_type=CONTENT_TYPE_LATEST)
 
         @api.get("/v1/models")

@@ -115,6 +115,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="N",
         help="with --capture-text: keep at most N characters of each text (default: %(default)s)",
     )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="relay processes on the port, for more than one core's worth of traffic; "
+        "metrics are merged across them, each enforces 1/N of every lane's limits, worker I>0 "
+        "writes its events next to --events as NAME.wI.jsonl (default: %(default)s)",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(handler=run)
 
@@ -149,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
         engine_join_wait_s=args.engine_join_wait,
         metrics_address=metrics_address,
         capture=TextCapture.parse(args.capture_text, args.redact_hook, args.capture_max_chars),
+        workers=args.workers,
     )
     return serve(settings)
 

@@ -67,6 +67,7 @@ class Relay:
         max_body_bytes: int,
         pool_keys: dict[str, str] | None = None,
         capture: TextCapture | None = None,
+        workers: int = 1,
     ) -> None:
         self.classifier = classifier
         self.pools = pools
@@ -76,7 +77,7 @@ class Relay:
         self.pool_keys = pool_keys or {}
         self.capture = capture
         config = classifier.config
-        self.gates = {lane.name: LaneGate(lane) for lane in config.lanes}
+        self.gates = {lane.name: LaneGate(lane, workers) for lane in config.lanes}
         self.tenants = Tenants(config.auth)
         self.running: set[asyncio.Task[Any]] = set()  # handlers, for shutdown to wait on
         self.needs_prompt_tokens = classifier.needs_prompt_tokens or any(

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gc
 import logging
+import socket
 import sys
+from dataclasses import replace
 
 import structlog
 import uvicorn
@@ -14,6 +16,14 @@ from obs.errors import ConfigError
 from obs.sidecar.app import create_app
 from obs.sidecar.client import SidecarHttpProtocol
 from obs.sidecar.settings import Settings
+from obs.sidecar.workers import (
+    Supervisor,
+    WorkerSlot,
+    check_config,
+    listen,
+    serve_private_metrics,
+    worker_events_path,
+)
 
 GC_THRESHOLD = 7000
 SWITCH_INTERVAL_S = 0.0005
@@ -38,12 +48,33 @@ def configure_logging(level: str) -> None:
 
 def serve(settings: Settings) -> int:
     configure_logging(settings.log_level)
+    if settings.workers == 1:
+        return _serve_one(settings, None, None)
+    check_config(settings.config, settings.workers)
+    listener = listen(settings.host, settings.port, "--port")
+
+    def run_worker(slot: WorkerSlot, sock: socket.socket, metrics_sock: socket.socket) -> int:
+        events = worker_events_path(settings.events_path, slot.index)
+        worker = replace(settings, worker=slot, events_path=events)
+        if slot.index:  # one worker serves --metrics-address (every worker's metrics, merged)
+            worker = replace(worker, metrics_address=None)
+        return _serve_one(worker, sock, metrics_sock)
+
+    return Supervisor(settings.workers, listener, run_worker).run()
+
+
+def _serve_one(
+    settings: Settings, sock: socket.socket | None, metrics_sock: socket.socket | None
+) -> int:
+    """One relay process: on its own port, or as a worker on the supervisor's socket."""
     app = create_app(settings)
     metrics_server = None
+    if metrics_sock is not None and settings.worker is not None:
+        serve_private_metrics(metrics_sock, app.registry, settings.worker)
     if settings.metrics_address is not None:
         host, port = settings.metrics_address
         try:  # prometheus_client's own server, in a thread: scrapes never touch the relay loop
-            metrics_server, _ = start_http_server(port, addr=host, registry=app.registry)
+            metrics_server, _ = start_http_server(port, addr=host, registry=app.exposition)
         except OSError as err:
             raise ConfigError(f"--metrics-address {host}:{port}: {err.strerror}") from err
     # The relay allocates per request, never per token, and keeps no cycles it relies on the
@@ -69,7 +100,7 @@ def serve(settings: Settings) -> int:
         proxy_headers=False,  # nothing reads the client's address: no per-request rewrite
     )
     try:
-        uvicorn.Server(config).run()
+        uvicorn.Server(config).run(sockets=None if sock is None else [sock])
     finally:
         if metrics_server is not None:
             metrics_server.shutdown()

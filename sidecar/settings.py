@@ -7,6 +7,7 @@ from pathlib import Path
 
 from obs.config import Config
 from obs.sidecar.capture import TextCapture
+from obs.sidecar.workers import WorkerSlot
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,3 +27,5 @@ class Settings:
     extra_routes: tuple[str, ...] = field(default=())
     metrics_address: tuple[str, int] | None = None  # /metrics there instead of on the relay port
     capture: TextCapture | None = None  # None: no prompt or output text anywhere (the default)
+    workers: int = 1  # relay processes on the port (obs.sidecar.workers)
+    worker: WorkerSlot | None = None  # set in each worker when workers > 1
