@@ -41,13 +41,13 @@ class ProcStat:
             return [self.pid]
         return [self.pid, *(int(p) for p in text.split())]
 
-    def cpu_s(self) -> float:
-        """User + system CPU seconds, all threads, summed over the processes."""
+    def cpu_s(self, system_only: bool = False) -> float:
+        """User + system (or system only) CPU seconds, all threads, summed over the processes."""
         total = 0
         for pid in self.pids():
             with contextlib.suppress(OSError):
                 fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                total += int(fields[11]) + int(fields[12])  # utime, stime
+                total += int(fields[12]) + (0 if system_only else int(fields[11]))  # stime, utime
         return total / _TICKS
 
     def reset_peak_rss(self) -> None:

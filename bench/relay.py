@@ -147,15 +147,16 @@ class Bench:
         out = self.work / f"{tag}.json"
         if target.stat is not None:
             target.stat.reset_peak_rss()
-            cpu0 = target.stat.cpu_s()
+            cpu0, sys0 = target.stat.cpu_s(), target.stat.cpu_s(system_only=True)
         t0 = time.monotonic()
         res = run(self.engine, target.url, w, seed, out, self.work / "vllm-bench.log")
         elapsed = time.monotonic() - t0
-        cpu = rss = None
+        cpu = rss = sys_cpu = None
         if target.stat is not None:
             cpu = target.stat.cpu_s() - cpu0 - target.idle_cpu_per_s * elapsed
+            sys_cpu = target.stat.cpu_s(system_only=True) - sys0
             rss = target.stat.peak_rss_mib()
-        return report.Run(int(seed), res, cpu, rss)
+        return report.Run(int(seed), res, cpu, rss, sys_cpu)
 
     def stop(self) -> None:
         for s in self.scrapers:
@@ -323,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
                         "ttft_p50_ms": report.percentile(r.result.ttfts_ms, 50),
                         "ttft_p99_ms": report.percentile(r.result.ttfts_ms, 99),
                         "relay_cpu_s": r.cpu_s,
+                        "relay_sys_cpu_s": r.sys_cpu_s,
                         "peak_rss_mib": r.peak_rss_mib,
                     }
                     for r in rs

@@ -27,6 +27,7 @@ class Run:
     result: RunResult
     cpu_s: float | None  # the relay's own CPU seconds (None: nothing in between)
     peak_rss_mib: float | None
+    sys_cpu_s: float | None = None  # of cpu_s, in the kernel (system time, idle rate not taken off)
 
 
 @dataclass

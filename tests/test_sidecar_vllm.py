@@ -258,24 +258,34 @@ def test_client_disconnect_aborts_upstream(vllm: VllmServer, sidecar: SidecarFac
     sc = sidecar(vllm.url, traces=False)
     max_tokens = 1900
     body = _body(CHAT, True, None, max_tokens=max_tokens) | {"ignore_eos": True}
-    # On a starved 2-core machine vLLM's API server can fall behind its engine and hold a
+    # On a starved 2-core machine vLLM's API server can fall behind its engine: it may hold a
     # whole stream until generation ends (seen in CI: 40 lines after 3.5 s, the full
-    # generation). Then the client cannot leave mid-stream: such an attempt is retried.
+    # generation), so the client cannot leave mid-stream, or notice the closed connection
+    # seconds late (seen once in a full local run: 4.25 s). Such attempts are retried; a
+    # sidecar that did not close the pool's connection would fail every one.
     attempts = 0
+    took = stopped_after = 0.0
     while attempts < 4:
         attempts += 1
         generated_before = probes.metric(vllm.url, "vllm:generation_tokens_total")
         took = _leave_after_20_tokens(sc.url + CHAT, body)
-        if took < 1.0:
+        if took >= 1.0:
+            time.sleep(1.0)
+            continue
+        left = time.monotonic()
+        while (
+            probes.metric(vllm.url, "vllm:num_requests_running") != 0
+            and time.monotonic() - left < 5
+        ):
+            time.sleep(0.05)
+        stopped_after = time.monotonic() - left
+        if stopped_after < 1.0:
             break
-        time.sleep(1.0)
     else:
-        pytest.fail(f"vLLM never streamed progressively in {attempts} attempts ({took:.1f} s)")
-    left = time.monotonic()
-    while probes.metric(vllm.url, "vllm:num_requests_running") != 0 and time.monotonic() - left < 5:
-        time.sleep(0.05)
-    stopped_after = time.monotonic() - left
-    assert stopped_after < 1.0, f"vLLM still running the request {stopped_after:.2f} s later"
+        pytest.fail(
+            f"vLLM never streamed progressively and stopped at once in {attempts} attempts "
+            f"(last: first 20 tokens in {took:.1f} s, stopped {stopped_after:.2f} s after)"
+        )
     time.sleep(1.0)  # vLLM's counters are published with a short delay
     generated = probes.metric(vllm.url, "vllm:generation_tokens_total") - generated_before
     assert generated < max_tokens / 2, f"vLLM generated {generated} of {max_tokens} tokens"
