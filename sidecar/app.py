@@ -38,7 +38,7 @@ from obs.sidecar.errors import error_body
 from obs.sidecar.otlp import decode_traces
 from obs.sidecar.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES
 from obs.sidecar.pools import PoolSet
-from obs.sidecar.relay import Relay
+from obs.sidecar.relay import SHUTDOWN_FLUSH_S, Relay
 from obs.sidecar.settings import Settings
 from obs.sidecar.types import Receive, Scope, Send
 from obs.sidecar.upstream import Upstream
@@ -219,7 +219,7 @@ class SidecarApp:
             yield
         finally:
             if self.relay.running:  # requests cut at the end of the grace: their last words
-                await asyncio.wait(self.relay.running, timeout=2)
+                await asyncio.wait(self.relay.running, timeout=SHUTDOWN_FLUSH_S + 1)
             self.join.flush()
             if self._forwards:
                 await asyncio.wait(self._forwards, timeout=5)

@@ -116,7 +116,10 @@ class ClientConn:
                 t.set_write_buffer_limits(high=0, low=0)  # pauses the protocol until empty
                 await asyncio.wait_for(self._flow.drain(), timeout_s)
             pause = 0.002
-            while not t.is_closing() and self.unsent():
+            # A closing transport (uvicorn closes it after the last byte of a response when the
+            # connection is not kept alive, e.g. at shutdown) still flushes its buffer: wait
+            # for that too, or the process could exit with the stream's end unsent.
+            while t.get_write_buffer_size() or (not t.is_closing() and self.unsent()):
                 if loop.time() >= deadline:
                     return False
                 await asyncio.sleep(pause)

@@ -51,6 +51,9 @@ log = structlog.get_logger("vllm_obs.relay")
 # Response headers not copied from the pool (hop-by-hop, or set by our server).
 _SKIP_HEADERS = {b"connection", b"keep-alive", b"transfer-encoding", b"date", b"server"}
 _BODY = "http.response.body"
+# Past --shutdown-grace, how long a cut stream's buffered bytes (up to the lane's slow_client
+# buffer, then the error frame) may take to reach a slow client before the process exits.
+SHUTDOWN_FLUSH_S = 5.0
 SHUTDOWN_MESSAGE = "the sidecar shut down before the request finished (--shutdown-grace ended)"
 
 
@@ -104,7 +107,7 @@ class Relay:
             if not req.done:  # else the client has the whole answer: it stays as it was
                 await self._fail(req, send, e.ShuttingDown(SHUTDOWN_MESSAGE))
             if req.conn is not None:  # what is still buffered reaches the client before exit
-                await req.conn.drained(1.0)
+                await req.conn.drained(SHUTDOWN_FLUSH_S)
         except Exception as err:  # never a traceback to the client, never a lost event
             log.exception("relay_internal_error", request_id=req.event.request_id)
             await self._fail(req, send, e.RelayError("internal error in the sidecar"))

@@ -115,8 +115,10 @@ def test_paused_response_stops_reading_until_resumed(vllm: VllmServer) -> None:
         sink = Pieces()
         sink.on_first = resp.pause_reading
         streaming = asyncio.ensure_future(resp.stream(sink))
+        await asyncio.sleep(0.05)  # what came in the read that paused is still handed over
+        at_pause = len(sink.pieces)
         await asyncio.sleep(1.5)  # vLLM writes the whole answer meanwhile; nobody reads it
-        held = len(sink.pieces)
+        held = len(sink.pieces) - at_pause
         resumed_at = time.monotonic()
         resp.resume_reading()
         await streaming
@@ -124,9 +126,9 @@ def test_paused_response_stops_reading_until_resumed(vllm: VllmServer) -> None:
         return sink, resumed_at, held
 
     sink, resumed_at, held = _run(go)
-    assert held == 1, f"{held} pieces read while paused"
+    assert held == 0, f"{held} pieces read while paused"
     assert sink.ended == [None]
-    assert all(t >= resumed_at for t in sink.at[1:])
+    assert len(sink.pieces) > 5 and sink.at[-1] >= resumed_at
     assert b"".join(sink.pieces).endswith(b"data: [DONE]\n\n")
 
 
