@@ -64,10 +64,6 @@ class ClientConn:
         """The write buffer is past its high-water mark (the client is behind)."""
         return bool(self._flow.write_paused)
 
-    @property
-    def gone(self) -> bool:
-        return self._transport.is_closing() or bool(self._cycle and self._cycle.disconnected)
-
     def write_body(self, data: bytes) -> None:
         """Write one piece of a started response's body, as uvicorn's ``send`` frames it.
 

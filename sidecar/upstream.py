@@ -114,7 +114,6 @@ class _Conn(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         resp = self.resp
         assert resp is not None
-        resp.received += len(body)
         if resp.sink is not None:
             resp.sink.on_body(body)
         else:
@@ -130,7 +129,7 @@ class Response:
 
     __slots__ = (
         "_conn", "_done", "chunks", "complete", "head", "headers", "keep_alive", "raw_headers",
-        "received", "sink", "status", "until_eof",
+        "sink", "status", "until_eof",
     )  # fmt: skip
 
     def __init__(self, conn: _Conn, loop: asyncio.AbstractEventLoop) -> None:
@@ -143,7 +142,6 @@ class Response:
         self.keep_alive = False
         self.until_eof = False
         self.complete = False
-        self.received = 0
         self.chunks: list[bytes] = []
         self.sink: Sink | None = None
 
@@ -293,9 +291,9 @@ class Upstream:
         head = [b"POST ", (prefix + path).encode("latin-1"), b" HTTP/1.1\r\nhost: ", host]
         for k, v in headers.items():
             head += (b"\r\n", k.encode("latin-1"), b": ", v.encode("latin-1"))
-        head.append(b"\r\ncontent-length: %d\r\n\r\n" % len(body))
+        head += (b"\r\ncontent-length: %d\r\n\r\n" % len(body), body)
         assert conn.transport is not None
-        conn.transport.write(b"".join(head) + body)
+        conn.transport.write(b"".join(head))
         try:
             await resp.head
         except BaseException:  # cancelled (a deadline, shutdown) or failed: never reused

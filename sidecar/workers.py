@@ -69,10 +69,11 @@ RESTART_BACKOFF_S = 1.0
 CRASH_LOOP = 3  # a worker that dies this many times in a row within the backoff stops them all
 # Families every worker reads the same (pool polling, the config): taken once, not summed.
 TAKEN_ONCE_PREFIXES = (f"{c.NAMESPACE}_pool_", c.LANE_INFO.name)
-
-
-SAVE_EVERY_S = 1.0
 COUNTING = ("counter", "histogram")  # what a dead worker's saved page still contributes
+SAVE_EVERY_S = 1.0
+# One page generated and saved at a time in this process, so the saved file never goes back
+# to an older page than one already saved or served.
+_SAVE_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,12 +88,15 @@ class WorkerSlot:
     def page_path(self, i: int) -> Path:
         return Path(self.rundir) / f"worker-{i}.prom"
 
-    def save(self, page: bytes) -> None:
-        """This worker's page, replaced in one step (a reader sees the old or the new)."""
-        path = self.page_path(self.index)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(page)
-        os.replace(tmp, path)
+    def own_page(self, registry: CollectorRegistry) -> bytes:
+        """This worker's page, saved before it is returned (replaced in one step)."""
+        with _SAVE_LOCK:
+            page = generate_latest(registry)
+            path = self.page_path(self.index)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(page)
+            os.replace(tmp, path)
+            return page
 
     def saved(self, i: int) -> str | None:
         try:
@@ -181,9 +185,7 @@ class MergedMetrics(Collector):
 
     def _page(self, i: int) -> str | None:
         if i == self.slot.index:
-            page = generate_latest(self.own)
-            self.slot.save(page)
-            return page.decode()
+            return self.slot.own_page(self.own).decode()
         url = f"http://127.0.0.1:{self.slot.metric_ports[i]}/metrics"
         try:
             with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as r:
@@ -207,23 +209,16 @@ def serve_private_metrics(
     sock: socket.socket, registry: CollectorRegistry, slot: WorkerSlot
 ) -> ThreadingHTTPServer:
     """This worker's own page, for its siblings, on its pre-bound loopback socket; saved too."""
-    lock = threading.Lock()
-
-    def page() -> bytes:
-        with lock:  # saved before it is served: the file is never behind what a sibling saw
-            body = generate_latest(registry)
-            slot.save(body)
-            return body
 
     def save_often() -> None:
         while True:
             time.sleep(SAVE_EVERY_S)
             with contextlib.suppress(OSError):
-                page()
+                slot.own_page(registry)
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            body = page()
+            body = slot.own_page(registry)
             self.send_response(200)
             self.send_header("content-type", "text/plain; version=0.0.4")
             self.send_header("content-length", str(len(body)))
