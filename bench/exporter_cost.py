@@ -34,7 +34,7 @@ from obs import conventions as c
 from obs.config import single_upstream
 from obs.events import Event
 from obs.exporters.jsonl import JsonlExporter
-from obs.exporters.otel import SpanExporter, otlp_processor
+from obs.exporters.otel import OtlpSettings, SpanExporter
 from obs.exporters.prom import Metrics
 from obs.phases import Clock
 from obs.record import Finished, fill_timings
@@ -143,8 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _wait_port(port, receiver)
         # Room for every span: the batcher must encode and send them all, not drop them.
-        os.environ["OTEL_BSP_MAX_QUEUE_SIZE"] = str(7 * n)
-        spans = SpanExporter(otlp_processor(f"http://127.0.0.1:{port}/v1/traces"))
+        settings = OtlpSettings(f"http://127.0.0.1:{port}/v1/traces", max_queue_spans=7 * n)
+        spans = SpanExporter(settings)
         results["spans"] = measure("spans", spans.export, spans.force_flush, n)
         spans.shutdown()
     finally:

@@ -22,14 +22,13 @@ import orjson
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from opentelemetry.sdk.trace import SpanProcessor
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from obs.exporters.base import Exporter, Fanout
 from obs.exporters.jsonl import JsonlExporter
-from obs.exporters.otel import SpanExporter, otlp_processor, traces_endpoint_from_env
+from obs.exporters.otel import OtlpSettings, SpanExporter, traces_endpoint_from_env
 from obs.exporters.prom import Metrics, PoolStateCollector
 from obs.lanes import Classifier
 from obs.record import Finished
@@ -55,7 +54,6 @@ class SidecarApp:
         settings: Settings,
         *,
         registry: CollectorRegistry | None = None,
-        span_processor: SpanProcessor | None = None,
     ) -> None:
         self.settings = settings
         self.registry = registry or CollectorRegistry()
@@ -78,10 +76,10 @@ class SidecarApp:
                 backups=settings.events_backups,
             )
             exporters.append(self.jsonl)
-        if span_processor is None and (settings.otlp_endpoint or traces_endpoint_from_env()):
-            span_processor = otlp_processor(settings.otlp_endpoint)
-        if span_processor is not None:
-            exporters.append(SpanExporter(span_processor))
+        self.otlp: OtlpSettings | None = None
+        if settings.otlp_endpoint or traces_endpoint_from_env():
+            self.otlp = OtlpSettings.from_env(settings.otlp_endpoint)
+            exporters.append(SpanExporter(self.otlp, counters=self.metrics))
         exporters.append(self.metrics)
         self.exporters = Fanout(exporters, failures=self.metrics)
         self._session: aiohttp.ClientSession | None = None  # polling, /v1/models, forwarding
@@ -98,7 +96,7 @@ class SidecarApp:
             on_joined=lambda: self.metrics.engine_span("joined"),
         )
         self.traced_pools = {p.name for p in settings.config.pools if p.engine_traces}
-        self.trace_forward = settings.otlp_endpoint or traces_endpoint_from_env()
+        self.trace_forward = self.otlp.endpoint if self.otlp else None
         self._forwards: set[asyncio.Task[None]] = set()
         self.relay = Relay(
             Classifier(settings.config),
@@ -183,7 +181,8 @@ class SidecarApp:
         await send({"type": "http.response.body", "body": body})
 
     def _forward(self, raw: bytes, headers: dict[str, bytes]) -> None:
-        fwd = {"content-type": "application/x-protobuf"}
+        fwd = dict(self.otlp.headers) if self.otlp else {}  # OTEL_EXPORTER_OTLP_HEADERS (auth)
+        fwd["content-type"] = "application/x-protobuf"
         if "content-encoding" in headers:
             fwd["content-encoding"] = headers["content-encoding"].decode("latin-1")
 
@@ -308,7 +307,6 @@ def create_app(
     settings: Settings,
     *,
     registry: CollectorRegistry | None = None,
-    span_processor: SpanProcessor | None = None,
 ) -> SidecarApp:
-    """Build the sidecar. Tests inject their own registry and span processor."""
-    return SidecarApp(settings, registry=registry, span_processor=span_processor)
+    """Build the sidecar. Tests inject their own registry."""
+    return SidecarApp(settings, registry=registry)

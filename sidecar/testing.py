@@ -151,6 +151,8 @@ class OtlpReceiver:
         self.url = f"http://127.0.0.1:{self.port}/v1/traces"
         self.spans: list[ReceivedSpan] = []
         self.raw: list[bytes] = []
+        self.headers: list[dict[str, str]] = []  # each accepted POST's headers, lower-cased
+        self.refuse: list[int] = []  # statuses to answer the next POSTs with (a fault, for tests)
         self._lock = threading.Lock()
         receiver = self
 
@@ -158,6 +160,13 @@ class OtlpReceiver:
             def do_POST(self) -> None:
                 n = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(n)
+                with receiver._lock:
+                    refused = receiver.refuse.pop(0) if receiver.refuse else None
+                if refused is not None:
+                    self.send_response(refused)
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                    return
                 if self.headers.get("content-encoding") == "gzip":
                     body = gzip.decompress(body)
                 try:
@@ -169,6 +178,7 @@ class OtlpReceiver:
                 with receiver._lock:
                     receiver.raw.append(body)
                     receiver.spans.extend(spans)
+                    receiver.headers.append({k.lower(): v for k, v in self.headers.items()})
                 self.send_response(200)
                 self.send_header("content-type", "application/x-protobuf")
                 self.send_header("content-length", "0")

@@ -115,3 +115,17 @@ def tcp_sockets(pid: int, remote_port: int | None = None) -> list[str]:
             if remote_port is None or port == remote_port:
                 states.append(_TCP_STATES.get(cols[3], cols[3]))
     return states
+
+
+class EventCounts:
+    """An exporter's written/dropped counters, kept in memory (what the metrics would count)."""
+
+    def __init__(self) -> None:
+        self.written = 0
+        self.dropped: dict[str, int] = {}
+
+    def event_written(self, exporter: str, n: int) -> None:
+        self.written += n
+
+    def event_dropped(self, exporter: str, reason: str, n: int) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + n

@@ -13,18 +13,7 @@ from obs.exporters.jsonl import JsonlExporter
 from obs.phases import Clock
 from obs.record import Finished
 from obs.tracecontext import new_ids
-
-
-class Counts:
-    def __init__(self) -> None:
-        self.written = 0
-        self.dropped: dict[str, int] = {}
-
-    def event_written(self, exporter: str, n: int) -> None:
-        self.written += n
-
-    def event_dropped(self, exporter: str, reason: str, n: int) -> None:
-        self.dropped[reason] = self.dropped.get(reason, 0) + n
+from tests.probes import EventCounts
 
 
 def _finished(i: int) -> Finished:
@@ -33,7 +22,7 @@ def _finished(i: int) -> Finished:
 
 def test_every_event_is_one_whole_line_after_shutdown(tmp_path: Path) -> None:
     """Each export becomes exactly one parseable line, all flushed at shutdown."""
-    counts = Counts()
+    counts = EventCounts()
     exp = JsonlExporter(tmp_path / "ev.jsonl", counters=counts)
     for i in range(1000):
         exp.export(_finished(i))
@@ -72,7 +61,7 @@ def test_unwritable_directory_counts_drops_and_keeps_running(tmp_path: Path) -> 
     """When the log cannot be written, events are counted as dropped; export never raises."""
     target = tmp_path / "file-not-dir"
     target.write_text("x")
-    counts = Counts()
+    counts = EventCounts()
     exp = JsonlExporter(target / "ev.jsonl", counters=counts)
     for i in range(10):
         exp.export(_finished(i))
