@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import (
@@ -72,6 +72,9 @@ class Metrics:
         self.engine_spans = _counter(c.ENGINE_SPANS, registry)
         self.model_label = c.BoundedLabel(tuple(p.model for p in config.pools if p.model))
         self.finish_label = c.BoundedLabel(c.FINISH_REASONS, cap=0)
+        # Children looked up once per label set: ``labels()`` costs more than the observation.
+        self._counts: dict[tuple[str, ...], Any] = {}
+        self._series: dict[tuple[str, str], _Series] = {}
         for lane in config.lanes:
             lane_info.labels(lane.name, lane.pool).set(1)
             for tokens in (self.prompt_tokens, self.cached_tokens, self.completion_tokens):
@@ -87,35 +90,42 @@ class Metrics:
     def export(self, finished: Finished) -> None:
         ev = finished.event
         lp = (ev.lane, ev.pool)
-        self.requests.labels(
+        key = (
             *lp,
             self.model_label(ev.model),
             ev.status,
             self.finish_label(ev.finish_reason or "none"),
-        ).inc()
-        self.duration.labels(*lp).observe(ev.e2e_ms / 1000)
+        )
+        count = self._counts.get(key)
+        if count is None:
+            count = self._counts[key] = self.requests.labels(*key)
+        count.inc()
+        s = self._series.get(lp)
+        if s is None:
+            s = self._series[lp] = _Series(self, lp)
+        s.duration.observe(ev.e2e_ms / 1000)
         if ev.rejection_reason:
             self.rejections.labels(ev.lane, ev.rejection_reason).inc()
         if ev.status == c.REJECTED:
             return
-        for phase, ns in finished.clock.phases_ns().items():
-            self.phase.labels(*lp, phase).observe(ns / NS)
+        for child, ns in zip(s.phases, finished.clock.phases_ns().values(), strict=True):
+            child.observe(ns / NS)
         if ev.ttft_ms is not None:
-            self.ttft.labels(*lp).observe(ev.ttft_ms / 1000)
+            s.ttft.observe(ev.ttft_ms / 1000)
         if ev.tpot_ms is not None:
-            self.tpot.labels(*lp).observe(ev.tpot_ms / 1000)
+            s.tpot.observe(ev.tpot_ms / 1000)
         if finished.itl_ns:
             self.itl.observe_many(lp, finished.itl_ns)
         if ev.stream:
-            self.blocked.labels(*lp).observe(ev.stream_blocked_ms / 1000)
+            s.blocked.observe(ev.stream_blocked_ms / 1000)
         if ev.prompt_tokens:
-            self.prompt_tokens.labels(*lp).inc(ev.prompt_tokens)
+            s.prompt_tokens.inc(ev.prompt_tokens)
         if ev.cached_tokens:
-            self.cached_tokens.labels(*lp).inc(ev.cached_tokens)
+            s.cached_tokens.inc(ev.cached_tokens)
         if ev.completion_tokens:
-            self.completion_tokens.labels(*lp).inc(ev.completion_tokens)
+            s.completion_tokens.inc(ev.completion_tokens)
         if ev.status == c.DISCONNECTED:
-            self.disconnects.labels(*lp).inc()
+            s.disconnects.inc()
         elif ev.status == c.ERROR and ev.error_class:
             self.upstream_errors.labels(*lp, ev.error_class).inc()
 
@@ -146,6 +156,33 @@ class Metrics:
 
     def engine_span(self, result: str) -> None:
         self.engine_spans.labels(result).inc()
+
+
+class _Series:
+    """One lane/pool's children of the per-request histograms and counters."""
+
+    __slots__ = (
+        "blocked",
+        "cached_tokens",
+        "completion_tokens",
+        "disconnects",
+        "duration",
+        "phases",
+        "prompt_tokens",
+        "tpot",
+        "ttft",
+    )
+
+    def __init__(self, m: Metrics, lp: tuple[str, str]) -> None:
+        self.duration = m.duration.labels(*lp)
+        self.phases = [m.phase.labels(*lp, phase) for phase in c.PHASES]
+        self.ttft = m.ttft.labels(*lp)
+        self.tpot = m.tpot.labels(*lp)
+        self.blocked = m.blocked.labels(*lp)
+        self.prompt_tokens = m.prompt_tokens.labels(*lp)
+        self.cached_tokens = m.cached_tokens.labels(*lp)
+        self.completion_tokens = m.completion_tokens.labels(*lp)
+        self.disconnects = m.disconnects.labels(*lp)
 
 
 class BatchHistogram(Collector):
