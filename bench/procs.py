@@ -1,8 +1,9 @@
 """The processes a relay benchmark runs, and what it reads about them from /proc.
 
-``FakeVllm`` and ``Nginx`` are subprocesses on free loopback ports, stopped by
-PID; ``ProcStat`` reads CPU seconds (all threads, optionally children: nginx's
-workers) and peak RSS, which it can reset between runs (``clear_refs``).
+``FakeVllm`` and ``Nginx`` are subprocesses on free loopback ports (``Server``,
+as are the peers of ``bench.peers``), stopped by PID; ``ProcStat`` reads CPU
+seconds (all threads, optionally children: nginx's workers) and peak RSS,
+which it can reset between runs (``clear_refs``).
 ``Scraper`` reads a ``/metrics`` page at a fixed interval, as Prometheus would.
 """
 
@@ -66,19 +67,34 @@ class ProcStat:
         return peak / 1024
 
 
-class _Server:
-    def __init__(self, name: str, cmd: list[str], log_path: Path, health: str) -> None:
+class Server:
+    """One server subprocess, logging to ``log_path``, ready once ``health`` answers 2xx."""
+
+    def __init__(
+        self,
+        name: str,
+        cmd: list[str],
+        log_path: Path,
+        health: str,
+        *,
+        env: dict[str, str] | None = None,
+        start_timeout_s: float = 30.0,
+    ) -> None:
         self.name = name
         self.cmd = cmd
         self.log_path = log_path
         self.health = health
+        self.env = env
+        self.start_timeout_s = start_timeout_s
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=log, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.cmd, stdout=log, stderr=log, env=self.env, start_new_session=True
+            )
         try:
-            wait_http(self.health, 30.0, self.proc)
+            wait_http(self.health, self.start_timeout_s, self.proc)
         except Exception as err:
             self.stop()
             tail = self.log_path.read_text(errors="replace")[-2000:]
@@ -100,7 +116,7 @@ class _Server:
             self.proc.wait(5)
 
 
-class FakeVllm(_Server):
+class FakeVllm(Server):
     """``python -m bench.fake_vllm`` in a subprocess (its own interpreter and CPU)."""
 
     def __init__(self, work: Path, ttft_ms: float, itl_ms: float) -> None:
@@ -144,7 +160,7 @@ http {{
 """
 
 
-class Nginx(_Server):
+class Nginx(Server):
     """nginx as an SSE reverse proxy: buffering off, keep-alive upstream connections."""
 
     def __init__(self, work: Path, upstream_port: int, workers: int = 1) -> None:

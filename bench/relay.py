@@ -12,6 +12,12 @@ so drift on a shared machine hits each alike:
   nginx     client -> nginx (SSE config: proxy_buffering off, keep-alive
             upstream, one worker) -> fake vLLM
 
+and, when named in --targets, the sidecar's peers (bench/peers.py), each
+installed into its own venv under ~/.cache/vllm-obs on first use:
+
+  litellm      client -> LiteLLM proxy (one worker) -> fake vLLM
+  vllm-router  client -> vLLM's Rust router (one worker URL) -> fake vLLM
+
 at three loads: c1 (one stream), c64 (64 streams, ~11k tokens/s offered) and
 sat (256 streams, no inter-token delay: the most the path can carry).
 ``--exporters`` adds sidecar-bare (no events, no spans, metrics not scraped)
@@ -41,7 +47,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench import report
-from bench.procs import FakeVllm, Nginx, ProcStat, Scraper
+from bench.peers import PEERS, start_peer
+from bench.procs import FakeVllm, Nginx, ProcStat, Scraper, Server
 from bench.vllm_bench import RunResult, Workload, run
 from obs.engine import ensure_engine
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
@@ -86,6 +93,7 @@ class Bench:
         self.receiver = OtlpReceiver().start()
         self.fake = FakeVllm(work, args.ttft_ms, args.itl_ms)
         self.nginx: Nginx | None = None
+        self.peers: list[Server] = []
         self.sidecars: list[SidecarProcess] = []
         self.scrapers: list[Scraper] = []
         self.targets: dict[str, Target] = {}
@@ -101,6 +109,10 @@ class Bench:
                 self.nginx = Nginx(self.work, self.fake.port)
                 self.nginx.start()
                 self.targets[name] = Target(name, self.nginx.url, ProcStat(self.nginx.pid, True))
+            elif name in PEERS:
+                peer = start_peer(name, self.work, self.fake.url, progress)
+                self.peers.append(peer)
+                self.targets[name] = Target(name, peer.url, ProcStat(peer.pid, True))
             else:
                 self.targets[name] = self._sidecar(name)
             progress(f"{name}: {self.targets[name].url}")
@@ -165,6 +177,8 @@ class Bench:
             sc.stop()
         if self.nginx is not None:
             self.nginx.stop()
+        for peer in self.peers:
+            peer.stop()
         self.fake.stop()
         self.receiver.stop()
 
@@ -190,7 +204,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--targets",
         default="direct,sidecar,nginx",
         help="comma-separated: direct, sidecar, nginx, sidecar-w2 (every exporter, "
-        "--workers 2), " + ", ".join(EXPORTER_TARGETS),
+        f"--workers 2), {', '.join(EXPORTER_TARGETS)}; the peers {' and '.join(PEERS)} "
+        f"({', '.join(r for p in PEERS.values() for r in p.requirements)}) are installed "
+        "into their own venvs under ~/.cache/vllm-obs on first use",
     )
     ap.add_argument("--exporters", action="store_true", help="add " + ", ".join(EXPORTER_TARGETS))
     ap.add_argument("--levels", default="c1,c64,sat", help="comma-separated: c1, c64, sat")
@@ -228,7 +244,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             ap.error(f"--extra-sidecar takes NAME=PYTHONPATH, got {spec!r}")
         args.extra_sidecars[name] = path
         names.append(name)
-    known = {report.DIRECT, "nginx", *SIDECARS, *args.extra_sidecars}
+    known = {report.DIRECT, "nginx", *SIDECARS, *PEERS, *args.extra_sidecars}
     if bad := [t for t in names if t not in known]:
         ap.error(f"unknown target(s) {bad}; choose from {sorted(known)}")
     levels = [lv for lv in args.levels.split(",") if lv]

