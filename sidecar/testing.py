@@ -157,6 +157,8 @@ class OtlpReceiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as collectors do
+
             def do_POST(self) -> None:
                 n = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(n)
@@ -173,6 +175,7 @@ class OtlpReceiver:
                     spans = decode_traces(body)
                 except Exception:
                     self.send_response(400)
+                    self.send_header("content-length", "0")
                     self.end_headers()
                     return
                 with receiver._lock:
