@@ -67,13 +67,19 @@ def _env(name: str, default: str = "") -> str:
     )
 
 
-def _number(name: str, default: float) -> float:
-    raw = os.environ.get(name, "")
+def _number(raw: str, name: str, default: float) -> float:
+    """``raw`` (the value of variable ``name``) as a number; ``default`` if unset or invalid."""
     try:
         return float(raw) if raw else default
     except ValueError:
         log.warning("invalid_otel_setting", variable=name, value=raw, using=default)
         return default
+
+
+def _bsp(name: str, default: float) -> float:
+    """``OTEL_BSP_<name>`` as a number."""
+    var = f"OTEL_BSP_{name}"
+    return _number(os.environ.get(var, ""), var, default)
 
 
 @dataclass
@@ -91,10 +97,11 @@ class OtlpSettings:
     max_batch_spans: int = 512
 
     @classmethod
-    def from_env(cls, endpoint: str | None = None) -> OtlpSettings:
+    def from_env(cls, endpoint: str | None = None) -> OtlpSettings | None:
+        """``endpoint`` (else the variables') with the variables' settings; None: no endpoint."""
         url = endpoint or traces_endpoint_from_env()
         if not url:
-            raise ValueError("no OTLP traces endpoint: set OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT")
+            return None
         compression = _env("COMPRESSION", "none").strip().lower()
         if compression not in ("none", "gzip"):
             log.warning("invalid_otel_setting", variable="COMPRESSION", value=compression)
@@ -103,14 +110,13 @@ class OtlpSettings:
             endpoint=url,
             headers={"content-type": "application/x-protobuf"}
             | {k.lower(): v for k, v in parse_env_headers(_env("HEADERS"), liberal=True).items()},
-            timeout_s=_number("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", 0)
-            or _number("OTEL_EXPORTER_OTLP_TIMEOUT", 10.0),
+            timeout_s=_number(_env("TIMEOUT"), "OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT", 10.0),
             gzip=compression == "gzip",
             verify=_env("CERTIFICATE") or True,
             client_cert=(cert, key) if cert and key else None,
-            schedule_delay_s=_number("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000,
-            max_queue_spans=int(_number("OTEL_BSP_MAX_QUEUE_SIZE", 2048)),
-            max_batch_spans=int(_number("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)),
+            schedule_delay_s=_bsp("SCHEDULE_DELAY", 5000) / 1000,
+            max_queue_spans=int(_bsp("MAX_QUEUE_SIZE", 2048)),
+            max_batch_spans=int(_bsp("MAX_EXPORT_BATCH_SIZE", 512)),
         )
 
 

@@ -9,7 +9,7 @@ bytes directly costs a tenth of that (``python -m bench.exporter_cost``).
 
 Only the messages and fields the sidecar emits are written; field numbers are
 those of ``opentelemetry/proto/trace/v1/trace.proto`` (v1.x, stable).
-``tests/test_otlp_proto.py`` decodes the output with ``opentelemetry-proto``.
+``tests/test_otel_export.py`` decodes the output with ``opentelemetry-proto``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ SCOPE_VERSION = "0.1.0"
 
 _KIND_INTERNAL = 1
 _KIND_SERVER = 2
-_STATUS_ERROR = 2
 # Span.flags: the parent's is_remote is known (bit 8), and the parent is remote (bit 9).
 _FLAGS_LOCAL_PARENT = struct.pack("<I", 0x100)
 _FLAGS_REMOTE_PARENT = struct.pack("<I", 0x300)
@@ -115,7 +114,7 @@ def _span(
         _FIXED64.pack(end_ns),
         attrs,
     )
-    if error is not None:  # Status{message, code: ERROR}
+    if error is not None:  # Status{message (2), code (3): STATUS_CODE_ERROR = 2}
         body.append(_field(b"\x7a", _field(b"\x12", error.encode()) + b"\x18\x02"))
     body += (b"\x85\x01", flags)
     return _field(b"\x12", b"".join(body))
@@ -159,18 +158,15 @@ def _root_attributes(f: Finished) -> dict[str, AttrValue]:
 
 
 _PHASE_NAMES = {p: _field(b"\x2a", p.encode()) for p in PHASES}
-_PHASE_ATTRS = {p: _key_value("vllm_obs.phase", p) for p in PHASES}
-_PHASE_ATTR_FIELDS = {p: _field(b"\x4a", a) for p, a in _PHASE_ATTRS.items()}
+_PHASE_ATTR_FIELDS = {p: _field(b"\x4a", _key_value("vllm_obs.phase", p)) for p in PHASES}
 
 
 def request_spans(f: Finished) -> bytes:
     """The request's root span and one span per phase, each a ``ScopeSpans.spans`` entry.
 
-    Empty when the trace is not sampled. Child span ids are drawn here.
+    Child span ids are drawn here. Whether the trace is sampled is the caller's check.
     """
     ids = f.ids
-    if not ids.sampled:
-        return b""
     ev, clock = f.event, f.clock
     trace_id = ids.trace_id.to_bytes(16, "big")
     start = f.wall_start_ns

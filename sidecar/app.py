@@ -28,7 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from obs.exporters.base import Exporter, Fanout
 from obs.exporters.jsonl import JsonlExporter
-from obs.exporters.otel import OtlpSettings, SpanExporter, traces_endpoint_from_env
+from obs.exporters.otel import OtlpSettings, SpanExporter
 from obs.exporters.prom import Metrics, PoolStateCollector
 from obs.lanes import Classifier
 from obs.record import Finished
@@ -76,9 +76,9 @@ class SidecarApp:
                 backups=settings.events_backups,
             )
             exporters.append(self.jsonl)
-        self.otlp: OtlpSettings | None = None
-        if settings.otlp_endpoint or traces_endpoint_from_env():
-            self.otlp = OtlpSettings.from_env(settings.otlp_endpoint)
+        # Where spans go: ours, and vLLM's that the sidecar receives and forwards.
+        self.otlp = OtlpSettings.from_env(settings.otlp_endpoint)
+        if self.otlp is not None:
             exporters.append(SpanExporter(self.otlp, counters=self.metrics))
         exporters.append(self.metrics)
         self.exporters = Fanout(exporters, failures=self.metrics)
@@ -96,7 +96,6 @@ class SidecarApp:
             on_joined=lambda: self.metrics.engine_span("joined"),
         )
         self.traced_pools = {p.name for p in settings.config.pools if p.engine_traces}
-        self.trace_forward = self.otlp.endpoint if self.otlp else None
         self._forwards: set[asyncio.Task[None]] = set()
         self.relay = Relay(
             Classifier(settings.config),
@@ -172,25 +171,24 @@ class SidecarApp:
                 for span in spans:
                     if span.name == "llm_request":
                         self.join.on_span(span.trace_id, span.attributes)
-                if self.trace_forward:
-                    self._forward(raw, headers)
+                if self.otlp is not None:
+                    self._forward(self.otlp, raw, headers)
         out = [
             (b"content-type", b"application/x-protobuf" if status == 200 else b"application/json")
         ]
         await send({"type": "http.response.start", "status": status, "headers": out})
         await send({"type": "http.response.body", "body": body})
 
-    def _forward(self, raw: bytes, headers: dict[str, bytes]) -> None:
-        fwd = dict(self.otlp.headers) if self.otlp else {}  # OTEL_EXPORTER_OTLP_HEADERS (auth)
+    def _forward(self, otlp: OtlpSettings, raw: bytes, headers: dict[str, bytes]) -> None:
+        fwd = dict(otlp.headers)  # OTEL_EXPORTER_OTLP_HEADERS (auth)
         fwd["content-type"] = "application/x-protobuf"
         if "content-encoding" in headers:
             fwd["content-encoding"] = headers["content-encoding"].decode("latin-1")
 
         async def post() -> None:
-            assert self.trace_forward is not None
             try:
                 async with self.session().post(
-                    self.trace_forward,
+                    otlp.endpoint,
                     data=raw,
                     headers=fwd,
                     timeout=aiohttp.ClientTimeout(total=10),
@@ -198,7 +196,7 @@ class SidecarApp:
                     if resp.status >= 300:
                         raise aiohttp.ClientError(f"status {resp.status}")
             except (aiohttp.ClientError, TimeoutError) as e:
-                log.warning("trace_forward_failed", endpoint=self.trace_forward, error=str(e))
+                log.warning("trace_forward_failed", endpoint=otlp.endpoint, error=str(e))
                 self.metrics.exporter_failed("otlp_forward")
 
         task = asyncio.get_running_loop().create_task(post())

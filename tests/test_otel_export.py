@@ -139,7 +139,7 @@ def test_batches_and_env_settings(receiver: OtlpReceiver, monkeypatch: pytest.Mo
     monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "60")  # 10 requests of 6 spans
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100000")  # only full batches and flushes send
     settings = OtlpSettings.from_env()
-    assert settings.gzip and settings.schedule_delay_s == 100.0
+    assert settings is not None and settings.gzip and settings.schedule_delay_s == 100.0
     counts = EventCounts()
     exp = SpanExporter(settings, counters=counts)
     for i in range(25):
