@@ -18,6 +18,7 @@ PER_S = '{{ printf "%.3g" $value }}/s'
 REPLICA = "{{ $labels.replica }}"
 REASON = "{{ $labels.reason }}"
 EXPORTER = "{{ $labels.exporter }}"
+INSTANCE = "{{ $labels.instance }}"
 
 
 def health_groups(model: AlertModel) -> list[Group]:
@@ -199,6 +200,11 @@ def _sidecar_alerts(model: AlertModel) -> list[Rule]:
     w = model.thresholds.rate_window
     dropped = e.agg("sum", e.rate(c.EVENTS_DROPPED.series[0], w), c.EXPORTER, c.REASON)
     failures = e.agg("sum", e.rate(c.EXPORTER_FAILURES.series[0], w), c.EXPORTER)
+    th = model.thresholds
+    # Per sidecar (scrape target): one lagging process among many must not average away.
+    lag_rate = e.agg("sum", e.rate(c.EVENT_LOOP_LAG.series[0], w), "instance", "le")
+    lag = f"histogram_quantile({e.num(th.loop_lag_quantile)}, {lag_rate})"
+    p_lag = f"p{e.num(th.loop_lag_quantile * 100)}"
     return [
         _alert(
             model,
@@ -219,5 +225,17 @@ def _sidecar_alerts(model: AlertModel) -> list[Rule]:
             f"The {EXPORTER} exporter has been raising errors ({PER_S} over the last {w}) for "
             f"{HEALTH_POLICY[c.ALERT_EXPORTER_FAILING].for_}; clients are unaffected, but its "
             "events, spans or metrics are incomplete.",
+        ),
+        _alert(
+            model,
+            c.ALERT_EVENT_LOOP_LAG_HIGH,
+            f"{lag} > {e.num(th.loop_lag_max_s)}",
+            {},
+            f"Sidecar {INSTANCE} event loop lags {DURATION} ({p_lag})",
+            f"The event loop of sidecar {INSTANCE} ran its timers {DURATION} late ({p_lag} "
+            f"over the last {w}), above {e.num(th.loop_lag_max_s)}s, for "
+            f"{HEALTH_POLICY[c.ALERT_EVENT_LOOP_LAG_HIGH].for_}: requests wait in the relay "
+            "before they are read (their queue phase grows, not the pool's prefill). The "
+            "sidecar is CPU-bound: run more --workers or give it more CPU.",
         ),
     ]

@@ -112,6 +112,7 @@ HEALTH_POLICY: Final = {
     c.ALERT_QUEUE_WAIT_HIGH: Policy("ticket", "10m"),
     c.ALERT_EVENTS_DROPPED: Policy("ticket", "10m"),
     c.ALERT_EXPORTER_FAILING: Policy("ticket", "10m"),
+    c.ALERT_EVENT_LOOP_LAG_HIGH: Policy("ticket", "10m"),
 }
 
 
@@ -126,6 +127,10 @@ class HealthThresholds:
     queue_wait_share: float = 0.5
     preemptions_per_s_max: float = 0.0  # any sustained preemption
     rate_window: str = "5m"  # matches the ``_rate5m`` recording rule names
+    # The sidecar's event loop: p99 lag above this many seconds means requests wait in the
+    # relay itself (CPU-bound process: add --workers or cores).
+    loop_lag_quantile: float = 0.99
+    loop_lag_max_s: float = 0.05
 
 
 @dataclass(frozen=True, slots=True)

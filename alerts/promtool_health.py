@@ -33,7 +33,7 @@ def health_tests(model: AlertModel, index: RuleIndex) -> list[Group]:
         out += _pool_cases(model, p, index)
     for lane in model.lanes:
         out += _lane_cases(model, lane, index)
-    out += _sidecar_cases(index)
+    out += _sidecar_cases(model, index)
     return out
 
 
@@ -291,13 +291,25 @@ def _prefix_expected(
     ]
 
 
-def _sidecar_cases(index: RuleIndex) -> list[Group]:
+def _sidecar_cases(model: AlertModel, index: RuleIndex) -> list[Group]:
     def counter(name: str, labels: dict[str, str], per_step: float) -> Inputs:
         return lambda n: [s.series(name, labels, s.counter(per_step, n, start=3))]
 
     dropped = {c.EXPORTER: "jsonl", c.REASON: "queue_full"}
     failing = {c.EXPORTER: "otel"}
     rate = 6 / tl.STEP_S
+    th = model.thresholds
+    buckets = c.EVENT_LOOP_LAG_BUCKETS
+    slow = next(b for b in buckets if b > th.loop_lag_max_s)
+    fast = buckets[0]
+    i = buckets.index(slow)
+    lag = buckets[i - 1] + (slow - buckets[i - 1]) * th.loop_lag_quantile
+
+    def loop_lag(at: float) -> Inputs:
+        return lambda n: s.latency_histogram(c.EVENT_LOOP_LAG, {}, buckets, at, at, N, 0, n)
+
+    instance = {"instance": s.SCRAPE["instance"]}
+
     return [
         *_pair(
             c.ALERT_EVENTS_DROPPED,
@@ -316,5 +328,14 @@ def _sidecar_cases(index: RuleIndex) -> list[Group]:
             [s.expected(index.find(c.ALERT_EXPORTER_FAILING), failing, rate)],
             counter(c.EXPORTER_FAILURES.series[0], failing, 0),
             "the counter is flat",
+        ),
+        *_pair(
+            c.ALERT_EVENT_LOOP_LAG_HIGH,
+            f"event loop {slow:g}s late",
+            RATE_S,
+            loop_lag(slow),
+            [s.expected(index.find(c.ALERT_EVENT_LOOP_LAG_HIGH), instance, lag)],
+            loop_lag(fast),
+            f"the loop is {fast:g}s late",
         ),
     ]

@@ -70,6 +70,7 @@ class Metrics:
         self.dropped = _counter(c.EVENTS_DROPPED, registry)
         self.failures = _counter(c.EXPORTER_FAILURES, registry)
         self.engine_spans = _counter(c.ENGINE_SPANS, registry)
+        self.loop_lag = _hist(c.EVENT_LOOP_LAG, registry, c.EVENT_LOOP_LAG_BUCKETS)
         self.model_label = c.BoundedLabel(tuple(p.model for p in config.pools if p.model))
         self.finish_label = c.BoundedLabel(c.FINISH_REASONS, cap=0)
         # Children looked up once per label set: ``labels()`` costs more than the observation.

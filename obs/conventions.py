@@ -57,6 +57,10 @@ REJECTION_REASONS: Final = (
     ENGINE_QUEUE_FULL,
 )
 
+# Where an event's token counts came from: the event's ``tokens_source``.
+TOKENS_FROM_USAGE: Final = "usage"  # the pool's usage object (exact)
+TOKENS_COUNTED: Final = "counted"  # no usage: output frames relayed, one token each (see events)
+
 OVERFLOW_LABEL: Final = "other"
 MAX_MODEL_LABELS: Final = 32
 # finish_reason label values: OpenAI's and vLLM's; anything else a pool sends is "other".
@@ -201,6 +205,15 @@ ENGINE_SPANS = _m(
     "already written without the engine view).",
     RESULT,
 )
+EVENT_LOOP_LAG = _m(
+    "event_loop_lag_seconds",
+    "histogram",
+    "How late the sidecar's event loop ran a timer (sampled every 100 ms): time a request "
+    "arriving then waited for the relay before it was even read.",
+)
+# Sampling period of EVENT_LOOP_LAG and its buckets (a 2-core machine shows ~0.1 ms idle).
+EVENT_LOOP_LAG_PERIOD_S: Final = 0.1
+EVENT_LOOP_LAG_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 ALL_METRICS: Final = (
     REQUESTS,
@@ -230,6 +243,7 @@ ALL_METRICS: Final = (
     EVENTS_DROPPED,
     EXPORTER_FAILURES,
     ENGINE_SPANS,
+    EVENT_LOOP_LAG,
 )
 
 # vLLM's own metrics (as of 0.32) that the sidecar reads or the dashboards query.
@@ -394,6 +408,7 @@ ALERT_ADMISSION_REJECTIONS_HIGH: Final = "VllmObsAdmissionRejectionsHigh"
 ALERT_QUEUE_WAIT_HIGH: Final = "VllmObsQueueWaitHigh"
 ALERT_EVENTS_DROPPED: Final = "VllmObsEventsDropped"
 ALERT_EXPORTER_FAILING: Final = "VllmObsExporterFailing"
+ALERT_EVENT_LOOP_LAG_HIGH: Final = "VllmObsEventLoopLagHigh"
 ALL_ALERTS: Final = (
     *BUDGET_BURN_ALERTS.values(),
     ALERT_KV_CACHE_USAGE_HIGH,
@@ -406,4 +421,5 @@ ALL_ALERTS: Final = (
     ALERT_QUEUE_WAIT_HIGH,
     ALERT_EVENTS_DROPPED,
     ALERT_EXPORTER_FAILING,
+    ALERT_EVENT_LOOP_LAG_HIGH,
 )

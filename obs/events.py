@@ -35,15 +35,25 @@ class Event:
     trace_id: str | None = _f("W3C trace id (32 hex) of the request's trace.")
     span_id: str | None = _f("Span id of the sidecar's root span.")
     model: str | None = _f("Model the client asked for.")
-    prompt_tokens: int | None = _f("Prompt tokens, from the pool's usage.")
-    completion_tokens: int | None = _f("Output tokens, from the pool's usage.")
+    prompt_tokens: int | None = _f(
+        "Prompt tokens, from the pool's usage (once per request, also for n > 1); null when "
+        "the pool sent no usage (a cancelled stream, a multi-choice stream)."
+    )
+    completion_tokens: int | None = _f(
+        "Output tokens (all choices): from the pool's usage, or, when it sent none, counted "
+        "from the output chunks relayed, one token per chunk (vLLM sends a chunk per token, "
+        "fewer when a token decodes to no text yet: then a lower bound); see `tokens_source`."
+    )
     ttft_ms: float | None = _f(
         "Time to first token: received to first output byte handed to the client "
-        "(= queue + prefill + first_token). Null for non-streamed requests."
+        "(= queue + prefill + first_token). Null for non-streamed requests and for error "
+        "replies (an error body is not a first token)."
     )
     tpot_ms: float | None = _f(
-        "Time per output token after the first, as produced by the pool: "
-        "(last - first output chunk arrival) / (completion_tokens - 1)."
+        "Time per output token after the first, as produced by the pool: (last output "
+        "chunk's arrival - first's) / (completion_tokens - chunks that came with the first). "
+        "Null when all output arrived in one read (a burst: the cadence was not seen), "
+        "unless the engine's span gives it (engine_decode_ms / (completion_tokens - 1))."
     )
     cache_hit: bool | None = _f("True when any prompt token came from the prefix cache.")
     finish_reason: str | None = _f("Finish reason of the (first) choice: stop, length, ...")
@@ -86,7 +96,18 @@ class Event:
     stream_ms: float = _f("Phase: last upstream output to last byte handed to the client.", 0.0)
     stream_blocked_ms: float = _f("Time the relay spent blocked writing to the client.", 0.0)
     output_chunks: int = _f("Upstream chunks that carried output.", 0)
-    itl_p50_ms: float | None = _f("Median gap between output chunks, as they arrived upstream.")
+    burst_chunks: int | None = _f(
+        "The most output chunks that arrived in one read from the pool (1: each arrived on "
+        "its own). Chunks of one read give no inter-token gap; a stream whose output all "
+        "came in one read has no TPOT or ITL and stays out of those histograms."
+    )
+    tokens_source: str | None = _f(
+        "Where the token counts come from: usage (the pool's usage, exact) or counted "
+        "(no usage: completion_tokens counted from output chunks, prompt_tokens null)."
+    )
+    itl_p50_ms: float | None = _f(
+        "Median gap between reads that brought output, as they arrived upstream."
+    )
     itl_p95_ms: float | None = _f("95th percentile of those gaps.")
     itl_max_ms: float | None = _f("Largest of those gaps.")
     usage_injected: bool = _f(

@@ -22,6 +22,7 @@ class Finished:
     ids: TraceIds
     itl_ns: list[int] = field(default_factory=list)
     operation: str = "chat"  # gen_ai.operation.name: chat, text_completion, embeddings, ...
+    first_read_chunks: int = 1  # output chunks that arrived with the first one (same read)
 
     def wall_ns(self, perf_ns: int) -> int:
         """A ``perf_counter_ns`` reading of this request converted to wall-clock ns."""
@@ -39,12 +40,12 @@ def fill_timings(f: Finished) -> None:
     ev.stream_ms = ms(phases["stream"])
     ev.e2e_ms = ms(clock.end - clock.received)
     timed = ev.stream or ev.engine_view == "joined"
-    if timed and clock.first_sent:
+    if timed and clock.first_up and clock.first_sent:
         ev.ttft_ms = ms(clock.first_sent - clock.received)
-    n = ev.completion_tokens
-    if timed and n and n > 1 and clock.last_up >= clock.first_up > 0:
-        ev.tpot_ms = ms((clock.last_up - clock.first_up) // (n - 1))
-    ev.output_chunks = len(f.itl_ns) + (1 if clock.first_up else 0)
+    tpot = tpot_ns(f)
+    ev.tpot_ms = None if tpot is None else ms(tpot)
+    if not ev.stream:
+        ev.output_chunks = 1 if clock.first_up else 0
     if f.itl_ns:
         gaps = sorted(f.itl_ns)
         ev.itl_p50_ms = ms(percentile(gaps, 0.5))
@@ -52,3 +53,22 @@ def fill_timings(f: Finished) -> None:
         ev.itl_max_ms = ms(gaps[-1])
     if ev.cached_tokens is not None:
         ev.cache_hit = ev.cached_tokens > 0
+
+
+def tpot_ns(f: Finished) -> int | None:
+    """Time per output token after the first, or None where the cadence was not seen.
+
+    Streamed output that arrived over several reads: the time from the first output read to
+    the last, over the tokens that came after the first read (the chunks of the first read
+    were made before it arrived: counting them would shrink TPOT). All output in one read
+    (a burst) shows no cadence: the engine's decode time stands in when its span was joined.
+    """
+    ev, clock = f.event, f.clock
+    n = ev.completion_tokens
+    if not n or n < 2:
+        return None
+    if f.itl_ns and clock.last_up > clock.first_up > 0:
+        return (clock.last_up - clock.first_up) // max(1, n - max(1, f.first_read_chunks))
+    if ev.engine_decode_ms is not None and ev.engine_view == "joined":
+        return int(ev.engine_decode_ms * 1_000_000) // (n - 1)
+    return None

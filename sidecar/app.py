@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from obs import conventions as c
 from obs.exporters.base import Exporter, Fanout
 from obs.exporters.jsonl import JsonlExporter
 from obs.exporters.otel import OtlpSettings, SpanExporter
@@ -34,6 +35,7 @@ from obs.lanes import Classifier
 from obs.record import Finished
 from obs.sidecar.engine_join import EngineJoin
 from obs.sidecar.errors import error_body
+from obs.sidecar.looplag import LoopLagMonitor
 from obs.sidecar.otlp import decode_traces
 from obs.sidecar.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES
 from obs.sidecar.pools import PoolSet
@@ -89,6 +91,7 @@ class SidecarApp:
             for p in settings.config.pools
             if p.api_key_env
         }
+        self.loop_lag = LoopLagMonitor(self.metrics.loop_lag, c.EVENT_LOOP_LAG_PERIOD_S)
         self.join = EngineJoin(
             self.exporters.export,
             settings.engine_join_wait_s,
@@ -206,6 +209,7 @@ class SidecarApp:
     @asynccontextmanager
     async def lifespan(self, _: FastAPI) -> AsyncIterator[None]:
         self.pools.start(self.session())
+        self.loop_lag.start()
         log.info(
             "sidecar_started",
             pools={p.name: p.replicas for p in self.settings.config.pools},
@@ -221,6 +225,7 @@ class SidecarApp:
             if self._forwards:
                 await asyncio.wait(self._forwards, timeout=5)
             await self.pools.stop()
+            await self.loop_lag.stop()
             self.upstream.close()
             if self._session is not None:
                 await self._session.close()

@@ -17,8 +17,9 @@ At the end of a stream :meth:`ClientConn.drained` waits until the client's
 side has received every byte, so the event's stream phase is the time the
 client's slowness cost.
 
-``SidecarHttpProtocol`` is uvicorn's httptools protocol with one addition:
-each request's scope carries its connection under ``scope["extensions"]``.
+``SidecarHttpProtocol`` is uvicorn's httptools protocol with two additions:
+each request's scope carries its connection and the time its first bytes were
+read under ``scope["extensions"]``.
 Under another server the extension is absent and streams are relayed at the
 client's pace (the ASGI default).
 """
@@ -31,12 +32,14 @@ import fcntl
 import socket
 import struct
 import termios
+import time
 from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 EXTENSION = "vllm_obs.client_conn"
+RECEIVED = "vllm_obs.received_ns"  # perf_counter_ns of the read that began the request
 KERNEL_SNDBUF = 64 << 10
 DEFAULT_HIGH_WATER = 64 << 10  # asyncio's and uvloop's default, restored after each stream
 NEVER_WAIT = (1 << 31) - 1  # abort policy: the relay checks the bound itself
@@ -136,6 +139,12 @@ def client_conn(scope: dict[str, Any]) -> ClientConn | None:
     return ext.get(EXTENSION) if ext else None
 
 
+def received_ns(scope: dict[str, Any]) -> int | None:
+    """When the request's first bytes were read (under our server), else None."""
+    ext = scope.get("extensions")
+    return ext.get(RECEIVED) if ext else None
+
+
 class SidecarHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, exposing the connection to the relay."""
 
@@ -143,9 +152,12 @@ class SidecarHttpProtocol(HttpToolsProtocol):
     writable_callback: Callable[[], None] | None = None
 
     def on_message_begin(self) -> None:
+        # Called in the socket read that brings the request's first bytes: the earliest the
+        # process sees the request, before the handler task waits for the event loop.
+        received = time.perf_counter_ns()
         super().on_message_begin()
         self._conn = ClientConn(self)
-        ext: dict[str, Any] = {EXTENSION: self._conn}
+        ext: dict[str, Any] = {EXTENSION: self._conn, RECEIVED: received}
         self.scope["extensions"] = ext
 
     def on_headers_complete(self) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from obs import conventions as c
 from obs.events import Event
 from obs.sidecar import errors as e
 from obs.sidecar.sse import StreamState
@@ -53,14 +54,40 @@ def fingerprint(body: dict[str, Any]) -> str | None:
     return blake2b(text[:512].encode("utf-8", "replace"), digest_size=8).hexdigest()
 
 
-def parse_json(raw: bytes) -> dict[str, Any]:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as err:
-        raise e.BadRequest(f"request body is not valid JSON: {err}") from err
-    if not isinstance(body, dict):
-        raise e.BadRequest("request body must be a JSON object")
-    return body
+def wants_usage(body: dict[str, Any]) -> bool:
+    """The client asked for the usage frame (``stream_options.include_usage``)."""
+    opts = body.get("stream_options")
+    return isinstance(opts, dict) and bool(opts.get("include_usage"))
+
+
+def usage_options(body: dict[str, Any]) -> dict[str, Any]:
+    """``stream_options`` that make the pool send usage once, at the end.
+
+    ``continuous_usage_stats`` only takes effect with ``include_usage``: a client that set it
+    without usage receives no usage anywhere, so the sidecar turns it off when it asks.
+    """
+    opts = body.get("stream_options")
+    base = opts if isinstance(opts, dict) else {}
+    return {**base, "include_usage": True, "continuous_usage_stats": False}
+
+
+def single_choice(body: dict[str, Any]) -> bool:
+    """The stream has one choice: ``n`` (or ``best_of``) 1, one completions prompt.
+
+    Only then can the sidecar ask for usage unseen: vLLM moves ``system_fingerprint`` from
+    every choice's last frame to the usage frame, and with several choices the first
+    choice's last frame leaves before the usage frame exists.
+    """
+    for key in ("n", "best_of"):
+        v = body.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 1:
+            return False
+    prompt = body.get("prompt")
+    return not (isinstance(prompt, list) and len(prompt) > 1 and not _is_token_ids(prompt))
+
+
+def _is_token_ids(prompt: list[Any]) -> bool:
+    return all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
 
 
 def try_json(raw: bytes) -> dict[str, Any] | None:
@@ -105,7 +132,20 @@ def _count(v: object) -> int | None:
 
 
 def apply_usage(ev: Event, state: StreamState) -> None:
+    """Token counts and finish reason of a stream, from its usage frame or its output frames.
+
+    Without a usage frame (the client left, the pool failed, a multi-choice stream the
+    sidecar did not ask usage for), the output tokens are counted from the output frames
+    relayed: vLLM sends one frame per generated token (fewer when a token decodes to no
+    text yet), so the count is exact or a lower bound, and ``tokens_source`` says so.
+    """
     apply_usage_dict(ev, state.usage)
+    if ev.completion_tokens is not None:
+        ev.tokens_source = c.TOKENS_FROM_USAGE
+    elif state.output_frames:
+        ev.completion_tokens = state.output_frames
+        ev.tokens_source = c.TOKENS_COUNTED
+    ev.output_chunks = state.output_frames
     ev.finish_reason = state.finish_reason
 
 
@@ -117,6 +157,8 @@ def read_completion(ev: Event, data: bytes) -> None:
     if not isinstance(obj, dict):
         return
     apply_usage_dict(ev, obj.get("usage"))
+    if ev.completion_tokens is not None:
+        ev.tokens_source = c.TOKENS_FROM_USAGE
     choices = obj.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         fr = choices[0].get("finish_reason")

@@ -28,14 +28,16 @@ from obs.sidecar import errors as e
 from obs.sidecar.admission import LaneGate, Rejected, Ticket
 from obs.sidecar.auth import Tenants
 from obs.sidecar.capture import TextCapture
-from obs.sidecar.client import client_conn
+from obs.sidecar.client import client_conn, received_ns
 from obs.sidecar.deadline import Deadline, first_token_timeout
 from obs.sidecar.payloads import (
     GENERATE_ROUTES,
     fingerprint,
-    parse_json,
     request_headers,
+    single_choice,
     try_json,
+    usage_options,
+    wants_usage,
 )
 from obs.sidecar.pools import PoolSet
 from obs.sidecar.request import Request
@@ -89,7 +91,7 @@ class Relay:
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        req = Request(scope["path"])
+        req = Request(scope["path"], received_ns(scope))
         task = asyncio.current_task()
         if task is not None:
             self.running.add(task)
@@ -140,7 +142,8 @@ class Relay:
         ev = req.event
         ev.ts = datetime.fromtimestamp(req.wall_ns / 1e9, UTC).isoformat(timespec="milliseconds")
         headers = request_headers(scope)
-        ev.request_id = headers.get("x-request-id") or uuid.uuid4().hex
+        # Made ids have vLLM's own length (16 hex), so response ids keep vLLM's form.
+        ev.request_id = headers.get("x-request-id") or uuid.uuid4().hex[:16]
         if len(ev.request_id) > 128:
             ev.request_id = ev.request_id[:128]
         req.ids = new_ids(headers.get("traceparent"))
@@ -158,7 +161,9 @@ class Relay:
         body: dict[str, Any] | None = None
         generate = ev.route in GENERATE_ROUTES
         if generate or headers.get("content-type", "").startswith("application/json"):
-            body = parse_json(raw) if generate else try_json(raw)
+            # A body that is not a JSON object goes to the pool as it is: the client gets the
+            # pool's own 400, byte for byte, and the event records it as the pool's answer.
+            body = try_json(raw)
         attrs = self._attrs(ev, headers, body)
         lane = self.classifier.classify(attrs)
         ev.lane, ev.pool = lane.name, lane.pool
@@ -167,15 +172,10 @@ class Relay:
         inject = False
         if generate and body is not None:
             ev.prefix_fingerprint = fingerprint(body)
-            if ev.stream:
-                opts = body.get("stream_options")
-                if not (isinstance(opts, dict) and opts.get("include_usage")):
-                    body["stream_options"] = {
-                        **(opts if isinstance(opts, dict) else {}),
-                        "include_usage": True,
-                    }
-                    raw = orjson.dumps(body)
-                    inject = ev.usage_injected = True
+            if ev.stream and not wants_usage(body) and single_choice(body):
+                body["stream_options"] = usage_options(body)
+                raw = orjson.dumps(body)
+                inject = ev.usage_injected = True
         if self.capture is not None and generate:
             req.capture_body = body if self.capture.prompt else None
             req.capture_frames = [] if self.capture.output else None
@@ -306,7 +306,7 @@ class Relay:
     def _on_client_message(self, req: Request, fut: asyncio.Future[Message]) -> None:
         if fut.cancelled() or fut.exception() is not None:
             return
-        if fut.result().get("type") == "http.disconnect" and not req.done:
+        if fut.result().get("type") == "http.disconnect" and not (req.done or req.delivered):
             req.disconnected = True
             if req.response is not None:
                 req.response.close()  # closes the connection: vLLM aborts the request
@@ -381,7 +381,9 @@ class Relay:
             ev.error_class = "client_disconnect"
             ev.error_phase = clock.current_phase()
         ids = req.ids or new_ids(None)
-        finished = Finished(ev, clock, req.wall_ns, ids, req.itl, req.operation)
+        finished = Finished(
+            ev, clock, req.wall_ns, ids, req.itl, req.operation, req.first_read_chunks
+        )
         try:
             fill_timings(finished)
         except Exception:  # never lose the event over what a pool sent

@@ -24,9 +24,11 @@ class Request:
         "capture_whole",
         "clock",
         "conn",
+        "delivered",
         "disconnected",
         "done",
         "event",
+        "first_read_chunks",
         "gate",
         "ids",
         "itl",
@@ -37,9 +39,13 @@ class Request:
         "wall_ns",
     )
 
-    def __init__(self, route: str) -> None:
-        self.clock = Clock(received=time.perf_counter_ns())
-        self.wall_ns = time.time_ns()
+    def __init__(self, route: str, received_ns: int | None = None) -> None:
+        now = time.perf_counter_ns()
+        # The queue phase starts when the request's first bytes were read, where the server
+        # says when that was: time waiting for the event loop is the sidecar's own queue.
+        received = received_ns if received_ns is not None and received_ns <= now else now
+        self.clock = Clock(received=received)
+        self.wall_ns = time.time_ns() - (now - received)
         self.event = Event(route=route)
         self.ids: TraceIds | None = None
         self.itl: list[int] = []
@@ -48,6 +54,10 @@ class Request:
         self.started = False  # response headers sent to the client
         self.done = False  # last byte sent (a later disconnect is not the client leaving)
         self.disconnected = False
+        # The stream's [DONE] frame was handed to the client: a disconnect after it is the client
+        # closing a finished response (the openai SDK does), not leaving one.
+        self.delivered = False
+        self.first_read_chunks = 0  # output frames that arrived in the first read (obs.record)
         self.conn: ClientConn | None = None  # the client connection, under our server
         self.gate: LaneGate | None = None
         self.ticket: Ticket | None = None  # what the request holds (or waits for) of its lane

@@ -47,9 +47,9 @@ class StreamSink:
     """The per-piece work of one streamed response, run in the pool socket's callback."""
 
     __slots__ = (
-        "_wake", "abort_at", "aborted", "blocked", "conn", "deadline", "ended", "error",
-        "last_out", "limit", "paused_at", "pending", "pending_bytes", "req", "resp", "splitter",
-        "state", "stripper",
+        "_wake", "abort_at", "aborted", "blocked", "burst", "conn", "deadline", "ended", "error",
+        "first_read", "last_out", "limit", "paused_at", "pending", "pending_bytes", "read_chunks",
+        "req", "resp", "splitter", "state", "stripper",
     )  # fmt: skip
 
     def __init__(
@@ -67,7 +67,10 @@ class StreamSink:
         self.splitter = FrameSplitter()
         self.state = StreamState()
         self.stripper = UsageStripper() if inject else None
-        self.last_out = 0  # perf_counter_ns of the last output frame's arrival
+        self.last_out = 0  # perf_counter_ns of the read that brought the last output frame
+        self.read_chunks = 0  # output frames in that read
+        self.first_read = 0  # output frames in the first read that carried output
+        self.burst = 0  # the most output frames that arrived in one read
         self.blocked = 0  # ns the relay waited on the client
         self.paused_at = 0  # the pool's connection is paused for a slow client since then
         self.aborted = False
@@ -78,7 +81,7 @@ class StreamSink:
         self._wake: asyncio.Future[None] | None = None
 
     def on_body(self, data: bytes) -> None:
-        now = time.perf_counter_ns()
+        now = self.resp.read_ns or time.perf_counter_ns()
         req, state = self.req, self.state
         if self.last_out:
             self.deadline.last_ns = now
@@ -92,12 +95,7 @@ class StreamSink:
         for frame in frames:
             has_output, is_usage = classify(frame, state)
             if has_output:
-                if self.last_out:
-                    req.itl.append(now - self.last_out)
-                else:
-                    req.clock.first_up = now
-                    self.deadline.first_output(now)
-                self.last_out = now
+                self._output_at(now)
             if stripper is None:
                 out.append(frame)
             else:
@@ -121,11 +119,35 @@ class StreamSink:
         conn.write_body(payload)
         if self.last_out and not req.clock.first_sent:
             req.clock.first_sent = time.perf_counter_ns()
+        if state.done:  # the [DONE] frame is the client's: the stream was delivered whole
+            req.delivered = True
         if conn.paused and not self.paused_at:  # the client is behind: stop reading the pool
             self.paused_at = time.perf_counter_ns()
             self.deadline.sending = True
             self.resp.pause_reading()
             conn.on_writable(self._writable)
+
+    def _output_at(self, now: int) -> None:
+        """An output frame arrived in the read at ``now``.
+
+        Frames of one read arrived together: the gaps between them were not seen, so a read
+        gives one inter-token gap (from the previous read), not one per frame, and a stream
+        that arrived in a single read has no cadence at all (see ``obs.record``).
+        """
+        if now == self.last_out:
+            self.read_chunks += 1
+        else:
+            if self.last_out:
+                self.req.itl.append(now - self.last_out)
+            else:
+                self.req.clock.first_up = now
+                self.deadline.first_output(now)
+            self.last_out = now
+            self.read_chunks = 1
+        if self.read_chunks > self.burst:
+            self.burst = self.read_chunks
+        if len(self.req.itl) == 0:
+            self.first_read = self.read_chunks
 
     def _writable(self) -> None:
         if self.conn is not None:
@@ -183,6 +205,8 @@ async def relay_stream(
         if conn is not None:
             conn.on_writable(None)
     clock.last_up = sink.last_out
+    req.first_read_chunks = sink.first_read
+    ev.burst_chunks = sink.burst or None
     if sink.aborted:
         await _abort_slow_reader(req, state, send, sink.limit)
         ev.stream_blocked_ms = ms(sink.blocked)
@@ -232,11 +256,13 @@ async def _relay_asgi(req: Request, resp: Response, sink: StreamSink, send: Send
                 out = b"".join(sink.pending)
                 sink.pending.clear()
                 sink.pending_bytes = 0
+                done = sink.state.done  # [DONE] is in what is sent now
                 t0 = perf()
                 sink.deadline.sending = True
                 await send({"type": _BODY, "body": out, "more_body": True})
                 sink.deadline.sending = False
                 t1 = perf()
+                req.delivered = req.delivered or done
                 sink.blocked += t1 - t0
                 if sink.last_out:
                     sink.deadline.last_ns = t1
@@ -265,7 +291,8 @@ async def relay_whole(
         if req.disconnected:
             return
         raise deadline.expired or upstream_error(err, "reading the response") from err
-    clock.first_up = clock.last_up = time.perf_counter_ns()
+    if resp.status < 400:  # an error body is no first token: no TTFT, TPOT or output for it
+        clock.first_up = clock.last_up = time.perf_counter_ns()
     if req.capture_frames is not None:
         req.capture_whole = data
     if resp.status == 503:  # vLLM's own admission (--max-num-queued-reqs/-tokens)
@@ -283,7 +310,9 @@ async def relay_whole(
     req.started = True
     await send({"type": _BODY, "body": data, "more_body": False})
     req.done = True
-    clock.first_sent = clock.end = time.perf_counter_ns()
+    clock.end = time.perf_counter_ns()
+    if clock.first_up:
+        clock.first_sent = clock.end
 
 
 async def _abort_slow_reader(req: Request, state: StreamState, send: Send, limit: int) -> None:

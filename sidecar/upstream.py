@@ -65,6 +65,7 @@ class _Conn(asyncio.Protocol):
             if self.transport is not None:
                 self.transport.abort()
             return
+        self.resp.read_ns = time.perf_counter_ns()  # one arrival time for the whole read
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as err:
@@ -129,7 +130,7 @@ class Response:
 
     __slots__ = (
         "_conn", "_done", "chunks", "complete", "head", "headers", "keep_alive", "raw_headers",
-        "sink", "status", "until_eof",
+        "read_ns", "sink", "status", "until_eof",
     )  # fmt: skip
 
     def __init__(self, conn: _Conn, loop: asyncio.AbstractEventLoop) -> None:
@@ -144,6 +145,9 @@ class Response:
         self.complete = False
         self.chunks: list[bytes] = []
         self.sink: Sink | None = None
+        # perf_counter_ns of the socket read being parsed: the pieces of one read share it, so a
+        # sink can tell chunks that arrived together (a burst) from chunks that arrived apart.
+        self.read_ns = 0
 
     async def read(self) -> bytes:
         """The whole body (raises UpstreamError if the connection fails first)."""

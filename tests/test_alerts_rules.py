@@ -171,12 +171,13 @@ def test_alert_rules_are_distinct_by_labels(files: dict[str, Any]) -> None:
 
 
 def test_every_alert_has_severity_summary_description_and_runbook(files: dict[str, Any]) -> None:
-    """Annotations name the lane or pool (or exporter) and the value, and link the runbook."""
+    """Annotations name the lane, pool, exporter (or sidecar) and the value, and link a runbook."""
     for a in alerts(files):
         labels, notes = a["labels"], a["annotations"]
         assert labels["severity"] in ("page", "ticket")
         assert set(notes) == {"summary", "description", "runbook_url"}
-        subject = labels.get("lane") or labels.get("pool") or "{{ $labels.exporter }}"
+        process = "{{ $labels.instance }}" if a["alert"] == c.ALERT_EVENT_LOOP_LAG_HIGH else None
+        subject = labels.get("lane") or labels.get("pool") or process or "{{ $labels.exporter }}"
         for text in (notes["summary"], notes["description"]):
             assert subject in text, (a["alert"], text)
             assert "$value" in text, (a["alert"], text)

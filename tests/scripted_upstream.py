@@ -1,0 +1,128 @@
+"""A scripted fake pool: for what no real vLLM can be made to send.
+
+Malformed streams, a precise fault, a stream delivered in one read: the fuzz and
+record-truth suites script each response read by read (see ``ScriptedUpstream``).
+Every test that uses it says why a real engine cannot produce its case.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from obs.sidecar.testing import free_port
+
+
+class Script:
+    """One response of the fake pool: status, content type, the body as written read by read.
+
+    ``ending``: ``done``/``eof`` finish the chunked body; ``cut`` closes the connection
+    without the final chunk. ``gap_s``: the pause between pieces; ``end_delay_s``: how long
+    the pool waits after the last piece before it ends the body. ``burst``: every piece (one
+    HTTP chunk each) goes out in one write, so the sidecar reads them together, as from a
+    loaded vLLM API server.
+    """
+
+    def __init__(
+        self,
+        status: int = 200,
+        content_type: str = "text/event-stream",
+        pieces: list[bytes] | None = None,
+        ending: str = "done",
+        end_delay_s: float = 0.0,
+        burst: bool = False,
+        gap_s: float = 0.001,
+    ) -> None:
+        self.gap_s = gap_s
+        self.status = status
+        self.end_delay_s = end_delay_s
+        self.burst = burst
+        self.content_type = content_type
+        self.pieces = pieces or []
+        self.ending = ending
+        self.body = b"".join(self.pieces)
+
+    def __repr__(self) -> str:  # huge frames shortened: the example must stay readable
+        pieces = [p if len(p) <= 300 else p[:150] + b"..." + p[-50:] for p in self.pieces]
+        return (
+            f"Script(status={self.status}, content_type={self.content_type!r}, "
+            f"ending={self.ending!r}, pieces={pieces!r})"
+        )
+
+
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # the sidecar hung up: fine
+            super().handle_error(request, client_address)
+
+
+class ScriptedUpstream:
+    """A fake vLLM pool on 127.0.0.1 that answers each request with the script for its id.
+
+    It exists because no real vLLM produces malformed streams. It speaks plain HTTP/1.1:
+    chunked bodies, one chunk per scripted piece (flushed, so reads split where the
+    script split them), and ``cut`` closes the connection without the final chunk.
+    ``/metrics`` and ``/v1/models`` answer like an idle pool.
+    """
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.scripts: dict[str, Script] = {}
+        upstream = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                body = b'{"object":"list","data":[{"id":"tiny","object":"model"}]}'
+                if self.path == "/metrics":
+                    body = b""
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self) -> None:
+                n = int(self.headers.get("content-length") or 0)
+                self.rfile.read(n)
+                script = upstream.scripts.get(self.headers.get("x-request-id", ""), Script())
+                self.send_response(script.status)
+                self.send_header("content-type", script.content_type)
+                self.send_header("transfer-encoding", "chunked")
+                self.end_headers()
+                self.wfile.flush()
+                chunks = [b"%x\r\n%s\r\n" % (len(p), p) for p in script.pieces if p]
+                try:
+                    for chunk in [b"".join(chunks)] if script.burst else chunks:
+                        self.wfile.write(chunk)
+                        self.wfile.flush()
+                        time.sleep(script.gap_s)  # let the sidecar read each piece on its own
+                    time.sleep(script.end_delay_s)
+                    if script.ending == "cut":
+                        self.close_connection = True
+                        return
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                except OSError:
+                    self.close_connection = True
+
+            def log_message(self, *args: object) -> None:
+                return None
+
+        self._server = _QuietServer(("127.0.0.1", self.port), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> ScriptedUpstream:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
