@@ -130,7 +130,7 @@ class HealthThresholds:
     # The sidecar's event loop: p99 lag above this many seconds means requests wait in the
     # relay itself (CPU-bound process: add --workers or cores).
     loop_lag_quantile: float = 0.99
-    loop_lag_max_s: float = 0.05
+    loop_lag_max_s: float = c.EVENT_LOOP_LAG_MAX_S
 
 
 @dataclass(frozen=True, slots=True)

@@ -211,12 +211,37 @@ def _engine_timings(grid: Grid) -> None:
     )
 
 
+def _relay(grid: Grid) -> None:
+    grid.row("The relay itself")
+    lag = e.bucket(c.EVENT_LOOP_LAG)
+    grid.add(
+        timeseries(
+            "Sidecar event loop lag p50 / p99",
+            [
+                Query(e.quantile(q, lag, "instance"), f"{{{{instance}}}} p{q * 100:g}")
+                for q in (0.5, 0.99)
+            ],
+            unit="s",
+            description=(
+                "How late each sidecar's event loop runs (sampled every 100 ms). Requests that "
+                "arrive meanwhile wait in the relay before they are read: that time is in the "
+                "queue phase, not the pool's prefill. Sustained lag means the relay is the "
+                "bottleneck (more --workers or CPU)."
+            ),
+            thresholds=_lines("green", "red", [c.EVENT_LOOP_LAG_MAX_S]),
+        ),
+        24,
+        8,
+    )
+
+
 def build(config: Config) -> Dashboard:
     """The pools and KV dashboard for ``config``."""
     grid = Grid()
     _engine_state(grid, config)
     _per_lane(grid, config)
     _engine_timings(grid)
+    _relay(grid)
     return dashboard(
         UID,
         "vllm-obs / Pools and KV",

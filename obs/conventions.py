@@ -214,6 +214,8 @@ EVENT_LOOP_LAG = _m(
 # Sampling period of EVENT_LOOP_LAG and its buckets (a 2-core machine shows ~0.1 ms idle).
 EVENT_LOOP_LAG_PERIOD_S: Final = 0.1
 EVENT_LOOP_LAG_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+# Lag above which the relay itself is the bottleneck: the alert's default and the panel's line.
+EVENT_LOOP_LAG_MAX_S: Final = 0.05
 
 ALL_METRICS: Final = (
     REQUESTS,

