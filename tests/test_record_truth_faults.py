@@ -159,5 +159,7 @@ def test_queue_starts_at_the_first_bytes_of_the_request(
         while s.recv(65536):
             pass
     ev = event(sc, rid)
-    assert ev["queue_ms"] >= 400 and ev["e2e_ms"] >= 400
+    # The handler started 0.4 s after the first bytes (on a busy machine the read of those
+    # bytes can itself come a little late, hence 350).
+    assert ev["queue_ms"] >= 350 and ev["e2e_ms"] >= 350
     assert metric(sc.url, c.EVENT_LOOP_LAG.series[2]) > 0  # the loop's lag is sampled too
