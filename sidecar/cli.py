@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from obs.config import ClickHouseExport, Config
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -124,6 +128,30 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "metrics are merged across them, each enforces 1/N of every lane's limits, worker I>0 "
         "writes its events next to --events as NAME.wI.jsonl (default: %(default)s)",
     )
+    p.add_argument(
+        "--clickhouse-url",
+        metavar="URL",
+        help="also insert every event into ClickHouse over HTTP, e.g. http://HOST:8123 "
+        "(credentials from CLICKHOUSE_USER and CLICKHOUSE_PASSWORD or CLICKHOUSE_PASSWORD_FILE; "
+        "default: the config file's clickhouse.url; see docs/fleet.md)",
+    )
+    p.add_argument(
+        "--clickhouse-table",
+        metavar="DB.TABLE",
+        help="table created by `vllm-obs clickhouse init` (default: vllm_obs.events)",
+    )
+    p.add_argument(
+        "--clickhouse-spool",
+        metavar="PATH",
+        help="file that keeps events while ClickHouse is unreachable "
+        "(default: clickhouse-spool.jsonl beside --events)",
+    )
+    p.add_argument(
+        "--clickhouse-spool-max-mb",
+        type=float,
+        metavar="MB",
+        help="largest spool; events past it are dropped and counted (default: 1024)",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(handler=run)
 
@@ -159,8 +187,33 @@ def run(args: argparse.Namespace) -> int:
         metrics_address=metrics_address,
         capture=TextCapture.parse(args.capture_text, args.redact_hook, args.capture_max_chars),
         workers=args.workers,
+        clickhouse=clickhouse_settings(args, config),
     )
     return serve(settings)
+
+
+def clickhouse_settings(args: argparse.Namespace, config: Config) -> ClickHouseExport | None:
+    """The config file's ``clickhouse:`` section with the command line's flags over it."""
+    from obs.config import ClickHouseExport
+    from obs.errors import ConfigError
+
+    base = config.clickhouse.model_dump() if config.clickhouse else {}
+    flags = {
+        "url": args.clickhouse_url,
+        "table": args.clickhouse_table,
+        "spool": args.clickhouse_spool,
+        "spool_max_mb": args.clickhouse_spool_max_mb,
+    }
+    merged = {**base, **{k: v for k, v in flags.items() if v is not None}}
+    if not merged.get("url"):
+        if len(merged) > 0 and any(v is not None for v in flags.values()):
+            raise ConfigError("--clickhouse-table/--clickhouse-spool need --clickhouse-url")
+        return None
+    try:
+        return ClickHouseExport.model_validate(merged)
+    except ValueError as e:
+        first = str(e).splitlines()
+        raise ConfigError(f"--clickhouse-*: {' '.join(first[1:3]).strip()}") from None
 
 
 def _address(value: str) -> tuple[str, int]:
