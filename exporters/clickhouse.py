@@ -135,8 +135,10 @@ class ClickHouseExporter:
         lines = [line for e in events if (line := row(e.to_dict())) is not None]
         data = b"".join(lines)
         sent = not self._failing() and self._insert(data, len(lines))
-        if not sent and not self._spool.append(data):
-            self._count("dropped", len(lines), "spool_full")
+        if not sent:
+            kept = self._spool.append(lines)
+            if kept < len(lines):
+                self._count("dropped", len(lines) - kept, "spool_full")
         self._handled += len(events)
 
     def _drain_spool(self) -> None:

@@ -2,9 +2,8 @@
 
 The ClickHouse exporter appends a batch here when an insert fails, and sends
 the spool's contents first (oldest first, in chunks) once inserts succeed
-again. The file is created owner-only (0600). ``append`` refuses a batch that
-would take the file past ``max_bytes``; the caller counts those events as
-dropped. Lines sent are remembered by offset; when the whole file has been sent
+again. The file is created owner-only (0600). ``append`` keeps the lines that fit
+under ``max_bytes``; the caller counts the rest as dropped. Lines sent are remembered by offset; when the whole file has been sent
 it is truncated. A process that dies mid-drain re-sends from the start after a
 restart: the event table collapses such duplicates (``ReplacingMergeTree``).
 Only the exporter's thread touches a spool.
@@ -30,10 +29,18 @@ class Spool:
     def __bool__(self) -> bool:
         return self.pending_bytes > 0
 
-    def append(self, data: bytes) -> bool:
-        """Append whole lines; False (nothing written) when they would pass ``max_bytes``."""
-        if self._size + len(data) > self.max_bytes:
-            return False
+    def append(self, lines: list[bytes]) -> int:
+        """Append the lines that fit under ``max_bytes`` (oldest first); return how many."""
+        room = self.max_bytes - self._size
+        n = 0
+        for line in lines:
+            if len(line) > room:
+                break
+            room -= len(line)
+            n += 1
+        if not n:
+            return 0
+        data = b"".join(lines[:n])
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
@@ -43,7 +50,7 @@ class Spool:
         finally:
             os.close(fd)
         self._size += len(data)
-        return True
+        return n
 
     def peek(self, max_bytes: int) -> tuple[bytes, int]:
         """The next chunk of whole lines (at most ``max_bytes``, at least one line), and its

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from obs.clickhouse.client import Client, ClickHouseError, Credentials, error_text, split_table
+from obs.clickhouse.client import ClickHouseError, Client, Credentials, error_text, split_table
 from obs.clickhouse.rows import row
 from obs.clickhouse.schema import COLUMNS, TS_MS, TableSpec, check, ddl, existing_columns, init
 from obs.clickhouse.testing import PASSWORD_USER, ClickHouseServer
@@ -66,11 +66,11 @@ def test_row_keeps_the_instant_to_the_millisecond(when: datetime) -> None:
 
 def test_bad_table_names_and_urls_are_one_line_errors() -> None:
     """DB.TABLE and http://HOST:PORT are checked; credentials in the URL are refused."""
-    with pytest.raises(ConfigError, match="not DB.TABLE"):
+    with pytest.raises(ConfigError, match=r"not DB\.TABLE"):
         split_table("events")
     with pytest.raises(ConfigError, match="no credentials in the URL"):
         Client("http://u:p@127.0.0.1:8123")
-    with pytest.raises(ConfigError, match="not http://HOST:PORT"):
+    with pytest.raises(ConfigError, match=r"not http://HOST:PORT"):
         Client("ftp://x")
 
 
