@@ -3,7 +3,8 @@
 The ClickHouse exporter appends a batch here when an insert fails, and sends
 the spool's contents first (oldest first, in chunks) once inserts succeed
 again. The file is created owner-only (0600). ``append`` keeps the lines that fit
-under ``max_bytes``; the caller counts the rest as dropped. Lines sent are remembered by offset; when the whole file has been sent
+under ``max_bytes``; the caller counts the rest as dropped. Lines sent are
+remembered by offset; when the whole file has been sent
 it is truncated. A process that dies mid-drain re-sends from the start after a
 restart: the event table collapses such duplicates (``ReplacingMergeTree``).
 Only the exporter's thread touches a spool.
