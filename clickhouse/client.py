@@ -176,6 +176,15 @@ class Client:
         )
         return list(orjson.loads(r.content)["data"])
 
+    def table(self, sql: str) -> tuple[list[str], list[str], list[list[Any]]]:
+        """Run a SELECT; (column names, ClickHouse types, rows as lists)."""
+        r = self._post(
+            f"{sql}\nFORMAT JSONCompact".encode(), {"output_format_json_quote_64bit_integers": 0}
+        )
+        doc = orjson.loads(r.content)
+        meta = doc["meta"]
+        return [m["name"] for m in meta], [m["type"] for m in meta], doc["data"]
+
     def insert(self, table: str, body: bytes, settings: Mapping[str, Any] | None = None) -> None:
         """Insert ``JSONEachRow`` lines into ``table`` (``DB.TABLE``)."""
         self._post(body, {"query": f"INSERT INTO {table} FORMAT JSONEachRow", **(settings or {})})

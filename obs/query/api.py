@@ -51,9 +51,21 @@ def _paths(paths: Paths) -> list[str]:
     return [os.fspath(p) for p in paths]
 
 
+def open_any(paths: Paths, filters: Filters, progress: bool | None = None) -> Scan:
+    """A scan over local logs, or over ClickHouse for one ``clickhouse://HOST/DB.TABLE``."""
+    from obs.clickhouse.scan import ClickHouseScan, is_clickhouse
+
+    items = _paths(paths)
+    if is_clickhouse(items):
+        if len(items) != 1:
+            raise InputError("give one clickhouse:// URL, without local logs beside it")
+        return ClickHouseScan(items[0], filters, progress)
+    return Scan(items, filters, progress=progress)
+
+
 def open_scan(paths: Paths, filters: Filters | dict[str, Any] | None = None) -> Scan:
     """A :class:`Scan` (no progress line) for building your own queries."""
-    return Scan(_paths(paths), as_filters(filters), progress=False)
+    return open_any(paths, as_filters(filters), progress=False)
 
 
 def _frame(table: Table, *scans: Scan) -> pd.DataFrame:

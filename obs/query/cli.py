@@ -135,9 +135,9 @@ def _config(args: argparse.Namespace) -> Any:
 
 
 def _scan(args: argparse.Namespace, paths: list[str] | None = None, filters: Any = None) -> Any:
-    from obs.query.scan import Scan
+    from obs.query.api import open_any
 
-    return Scan(paths or args.paths, filters or _filters(args), progress=_progress(args))
+    return open_any(paths or args.paths, filters or _filters(args), _progress(args))
 
 
 def _progress(args: argparse.Namespace) -> bool | None:
