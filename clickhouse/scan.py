@@ -21,6 +21,7 @@ from obs.clickhouse.schema import COLUMNS, TableSpec, check
 from obs.events import Event
 from obs.query.dialect import CLICKHOUSE
 from obs.query.filters import Filters
+from obs.query.inputs import Inputs
 from obs.query.scan import SRC, ScanReport
 from obs.query.table import Table
 
@@ -66,6 +67,7 @@ class ClickHouseScan:
         self.filters = filters or Filters()
         self.progress = progress
         self.report = ScanReport(files=(url,))
+        self.inputs = Inputs(parquet=(url,))  # what reports name as the source
         cols = ", ".join(COLUMNS)
         where = self.filters.to_sql(CLICKHOUSE)
         self.source = f"(SELECT {cols} FROM {db}.{table} FINAL WHERE {where})"
