@@ -32,12 +32,15 @@ def _instant(ts: Any) -> datetime | None:
 
 
 def row(event: dict[str, Any]) -> bytes | None:
-    """One JSONEachRow line (newline included), or None when ``ts`` is not a time."""
+    """One JSONEachRow line (newline included), or None when ``ts`` is not a time.
+
+    ``event`` is changed in place (its ``ts``): pass a dict of your own, such as
+    ``Event.to_dict()`` returns.
+    """
     when = _instant(event.get("ts"))
     if when is None:
         return None
     utc = when.astimezone(UTC)
-    out = dict(event)
-    out["ts"] = utc.strftime("%Y-%m-%d %H:%M:%S")
-    out[TS_MS] = (utc - _EPOCH) // _MS
-    return orjson.dumps(out, option=orjson.OPT_APPEND_NEWLINE)
+    event["ts"] = utc.isoformat(sep=" ")[:19]
+    event[TS_MS] = (utc - _EPOCH) // _MS
+    return orjson.dumps(event, option=orjson.OPT_APPEND_NEWLINE)
