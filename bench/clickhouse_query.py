@@ -12,7 +12,7 @@ Parquet dataset laid out like ``query export`` (cached in ``--workdir``), then:
 
 and checks that both summaries count the same requests per lane. Wall times
 are medians over ``--repeat`` runs; CPU is the client process's (the server's
-own CPU is not in it). The issue's size is 10 million events (``--events
+own CPU is measured apart, from /proc). The issue's size is 10 million events (``--events
 10000000``); on a small shared machine run fewer and say so.
 
     .venv/bin/python -m bench.clickhouse_query --events 1000000
@@ -24,6 +24,7 @@ import argparse
 import csv
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -35,8 +36,18 @@ from obs.clickhouse.schema import TableSpec, init
 from obs.clickhouse.testing import ClickHouseServer
 
 
-def _timed(label: str, cmd: list[str], repeat: int) -> dict[str, float]:
+def _server_cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds the server process has used so far (0 without one)."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _timed(label: str, cmd: list[str], repeat: int, server: int | None = None) -> dict[str, float]:
+    cpu0 = _server_cpu_s(server)
     runs = [run_child(cmd) for _ in range(repeat)]
+    server_cpu = (_server_cpu_s(server) - cpu0) / repeat
     if any(rc for *_, rc in runs):
         raise SystemExit(f"{label}: command failed: {' '.join(cmd)}")
     walls = sorted(r[0] for r in runs)
@@ -45,10 +56,12 @@ def _timed(label: str, cmd: list[str], repeat: int) -> dict[str, float]:
         "wall_s": walls[len(walls) // 2],
         "client_cpu_s": cpus[len(cpus) // 2],
         "peak_rss_mb": max(r[2] for r in runs),
+        "server_cpu_s": server_cpu,
     }
     print(
         f"{label:20s} wall {row['wall_s']:8.2f} s  client CPU {row['client_cpu_s']:7.2f} s  "
-        f"peak RSS {row['peak_rss_mb']:6.0f} MB   ({' '.join(cmd)})",
+        f"server CPU {server_cpu:7.2f} s  peak RSS {row['peak_rss_mb']:6.0f} MB   "
+        f"({' '.join(cmd)})",
         flush=True,
     )
     return row
@@ -93,10 +106,13 @@ def main(argv: list[str] | None = None) -> int:
         spec = TableSpec("bench", "events")
         init(server.client(), spec)
         load = [exe, "clickhouse", "load", server.url, str(dataset), "--table", spec.name]
-        results["clickhouse_load"] = _timed("clickhouse load", [*load, "--quiet"], 1)
+        results["clickhouse_load"] = _timed("clickhouse load", [*load, "--quiet"], 1, server.pid)
         url = f"clickhouse://{server.url.removeprefix('http://')}/{spec.name}"
         results["clickhouse_summary"] = _timed(
-            "clickhouse summary", [exe, "query", "summary", url, "--no-progress"], args.repeat
+            "clickhouse summary",
+            [exe, "query", "summary", url, "--no-progress"],
+            args.repeat,
+            server.pid,
         )
         same = _requests(exe, url) == _requests(exe, str(dataset))
         results["same_requests_per_lane"] = same

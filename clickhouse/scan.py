@@ -63,6 +63,7 @@ class ClickHouseScan:
         base, db, table = parse_query_url(url)
         self.url = url
         self.client = Client(base, timeout_s=3600.0)
+        self.con = self.client.url  # compare: both sides must query the same server
         check(self.client, TableSpec(db, table))
         self.filters = filters or Filters()
         self.progress = progress

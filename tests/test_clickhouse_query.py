@@ -85,12 +85,17 @@ def _parse(text: str, fmt: str) -> list[dict[str, Any]]:
     return list(csv.DictReader(io.StringIO(text)))
 
 
-def _same(column: str, a: Any, b: Any) -> bool:
-    """Equal, except that a timing (``*_ms``) may differ by 0.001 ms (see the module doc)."""
+def _same(column: str, a: Any, b: Any, timing_row: bool = False) -> bool:
+    """Equal, except that a timing may differ by 0.001 ms (see the module doc) and a
+    p-value or timing delta by float rounding."""
     if a == b:
         return True
-    if column.endswith("_ms") and a not in (None, "") and b not in (None, ""):
+    if a in (None, "") or b in (None, ""):
+        return False
+    if column.endswith("_ms") or (timing_row and column in ("before", "after", "delta")):
         return abs(float(a) - float(b)) <= 0.0010001
+    if column in ("p_value", "delta_pct"):
+        return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(b)))
     return False
 
 
@@ -122,6 +127,15 @@ CASES = [
     ("timeline", "--by", "lane", "--status", "ok,error", "--format", "json"),
     ("slowest", "-n", "15", "--format", "csv"),
     ("slowest", "--by", "ttft", "--pool", "bulk", "--format", "json"),
+    (
+        "compare",
+        "--before",
+        "2025-06-02T12:00..2025-06-02T13:00",
+        "--after",
+        "2025-06-02T13:00..",
+        "--format",
+        "csv",
+    ),
 ]
 
 
@@ -135,8 +149,9 @@ def test_same_output_on_files_and_clickhouse(both: tuple[str, str], args: tuple[
     assert len(ch) == len(local) > 0
     for a, b in zip(ch, local, strict=True):
         assert a.keys() == b.keys()
+        timing_row = str(a.get("metric", "")).endswith("_ms")
         for k in a:
-            assert _same(k, a[k], b[k]), (k, a[k], b[k], a)
+            assert _same(k, a[k], b[k], timing_row), (k, a[k], b[k], a)
 
 
 def test_show_finds_the_same_event(both: tuple[str, str]) -> None:

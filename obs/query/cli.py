@@ -213,9 +213,10 @@ def _window(text: str | None) -> tuple[Any, Any] | None:
 
 def _compare(args: argparse.Namespace) -> int:
     from obs.errors import InputError
+    from obs.query.api import open_any
     from obs.query.comparison import compare, for_display
     from obs.query.filters import Filters
-    from obs.query.scan import Scan, connect
+    from obs.query.scan import connect
     from obs.query.table import render
 
     if len(args.logs) > 2:
@@ -228,8 +229,8 @@ def _compare(args: argparse.Namespace) -> int:
     fa: Filters = base.with_window(*after_w) if after_w else base
     con = connect()
     progress = _progress(args)
-    before = Scan([args.logs[0]], fb, con=con, progress=progress)
-    after = Scan([args.logs[-1]], fa, con=con, progress=progress)
+    before = open_any([args.logs[0]], fb, progress, con)
+    after = open_any([args.logs[-1]], fa, progress, con)
     table = compare(before, after, _config(args), args.alpha)
     _emit(
         render(for_display(table) if args.format in ("table", "markdown") else table, args.format)

@@ -50,6 +50,21 @@ class DuckDB:
         us = seconds * 1_000_000
         return f"make_timestamp((epoch_us(ts) // {us}) * {us})"
 
+    def rank_sums(self, rows: str) -> str:
+        """Per lane over ``rows`` (lane, side 0/1, value v): n1, n2, the rank sum of side 0
+        (ties get their average rank) and the tie term sum(t^3 - t) of a Mann-Whitney U test.
+        """
+        return f"""
+WITH x AS ({rows}),
+r AS (
+  SELECT lane, side, count(*) OVER (PARTITION BY lane, v) AS t,
+         rank() OVER (PARTITION BY lane ORDER BY v) AS rk
+  FROM x
+)
+SELECT lane, count_if(side = 0) AS n1, count_if(side = 1) AS n2,
+       sum(rk + (t - 1) / 2.0) FILTER (WHERE side = 0) AS r1, sum(t * t - 1) AS ties
+FROM r GROUP BY lane"""
+
 
 class ClickHouse(DuckDB):
     name = "clickhouse"
@@ -74,6 +89,22 @@ class ClickHouse(DuckDB):
                 f"if(length({s}) = 0, NULL, {lo} + ({hi} - {lo}) * ({rank} - floor({rank})))"
             )
         return "[" + ", ".join(out) + "]"
+
+    def rank_sums(self, rows: str) -> str:
+        # No window functions before 21.x: per lane, the distinct values with their counts
+        # on each side, sorted; a value's average rank is its cumulative count - (t - 1) / 2.
+        t = "tupleElement(e, 3)"
+        return f"""
+SELECT lane, arraySum(arrayMap(e -> tupleElement(e, 2), g)) AS n1,
+       arraySum(arrayMap(e -> {t} - tupleElement(e, 2), g)) AS n2,
+       arraySum(arrayMap((e, c) -> tupleElement(e, 2) * (c - ({t} - 1) / 2), g,
+                         arrayCumSum(arrayMap(e -> {t}, g)))) AS r1,
+       arraySum(arrayMap(e -> {t} * ({t} * {t} - 1), g)) AS ties
+FROM (
+  SELECT lane, arraySort(groupArray(tuple(v, c0, t))) AS g
+  FROM (SELECT lane, v, countIf(side = 0) AS c0, count() AS t FROM ({rows}) GROUP BY lane, v)
+  GROUP BY lane
+)"""
 
     def ts_literal(self, t: datetime) -> str:
         return str(calendar.timegm(t.timetuple()) * 1000 + t.microsecond // 1000)
