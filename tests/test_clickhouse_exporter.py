@@ -128,3 +128,37 @@ def test_events_survive_a_clickhouse_restart_under_load(
     assert 'exporter="clickhouse",reason' not in metrics.replace(
         'vllm_obs_events_dropped_total{exporter="clickhouse",reason="spool_full"} 0.0', ""
     )
+
+
+def test_config_file_section_enables_the_exporter(
+    clickhouse: ClickHouseServer, sidecar: SidecarFactory, tmp_path: Path
+) -> None:
+    """The lanes file's clickhouse: section alone sends every event, failed ones included."""
+    client = clickhouse.client()
+    spec = TableSpec("from_config", "events")
+    init(client, spec)
+    config = tmp_path / "lanes.yaml"
+    config.write_text(
+        "version: 1\npools: [{name: p, replicas: ['http://127.0.0.1:9']}]\n"
+        "lanes: [{name: chat, pool: p}]\ndefault_lane: chat\n"
+        f"clickhouse: {{url: '{clickhouse.url}', table: {spec.name}}}\n"
+    )
+    sc = sidecar(config=config, traces=False)
+    for _ in range(5):  # the pool is unreachable: five error events
+        httpx.post(sc.url + "/v1/chat/completions", json=BODY, timeout=10)
+    assert _wait_count(client, spec.name, 5, timeout_s=20) == 5
+    rows = client.rows(f"SELECT DISTINCT status, lane FROM {spec.name}")
+    assert rows == [{"status": "error", "lane": "chat"}]
+
+
+def test_clickhouse_flags_need_a_url() -> None:
+    """--clickhouse-table without a URL (flag or config) is a one-line error at start."""
+    cmd = [sys.executable, "-m", "obs.cli", "sidecar", "--upstream", "http://127.0.0.1:9"]
+    out = subprocess.run(
+        [*cmd, "--events", "none", "--clickhouse-table", "a.b"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2 and "need --clickhouse-url" in out.stderr
+    assert out.stderr.count("\n") == 1
