@@ -7,6 +7,7 @@ under ``max_bytes``; the caller counts the rest as dropped. Lines sent are
 remembered by offset; when the whole file has been sent
 it is truncated. A process that dies mid-drain re-sends from the start after a
 restart: the event table collapses such duplicates (``ReplacingMergeTree``).
+A line cut short by a crash mid-append is cut off when the spool is opened.
 Only the exporter's thread touches a spool.
 """
 
@@ -22,6 +23,28 @@ class Spool:
         self.max_bytes = max_bytes
         self._sent = 0  # bytes at the head of the file already delivered
         self._size = self.path.stat().st_size if self.path.exists() else 0
+        if self._size:
+            self._drop_partial_tail()
+
+    def _drop_partial_tail(self) -> None:
+        """A process killed mid-append leaves a last line without its newline: cut it off
+        (it was never counted as spooled), so ClickHouse never sees half a row."""
+        with open(self.path, "r+b") as f:
+            f.seek(self._size - 1)
+            if f.read(1) == b"\n":
+                return
+            pos = self._size
+            while pos > 0:
+                step = min(1 << 16, pos)
+                f.seek(pos - step)
+                chunk = f.read(step)
+                nl = chunk.rfind(b"\n")
+                if nl >= 0:
+                    pos = pos - step + nl + 1
+                    break
+                pos -= step
+            f.truncate(pos)
+        self._size = pos
 
     @property
     def pending_bytes(self) -> int:
