@@ -182,6 +182,19 @@ def test_report_has_the_same_figures(both: tuple[str, str], tmp_path: Path) -> N
         assert html_ch.count(f">{lane}<") == html_log.count(f">{lane}<") > 0
 
 
+def test_export_refuses_clickhouse_with_one_line(both: tuple[str, str], tmp_path: Path) -> None:
+    """export reads local logs only: a clickhouse:// URL is a one-line error, exit 2."""
+    _, url = both
+    out = subprocess.run(
+        [sys.executable, "-m", "obs.cli", "query", "export", url, "--out", str(tmp_path / "x")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2 and "export reads local logs only" in out.stderr
+    assert out.stderr.count("\n") == 1
+
+
 def test_clickhouse_url_errors_are_one_line(clickhouse: ClickHouseServer) -> None:
     """A missing table or a refused login: exit 2 and one line, no traceback, no secret."""
     host = clickhouse.url.removeprefix("http://")

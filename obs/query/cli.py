@@ -25,7 +25,9 @@ def _common(p: argparse.ArgumentParser, paths: bool = True, fmt: bool = True) ->
             "paths",
             nargs="+",
             metavar="LOG",
-            help="JSONL files (rotated, .gz), quoted globs, or directories / Parquet datasets",
+            help="JSONL files (rotated, .gz), quoted globs, or directories / Parquet datasets; "
+            "or one clickhouse://HOST:8123/DB.TABLE (credentials from CLICKHOUSE_USER and "
+            "CLICKHOUSE_PASSWORD; see docs/fleet.md)",
         )
     f = p.add_argument_group("filters", FILTER_HELP)
     f.add_argument("--since", metavar="TIME", help="only events at or after TIME")
