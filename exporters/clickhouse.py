@@ -25,6 +25,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
+from typing import Protocol
 
 import structlog
 
@@ -43,7 +44,7 @@ log = structlog.get_logger("vllm_obs.clickhouse")
 NAME = "clickhouse"
 
 
-class Counters(EventCounters, FailureCounter):
+class Counters(EventCounters, FailureCounter, Protocol):
     pass
 
 
