@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -56,6 +57,29 @@ def test_missing_table_stops_the_sidecar_with_one_line(clickhouse: ClickHouseSer
     lines = [ln for ln in out.stderr.splitlines() if ln.startswith("vllm-obs sidecar")]
     assert len(lines) == 1 and "absent.events does not exist" in lines[0]
     assert "Traceback" not in out.stderr
+
+
+def test_wrong_schema_or_password_stops_the_sidecar_with_one_line(
+    clickhouse: ClickHouseServer,
+) -> None:
+    """A table with the wrong column types, or a refused login: exit 2, one line, no secret."""
+    client = clickhouse.client()
+    client.execute("CREATE DATABASE IF NOT EXISTS misfit")
+    client.execute(
+        "CREATE TABLE IF NOT EXISTS misfit.events (ts DateTime, request_id String, "
+        "lane String, e2e_ms String) ENGINE = MergeTree() ORDER BY ts"
+    )
+    cmd = [sys.executable, "-m", "obs.cli", "sidecar", "--upstream", "http://127.0.0.1:9"]
+    cmd += ["--port", str(free_port()), "--events", "none", "--clickhouse-url", clickhouse.url]
+    wrong = subprocess.run(
+        [*cmd, "--clickhouse-table", "misfit.events"], capture_output=True, text=True, timeout=60
+    )
+    assert wrong.returncode == 2 and "Traceback" not in wrong.stderr
+    assert "misfit.events has the wrong schema: column" in wrong.stderr
+    env = {**os.environ, "CLICKHOUSE_USER": "obs", "CLICKHOUSE_PASSWORD": "not-it"}
+    refused = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+    assert refused.returncode == 2 and "authentication failed for user 'obs'" in refused.stderr
+    assert "not-it" not in refused.stderr and "Traceback" not in refused.stderr
 
 
 def test_unreachable_clickhouse_spools_then_counts_spool_full(
