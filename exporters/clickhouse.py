@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Protocol
 
 import structlog
+from pydantic import ValidationError
 
 from obs.clickhouse.client import INSERT_SETTINGS, ClickHouseError, Client
 from obs.clickhouse.rows import row
@@ -180,6 +181,28 @@ class ClickHouseExporter:
             self._counters.event_written(NAME, n)
         else:
             self._counters.event_dropped(NAME, reason, n)
+
+
+def clickhouse_settings(
+    section: ClickHouseExport | None, **flags: str | float | None
+) -> ClickHouseExport | None:
+    """The config file's ``clickhouse:`` section with the command line's values over it
+    (None: the exporter is off)."""
+    given = {k: v for k, v in flags.items() if v is not None}
+    merged = {**(section.model_dump() if section else {}), **given}
+    if not merged.get("url"):
+        if given:
+            raise ConfigError("--clickhouse-table/--clickhouse-spool need --clickhouse-url")
+        return None
+    try:
+        return ClickHouseExport.model_validate(merged)
+    except ValidationError as e:
+        err = e.errors()[0]
+        name = str(err["loc"][0]) if err["loc"] else "url"
+        raise ConfigError(
+            f"--clickhouse-{name.replace('_', '-')} (or clickhouse.{name} in the config): "
+            f"{err['input']!r}: {err['msg']}"
+        ) from None
 
 
 def start_exporter(

@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from obs.config import ClickHouseExport, Config
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -159,6 +155,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> int:
     from obs.config import load_config, single_upstream
     from obs.errors import ConfigError
+    from obs.exporters.clickhouse import clickhouse_settings
     from obs.sidecar.capture import TextCapture
     from obs.sidecar.server import serve
     from obs.sidecar.settings import Settings
@@ -187,33 +184,15 @@ def run(args: argparse.Namespace) -> int:
         metrics_address=metrics_address,
         capture=TextCapture.parse(args.capture_text, args.redact_hook, args.capture_max_chars),
         workers=args.workers,
-        clickhouse=clickhouse_settings(args, config),
+        clickhouse=clickhouse_settings(
+            config.clickhouse,
+            url=args.clickhouse_url,
+            table=args.clickhouse_table,
+            spool=args.clickhouse_spool,
+            spool_max_mb=args.clickhouse_spool_max_mb,
+        ),
     )
     return serve(settings)
-
-
-def clickhouse_settings(args: argparse.Namespace, config: Config) -> ClickHouseExport | None:
-    """The config file's ``clickhouse:`` section with the command line's flags over it."""
-    from obs.config import ClickHouseExport
-    from obs.errors import ConfigError
-
-    base = config.clickhouse.model_dump() if config.clickhouse else {}
-    flags = {
-        "url": args.clickhouse_url,
-        "table": args.clickhouse_table,
-        "spool": args.clickhouse_spool,
-        "spool_max_mb": args.clickhouse_spool_max_mb,
-    }
-    merged = {**base, **{k: v for k, v in flags.items() if v is not None}}
-    if not merged.get("url"):
-        if len(merged) > 0 and any(v is not None for v in flags.values()):
-            raise ConfigError("--clickhouse-table/--clickhouse-spool need --clickhouse-url")
-        return None
-    try:
-        return ClickHouseExport.model_validate(merged)
-    except ValueError as e:
-        first = str(e).splitlines()
-        raise ConfigError(f"--clickhouse-*: {' '.join(first[1:3]).strip()}") from None
 
 
 def _address(value: str) -> tuple[str, int]:

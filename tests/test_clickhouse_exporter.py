@@ -178,7 +178,7 @@ def test_config_file_section_enables_the_exporter(
 
 
 def test_clickhouse_flags_need_a_url() -> None:
-    """--clickhouse-table without a URL (flag or config) is a one-line error at start."""
+    """--clickhouse-table without a URL, or a URL that is not http(s): one-line errors."""
     cmd = [sys.executable, "-m", "obs.cli", "sidecar", "--upstream", "http://127.0.0.1:9"]
     out = subprocess.run(
         [*cmd, "--events", "none", "--clickhouse-table", "a.b"],
@@ -188,3 +188,11 @@ def test_clickhouse_flags_need_a_url() -> None:
     )
     assert out.returncode == 2 and "need --clickhouse-url" in out.stderr
     assert out.stderr.count("\n") == 1
+    bad = subprocess.run(
+        [*cmd, "--events", "none", "--clickhouse-url", "ftp://x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and "--clickhouse-url (or clickhouse.url" in bad.stderr
+    assert bad.stderr.count("\n") == 1
