@@ -180,19 +180,12 @@ def test_config_file_section_enables_the_exporter(
 def test_clickhouse_flags_need_a_url() -> None:
     """--clickhouse-table without a URL, or a URL that is not http(s): one-line errors."""
     cmd = [sys.executable, "-m", "obs.cli", "sidecar", "--upstream", "http://127.0.0.1:9"]
-    out = subprocess.run(
-        [*cmd, "--events", "none", "--clickhouse-table", "a.b"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 2 and "need --clickhouse-url" in out.stderr
-    assert out.stderr.count("\n") == 1
-    bad = subprocess.run(
-        [*cmd, "--events", "none", "--clickhouse-url", "ftp://x"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert bad.returncode == 2 and "--clickhouse-url (or clickhouse.url" in bad.stderr
-    assert bad.stderr.count("\n") == 1
+    for flags, message in (
+        (("--clickhouse-table", "a.b"), "need --clickhouse-url"),
+        (("--clickhouse-url", "ftp://x"), "--clickhouse-url (or clickhouse.url"),
+    ):
+        out = subprocess.run(
+            [*cmd, "--events", "none", *flags], capture_output=True, text=True, timeout=60
+        )
+        assert out.returncode == 2 and message in out.stderr
+        assert out.stderr.count("\n") == 1
