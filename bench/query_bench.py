@@ -220,7 +220,9 @@ SELECT
   NULL::DOUBLE AS engine_inference_ms,
   NULL::DOUBLE AS engine_ttft_ms,
   CASE WHEN lane IN ('rag', 'agent') THEN substr(md5(lane || (i % 97)::VARCHAR), 1, 12)
-  END AS prefix_fingerprint
+  END AS prefix_fingerprint,
+  NULL::VARCHAR AS prompt_text,
+  NULL::VARCHAR AS output_text
 FROM e
 """
     return sql

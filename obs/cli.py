@@ -24,6 +24,7 @@ COMMANDS = (
     "obs.alerts.cli",
     "obs.dashboards.cli",
     "obs.query.cli",
+    "obs.clickhouse.cli",
     "obs.engine.cli",
     "obs.demo_cli",
 )

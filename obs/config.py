@@ -180,12 +180,24 @@ class Auth(_Model):
         return keys
 
 
+class ClickHouseExport(_Model):
+    """The sidecar's ClickHouse event exporter (``--clickhouse-url`` and friends override)."""
+
+    url: Annotated[str, Field(pattern=r"^https?://")]
+    table: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")] = (
+        "vllm_obs.events"
+    )
+    spool: str | None = None  # spool file; default: clickhouse-spool.jsonl beside the events
+    spool_max_mb: PositiveFloat = 1024
+
+
 class Config(_Model):
     version: Literal[1] = 1
     pools: list[Pool] = Field(min_length=1)
     lanes: list[Lane] = Field(min_length=1)
     default_lane: Name
     auth: Auth = Auth()
+    clickhouse: ClickHouseExport | None = None
 
     @model_validator(mode="after")
     def _references(self) -> Config:

@@ -28,6 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from obs import conventions as c
 from obs.exporters.base import Exporter, Fanout
+from obs.exporters.clickhouse import start_exporter
 from obs.exporters.jsonl import JsonlExporter
 from obs.exporters.otel import OtlpSettings, SpanExporter
 from obs.exporters.prom import Metrics, PoolStateCollector
@@ -82,6 +83,15 @@ class SidecarApp:
         self.otlp = OtlpSettings.from_env(settings.otlp_endpoint)
         if self.otlp is not None:
             exporters.append(SpanExporter(self.otlp, counters=self.metrics))
+        if settings.clickhouse is not None:
+            exporters.append(
+                start_exporter(
+                    settings.clickhouse,
+                    settings.events_path,
+                    settings.worker.index if settings.worker else 0,
+                    self.metrics,
+                )
+            )
         exporters.append(self.metrics)
         self.exporters = Fanout(exporters, failures=self.metrics)
         self._session: aiohttp.ClientSession | None = None  # polling, /v1/models, forwarding

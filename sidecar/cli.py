@@ -124,6 +124,30 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "metrics are merged across them, each enforces 1/N of every lane's limits, worker I>0 "
         "writes its events next to --events as NAME.wI.jsonl (default: %(default)s)",
     )
+    p.add_argument(
+        "--clickhouse-url",
+        metavar="URL",
+        help="also insert every event into ClickHouse over HTTP, e.g. http://HOST:8123 "
+        "(credentials from CLICKHOUSE_USER and CLICKHOUSE_PASSWORD or CLICKHOUSE_PASSWORD_FILE; "
+        "default: the config file's clickhouse.url; see docs/fleet.md)",
+    )
+    p.add_argument(
+        "--clickhouse-table",
+        metavar="DB.TABLE",
+        help="table created by `vllm-obs clickhouse init` (default: vllm_obs.events)",
+    )
+    p.add_argument(
+        "--clickhouse-spool",
+        metavar="PATH",
+        help="file that keeps events while ClickHouse is unreachable "
+        "(default: clickhouse-spool.jsonl beside --events)",
+    )
+    p.add_argument(
+        "--clickhouse-spool-max-mb",
+        type=float,
+        metavar="MB",
+        help="largest spool; events past it are dropped and counted (default: 1024)",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(handler=run)
 
@@ -131,6 +155,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> int:
     from obs.config import load_config, single_upstream
     from obs.errors import ConfigError
+    from obs.exporters.clickhouse import clickhouse_settings
     from obs.sidecar.capture import TextCapture
     from obs.sidecar.server import serve
     from obs.sidecar.settings import Settings
@@ -159,6 +184,13 @@ def run(args: argparse.Namespace) -> int:
         metrics_address=metrics_address,
         capture=TextCapture.parse(args.capture_text, args.redact_hook, args.capture_max_chars),
         workers=args.workers,
+        clickhouse=clickhouse_settings(
+            config.clickhouse,
+            url=args.clickhouse_url,
+            table=args.clickhouse_table,
+            spool=args.clickhouse_spool,
+            spool_max_mb=args.clickhouse_spool_max_mb,
+        ),
     )
     return serve(settings)
 

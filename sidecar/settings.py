@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from obs.config import Config
+from obs.config import ClickHouseExport, Config
 from obs.sidecar.capture import TextCapture
 from obs.sidecar.workers import WorkerSlot
 
@@ -29,3 +29,4 @@ class Settings:
     capture: TextCapture | None = None  # None: no prompt or output text anywhere (the default)
     workers: int = 1  # relay processes on the port (obs.sidecar.workers)
     worker: WorkerSlot | None = None  # set in each worker when workers > 1
+    clickhouse: ClickHouseExport | None = None  # None: no ClickHouse exporter

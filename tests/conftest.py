@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from obs.clickhouse.testing import ClickHouseServer, server_binary
 from obs.engine import EnginePaths, VllmServer, ensure_engine
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
 
@@ -98,3 +99,16 @@ def sidecar(tmp_path: Path, otlp_receiver: OtlpReceiver) -> Iterator[SidecarFact
     yield start
     for proc in started:
         proc.stop()
+
+
+@pytest.fixture(scope="session")
+def clickhouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClickHouseServer]:
+    """One real clickhouse-server (Debian 18.16 here) for the session, stopped by PID."""
+    if server_binary() is None:
+        msg = "clickhouse-server not installed (apt-get install clickhouse-server)"
+        if IN_CI:
+            pytest.fail(msg)
+        pytest.skip(msg)
+    server = ClickHouseServer(tmp_path_factory.mktemp("clickhouse")).start()
+    yield server
+    server.stop()

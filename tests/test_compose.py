@@ -202,6 +202,9 @@ def test_every_address_in_the_stack_names_a_service_port() -> None:
         for url in pool.replicas:
             ((host, port),) = URL_RE.findall(url)
             _check_address(f"lanes pool {pool.name}", host, int(port))
+    if LANES.clickhouse is not None:
+        ((host, port),) = URL_RE.findall(LANES.clickhouse.url)
+        _check_address("lanes clickhouse", host, int(port))
 
 
 # -- how the parts fit -------------------------------------------------------------------------

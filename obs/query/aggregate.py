@@ -15,6 +15,7 @@ from obs.config import Config
 from obs.conventions import CLIENT_ERROR, DISCONNECTED, ERROR, OK, REJECTED
 from obs.errors import InputError
 from obs.query import slo
+from obs.query.dialect import DUCKDB, Dialect
 from obs.query.scan import SRC, Scan
 from obs.query.schema import GROUP_BY, OUTCOME_GROUPS
 from obs.query.table import Table
@@ -49,34 +50,39 @@ def pct_label(q: float) -> str:
 def latency_condition(scan: Scan, by: str | None = None) -> str:
     """Rows whose latencies are summarised: ``ok`` ones, unless statuses were filtered
     or the grouping is by outcome (then every request of the group)."""
-    return "TRUE" if scan.filters.statuses or by in OUTCOME_GROUPS else f"status = '{OK}'"
+    if scan.filters.statuses or by in OUTCOME_GROUPS:
+        return scan.dialect.true
+    return f"status = '{OK}'"
 
 
-def aggregates(lat: str, quantiles: tuple[float, ...] = QUANTILES) -> list[str]:
+def _is(status: str) -> str:
+    return f"status = '{status}'"
+
+
+def aggregates(
+    lat: str, quantiles: tuple[float, ...] = QUANTILES, d: Dialect = DUCKDB
+) -> list[str]:
     """Select-list items shared by ``summary``, ``timeline`` and ``compare``.
 
-    They read the SLO flags :func:`obs.query.slo.judged_rows` adds to each row.
+    They read the SLO flags :func:`obs.query.slo.judged_rows` adds to each row,
+    and ask the dialect ``d`` for what the engines spell differently.
     """
-    qs = "[" + ", ".join(repr(q) for q in quantiles) + "]"
     items = [
         "count(request_id) AS requests",
-        f"count_if(status = '{OK}') AS ok",
-        *(f"count_if(status = '{s}') AS _n_{name}" for name, s in _RATES.items()),
+        f"{d.count_if(_is(OK))} AS ok",
+        *(f"{d.count_if(_is(s))} AS _n_{name}" for name, s in _RATES.items()),
         "count(cache_hit) AS _cache_n",
-        "count_if(cache_hit) AS _cache_hits",
+        f"{d.count_if('cache_hit')} AS _cache_hits",
         "sum(cached_tokens) AS _cached_tokens",
-        "sum(prompt_tokens) FILTER (WHERE cached_tokens IS NOT NULL) AS _prompt_tokens",
-        *(
-            f"quantile_cont({col}, {qs}) FILTER (WHERE {lat}) AS _q_{m}"
-            for m, col in METRICS.items()
-        ),
-        *(f"avg({METRICS[m]}) FILTER (WHERE {lat}) AS _mean_{m}" for m in MEANS),
-        "count_if(_ttft_judged) AS _ttft_judged",
-        "count_if(_ttft_met) AS _ttft_met",
-        "count_if(_tpot_judged) AS _tpot_judged",
-        "count_if(_tpot_met) AS _tpot_met",
-        f"count_if({slo.BAD}) AS _bad",
-        "count_if(_good) AS good",
+        f"{d.agg_if('sum', 'prompt_tokens', 'cached_tokens IS NOT NULL')} AS _prompt_tokens",
+        *(f"{d.quantiles(col, quantiles, lat)} AS _q_{m}" for m, col in METRICS.items()),
+        *(f"{d.agg_if('avg', METRICS[m], lat)} AS _mean_{m}" for m in MEANS),
+        f"{d.count_if('_ttft_judged')} AS _ttft_judged",
+        f"{d.count_if('_ttft_met')} AS _ttft_met",
+        f"{d.count_if('_tpot_judged')} AS _tpot_judged",
+        f"{d.count_if('_tpot_met')} AS _tpot_met",
+        f"{d.count_if(slo.BAD)} AS _bad",
+        f"{d.count_if('_good')} AS good",
     ]
     return items
 
@@ -149,9 +155,9 @@ def summary(scan: Scan, config: Config, by: str = "lane") -> Table:
     """One row per ``by`` value (a field of ``GROUP_BY``) of the scan's events."""
     if by not in GROUP_BY:
         raise InputError(f"--by {by!r}: choose one of {', '.join(GROUP_BY)}")
-    items = ",\n  ".join(aggregates(latency_condition(scan, by)))
-    source = slo.judged_rows(config, SRC)
-    raw = scan.run(f"SELECT {by} AS _key,\n  {items},\n  {scan.extra}\nFROM {source} GROUP BY 1")
+    items = ",\n  ".join(aggregates(latency_condition(scan, by), QUANTILES, scan.dialect))
+    source = slo.judged_rows(config, SRC, scan.dialect)
+    raw = scan.run(f"SELECT {by} AS _key,\n  {items},\n  {scan.extra}\nFROM {source} GROUP BY _key")
     by_key = {rec["_key"]: rec for rec in raw.records() if rec["requests"]}
     rows = []
     for key in _order(config, by, list(by_key)):

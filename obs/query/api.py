@@ -22,6 +22,7 @@ from obs.query.scan import SRC, Scan, connect
 from obs.query.table import Table
 
 if TYPE_CHECKING:
+    import duckdb
     import pandas as pd
 
 Paths = str | os.PathLike[str] | list[str] | list[os.PathLike[str]] | tuple[str, ...]
@@ -51,9 +52,27 @@ def _paths(paths: Paths) -> list[str]:
     return [os.fspath(p) for p in paths]
 
 
+def open_any(
+    paths: Paths,
+    filters: Filters,
+    progress: bool | None = None,
+    con: duckdb.DuckDBPyConnection | None = None,
+) -> Scan:
+    """A scan over local logs (on ``con``, if given), or over ClickHouse for one
+    ``clickhouse://HOST/DB.TABLE``."""
+    from obs.clickhouse.scan import ClickHouseScan, is_clickhouse
+
+    items = _paths(paths)
+    if is_clickhouse(items):
+        if len(items) != 1:
+            raise InputError("give one clickhouse:// URL, without local logs beside it")
+        return ClickHouseScan(items[0], filters, progress)
+    return Scan(items, filters, con=con, progress=progress)
+
+
 def open_scan(paths: Paths, filters: Filters | dict[str, Any] | None = None) -> Scan:
     """A :class:`Scan` (no progress line) for building your own queries."""
-    return Scan(_paths(paths), as_filters(filters), progress=False)
+    return open_any(paths, as_filters(filters), progress=False)
 
 
 def _frame(table: Table, *scans: Scan) -> pd.DataFrame:
@@ -131,13 +150,8 @@ def compare(
     from obs.query.comparison import compare as run
 
     con = connect()
-    a = Scan(_paths(before), as_filters(before_filters), con=con, progress=False)
-    b = Scan(
-        _paths(after if after is not None else before),
-        as_filters(after_filters),
-        con=con,
-        progress=False,
-    )
+    a = open_any(before, as_filters(before_filters), False, con)
+    b = open_any(after if after is not None else before, as_filters(after_filters), False, con)
     return _frame(run(a, b, as_config(config), alpha), a, b)
 
 

@@ -25,7 +25,9 @@ def _common(p: argparse.ArgumentParser, paths: bool = True, fmt: bool = True) ->
             "paths",
             nargs="+",
             metavar="LOG",
-            help="JSONL files (rotated, .gz), quoted globs, or directories / Parquet datasets",
+            help="JSONL files (rotated, .gz), quoted globs, or directories / Parquet datasets; "
+            "or one clickhouse://HOST:8123/DB.TABLE (credentials from CLICKHOUSE_USER and "
+            "CLICKHOUSE_PASSWORD; see docs/fleet.md)",
         )
     f = p.add_argument_group("filters", FILTER_HELP)
     f.add_argument("--since", metavar="TIME", help="only events at or after TIME")
@@ -135,9 +137,9 @@ def _config(args: argparse.Namespace) -> Any:
 
 
 def _scan(args: argparse.Namespace, paths: list[str] | None = None, filters: Any = None) -> Any:
-    from obs.query.scan import Scan
+    from obs.query.api import open_any
 
-    return Scan(paths or args.paths, filters or _filters(args), progress=_progress(args))
+    return open_any(paths or args.paths, filters or _filters(args), _progress(args))
 
 
 def _progress(args: argparse.Namespace) -> bool | None:
@@ -213,9 +215,10 @@ def _window(text: str | None) -> tuple[Any, Any] | None:
 
 def _compare(args: argparse.Namespace) -> int:
     from obs.errors import InputError
+    from obs.query.api import open_any
     from obs.query.comparison import compare, for_display
     from obs.query.filters import Filters
-    from obs.query.scan import Scan, connect
+    from obs.query.scan import connect
     from obs.query.table import render
 
     if len(args.logs) > 2:
@@ -228,8 +231,8 @@ def _compare(args: argparse.Namespace) -> int:
     fa: Filters = base.with_window(*after_w) if after_w else base
     con = connect()
     progress = _progress(args)
-    before = Scan([args.logs[0]], fb, con=con, progress=progress)
-    after = Scan([args.logs[-1]], fa, con=con, progress=progress)
+    before = open_any([args.logs[0]], fb, progress, con)
+    after = open_any([args.logs[-1]], fa, progress, con)
     table = compare(before, after, _config(args), args.alpha)
     _emit(
         render(for_display(table) if args.format in ("table", "markdown") else table, args.format)

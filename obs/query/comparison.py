@@ -69,9 +69,9 @@ _NEEDED = (
 
 
 def _per_lane(scan: Scan, config: Config) -> dict[str, dict[str, Any]]:
-    items = ",\n  ".join(aggregates(latency_condition(scan), QUANTILES))
-    source = slo.judged_rows(config, SRC)
-    raw = scan.run(f"SELECT lane AS _key,\n  {items},\n  {scan.extra}\nFROM {source} GROUP BY 1")
+    items = ",\n  ".join(aggregates(latency_condition(scan), QUANTILES, scan.dialect))
+    source = slo.judged_rows(config, SRC, scan.dialect)
+    raw = scan.run(f"SELECT lane AS _key,\n  {items},\n  {scan.extra}\nFROM {source} GROUP BY _key")
     return {r["_key"]: r for r in raw.records() if r["requests"]}
 
 
@@ -82,16 +82,7 @@ def _rank_tests(before: Scan, after: Scan, column: str) -> dict[str, Any]:
             f"WHERE request_id IS NOT NULL AND {latency_condition(scan)} AND {column} IS NOT NULL"
         )
 
-    sql = f"""
-WITH x AS ({side(before, 0)} UNION ALL {side(after, 1)}),
-r AS (
-  SELECT lane, side, count(*) OVER (PARTITION BY lane, v) AS t,
-         rank() OVER (PARTITION BY lane ORDER BY v) AS rk
-  FROM x
-)
-SELECT lane, count_if(side = 0) AS n1, count_if(side = 1) AS n2,
-       sum(rk + (t - 1) / 2.0) FILTER (WHERE side = 0) AS r1, sum(t * t - 1) AS ties
-FROM r GROUP BY lane"""
+    sql = before.dialect.rank_sums(f"{side(before, 0)} UNION ALL {side(after, 1)}")
     rows = before.run(sql).rows
     return {
         lane: mann_whitney(int(n1), int(n2), float(r1 or 0.0), float(ties or 0))
@@ -108,8 +99,8 @@ def _delta(b: float | None, a: float | None) -> tuple[float | None, float | None
 
 def compare(before: Scan, after: Scan, config: Config, alpha: float = 0.01) -> Table:
     """Per lane and metric: before, after, delta, the test used, its p-value and verdict."""
-    if before.con is not after.con:
-        raise InputError("compare: both scans must share one DuckDB connection")
+    if before.con is not after.con and before.con != after.con:
+        raise InputError("compare: both scans must share one DuckDB connection or server")
     if not 0 < alpha < 1:
         raise InputError(f"--alpha {alpha}: must be between 0 and 1")
     for scan in (before, after):

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 from obs.conventions import OUTCOMES
 from obs.errors import InputError
+from obs.query.dialect import DUCKDB, Dialect
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
@@ -116,17 +117,18 @@ class Filters:
             since, until, self.lanes, self.pools, self.models, self.tenants, self.statuses
         )
 
-    def to_sql(self) -> str:
-        """A SQL condition over the event columns (``TRUE`` when nothing is filtered)."""
+    def to_sql(self, dialect: Dialect = DUCKDB) -> str:
+        """A SQL condition over the event columns (true when nothing is filtered)."""
         parts = []
+        ts = dialect.ts_column
         if self.since:
-            parts.append(f"ts >= {sql_ts(self.since)}")
+            parts.append(f"{ts} >= {dialect.ts_literal(self.since)}")
         if self.until:
-            parts.append(f"ts < {sql_ts(self.until)}")
+            parts.append(f"{ts} < {dialect.ts_literal(self.until)}")
         for column, values in self._dimensions():
             if values:
                 parts.append(f"{column} IN ({', '.join(map(sql_str, values))})")
-        return " AND ".join(parts) or "TRUE"
+        return " AND ".join(parts) or dialect.true
 
     def _dimensions(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
         """Each filterable event column with the values asked for (empty: not filtered)."""

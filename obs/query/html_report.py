@@ -77,10 +77,9 @@ def _distribution(
     scan: Scan, column: str, lanes: list[str]
 ) -> dict[str, tuple[list[float], list[float]]]:
     """Per lane, the timing's quantiles on a fine grid: the points of its CDF."""
-    grid = "[" + ", ".join(repr(q) for q in GRID) + "]"
+    qs = scan.dialect.quantiles(column, tuple(GRID), latency_condition(scan))
     rows = scan.run(
-        f"SELECT lane, quantile_cont({column}, {grid}) FILTER (WHERE {latency_condition(scan)}) "
-        f"FROM {SRC} WHERE request_id IS NOT NULL GROUP BY 1"
+        f"SELECT lane AS _lane, {qs} AS _qs FROM {SRC} WHERE request_id IS NOT NULL GROUP BY _lane"
     ).rows
     found = {lane: (list(qs), GRID) for lane, qs in rows if lane is not None and qs}
     return {lane: found[lane] for lane in lanes if lane in found}

@@ -62,12 +62,6 @@ def _interval_s(scan: Scan, interval: str | None) -> int:
     return auto_interval((hi - lo) if lo and hi else timedelta(0))
 
 
-def bucket_sql(seconds: int) -> str:
-    """SQL: the start of the epoch-aligned interval holding ``ts``."""
-    us = seconds * 1_000_000
-    return f"make_timestamp((epoch_us(ts) // {us}) * {us})"
-
-
 def timeline(
     scan: Scan, config: Config, interval: str | None = None, by: str | None = None
 ) -> Table:
@@ -75,12 +69,12 @@ def timeline(
     if by is not None and by not in GROUP_BY:
         raise InputError(f"--by {by!r}: choose one of {', '.join(GROUP_BY)}")
     secs = _interval_s(scan, interval)
-    items = ",\n  ".join(aggregates(latency_condition(scan, by), QUANTILES))
+    items = ",\n  ".join(aggregates(latency_condition(scan, by), QUANTILES, scan.dialect))
     key = f"{by}" if by else "NULL"
-    source = slo.judged_rows(config, SRC)
+    source = slo.judged_rows(config, SRC, scan.dialect)
     raw = scan.run(
-        f"SELECT {bucket_sql(secs)} AS _t, {key} AS _key,\n  {items},\n  {scan.extra}\n"
-        f"FROM {source} GROUP BY 1, 2"
+        f"SELECT {scan.dialect.bucket(secs)} AS _t, {key} AS _key,\n  {items},\n  {scan.extra}\n"
+        f"FROM {source} GROUP BY _t, _key"
     )
     cells: dict[tuple[datetime, Any], dict[str, Any]] = {}
     for rec in raw.records():

@@ -52,6 +52,11 @@ def copy_dataset(
 
 def export(scan: Scan, out: str | Path, append: bool = False) -> dict[str, Any]:
     """Write the scan's events to ``out``; return counts (events written, files)."""
+    if scan.dialect.name != "duckdb":
+        raise InputError(
+            "export reads local logs only; to copy a ClickHouse table to Parquet use "
+            "ClickHouse's own SELECT ... FORMAT Parquet"
+        )
     out = Path(out)
     nonempty = out.exists() and (not out.is_dir() or any(out.iterdir()))
     if nonempty and not append:

@@ -50,16 +50,37 @@ def slowest(scan: Scan, by: str = "e2e", n: int = 10) -> Table:
     columns = list(SLOWEST_COLUMNS)
     if col not in columns:
         columns.insert(columns.index("e2e_ms"), col)
-    # Ties go to the earlier request, so the answer does not depend on scan order.
-    order = f"struct_pack(v := {col}, t := -epoch_us(coalesce(ts, TIMESTAMP 'epoch')))"
+    top = _top_rows(scan, columns, f"{col} IS NOT NULL", int(n), col)
+    return Table(columns, [tuple(item[c] for c in columns) for item in top])
+
+
+def _top_rows(
+    scan: Scan, columns: list[str], cond: str, n: int, by: str | None = None
+) -> list[dict[str, Any]]:
+    """Events where ``cond`` holds: the ``n`` with the largest ``by`` or, without ``by``,
+    the ``n`` earliest. Ties go to the earlier request, so the answer does not depend on
+    scan order.
+
+    DuckDB keeps the top rows while it scans (``max_by``/``arg_min`` over a struct, so the
+    same pass counts bad lines); ClickHouse sorts on the server (``ORDER BY ... LIMIT``),
+    its ``ts`` taken from ``ts_ms`` for millisecond precision.
+    """
+    if scan.dialect.name == "clickhouse":
+        cols = ", ".join("ts_ms AS ts" if c == "ts" else c for c in columns)
+        order = f"{by} DESC, ts_ms ASC" if by else "ts_ms ASC"
+        raw = scan.run(f"SELECT {cols} FROM {SRC} WHERE {cond} ORDER BY {order} LIMIT {n}")
+        return raw.records()
+    if by is None:
+        first = "coalesce(ts, TIMESTAMP 'epoch')"
+        agg = f"arg_min({_struct(columns)}, {first}, {n})"
+    else:
+        order = f"struct_pack(v := {by}, t := -epoch_us(coalesce(ts, TIMESTAMP 'epoch')))"
+        agg = f"max_by({_struct(columns)}, {order}, {n})"
     raw = scan.run(
-        f"SELECT max_by({_struct(columns)}, {order}, {int(n)}) "
-        f"FILTER (WHERE request_id IS NOT NULL AND {col} IS NOT NULL) AS top, {scan.extra} "
-        f"FROM {SRC}"
+        f"SELECT {agg} FILTER (WHERE request_id IS NOT NULL AND ({cond})) AS top, "
+        f"{scan.extra} FROM {SRC}"
     )
-    top = raw.rows[0][0] if raw.rows else None
-    rows = [tuple(item[c] for c in columns) for item in top or ()]
-    return Table(columns, rows)
+    return list((raw.rows[0][0] if raw.rows else None) or [])
 
 
 def find(scan: Scan, request_id: str) -> dict[str, Any]:
@@ -68,13 +89,9 @@ def find(scan: Scan, request_id: str) -> dict[str, Any]:
     if not key:
         raise InputError("give a request id")
     lit = sql_str(key)
-    match = f"request_id = {lit} OR trace_id = {lit} OR starts_with(request_id, {lit})"
-    first = "coalesce(ts, TIMESTAMP 'epoch')"
-    raw = scan.run(
-        f"SELECT arg_min({_struct(list(COLUMNS))}, {first}, {_MAX_MATCHES}) "
-        f"FILTER (WHERE request_id IS NOT NULL AND ({match})) AS hits, {scan.extra} FROM {SRC}"
-    )
-    hits: list[dict[str, Any]] = (raw.rows[0][0] if raw.rows else None) or []
+    prefix = f"substring(request_id, 1, {len(key.encode())}) = {lit}"
+    match = f"request_id = {lit} OR trace_id = {lit} OR {prefix}"
+    hits = _top_rows(scan, list(COLUMNS), match, _MAX_MATCHES)
     exact = [h for h in hits if key in (h["request_id"], h["trace_id"])]
     chosen = exact or hits
     if not chosen:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from obs.errors import InputError
 from obs.events import SCHEMA_VERSION
+from obs.query.dialect import DUCKDB, Dialect
 from obs.query.filters import Filters, sql_str
 from obs.query.inputs import Inputs, resolve, truncated_tail
 from obs.query.progress import Progress
@@ -122,6 +123,8 @@ def _projection(available: dict[str, str] | None) -> str:
 
 class Scan:
     """Event logs plus filters, bound to a DuckDB connection."""
+
+    dialect: Dialect = DUCKDB
 
     def __init__(
         self,

@@ -26,49 +26,55 @@ from __future__ import annotations
 
 from obs.config import Config
 from obs.conventions import BAD_OUTCOMES, OK
+from obs.query.dialect import DUCKDB, Dialect
 from obs.query.filters import sql_str
 
-TTFT_VALUE = f"coalesce(ttft_ms, CASE WHEN stream = false AND status = '{OK}' THEN e2e_ms END)"
+TTFT_VALUE = f"coalesce(ttft_ms, CASE WHEN NOT stream AND status = '{OK}' THEN e2e_ms END)"
 BAD = "status IN (" + ", ".join(sql_str(s) for s in BAD_OUTCOMES) + ")"
 
 
-def _by_lane(config: Config, kind: str, attr: str) -> str:
-    """``CASE lane WHEN ... END``: the lane's value of ``slo.<kind>.<attr>`` (NULL if none)."""
+def _by_lane(config: Config, kind: str, attr: str, dialect: Dialect) -> str:
+    """``CASE WHEN lane = ...``: the lane's value of ``slo.<kind>.<attr>`` (NULL if none)."""
     whens = []
     for lane in config.lanes:
         slo = getattr(lane.slo, kind)
         if slo is not None:
-            whens.append(f"WHEN {sql_str(lane.name)} THEN {float(getattr(slo, attr))!r}")
-    return f"(CASE lane {' '.join(whens)} END)" if whens else "NULL::DOUBLE"
+            whens.append(f"WHEN lane = {sql_str(lane.name)} THEN {float(getattr(slo, attr))!r}")
+    return f"(CASE {' '.join(whens)} END)" if whens else dialect.null_double
 
 
-def threshold(config: Config, kind: str) -> str:
+def threshold(config: Config, kind: str, dialect: Dialect = DUCKDB) -> str:
     """SQL: the request's lane threshold for ``ttft`` or ``tpot`` in ms (NULL if none)."""
-    return _by_lane(config, kind, "threshold_ms")
+    return _by_lane(config, kind, "threshold_ms", dialect)
 
 
-def objective(config: Config, kind: str) -> str:
+def objective(config: Config, kind: str, dialect: Dialect = DUCKDB) -> str:
     """SQL: the request's lane objective for ``ttft``, ``tpot`` or ``availability``."""
-    return _by_lane(config, kind, "objective")
+    return _by_lane(config, kind, "objective", dialect)
 
 
-def judged_rows(config: Config, source: str) -> str:
+def judged_rows(config: Config, source: str, dialect: Dialect = DUCKDB) -> str:
     """``source`` plus per-request SLO flags, each computed once per row.
 
     Adds ``_ttft_judged``, ``_ttft_met``, ``_tpot_judged``, ``_tpot_met`` and
-    ``_good`` (booleans; the ``_met`` ones imply ``_judged``).
+    ``_good`` (never null; the ``_met`` ones imply ``_judged``). Written in SQL
+    that both engines run: no ``EXCLUDE``, no boolean literals.
     """
+    no = "1 = 0"
     inner = (
-        f"SELECT *, {threshold(config, 'ttft')} AS _ttft_thr, "
-        f"{threshold(config, 'tpot')} AS _tpot_thr, {TTFT_VALUE} AS _ttft_v FROM {source}"
+        f"SELECT *, {threshold(config, 'ttft', dialect)} AS _ttft_thr, "
+        f"{threshold(config, 'tpot', dialect)} AS _tpot_thr, {TTFT_VALUE} AS _ttft_v FROM {source}"
+    )
+    judged = (
+        "SELECT *, _ttft_thr IS NOT NULL AND _ttft_v IS NOT NULL AS _ttft_judged, "
+        f"_tpot_thr IS NOT NULL AND tpot_ms IS NOT NULL AS _tpot_judged FROM ({inner})"
+    )
+    met = (
+        f"SELECT *, _ttft_judged AND coalesce(_ttft_v <= _ttft_thr, {no}) AS _ttft_met, "
+        f"_tpot_judged AND coalesce(tpot_ms <= _tpot_thr, {no}) AS _tpot_met FROM ({judged})"
     )
     flags = (
-        "SELECT * EXCLUDE (_ttft_j, _tpot_j), "
-        "_ttft_j AS _ttft_judged, _ttft_j AND _ttft_v <= _ttft_thr AS _ttft_met, "
-        "_tpot_j AS _tpot_judged, _tpot_j AND tpot_ms <= _tpot_thr AS _tpot_met, "
-        f"status = '{OK}' AND (NOT _ttft_j OR _ttft_v <= _ttft_thr) "
-        "AND (NOT _tpot_j OR tpot_ms <= _tpot_thr) AS _good "
-        "FROM (SELECT *, _ttft_thr IS NOT NULL AND _ttft_v IS NOT NULL AS _ttft_j, "
-        f"_tpot_thr IS NOT NULL AND tpot_ms IS NOT NULL AS _tpot_j FROM ({inner}))"
+        f"SELECT *, status = '{OK}' AND (_ttft_met OR NOT _ttft_judged) "
+        f"AND (_tpot_met OR NOT _tpot_judged) AS _good FROM ({met})"
     )
     return f"({flags})"

@@ -1,0 +1,1 @@
+"""ClickHouse as the fleet's event store: client, schema, backfill, test server."""

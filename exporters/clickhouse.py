@@ -1,0 +1,248 @@
+"""ClickHouse exporter: request events inserted in batches from a thread off the event loop.
+
+``export`` appends the event to a bounded deque (no lock, no I/O, no wake-up;
+a full deque drops the event and counts it, reason ``queue_full``). A sender
+thread wakes every ``flush_interval_s`` (1 s) or as soon as ``batch_rows``
+events wait, turns them into ``JSONEachRow`` lines (``obs.clickhouse.rows``)
+and inserts them with one HTTP request. When an insert fails (ClickHouse down,
+overloaded, refusing) the batch goes to a bounded spool file
+(``exporters.spool``), the failure is counted in
+``vllm_obs_exporter_failures_total{exporter="clickhouse"}`` (the existing
+exporter alert fires on it), and later batches go to the spool too until an
+insert succeeds again, retried with exponential backoff (1 s doubling to
+``max_backoff_s``). Once ClickHouse is back the spool drains, oldest first,
+before new events. Only a full spool loses events: counted as
+``vllm_obs_events_dropped_total{exporter="clickhouse",reason="spool_full"}``.
+
+A batch whose insert fails after ClickHouse stored it (the answer was lost) is
+sent again; the table's ``ReplacingMergeTree`` and ``FINAL`` reads remove the
+duplicate.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Protocol
+
+import structlog
+from pydantic import ValidationError
+
+from obs.clickhouse.client import INSERT_SETTINGS, ClickHouseError, Client
+from obs.clickhouse.rows import row
+from obs.config import ClickHouseExport
+from obs.errors import ConfigError
+from obs.events import Event
+from obs.exporters.base import FailureCounter
+from obs.exporters.jsonl import EventCounters
+from obs.exporters.spool import Spool
+from obs.record import Finished
+
+log = structlog.get_logger("vllm_obs.clickhouse")
+
+NAME = "clickhouse"
+
+
+class Counters(EventCounters, FailureCounter, Protocol):
+    pass
+
+
+class ClickHouseExporter:
+    name = NAME
+
+    def __init__(
+        self,
+        client: Client,
+        table: str,
+        spool_path: str | Path,
+        *,
+        counters: Counters | None = None,
+        spool_max_bytes: int = 1 << 30,
+        batch_rows: int = 10000,
+        flush_interval_s: float = 1.0,
+        max_backoff_s: float = 30.0,
+        queue_size: int = 200_000,
+    ) -> None:
+        self._client = client
+        self._table = table
+        self._spool = Spool(spool_path, spool_max_bytes)
+        self._counters = counters
+        self._batch_rows = batch_rows
+        self._flush_interval_s = flush_interval_s
+        self._max_backoff_s = max_backoff_s
+        self._max_pending = queue_size
+        self._pending: deque[Event] = deque()
+        self._accepted = 0  # events appended (by the event loop)
+        self._handled = 0  # events inserted, spooled or dropped (by the sender)
+        self._wake = threading.Event()
+        self._stopping = False
+        self._backoff_s = 0.0
+        self._retry_at = 0.0  # monotonic time of the next insert attempt while failing
+        self._thread = threading.Thread(target=self._run, name="vllm-obs-clickhouse", daemon=True)
+        self._thread.start()
+
+    # Called on the event loop: cheap and non-blocking.
+    def export(self, finished: Finished) -> None:
+        pending = self._pending
+        if len(pending) >= self._max_pending:
+            self._count("dropped", 1, "queue_full")
+            return
+        pending.append(finished.event)
+        self._accepted += 1
+        if len(pending) >= self._batch_rows:
+            self._wake.set()
+
+    def force_flush(self, timeout_s: float = 10.0) -> bool:
+        """Wait until every event accepted so far is inserted or spooled."""
+        target = self._accepted
+        deadline = time.monotonic() + timeout_s
+        self._wake.set()
+        while self._handled < target:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                return False
+            time.sleep(0.005)
+        return True
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Send what waits (or leave it in the spool for the next start)."""
+        self._stopping = True
+        self._wake.set()
+        self._thread.join(timeout_s)
+        self._client.close()
+
+    @property
+    def spooled_bytes(self) -> int:
+        return self._spool.pending_bytes
+
+    # Sender thread.
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self._flush_interval_s)
+            self._wake.clear()
+            stopping = self._stopping
+            self._drain_spool()
+            while self._pending:
+                self._send_batch(self._take())
+            if stopping:
+                return
+
+    def _take(self) -> list[Event]:
+        pending = self._pending
+        n = min(len(pending), self._batch_rows)
+        return [pending.popleft() for _ in range(n)]
+
+    def _send_batch(self, events: list[Event]) -> None:
+        lines = [line for e in events if (line := row(e.to_dict())) is not None]
+        data = b"".join(lines)
+        sent = not self._failing() and self._insert(data, len(lines))
+        if not sent:
+            kept = self._spool.append(lines)
+            if kept < len(lines):
+                self._count("dropped", len(lines) - kept, "spool_full")
+        self._handled += len(events)
+
+    def _drain_spool(self) -> None:
+        """Send the spool, oldest first, while inserts succeed."""
+        while self._spool and not self._failing():
+            chunk, n = self._spool.peek(8 << 20)
+            if not self._insert(chunk, n):
+                return
+            self._spool.consume(len(chunk))
+
+    def _failing(self) -> bool:
+        """True while in backoff after a failed insert (no attempt until it ends)."""
+        return self._backoff_s > 0 and time.monotonic() < self._retry_at and not self._stopping
+
+    def _insert(self, data: bytes, n: int) -> bool:
+        if not n:
+            return True
+        try:
+            self._client.insert(self._table, data, INSERT_SETTINGS)
+        except ClickHouseError as e:
+            if self._backoff_s == 0:
+                log.error("clickhouse_insert_failed", table=self._table, error=str(e))
+            self._backoff_s = min(max(1.0, self._backoff_s * 2), self._max_backoff_s)
+            self._retry_at = time.monotonic() + self._backoff_s
+            if self._counters is not None:
+                self._counters.exporter_failed(NAME)
+            return False
+        if self._backoff_s:
+            log.info("clickhouse_insert_recovered", table=self._table)
+            self._backoff_s = 0.0
+        self._count("written", n)
+        return True
+
+    def _count(self, what: str, n: int, reason: str = "") -> None:
+        if self._counters is None:
+            return
+        if what == "written":
+            self._counters.event_written(NAME, n)
+        else:
+            self._counters.event_dropped(NAME, reason, n)
+
+
+def clickhouse_settings(
+    section: ClickHouseExport | None, **flags: str | float | None
+) -> ClickHouseExport | None:
+    """The config file's ``clickhouse:`` section with the command line's values over it
+    (None: the exporter is off)."""
+    given = {k: v for k, v in flags.items() if v is not None}
+    merged = {**(section.model_dump() if section else {}), **given}
+    if not merged.get("url"):
+        if given:
+            raise ConfigError("--clickhouse-table/--clickhouse-spool need --clickhouse-url")
+        return None
+    try:
+        return ClickHouseExport.model_validate(merged)
+    except ValidationError as e:
+        err = e.errors()[0]
+        name = str(err["loc"][0]) if err["loc"] else "url"
+        raise ConfigError(
+            f"--clickhouse-{name.replace('_', '-')} (or clickhouse.{name} in the config): "
+            f"{err['input']!r}: {err['msg']}"
+        ) from None
+
+
+def start_exporter(
+    settings: ClickHouseExport,
+    events_path: Path | None,
+    worker: int,
+    counters: Counters | None,
+) -> ClickHouseExporter:
+    """Check the table once, then start the exporter; bad settings raise a one-line error.
+
+    Wrong credentials, a missing table or one with the wrong schema stop the
+    sidecar at start (ConfigError). An unreachable server does not: it is
+    logged, and events wait in the spool until it answers.
+    """
+    from obs.clickhouse.client import Credentials, split_table
+    from obs.clickhouse.schema import TableSpec, check
+
+    db, table = split_table(settings.table, "--clickhouse-table")
+    client = Client(settings.url, Credentials.from_env(), timeout_s=10.0)
+    try:
+        missing = check(client, TableSpec(db, table))
+        if missing:
+            log.warning("clickhouse_columns_missing", table=settings.table, columns=missing)
+    except ClickHouseError as e:
+        if not e.retryable:
+            client.close()
+            raise ConfigError(f"--clickhouse-url: {e}") from None
+        log.warning("clickhouse_unreachable_at_start", error=str(e), spooling=True)
+    spool = Path(settings.spool) if settings.spool else _default_spool(events_path)
+    if worker:
+        spool = spool.with_name(f"{spool.stem}.w{worker}{spool.suffix}")
+    return ClickHouseExporter(
+        client,
+        settings.table,
+        spool,
+        counters=counters,
+        spool_max_bytes=int(settings.spool_max_mb * (1 << 20)),
+    )
+
+
+def _default_spool(events_path: Path | None) -> Path:
+    parent = events_path.parent if events_path is not None else Path()
+    return parent / "clickhouse-spool.jsonl"
