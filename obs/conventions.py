@@ -60,6 +60,7 @@ REJECTION_REASONS: Final = (
 # Where an event's token counts came from: the event's ``tokens_source``.
 TOKENS_FROM_USAGE: Final = "usage"  # the pool's usage object (exact)
 TOKENS_COUNTED: Final = "counted"  # no usage: output frames relayed, one token each (see events)
+TOKENS_FROM_ENGINE: Final = "engine"  # no usage frame: the engine's joined span (exact)
 
 OVERFLOW_LABEL: Final = "other"
 MAX_MODEL_LABELS: Final = 32

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from obs import conventions as c
 from obs.phases import ms
 from obs.record import Finished, fill_timings
 
@@ -35,6 +36,11 @@ def _s(attrs: Mapping[str, Any], key: str) -> float | None:
     return float(v) if isinstance(v, int | float) else None
 
 
+def _tokens(attrs: Mapping[str, Any], key: str) -> int | None:
+    v = attrs.get(f"gen_ai.usage.{key}")
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 31 else None
+
+
 def apply_engine_view(f: Finished, attrs: Mapping[str, Any]) -> None:
     """Merge an ``llm_request`` span's attributes into ``f`` (clock, event, derived fields)."""
     ev, clock = f.event, f.clock
@@ -49,6 +55,11 @@ def apply_engine_view(f: Finished, attrs: Mapping[str, Any]) -> None:
     ev.engine_decode_ms = None if decode is None else ms(int(decode * NS))
     ev.engine_inference_ms = None if inference is None else ms(int(inference * NS))
     ev.engine_ttft_ms = None if ttft is None else ms(int(ttft * NS))
+    if ev.tokens_source != c.TOKENS_FROM_USAGE:  # no usage frame: the engine's counts are exact
+        output = _tokens(attrs, "completion_tokens")
+        if output is not None:
+            ev.prompt_tokens, ev.completion_tokens = _tokens(attrs, "prompt_tokens"), output
+            ev.tokens_source = c.TOKENS_FROM_ENGINE
     if not clock.dispatched:
         fill_timings(f)
         return

@@ -102,8 +102,9 @@ class Event:
         "came in one read has no TPOT or ITL and stays out of those histograms."
     )
     tokens_source: str | None = _f(
-        "Where the token counts come from: usage (the pool's usage, exact) or counted "
-        "(no usage: completion_tokens counted from output chunks, prompt_tokens null)."
+        "Where the token counts come from: usage (the pool's usage, exact), engine (no usage, "
+        "but the engine's joined span reported them, exact) or counted (neither: "
+        "completion_tokens counted from output chunks, a lower bound; prompt_tokens null)."
     )
     itl_p50_ms: float | None = _f(
         "Median gap between reads that brought output, as they arrived upstream."

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from obs import conventions as c
+from obs.engine_view import apply_engine_view
 from obs.events import Event
 from obs.phases import Clock
 from obs.record import Finished, fill_timings, tpot_ns
@@ -114,3 +115,20 @@ def test_which_streams_the_sidecar_asks_usage_for() -> None:
     assert not wants_usage(body)
     assert usage_options(body) == {"include_usage": True, "continuous_usage_stats": False}
     assert wants_usage({"stream_options": {"include_usage": True}})
+
+
+def test_engine_span_counts_stand_in_for_missing_usage() -> None:
+    """Without a usage frame the joined span's token counts are taken; usage is never replaced."""
+    attrs = {"gen_ai.usage.prompt_tokens": 11, "gen_ai.usage.completion_tokens": 24}
+    f = finished(20, [10, 20, 30])
+    f.event.tokens_source = c.TOKENS_COUNTED
+    apply_engine_view(f, attrs)
+    assert (f.event.prompt_tokens, f.event.completion_tokens, f.event.tokens_source) == (
+        11,
+        24,
+        c.TOKENS_FROM_ENGINE,
+    )
+    f = finished(20, [10, 20, 30])
+    f.event.prompt_tokens, f.event.tokens_source = 9, c.TOKENS_FROM_USAGE
+    apply_engine_view(f, {**attrs, "gen_ai.usage.completion_tokens": -3})
+    assert (f.event.prompt_tokens, f.event.completion_tokens) == (9, 20)
