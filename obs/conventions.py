@@ -24,6 +24,7 @@ REASON: Final = "reason"
 ERROR_CLASS: Final = "error_class"
 EXPORTER: Final = "exporter"
 RESULT: Final = "result"
+LIMIT: Final = "limit"
 
 # The five request phases, in order (see obs.phases).
 PHASES: Final = ("queue", "prefill", "first_token", "decode", "stream")
@@ -197,9 +198,31 @@ EXPORTER_FAILURES = _m(
 ENGINE_SPANS = _m(
     "engine_spans",
     "counter",
-    "vLLM llm_request spans received, by join result: joined, or late (its event was "
-    "already written without the engine view).",
+    "vLLM llm_request spans received, by join result: joined, late (its event was "
+    "already written without the engine view), rejected (a number out of range), or "
+    "unknown (not a request the sidecar sent to a tracing pool).",
     RESULT,
+)
+# Hardening (obs.sidecar.guard, obs.sidecar.traces; docs/security.md).
+CONNECTION_LIMITS = _m(
+    "connection_limits",
+    "counter",
+    "Client connections or requests cut by a sidecar limit, by limit (every limit from 0).",
+    LIMIT,
+)
+CLIENT_CONNECTIONS = _m(
+    "client_connections", "gauge", "Client connections open on the relay's port."
+)
+TRACE_EXPORTS_REFUSED = _m(
+    "trace_exports_refused",
+    "counter",
+    "OTLP exports refused on /v1/traces, by reason (every reason from 0).",
+    REASON,
+)
+REJECTED_EVENTS_SKIPPED = _m(
+    "rejected_events_skipped",
+    "counter",
+    "Events of refused requests (401, 4xx before a lane) not written: over the record's rate.",
 )
 
 ALL_METRICS: Final = (
@@ -230,6 +253,10 @@ ALL_METRICS: Final = (
     EVENTS_DROPPED,
     EXPORTER_FAILURES,
     ENGINE_SPANS,
+    CONNECTION_LIMITS,
+    CLIENT_CONNECTIONS,
+    TRACE_EXPORTS_REFUSED,
+    REJECTED_EVENTS_SKIPPED,
 )
 
 # vLLM's own metrics (as of 0.32) that the sidecar reads or the dashboards query.

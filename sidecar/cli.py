@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from obs.sidecar import hardening_cli
+
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
@@ -125,6 +127,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "writes its events next to --events as NAME.wI.jsonl (default: %(default)s)",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    hardening_cli.add_arguments(p)
     p.set_defaults(handler=run)
 
 
@@ -159,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
         metrics_address=metrics_address,
         capture=TextCapture.parse(args.capture_text, args.redact_hook, args.capture_max_chars),
         workers=args.workers,
+        **hardening_cli.settings_kwargs(args),
     )
     return serve(settings)
 

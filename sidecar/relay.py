@@ -27,16 +27,11 @@ from obs.record import Finished, fill_timings
 from obs.sidecar import errors as e
 from obs.sidecar.admission import LaneGate, Rejected, Ticket
 from obs.sidecar.auth import Tenants
+from obs.sidecar.bodies import MAX_JSON_ELEMENTS, MAX_MODEL_CHARS, BodyParser
 from obs.sidecar.capture import TextCapture
 from obs.sidecar.client import client_conn
 from obs.sidecar.deadline import Deadline, first_token_timeout
-from obs.sidecar.payloads import (
-    GENERATE_ROUTES,
-    fingerprint,
-    parse_json,
-    request_headers,
-    try_json,
-)
+from obs.sidecar.payloads import GENERATE_ROUTES, fingerprint, request_headers
 from obs.sidecar.pools import PoolSet
 from obs.sidecar.request import Request
 from obs.sidecar.streaming import relay_stream, relay_whole
@@ -71,6 +66,8 @@ class Relay:
         pool_keys: dict[str, str] | None = None,
         capture: TextCapture | None = None,
         workers: int = 1,
+        on_dispatch: Callable[[str, str, str], None] | None = None,
+        max_json_elements: int = MAX_JSON_ELEMENTS,
     ) -> None:
         self.classifier = classifier
         self.pools = pools
@@ -79,6 +76,8 @@ class Relay:
         self.max_body_bytes = max_body_bytes
         self.pool_keys = pool_keys or {}
         self.capture = capture
+        self.on_dispatch = on_dispatch  # (pool, trace id, span id): what the pool is sent
+        self.json = BodyParser(max_json_elements)
         config = classifier.config
         self.gates = {lane.name: LaneGate(lane, workers) for lane in config.lanes}
         self.tenants = Tenants(config.auth)
@@ -158,7 +157,7 @@ class Relay:
         body: dict[str, Any] | None = None
         generate = ev.route in GENERATE_ROUTES
         if generate or headers.get("content-type", "").startswith("application/json"):
-            body = parse_json(raw) if generate else try_json(raw)
+            body = await self.json.parse(raw, strict=generate)
         attrs = self._attrs(ev, headers, body)
         lane = self.classifier.classify(attrs)
         ev.lane, ev.pool = lane.name, lane.pool
@@ -187,7 +186,7 @@ class Relay:
     ) -> RequestAttrs:
         b = body or {}
         model = b.get("model")
-        ev.model = model if isinstance(model, str) else None
+        ev.model = model[:MAX_MODEL_CHARS] if isinstance(model, str) else None
         ev.stream = b.get("stream") is True
         mt = b.get("max_tokens", b.get("max_completion_tokens"))
         ev.max_tokens = mt if isinstance(mt, int) and not isinstance(mt, bool) else None
@@ -221,6 +220,8 @@ class Relay:
             h["authorization"] = headers["authorization"]
         if "tracestate" in headers:
             h["tracestate"] = headers["tracestate"]
+        if self.on_dispatch is not None:
+            self.on_dispatch(pool, req.ids.trace_id_hex, req.ids.span_id_hex)
         return h
 
     async def _dispatch(
