@@ -4,8 +4,8 @@
 with the limits of ``Limits`` enforced where the bytes arrive, before any of them
 reach the app:
 
-- request line, header bytes and header count: counted while the head is read;
-  past a limit the request is answered 414 or 431 and the connection closed, so a
+- request line, header bytes and header count: counted as the head is read (bytes
+  across reads, then each header as parsed); past a limit the request is answered 414 or 431 and the connection closed, so a
   128 MB header costs one socket read, not the parser's growing copy of it;
 - a header read timeout (first byte of a request to the end of its head: 408), a
   body read timeout (end of the head to the end of the body: 408, the relay sees
@@ -104,6 +104,7 @@ class GuardedHttpProtocol(SidecarHttpProtocol):
         self._in_body = False
         self._head = 0  # bytes read since the current request's head began
         self._headers = 0
+        self._header_bytes = 0  # name, value and separators of the headers parsed so far
         self._read_ns = 0
         self._counted = False
         self._refusal: tuple[int, str, str] | None = None
@@ -145,7 +146,7 @@ class GuardedHttpProtocol(SidecarHttpProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_message = True
-        self._headers = 0
+        self._headers = self._header_bytes = 0
         self.scope["extensions"][OBS_EXTENSION] = {
             "received_ns": self._read_ns or time.perf_counter_ns()
         }
@@ -158,8 +159,12 @@ class GuardedHttpProtocol(SidecarHttpProtocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers += 1
+        self._header_bytes += len(name) + len(value) + 4
         if self._headers > self.guard.limits.max_headers:
             self._refusal = (431, "header_count", "the request has too many headers")
+            raise _LimitHit
+        if self._header_bytes + len(self.url) > self.guard.limits.max_header_bytes:
+            self._refusal = (431, "header_bytes", "request headers are too large")
             raise _LimitHit
         super().on_header(name, value)
 
