@@ -5,8 +5,9 @@ with the limits of ``Limits`` enforced where the bytes arrive, before any of the
 reach the app:
 
 - request line, header bytes and header count: counted as the head is read (bytes
-  across reads, then each header as parsed); past a limit the request is answered 414 or 431 and the connection closed, so a
-  128 MB header costs one socket read, not the parser's growing copy of it;
+  across reads, then each header as parsed); past a limit the request is answered
+  414 or 431 and the connection closed, so a 128 MB header costs one socket read,
+  not the parser's growing copy of it;
 - a header read timeout (first byte of a request to the end of its head: 408), a
   body read timeout (end of the head to the end of the body: 408, the relay sees
   the client leave), and an idle timeout for a connection that sends no request

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 
@@ -29,10 +30,9 @@ def read_all(s: socket.socket, limit: int = 1 << 20) -> bytes:
 def exchange(port: int, data: bytes, timeout_s: float = 10.0) -> bytes:
     """Send ``data`` on a new connection; the whole answer, read until the server closes."""
     with connect(port, timeout_s) as s:
-        try:
+        # The server may answer and close before taking it all: read what it said.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             s.sendall(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the server answered and closed before taking it all: read what it said
         return read_all(s)
 
 
