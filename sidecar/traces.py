@@ -99,6 +99,8 @@ def inflate(raw: bytes, encoding: str, max_bytes: int) -> bytes:
         raise _Refused(400, "invalid", "the gzip body is corrupt") from err
     if len(out) > max_bytes or d.unconsumed_tail:
         raise _Refused(413, "too_large", f"the export inflates past {max_bytes} bytes")
+    if not d.eof or d.unused_data:  # cut short, or more gzip members after the first
+        raise _Refused(400, "invalid", "the body is not one whole gzip stream")
     return out
 
 
