@@ -349,8 +349,9 @@ def bucket_le(seconds: float) -> str:
 class BoundedLabel:
     """Caps the distinct values a user-controlled label may take.
 
-    Values in ``allowed`` always pass; up to ``cap`` other distinct values
-    pass in arrival order; anything after that folds into ``other``.
+    Values in ``allowed`` (and those ``allow`` adds, up to ``MAX_MODEL_LABELS``)
+    always pass; up to ``cap`` other distinct values pass in arrival order;
+    anything after that folds into ``other``.
     """
 
     __slots__ = ("_allowed", "_cap", "_seen")
@@ -359,6 +360,13 @@ class BoundedLabel:
         self._allowed = frozenset(allowed)
         self._cap = cap
         self._seen: set[str] = set()
+
+    def allow(self, values: tuple[str, ...]) -> None:
+        """Known good values (e.g. the models a pool reports it serves) from now on."""
+        new = [v for v in values if v not in self._allowed and len(v) <= 128]
+        room = MAX_MODEL_LABELS - len(self._allowed)
+        if new and room > 0:
+            self._allowed = self._allowed | frozenset(new[:room])
 
     def __call__(self, value: str | None) -> str:
         if not value:

@@ -59,6 +59,7 @@ class SidecarApp:
         self.registry = registry or CollectorRegistry()
         self.metrics = Metrics(settings.config, self.registry)
         self.pools = PoolSet(settings.config, settings.pool_poll_interval_s)
+        self.pools.on_models = self.metrics.model_label.allow
         self.registry.register(PoolStateCollector(self.pools.snapshot))
         # What /metrics shows: this process's registry, or every worker's merged.
         self.exposition = (
