@@ -324,14 +324,16 @@ class Relay:
     ) -> None:
         ev = req.event
         ev.http_status = resp.status
+        is_sse = resp.headers.get("content-type", "").startswith("text/event-stream")
+        # A stream's length is what the relay writes (usage stripped, an error frame added).
+        sized = not (inject or (is_sse and resp.status < 400))
         out_headers = [
             (k.lower(), v)
             for k, v in resp.raw_headers
-            if k.lower() not in _SKIP_HEADERS and not (inject and k.lower() == b"content-length")
+            if k.lower() not in _SKIP_HEADERS and (sized or k.lower() != b"content-length")
         ]
         if not any(k == b"x-request-id" for k, _ in out_headers):
             out_headers.append((b"x-request-id", ev.request_id.encode("latin-1")))
-        is_sse = resp.headers.get("content-type", "").startswith("text/event-stream")
         t = lane.timeouts
         deadline = Deadline(resp, req.clock.dispatched, t.first_token_s, t.idle_s)
         try:
