@@ -4,7 +4,7 @@ While legitimate streamed requests run, attackers send: thousands of idle
 connections, slowloris headers and bodies, 32 MB headers, 100k headers, gzip
 bombs and 1 MB-attribute spans to ``/v1/traces``, forged spans with NaN
 timings, 30 MB bodies of empty objects, and requests with made-up model names.
-A prober reads ``/health`` every 20 ms. Reported: the sidecar's peak RSS, the
+A prober (its own process) reads ``/health`` every 20 ms. Reported: the sidecar's peak RSS, the
 slowest ``/health``, legitimate requests answered vs their events written, and
 the limit counters. Bounded: every attack has a count and the run a duration.
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import multiprocessing
 import socket
 import sys
 import tempfile
@@ -62,14 +63,18 @@ class Run:
         return s
 
 
-def probe_health(run: Run) -> None:
-    with httpx.Client(base_url=run.url, timeout=10) as client:
-        while run.running():
+def probe_health(url: str, seconds: float, out: Any) -> None:
+    """In its own process: the attackers' threads must not delay the probe's own clock."""
+    times: list[float] = []
+    until = time.monotonic() + seconds
+    with httpx.Client(base_url=url, timeout=10) as client:
+        while time.monotonic() < until:
             t0 = time.perf_counter()
             with contextlib.suppress(httpx.HTTPError):
                 client.get("/health")
-            run.health_ms.append((time.perf_counter() - t0) * 1000)
+            times.append((time.perf_counter() - t0) * 1000)
             time.sleep(0.02)
+    out.put(times)
 
 
 def legit(run: Run) -> None:
@@ -91,6 +96,7 @@ def legit(run: Run) -> None:
 
 
 def idle_connections(run: Run, n: int = 3000) -> None:
+    time.sleep(2)  # the slow senders first: they are cut by their timeouts, not refused
     held = []
     for _ in range(n):
         with contextlib.suppress(OSError):
@@ -214,8 +220,11 @@ def measure(seconds: float, work: Path) -> dict[str, Any]:
     stat.reset_peak_rss()
     run = Run(port, seconds)
     rss_start = _rss_mib(sidecar.pid)
-    threads = [threading.Thread(target=probe_health, args=(run,))]
-    threads += [threading.Thread(target=legit, args=(run,)) for _ in range(4)]
+    ctx = multiprocessing.get_context("spawn")
+    probes: Any = ctx.Queue()
+    prober = ctx.Process(target=probe_health, args=(run.url, seconds, probes))
+    prober.start()
+    threads = [threading.Thread(target=legit, args=(run,)) for _ in range(4)]
     threads += [threading.Thread(target=fn, args=(run,), name=n) for n, fn in ATTACKS.items()]
     t0 = time.monotonic()
     try:
@@ -224,6 +233,8 @@ def measure(seconds: float, work: Path) -> dict[str, Any]:
         for t in threads:
             t.join(seconds + 180)
         elapsed = time.monotonic() - t0
+        run.health_ms = probes.get(timeout=60)
+        prober.join(10)
         time.sleep(1.5)  # the join wait and the event writer's flush
         metrics = httpx.get(run.url + "/metrics", timeout=30).text
         peak = stat.peak_rss_mib()

@@ -88,6 +88,10 @@ class ClientConn:
         high = limit if wait else NEVER_WAIT
         self._transport.set_write_buffer_limits(high=high, low=high // 4)
 
+    def abort(self) -> None:
+        """Close the connection now, whatever is still buffered (a client that never reads)."""
+        self._transport.abort()
+
     def unsent(self) -> int:
         """Bytes in the kernel's send queue that the client's side has not acknowledged."""
         if self._fd < 0:

@@ -335,7 +335,10 @@ class Relay:
         if not any(k == b"x-request-id" for k, _ in out_headers):
             out_headers.append((b"x-request-id", ev.request_id.encode("latin-1")))
         t = lane.timeouts
-        deadline = Deadline(resp, req.clock.dispatched, t.first_token_s, t.idle_s)
+        slow = lane.admission.slow_client
+        deadline = Deadline(
+            resp, req.clock.dispatched, t.first_token_s, t.idle_s, slow.max_blocked_s, req.conn
+        )
         try:
             if resp.status >= 400 or not is_sse:
                 await relay_whole(req, resp, out_headers, send, deadline)
