@@ -66,7 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--max-json-elements",
         type=int,
-        default=1_000_000,
+        default=200_000,
         metavar="N",
         help="JSON values a request body over 256 KiB may hold; more is refused with 413 "
         "(default: %(default)s)",
