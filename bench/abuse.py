@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import json
 import multiprocessing
+import os
 import socket
 import sys
 import tempfile
@@ -206,7 +207,7 @@ def _rss_mib(pid: int) -> float:
     return 0.0
 
 
-def measure(seconds: float, work: Path) -> dict[str, Any]:
+def measure(seconds: float, work: Path, attacks: bool = True) -> dict[str, Any]:
     fake = FakeVllm(work, ttft_ms=20, itl_ms=5)
     fake.start()
     port = free_port()
@@ -225,7 +226,8 @@ def measure(seconds: float, work: Path) -> dict[str, Any]:
     prober = ctx.Process(target=probe_health, args=(run.url, seconds, probes))
     prober.start()
     threads = [threading.Thread(target=legit, args=(run,)) for _ in range(4)]
-    threads += [threading.Thread(target=fn, args=(run,), name=n) for n, fn in ATTACKS.items()]
+    if attacks:
+        threads += [threading.Thread(target=fn, args=(run,), name=n) for n, fn in ATTACKS.items()]
     t0 = time.monotonic()
     try:
         for t in threads:
@@ -264,9 +266,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=30.0, help="how long the abuse lasts")
     ap.add_argument("--out", type=Path, help="also write the JSON summary here")
+    ap.add_argument(
+        "--baseline", action="store_true", help="legitimate load and the probe only, no attack"
+    )
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="vllm-obs-abuse-") as tmp:
-        summary = measure(args.seconds, Path(tmp))
+        summary = measure(args.seconds, Path(tmp), attacks=not args.baseline)
+    summary["attacks"] = not args.baseline
+    summary["load_average_1m"] = round(os.getloadavg()[0], 1)
     text = json.dumps(summary, indent=2)
     print(text)
     if args.out:
