@@ -29,10 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from bench.procs import FakeVllm, ProcStat, Server
-from obs.sidecar.testing import free_port
+from obs.sidecar.testing import free_port, llm_request_export
 
 CHAT = "/v1/chat/completions"
 PROTOBUF = {"content-type": "application/x-protobuf"}
@@ -137,20 +136,6 @@ def huge_headers(run: Run, n: int = 10) -> None:
         s.sendall(b"GET /health HTTP/1.1\r\n" + b"x: a\r\n" * 100_000 + b"\r\n")
 
 
-def _export(trace: bytes, **attrs: float | str) -> bytes:
-    req = ExportTraceServiceRequest()
-    span = req.resource_spans.add().scope_spans.add().spans.add()
-    span.name, span.trace_id, span.span_id = "llm_request", trace, b"\x01" * 8
-    for k, v in attrs.items():
-        kv = span.attributes.add()
-        kv.key = k
-        if isinstance(v, str):
-            kv.value.string_value = v
-        else:
-            kv.value.double_value = v
-    return req.SerializeToString()
-
-
 def trace_abuse(run: Run) -> None:
     z = zlib.compressobj(1, zlib.DEFLATED, 31)
     bomb = b"".join(z.compress(b"\0" * (16 << 20)) for _ in range(64)) + z.flush()
@@ -162,13 +147,13 @@ def trace_abuse(run: Run) -> None:
                             "content-encoding": "gzip"})  # fmt: skip
         for i in range(300):
             with contextlib.suppress(httpx.HTTPError):
-                body = _export(i.to_bytes(16, "big"), **{"gen_ai.request.id": big})
+                body = llm_request_export(i.to_bytes(16, "big"), **{"gen_ai.request.id": big})
                 client.post("/v1/traces", content=body, headers=PROTOBUF)
         for i in range(100):
             with contextlib.suppress(httpx.HTTPError):
                 nan = {"gen_ai.latency.time_in_queue": float("nan")}
-                client.post("/v1/traces", content=_export(i.to_bytes(16, "little"), **nan),
-                            headers=PROTOBUF)  # fmt: skip
+                forged = llm_request_export(i.to_bytes(16, "little"), **nan)
+                client.post("/v1/traces", content=forged, headers=PROTOBUF)
 
 
 def big_bodies(run: Run, n: int = 3) -> None:

@@ -54,3 +54,13 @@ def closed_within(s: socket.socket, timeout_s: float) -> float | None:
     except ConnectionResetError:
         pass
     return time.monotonic() - t0
+
+
+def trickle(s: socket.socket, byte: bytes, seconds: float, every_s: float = 0.3) -> float:
+    """Send ``byte`` every ``every_s`` until the server cuts ``s``; seconds it took (or all)."""
+    t0 = time.monotonic()
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        while time.monotonic() - t0 < seconds:
+            s.sendall(byte)
+            time.sleep(every_s)
+    return time.monotonic() - t0

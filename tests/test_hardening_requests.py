@@ -24,7 +24,7 @@ from obs import conventions as c
 from obs.sidecar.testing import SidecarProcess, free_port
 
 from .conftest import SidecarFactory
-from .probes import metric
+from .probes import HealthProbe, metric
 from .rawhttp import exchange, status
 
 CLIENT_KEY = "sk-client-key-for-tests"
@@ -172,27 +172,12 @@ def test_a_body_of_millions_of_values_is_refused_off_the_loop(sidecar: SidecarFa
     """10 MB of empty objects is 413 and a concurrent /health stays fast (item 4)."""
     sc = sidecar(f"http://127.0.0.1:{free_port()}", traces=False)
     body = b'{"model":"tiny","messages":[' + b",".join([b"{}"] * 3_500_000) + b"]}"
-    slowest = 0.0
-    done = threading.Event()
-
-    def probe() -> None:
-        nonlocal slowest
-        while not done.is_set():
-            t0 = time.monotonic()
-            httpx.get(sc.url + "/health", timeout=10)
-            slowest = max(slowest, time.monotonic() - t0)
-
-    prober = threading.Thread(target=probe)
-    prober.start()
-    try:
+    with HealthProbe(sc.url) as probe:
         r = httpx.post(
             sc.url + "/v1/chat/completions",
             content=body,
             headers={"content-type": "application/json"},
             timeout=60,
         )
-    finally:
-        done.set()
-        prober.join()
     assert r.status_code == 413
-    assert slowest < 0.5
+    assert probe.slowest_s < 0.5

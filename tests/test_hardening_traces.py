@@ -9,7 +9,6 @@ pool is configured at 127.0.0.2 (loopback, nothing listening), so requests from
 from __future__ import annotations
 
 import gzip
-import threading
 import time
 import zlib
 
@@ -17,31 +16,16 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess, free_port
+from obs.sidecar.testing import llm_request_export as export
 
 from .conftest import SidecarFactory
-from .probes import metric, rss_bytes
+from .probes import HealthProbe, metric, rss_bytes
 
 TOKEN = "trace-token-for-tests"
 AUTH = {"authorization": f"Bearer {TOKEN}", "content-type": "application/x-protobuf"}
 REFUSED = "vllm_obs_trace_exports_refused_total"
-
-
-def export(trace_id: bytes, **attrs: float | str) -> bytes:
-    """One OTLP export with one ``llm_request`` span of ``trace_id``."""
-    req = ExportTraceServiceRequest()
-    span = req.resource_spans.add().scope_spans.add().spans.add()
-    span.name, span.trace_id, span.span_id = "llm_request", trace_id, b"\x01" * 8
-    for k, v in attrs.items():
-        kv = span.attributes.add()
-        kv.key = k
-        if isinstance(v, str):
-            kv.value.string_value = v
-        else:
-            kv.value.double_value = v
-    return req.SerializeToString()
 
 
 @pytest.fixture
@@ -96,28 +80,12 @@ def test_a_decompression_bomb_is_refused_without_stalling_or_swelling(
     z = zlib.compressobj(1, zlib.DEFLATED, 31)
     block = b"\0" * (16 << 20)
     bomb = b"".join(z.compress(block) for _ in range(64)) + z.flush()  # 1 GiB inflated
-    slowest = 0.0
-    stop = threading.Event()
-
-    def probe() -> None:
-        nonlocal slowest
-        while not stop.is_set():
-            t0 = time.monotonic()
-            httpx.get(traced.url + "/health", timeout=10)
-            slowest = max(slowest, time.monotonic() - t0)
-            time.sleep(0.01)
-
-    prober = threading.Thread(target=probe)
-    prober.start()
-    try:
+    with HealthProbe(traced.url) as probe:
         for _ in range(3):
             headers = {**AUTH, "content-encoding": "gzip"}
             r = httpx.post(traced.url + "/v1/traces", content=bomb, headers=headers, timeout=30)
             assert r.status_code == 413
-    finally:
-        stop.set()
-        prober.join()
-    assert slowest < 0.5
+    assert probe.slowest_s < 0.5
     assert rss_bytes(traced.pid) < 300 << 20
     assert metric(traced.url, REFUSED, reason="too_large") == 3
 
