@@ -19,6 +19,8 @@ import httpx
 import orjson
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from obs import conventions as c
 from obs.sidecar.testing import SidecarProcess, free_port
@@ -181,3 +183,49 @@ def test_a_body_of_millions_of_values_is_refused_off_the_loop(sidecar: SidecarFa
         )
     assert r.status_code == 413
     assert probe.slowest_s < 0.5
+
+
+_SCALARS = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=20)
+_JSON = st.recursive(
+    _SCALARS | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=40,
+)
+_KEYS = st.sampled_from(["model", "messages", "stream", "max_tokens", "prompt"])
+_BODIES = st.one_of(
+    st.binary(max_size=512),
+    _JSON.map(orjson.dumps),
+    st.dictionaries(_KEYS, _JSON).map(orjson.dumps),
+)
+
+
+@pytest.fixture(scope="module")
+def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SidecarProcess]:
+    """One sidecar for every example (a closed port as its pool), recording every refusal."""
+    work = tmp_path_factory.mktemp("fuzz-bodies")
+    sc = SidecarProcess(
+        upstream=f"http://127.0.0.1:{free_port()}",
+        events=work / "events.jsonl",
+        args=("--rejected-events-per-s", "1000000"),
+        env={"OTEL_TRACES_EXPORTER": "none"},
+        log_path=work / "sidecar.log",
+    ).start()
+    yield sc
+    sc.stop()
+
+
+@settings(max_examples=80, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(body=_BODIES, route=st.sampled_from(["/v1/chat/completions", "/v1/completions",
+                                           "/v1/embeddings"]))  # fmt: skip
+def test_fuzzed_bodies_get_a_clean_answer_and_exactly_one_event(
+    fuzzed: SidecarProcess, body: bytes, route: str
+) -> None:
+    """Any body on any relayed route: a 4xx or the pool's 503, never a 500; one event each."""
+    before = len(fuzzed.events())
+    r = httpx.post(fuzzed.url + route, content=body,
+                   headers={"content-type": "application/json"}, timeout=30)  # fmt: skip
+    assert r.status_code in (400, 413, 503), r.text
+    assert r.json()["error"]["message"]
+    assert len(fuzzed.wait_events(before + 1, timeout_s=5)) == before + 1
+    assert "relay_internal_error" not in fuzzed.log_tail(200_000)
