@@ -67,7 +67,15 @@ class Deadline:
 
     @sending.setter
     def sending(self, waiting: bool) -> None:
-        self._sending_since = time.perf_counter_ns() if waiting else 0
+        if not waiting:
+            self._sending_since = 0
+            return
+        now = time.perf_counter_ns()
+        self._sending_since = now
+        stall_at = self._loop.time() + self._blocked_ns / NS
+        if self._handle.when() > stall_at:  # wake in time to end a stalled stream
+            self._handle.cancel()
+            self._handle = self._arm(now + self._blocked_ns, now)
 
     def _check(self) -> None:
         now = time.perf_counter_ns()

@@ -47,8 +47,11 @@ def test_a_never_reading_client_frees_its_slot_after_max_blocked(
 ) -> None:
     """The stalled stream ends after max_blocked_s: the next request is served; the event says."""
     sc = sidecar(config=_config(tmp_path, vllm.url), traces=False)
+    # Top logprobs make each frame a few kB: the buffers between vLLM and the socket fill
+    # within a few dozen tokens even on a slow machine.
     body = {"model": "tiny", "messages": [{"role": "user", "content": "count"}],
-            "max_tokens": 1900, "ignore_eos": True, "stream": True}  # fmt: skip
+            "max_tokens": 1900, "ignore_eos": True, "stream": True, "logprobs": True,
+            "top_logprobs": 20}  # fmt: skip
     raw = orjson.dumps(body)
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
