@@ -64,3 +64,19 @@ def trickle(s: socket.socket, byte: bytes, seconds: float, every_s: float = 0.3)
             s.sendall(byte)
             time.sleep(every_s)
     return time.monotonic() - t0
+
+
+def read_response(s: socket.socket) -> bytes:
+    """One response with a Content-Length, read whole from a kept-alive connection: its body."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += s.recv(65536)
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        body += s.recv(65536)
+    return body
