@@ -38,7 +38,7 @@ from obs.sidecar.pools import PoolSet
 from obs.sidecar.record_rate import RefusedRecord
 from obs.sidecar.relay import SHUTDOWN_FLUSH_S, Relay
 from obs.sidecar.settings import Settings
-from obs.sidecar.traces import TraceReceiver, pool_addresses, refusal_counter
+from obs.sidecar.traces import TraceReceiver, refusal_counter
 from obs.sidecar.types import Receive, Scope, Send
 from obs.sidecar.upstream import Upstream
 from obs.sidecar.workers import merged_registry
@@ -99,9 +99,7 @@ class SidecarApp:
         otlp = self.otlp
         self.traces = TraceReceiver(
             self.join,
-            sources=pool_addresses(
-                r for p in settings.config.pools if p.engine_traces for r in p.replicas
-            )
+            replicas=tuple(r for p in settings.config.pools if p.engine_traces for r in p.replicas)
             if self.traced_pools
             else None,
             token=os.environ.get(settings.traces_token_env or "") or None,

@@ -3,8 +3,10 @@
 Closed (404) unless a pool has ``engine_traces``. Then an export is accepted
 only:
 
-- from a traced pool's replica address, or with ``Authorization: Bearer TOKEN``
-  where TOKEN is the value of ``--traces-token-env`` (compared in constant time);
+- from a traced pool's replica address (host names resolved at start-up, and again
+  at most every ``RESOLVE_EVERY_S`` when a sender is not in the list: a container
+  that started later or moved), or with ``Authorization: Bearer TOKEN`` where TOKEN
+  is the value of ``--traces-token-env`` (compared in constant time);
 - as protobuf (``application/x-protobuf``), with no encoding, ``identity`` or
   ``gzip``;
 - up to ``max_bytes`` both as sent and decompressed: the body is inflated by a
@@ -26,6 +28,7 @@ import asyncio
 import hmac
 import ipaddress
 import socket
+import time
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -45,6 +48,7 @@ log = structlog.get_logger("vllm_obs.traces")
 
 DECODERS = 2  # exports decoded at once; others wait before their body is read
 MAX_TRACE_BYTES = 8 << 20
+RESOLVE_EVERY_S = 30.0
 REFUSALS = ("closed", "source", "method", "media_type", "encoding", "too_large", "invalid")
 ForwardFn = Callable[[bytes], None]
 
@@ -128,14 +132,16 @@ class TraceReceiver:
         self,
         join: EngineJoin,
         *,
-        sources: frozenset[str] | None,
+        replicas: tuple[str, ...] | None,
         token: str | None,
         forward: ForwardFn | None,
         refused: Callable[[str], None],
         max_bytes: int = MAX_TRACE_BYTES,
     ) -> None:
         self.join = join
-        self.sources = sources  # None: closed
+        self.replicas = replicas  # the traced pools' replica URLs; None: closed
+        self.sources = None if replicas is None else pool_addresses(replicas)
+        self._resolved_at = time.monotonic()
         self.token = token.encode() if token else None
         self.forward = forward
         self.refused = refused
@@ -155,10 +161,10 @@ class TraceReceiver:
                     "headers": [(b"content-type", ctype)]})  # fmt: skip
         await send({"type": "http.response.body", "body": body})
 
-    def _check(self, scope: Scope, headers: dict[bytes, bytes]) -> str:
-        if self.sources is None:
+    async def _check(self, scope: Scope, headers: dict[bytes, bytes]) -> str:
+        if self.replicas is None:
             raise _Refused(404, "closed", "route not served by the vllm-obs sidecar")
-        if not self._trusted(scope, headers):
+        if not self._trusted(scope, headers) and not await self._trusted_now(scope, headers):
             raise _Refused(403, "source", "trace exports are accepted from the pools only")
         if scope["method"] != "POST":
             raise _Refused(405, "method", "POST OTLP/HTTP protobuf here")
@@ -177,11 +183,19 @@ class TraceReceiver:
         client = scope.get("client")
         return bool(client) and self.sources is not None and client[0] in self.sources
 
+    async def _trusted_now(self, scope: Scope, headers: dict[bytes, bytes]) -> bool:
+        """Resolve the replicas' names again (rarely) and check once more."""
+        if self.replicas is None or time.monotonic() - self._resolved_at < RESOLVE_EVERY_S:
+            return False
+        self._resolved_at = time.monotonic()
+        self.sources = await asyncio.to_thread(pool_addresses, self.replicas)
+        return self._trusted(scope, headers)
+
     async def _receive(self, scope: Scope, receive: Receive) -> tuple[int, bytes]:
         headers: dict[bytes, bytes] = {}
         for k, v in scope["headers"]:
             headers.setdefault(k.lower(), v)
-        encoding = self._check(scope, headers)
+        encoding = await self._check(scope, headers)
         async with self._decoders:
             raw = await self._read(receive)
             decoded = await asyncio.to_thread(
