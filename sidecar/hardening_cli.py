@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from obs.errors import ConfigError
@@ -103,6 +104,8 @@ def settings_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     for flag, value in positive.items():
         if not value > 0:
             raise ConfigError(f"{flag}: must be positive, got {value}")
+    if args.traces_token_env and not os.environ.get(args.traces_token_env):
+        raise ConfigError(f"--traces-token-env: {args.traces_token_env} is not set or empty")
     if args.rejected_events_per_s < 0:
         raise ConfigError("--rejected-events-per-s: must be 0 or more")
     limits = Limits(
