@@ -6,10 +6,12 @@ counts it). A writer thread wakes every ``flush_interval_s`` (0.2 s), or at
 once when ``WAKE_LINES`` lines are waiting or on ``force_flush``, and writes
 what is waiting with one ``write(2)`` per batch. After a crash, at most the
 events of the last flush interval are missing. Files are created owner-only
-(0600). When the file passes ``max_bytes`` it is rotated to ``NAME.1`` (older
-ones shift to ``.2`` ...; ``backups`` are kept). An unwritable directory or a
-full disk never stops the sidecar: the events are counted as dropped (reason
-``io_error``) and logged once per error streak.
+(0600). Before a line would take the file past ``max_bytes`` it is rotated to
+``NAME.1`` (older ones shift to ``.2`` ...; ``backups`` are kept), so no file is
+larger (but a single longer line, alone). A write the disk cuts short is
+truncated back to the last whole line: the file never holds a torn line. An
+unwritable directory or a full disk never stops the sidecar: the events are
+counted as dropped (reason ``io_error``) and logged once per error streak.
 
 Why a deque and a timer rather than a ``queue.Queue``: ``Queue.put`` takes a
 lock and notifies the writer for every event, and each wake-up hands the GIL
@@ -18,6 +20,7 @@ to the writer thread in the middle of the relay's work.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -114,30 +117,55 @@ class JsonlExporter:
                 return
 
     def _write(self, lines: list[bytes]) -> None:
-        data = b"".join(lines)
+        written = 0
         try:
             if self._fh is None:
                 self._open()
-            if self._size and self._size + len(data) > self._max_bytes:
-                self._rotate()
-            assert self._fh is not None
-            view = memoryview(data)
-            while view:
-                n = os.write(self._fh, view)
-                view = view[n:]
-            self._size += len(data)
+            while written < len(lines):
+                end, size = written, 0
+                room = self._max_bytes - self._size
+                # As many lines as fit; a line longer than the limit goes alone into a new file.
+                while end < len(lines):
+                    n = len(lines[end])
+                    if size + n > room and (end > written or self._size):
+                        break
+                    size += n
+                    end += 1
+                if end == written:
+                    self._rotate()
+                    continue
+                self._append(b"".join(lines[written:end]))
+                written = end
         except OSError as e:
             self._close()
-            self._count_dropped("io_error", len(lines))
+            self._count_dropped("io_error", len(lines) - written)
             if not self._failing:
                 log.error("event_write_failed", path=str(self.path), error=str(e))
             self._failing = True
+            if self._counters is not None and written:
+                self._counters.event_written(self.name, written)
             return
         if self._failing:
             log.info("event_write_recovered", path=str(self.path))
             self._failing = False
         if self._counters is not None:
             self._counters.event_written(self.name, len(lines))
+
+    def _append(self, data: bytes) -> None:
+        """Write whole lines, or none: a short write (a full disk) is cut back off."""
+        assert self._fh is not None
+        before = self._size
+        view = memoryview(data)
+        try:
+            while view:
+                n = os.write(self._fh, view)
+                view = view[n:]
+                self._size += n
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fh, before)
+            self._size = before
+            raise
 
     def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -71,7 +71,9 @@ class Metrics:
         self.failures = _counter(c.EXPORTER_FAILURES, registry)
         self.engine_spans = _counter(c.ENGINE_SPANS, registry)
         self.loop_lag = _hist(c.EVENT_LOOP_LAG, registry, c.EVENT_LOOP_LAG_BUCKETS)
-        self.model_label = c.BoundedLabel(tuple(p.model for p in config.pools if p.model))
+        # Only models a pool serves (config, or its /metrics' model_name): a client's made-up
+        # model is "other", never a new series.
+        self.model_label = c.BoundedLabel(tuple(p.model for p in config.pools if p.model), cap=0)
         self.finish_label = c.BoundedLabel(c.FINISH_REASONS, cap=0)
         # Children looked up once per label set: ``labels()`` costs more than the observation.
         self._counts: dict[tuple[str, ...], Any] = {}

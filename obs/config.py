@@ -82,6 +82,9 @@ class SlowClient(_Model):
 
     buffer_bytes: PositiveInt = 1 << 20
     policy: Literal["wait", "abort"] = "wait"
+    # Under "wait": the longest a stream waits on a client that reads nothing; then it ends
+    # (error slow_client) and the client's connection is closed, freeing the lane's slot.
+    max_blocked_s: PositiveFloat = 60.0
 
 
 class Admission(_Model):

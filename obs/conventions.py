@@ -24,6 +24,7 @@ REASON: Final = "reason"
 ERROR_CLASS: Final = "error_class"
 EXPORTER: Final = "exporter"
 RESULT: Final = "result"
+LIMIT: Final = "limit"
 
 # The five request phases, in order (see obs.phases).
 PHASES: Final = ("queue", "prefill", "first_token", "decode", "stream")
@@ -202,8 +203,9 @@ EXPORTER_FAILURES = _m(
 ENGINE_SPANS = _m(
     "engine_spans",
     "counter",
-    "vLLM llm_request spans received, by join result: joined, or late (its event was "
-    "already written without the engine view).",
+    "vLLM llm_request spans received, by join result: joined, late (its event was "
+    "already written without the engine view), rejected (a number out of range), or "
+    "unknown (not a request the sidecar sent to a tracing pool).",
     RESULT,
 )
 EVENT_LOOP_LAG = _m(
@@ -217,6 +219,27 @@ EVENT_LOOP_LAG_PERIOD_S: Final = 0.1
 EVENT_LOOP_LAG_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 # Lag above which the relay itself is the bottleneck: the alert's default and the panel's line.
 EVENT_LOOP_LAG_MAX_S: Final = 0.05
+# Hardening (obs.sidecar.guard, obs.sidecar.traces; docs/security.md).
+CONNECTION_LIMITS = _m(
+    "connection_limits",
+    "counter",
+    "Client connections or requests cut by a sidecar limit, by limit (every limit from 0).",
+    LIMIT,
+)
+CLIENT_CONNECTIONS = _m(
+    "client_connections", "gauge", "Client connections open on the relay's port."
+)
+TRACE_EXPORTS_REFUSED = _m(
+    "trace_exports_refused",
+    "counter",
+    "OTLP exports refused on /v1/traces, by reason (every reason from 0).",
+    REASON,
+)
+REJECTED_EVENTS_SKIPPED = _m(
+    "rejected_events_skipped",
+    "counter",
+    "Events of refused requests (401, 4xx before a lane) not written: over the record's rate.",
+)
 
 ALL_METRICS: Final = (
     REQUESTS,
@@ -247,6 +270,10 @@ ALL_METRICS: Final = (
     EXPORTER_FAILURES,
     ENGINE_SPANS,
     EVENT_LOOP_LAG,
+    CONNECTION_LIMITS,
+    CLIENT_CONNECTIONS,
+    TRACE_EXPORTS_REFUSED,
+    REJECTED_EVENTS_SKIPPED,
 )
 
 # vLLM's own metrics (as of 0.32) that the sidecar reads or the dashboards query.
@@ -339,8 +366,9 @@ def bucket_le(seconds: float) -> str:
 class BoundedLabel:
     """Caps the distinct values a user-controlled label may take.
 
-    Values in ``allowed`` always pass; up to ``cap`` other distinct values
-    pass in arrival order; anything after that folds into ``other``.
+    Values in ``allowed`` (and those ``allow`` adds, up to ``MAX_MODEL_LABELS``)
+    always pass; up to ``cap`` other distinct values pass in arrival order;
+    anything after that folds into ``other``.
     """
 
     __slots__ = ("_allowed", "_cap", "_seen")
@@ -349,6 +377,13 @@ class BoundedLabel:
         self._allowed = frozenset(allowed)
         self._cap = cap
         self._seen: set[str] = set()
+
+    def allow(self, values: tuple[str, ...]) -> None:
+        """Known good values (e.g. the models a pool reports it serves) from now on."""
+        new = [v for v in values if v not in self._allowed and len(v) <= 128]
+        room = MAX_MODEL_LABELS - len(self._allowed)
+        if new and room > 0:
+            self._allowed = self._allowed | frozenset(new[:room])
 
     def __call__(self, value: str | None) -> str:
         if not value:

@@ -21,6 +21,9 @@ WANTED = (
 )
 
 
+MAX_MODELS = 8  # model names taken from one replica's page
+
+
 @dataclass(frozen=True, slots=True)
 class EngineState:
     kv_cache_usage: float
@@ -29,18 +32,25 @@ class EngineState:
     prefix_queries: float
     prefix_hits: float
     preemptions: float
+    models: tuple[str, ...] = ()  # the model_name values the replica's samples carry
 
 
 def parse_engine_state(text: str) -> EngineState:
     """Engine state from a ``/metrics`` exposition; absent samples read as 0."""
     sums = dict.fromkeys(WANTED, 0.0)
     counts = dict.fromkeys(WANTED, 0)
+    models: dict[str, None] = {}
     for line in text.splitlines():
         if not line or line[0] == "#":
             continue
         end = line.find("{")
         name = line[: end if end >= 0 else line.find(" ")]
         if name in sums:
+            if name == c.VLLM_RUNNING and len(models) < MAX_MODELS:
+                at = line.find('model_name="')
+                if at >= 0:
+                    start = at + len('model_name="')
+                    models.setdefault(line[start : line.find('"', start)])
             try:
                 value = float(
                     line.rsplit(" ", 1)[1] if "}" not in line else line.rsplit("}", 1)[1].split()[0]
@@ -60,4 +70,5 @@ def parse_engine_state(text: str) -> EngineState:
         prefix_queries=sums[c.VLLM_PREFIX_QUERIES],
         prefix_hits=sums[c.VLLM_PREFIX_HITS],
         preemptions=sums[c.VLLM_PREEMPTIONS],
+        models=tuple(models),
     )

@@ -16,6 +16,7 @@ non-negative and still sum to ``e2e_ms``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +25,41 @@ from obs.phases import ms
 from obs.record import Finished, fill_timings
 
 NS = 1_000_000_000
+# The span's numbers the join reads. Each must be a finite number of seconds in
+# [0, MAX_ENGINE_S]: anything else rejects the whole span (its sender cannot be trusted).
+LATENCIES = (
+    "time_in_queue", "time_in_model_prefill", "time_in_model_decode",
+    "time_in_model_inference", "time_to_first_token", "e2e",
+)  # fmt: skip
+MAX_ENGINE_S = 86_400.0
+
+
+class BadEngineSpan(ValueError):
+    """An ``llm_request`` span whose numbers are not durations the join can use."""
+
+
+def engine_numbers(attrs: Mapping[str, Any]) -> dict[str, float]:
+    """The span's latency attributes, checked: finite, non-negative, at most a day.
+
+    Only these keys (``gen_ai.latency.*``) are kept, so what the join holds per span
+    is a few floats whatever the sender attached. Raises ``BadEngineSpan`` otherwise.
+    """
+    out: dict[str, float] = {}
+    for name in LATENCIES:
+        key = f"gen_ai.latency.{name}"
+        if key not in attrs:
+            continue
+        v = attrs[key]
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise BadEngineSpan(f"{key} is not a number")
+        try:
+            f = float(v)
+        except OverflowError:
+            raise BadEngineSpan(f"{key} is out of range") from None
+        if not (math.isfinite(f) and 0 <= f <= MAX_ENGINE_S):
+            raise BadEngineSpan(f"{key} is out of range")
+        out[key] = f
+    return out
 
 
 def engine_request_ids(request_id: str) -> tuple[str, ...]:

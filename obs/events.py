@@ -31,10 +31,14 @@ class Event:
 
     schema_version: int = _f("Event schema version (this document: 1).", SCHEMA_VERSION)
     ts: str = _f("Wall-clock time the request was received, ISO 8601 UTC, ms precision.", "")
-    request_id: str = _f("Request id: the client's `X-Request-Id`, or one the sidecar made.", "")
+    request_id: str = _f(
+        "Request id: the client's `X-Request-Id` (at most 128 characters), or one the sidecar "
+        "made.",
+        "",
+    )
     trace_id: str | None = _f("W3C trace id (32 hex) of the request's trace.")
     span_id: str | None = _f("Span id of the sidecar's root span.")
-    model: str | None = _f("Model the client asked for.")
+    model: str | None = _f("Model the client asked for (at most 256 characters).")
     prompt_tokens: int | None = _f(
         "Prompt tokens, from the pool's usage (once per request, also for n > 1); null when "
         "the pool sent no usage (a cancelled stream, a multi-choice stream)."
@@ -60,7 +64,10 @@ class Event:
     lane: str = _f("Lane the request was classified into.", "default")
     pool: str = _f("Pool the lane routes to.", "default")
     replica: str | None = _f("Base URL of the pool replica that served the request.")
-    tenant: str | None = _f("Tenant, when the lane config maps keys or a header to tenants.")
+    tenant: str | None = _f(
+        "Tenant, when the lane config maps keys or a header to tenants (a header's value: at "
+        "most 64 characters)."
+    )
     route: str = _f("Request path, e.g. /v1/chat/completions.", "")
     stream: bool = _f("Whether the client asked for a streamed response.", False)
     status: str = _f(
@@ -75,7 +82,9 @@ class Event:
         "bad_request, unauthorized, shutdown, internal."
     )
     error_phase: str | None = _f("Phase the request was in when it failed.")
-    error_message: str | None = _f("Short error text (never prompt or output text).")
+    error_message: str | None = _f(
+        "Short error text, at most 300 characters (never prompt or output text)."
+    )
     rejection_reason: str | None = _f(
         "Why the request was refused: an admission reason when status is rejected "
         "(queue_full, queue_timeout, tenant_share, prompt_too_long, over_token_budget, "

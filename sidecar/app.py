@@ -11,7 +11,6 @@ sidecar.
 from __future__ import annotations
 
 import asyncio
-import gzip
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -35,13 +34,14 @@ from obs.exporters.prom import Metrics, PoolStateCollector
 from obs.lanes import Classifier
 from obs.record import Finished
 from obs.sidecar.engine_join import EngineJoin
-from obs.sidecar.errors import error_body
+from obs.sidecar.errors import RelayError, error_body
 from obs.sidecar.looplag import LoopLagMonitor
-from obs.sidecar.otlp import decode_traces
-from obs.sidecar.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES
+from obs.sidecar.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES, request_headers
 from obs.sidecar.pools import PoolSet
+from obs.sidecar.record_rate import RefusedRecord
 from obs.sidecar.relay import SHUTDOWN_FLUSH_S, Relay
 from obs.sidecar.settings import Settings
+from obs.sidecar.traces import TraceReceiver, refusal_counter
 from obs.sidecar.types import Receive, Scope, Send
 from obs.sidecar.upstream import Upstream
 from obs.sidecar.workers import merged_registry
@@ -62,6 +62,7 @@ class SidecarApp:
         self.registry = registry or CollectorRegistry()
         self.metrics = Metrics(settings.config, self.registry)
         self.pools = PoolSet(settings.config, settings.pool_poll_interval_s)
+        self.pools.on_models = self.metrics.model_label.allow
         self.registry.register(PoolStateCollector(self.pools.snapshot))
         # What /metrics shows: this process's registry, or every worker's merged.
         self.exposition = (
@@ -94,6 +95,8 @@ class SidecarApp:
             )
         exporters.append(self.metrics)
         self.exporters = Fanout(exporters, failures=self.metrics)
+        self.metrics_only = Fanout([self.metrics], failures=self.metrics)
+        self.refused_record = RefusedRecord(settings.rejected_events_per_s, self.registry)
         self._session: aiohttp.ClientSession | None = None  # polling, /v1/models, forwarding
         self.upstream = Upstream()  # the relay's pool connections
         pool_keys = {
@@ -103,12 +106,19 @@ class SidecarApp:
         }
         self.loop_lag = LoopLagMonitor(self.metrics.loop_lag, c.EVENT_LOOP_LAG_PERIOD_S)
         self.join = EngineJoin(
-            self.exporters.export,
-            settings.engine_join_wait_s,
-            on_late=lambda: self.metrics.engine_span("late"),
-            on_joined=lambda: self.metrics.engine_span("joined"),
+            self.exporters.export, settings.engine_join_wait_s, self.metrics.engine_span
         )
         self.traced_pools = {p.name for p in settings.config.pools if p.engine_traces}
+        otlp = self.otlp
+        self.traces = TraceReceiver(
+            self.join,
+            replicas=tuple(r for p in settings.config.pools if p.engine_traces for r in p.replicas)
+            if self.traced_pools
+            else None,
+            token=os.environ.get(settings.traces_token_env or "") or None,
+            forward=None if otlp is None else lambda payload: self._forward(otlp, payload),
+            refused=refusal_counter(self.registry),
+        )
         self._forwards: set[asyncio.Task[None]] = set()
         self.relay = Relay(
             Classifier(settings.config),
@@ -119,6 +129,8 @@ class SidecarApp:
             pool_keys=pool_keys,
             capture=settings.capture,
             workers=settings.workers,
+            on_dispatch=self._dispatched,
+            max_json_elements=settings.max_json_elements,
         )
         self.metrics.watch_lanes(self.relay.gates)
         self.routes = set(GENERATE_ROUTES) | set(PASSTHROUGH_ROUTES) | set(settings.extra_routes)
@@ -133,76 +145,33 @@ class SidecarApp:
         return self._session
 
     def _submit(self, finished: Finished) -> None:
+        if not self.refused_record.keep(finished.event):
+            self.metrics_only.export(finished)
+            return
         self.join.submit(finished, finished.event.pool in self.traced_pools)
+
+    def _dispatched(self, pool: str, trace_id: str, span_id: str) -> None:
+        if pool in self.traced_pools:  # the engine's span may name these ids
+            self.join.issue(trace_id, span_id)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] in self.routes:
             await self.relay(scope, receive, send)
         elif scope["type"] == "http" and scope["path"] == "/v1/traces":
-            await self._receive_traces(scope, receive, send)
+            await self.traces(scope, receive, send)
         else:
             await self.api(scope, receive, send)
 
-    async def _receive_traces(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """OTLP/HTTP (protobuf) receiver: join llm_request spans, forward everything unchanged."""
-        status, body = 200, b""
-        headers = {k.decode("latin-1").lower(): v for k, v in scope["headers"]}
-        chunks = []
-        while True:
-            msg = await receive()
-            if msg["type"] == "http.disconnect":
-                return
-            chunks.append(msg.get("body", b""))
-            if not msg.get("more_body"):
-                break
-        raw = b"".join(chunks)
-        ctype = headers.get("content-type", b"").decode("latin-1")
-        if scope["method"] != "POST":
-            status, body = (
-                405,
-                error_body("POST OTLP/HTTP protobuf here", "MethodNotAllowedError", 405),
-            )
-        elif not ctype.startswith("application/x-protobuf"):
-            status, body = (
-                415,
-                error_body(
-                    "only OTLP/HTTP protobuf is accepted (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="
-                    "http/protobuf)",
-                    "UnsupportedMediaTypeError",
-                    415,
-                ),
-            )
-        else:
-            try:
-                payload = (
-                    gzip.decompress(raw) if headers.get("content-encoding") == b"gzip" else raw
-                )
-                spans = decode_traces(payload)
-            except Exception:
-                status, body = 400, error_body("not an OTLP trace export", "BadRequestError", 400)
-            else:
-                for span in spans:
-                    if span.name == "llm_request":
-                        self.join.on_span(span.trace_id, span.attributes)
-                if self.otlp is not None:
-                    self._forward(self.otlp, raw, headers)
-        out = [
-            (b"content-type", b"application/x-protobuf" if status == 200 else b"application/json")
-        ]
-        await send({"type": "http.response.start", "status": status, "headers": out})
-        await send({"type": "http.response.body", "body": body})
-
-    def _forward(self, otlp: OtlpSettings, raw: bytes, headers: dict[str, bytes]) -> None:
+    def _forward(self, otlp: OtlpSettings, payload: bytes) -> None:
+        """Send our traces' spans of a pool's export on to the collector, in the background."""
         fwd = dict(otlp.headers)  # OTEL_EXPORTER_OTLP_HEADERS (auth)
         fwd["content-type"] = "application/x-protobuf"
-        if "content-encoding" in headers:
-            fwd["content-encoding"] = headers["content-encoding"].decode("latin-1")
 
         async def post() -> None:
             try:
                 async with self.session().post(
                     otlp.endpoint,
-                    data=raw,
+                    data=payload,
                     headers=fwd,
                     timeout=aiohttp.ClientTimeout(total=10),
                 ) as resp:
@@ -282,25 +251,38 @@ class SidecarApp:
         return api
 
     async def _models(self, request: Request) -> Response:
-        """The union of the pools' model lists (first replica that answers, per pool)."""
+        """The union of the pools' model lists (first replica that answers, per pool).
+
+        Client auth applies as on the relayed routes. A pool with its own key gets that
+        key; the client's ``Authorization`` goes only to a pool without one, and only when
+        the sidecar does not check client keys itself.
+        """
+        try:
+            headers = request_headers(request.scope)
+            self.relay.tenants.resolve(headers)
+        except RelayError as err:
+            return _json_error(err.message, err.type_, err.status)
         seen: dict[str, Any] = {}
-        headers = {}
-        if "authorization" in request.headers:
-            headers["authorization"] = request.headers["authorization"]
         timeout = aiohttp.ClientTimeout(total=5)
-        for pool, _healthy in self.pools.health().items():
+        for pool in self.pools.health():
+            up: dict[str, str] = {}
+            if self.relay.pool_keys.get(pool):
+                up["authorization"] = f"Bearer {self.relay.pool_keys[pool]}"
+            elif "authorization" in headers and not self.relay.tenants.checks_keys:
+                up["authorization"] = headers["authorization"]
             for replica in self.pools.candidates(pool):
                 try:
                     async with self.session().get(
-                        f"{replica.url}/v1/models", headers=headers, timeout=timeout
+                        f"{replica.url}/v1/models", headers=up, timeout=timeout
                     ) as resp:
                         if resp.status != 200:
                             continue
                         data = orjson.loads(await resp.read())
                 except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError):
                     continue
-                for m in data.get("data", []):
-                    seen.setdefault(m.get("id"), m)
+                for m in data.get("data", []) if isinstance(data, dict) else []:
+                    if isinstance(m, dict) and isinstance(m.get("id"), str):
+                        seen.setdefault(m["id"], m)
                 break
         if not seen:
             return _json_error("no pool answered /v1/models", "ServiceUnavailableError", 503)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from obs.sidecar import hardening_cli
+
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
@@ -149,6 +151,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="largest spool; events past it are dropped and counted (default: 1024)",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    hardening_cli.add_arguments(p)
     p.set_defaults(handler=run)
 
 
@@ -191,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
             spool=args.clickhouse_spool,
             spool_max_mb=args.clickhouse_spool_max_mb,
         ),
+        **hardening_cli.settings_kwargs(args),
     )
     return serve(settings)
 

@@ -17,9 +17,9 @@ At the end of a stream :meth:`ClientConn.drained` waits until the client's
 side has received every byte, so the event's stream phase is the time the
 client's slowness cost.
 
-``SidecarHttpProtocol`` is uvicorn's httptools protocol with two additions:
-each request's scope carries its connection and the time its first bytes were
-read under ``scope["extensions"]``.
+``SidecarHttpProtocol`` is uvicorn's httptools protocol with one addition:
+each request's scope carries its connection under ``scope["extensions"]`` (the
+guarded protocol in ``obs.sidecar.guard`` adds when its first bytes were read).
 Under another server the extension is absent and streams are relayed at the
 client's pace (the ASGI default).
 """
@@ -32,14 +32,15 @@ import fcntl
 import socket
 import struct
 import termios
-import time
 from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 EXTENSION = "vllm_obs.client_conn"
-RECEIVED = "vllm_obs.received_ns"  # perf_counter_ns of the read that began the request
+# scope["extensions"]["vllm_obs"]: {"received_ns": perf_counter_ns of the read that began the
+# request}, set by the guarded protocol (obs.sidecar.guard)
+OBS_EXTENSION = "vllm_obs"
 KERNEL_SNDBUF = 64 << 10
 DEFAULT_HIGH_WATER = 64 << 10  # asyncio's and uvloop's default, restored after each stream
 NEVER_WAIT = (1 << 31) - 1  # abort policy: the relay checks the bound itself
@@ -91,6 +92,10 @@ class ClientConn:
         high = limit if wait else NEVER_WAIT
         self._transport.set_write_buffer_limits(high=high, low=high // 4)
 
+    def abort(self) -> None:
+        """Close the connection now, whatever is still buffered (a client that never reads)."""
+        self._transport.abort()
+
     def unsent(self) -> int:
         """Bytes in the kernel's send queue that the client's side has not acknowledged."""
         if self._fd < 0:
@@ -141,8 +146,8 @@ def client_conn(scope: dict[str, Any]) -> ClientConn | None:
 
 def received_ns(scope: dict[str, Any]) -> int | None:
     """When the request's first bytes were read (under our server), else None."""
-    ext = scope.get("extensions")
-    return ext.get(RECEIVED) if ext else None
+    ours = (scope.get("extensions") or {}).get(OBS_EXTENSION)
+    return ours.get("received_ns") if ours else None
 
 
 class SidecarHttpProtocol(HttpToolsProtocol):
@@ -152,12 +157,9 @@ class SidecarHttpProtocol(HttpToolsProtocol):
     writable_callback: Callable[[], None] | None = None
 
     def on_message_begin(self) -> None:
-        # Called in the socket read that brings the request's first bytes: the earliest the
-        # process sees the request, before the handler task waits for the event loop.
-        received = time.perf_counter_ns()
         super().on_message_begin()
         self._conn = ClientConn(self)
-        ext: dict[str, Any] = {EXTENSION: self._conn, RECEIVED: received}
+        ext: dict[str, Any] = {EXTENSION: self._conn}
         self.scope["extensions"] = ext
 
     def on_headers_complete(self) -> None:

@@ -3,25 +3,41 @@
 A request is held only when its pool sends spans (``engine_traces``), it
 succeeded (vLLM exports no span for aborted or failed requests), and the
 join wait is positive. It is exported as soon as its ``llm_request`` span
-arrives, or after ``wait_s`` without it (``engine_view: absent``). A span
-for a request already exported is counted as late. Spans are matched by
-trace id, and the span's ``gen_ai.request.id`` must be the id vLLM derived
-from our ``X-Request-Id``.
+arrives, or after ``wait_s`` without it (``engine_view: absent``).
+
+Requests are keyed by (trace id, the sidecar's span id): the relay sends its
+own span id to the pool in ``traceparent``, vLLM makes it the parent of its
+``llm_request`` span, so two requests that share a client's trace never
+collide, and a span is only ever joined to a request whose ids the sidecar
+issued for it (``issue``) and whose ``gen_ai.request.id`` is the id vLLM
+derived from our ``X-Request-Id``. Every latency is checked first
+(``obs.engine_view.engine_numbers``): a span with a number that is not a
+plausible duration is rejected and its request is written at once without
+the engine view. Each span's result is reported to ``on_result``: joined,
+late (its request was already written), rejected, or unknown (not a request
+of ours).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+
+import structlog
 
 from obs import conventions as c
-from obs.engine_view import apply_engine_view, engine_request_ids
+from obs.engine_view import BadEngineSpan, apply_engine_view, engine_numbers, engine_request_ids
 from obs.record import Finished
+from obs.sidecar.otlp import ReceivedSpan
+
+log = structlog.get_logger("vllm_obs.engine_join")
 
 ExportFn = Callable[[Finished], None]
+Key = tuple[str, str]  # (trace id, the sidecar's span id), hex
 MAX_PENDING = 100_000
+MAX_EARLY = 10_000
+MAX_ISSUED = 200_000  # ids sent to traced pools that a span may still name
 
 
 class EngineJoin:
@@ -29,17 +45,31 @@ class EngineJoin:
         self,
         export: ExportFn,
         wait_s: float,
-        on_late: Callable[[], None] = lambda: None,
-        on_joined: Callable[[], None] = lambda: None,
+        on_result: Callable[[str], None] = lambda result: None,
     ) -> None:
         self._export = export
         self.wait_s = wait_s
-        self._on_late = on_late
-        self._on_joined = on_joined
-        self._pending: dict[str, tuple[Finished, asyncio.TimerHandle]] = {}
-        # Spans that arrived before their request finished relaying (rare): kept briefly.
-        self._early: OrderedDict[str, Mapping[str, Any]] = OrderedDict()
-        self._done: OrderedDict[str, None] = OrderedDict()
+        self._on_result = on_result
+        self._pending: dict[Key, tuple[Finished, asyncio.TimerHandle]] = {}
+        # Spans that arrived before their request finished relaying (rare): numbers only.
+        self._early: OrderedDict[Key, tuple[str | None, dict[str, float]]] = OrderedDict()
+        self._done: OrderedDict[Key, None] = OrderedDict()
+        self._issued: OrderedDict[Key, None] = OrderedDict()
+        self._traces: dict[str, int] = {}  # trace id -> how many issued keys name it
+
+    def issue(self, trace_id: str, span_id: str) -> None:
+        """The relay sent these ids to a pool that traces: a span may name them."""
+        self._issued[(trace_id, span_id)] = None
+        self._traces[trace_id] = self._traces.get(trace_id, 0) + 1
+        while len(self._issued) > MAX_ISSUED:
+            (old, _), _ = self._issued.popitem(last=False)
+            n = self._traces.pop(old) - 1
+            if n:
+                self._traces[old] = n
+
+    def knows_trace(self, trace_id: str) -> bool:
+        """A trace the sidecar relayed a request of (safe to call from another thread)."""
+        return trace_id in self._traces
 
     def submit(self, finished: Finished, engine_traces: bool) -> None:
         """Export now, or hold until the engine span arrives (at most ``wait_s``)."""
@@ -47,60 +77,89 @@ class EngineJoin:
         if not engine_traces or self.wait_s <= 0 or ev.status != c.OK or not ev.request_id:
             self._export(finished)
             return
-        key = ev.trace_id or ""
+        key = (ev.trace_id or "", ev.span_id or "")
         early = self._early.pop(key, None)
-        if early is not None and self._matches(finished, early):
-            apply_engine_view(finished, early)
-            self._on_joined()
+        if early is not None and self._matches(finished, early[0]):
+            self._join(finished, early[1])
             self._export(finished)
             return
         if len(self._pending) >= MAX_PENDING:
             self._export(finished)
             return
+        held = self._pending.pop(key, None)
+        if held is not None:  # ids are unique per request; never drop the older one
+            held[1].cancel()
+            self._emit(key, held[0])
         handle = asyncio.get_running_loop().call_later(self.wait_s, self._expire, key)
         self._pending[key] = (finished, handle)
 
-    def on_span(self, trace_id: str, attrs: Mapping[str, Any]) -> None:
+    def on_span(self, span: ReceivedSpan) -> None:
         """An ``llm_request`` span arrived."""
-        held = self._pending.get(trace_id)
-        if held is None:
-            if trace_id in self._done:
-                self._on_late()
-            else:
-                self._early[trace_id] = attrs
-                while len(self._early) > 10_000:
-                    self._early.popitem(last=False)
-            return
-        finished, handle = held
-        if not self._matches(finished, attrs):
-            return
-        del self._pending[trace_id]
-        handle.cancel()
-        apply_engine_view(finished, attrs)
-        self._on_joined()
-        self._emit(trace_id, finished)
+        result = self._on_span(span)
+        if result:
+            self._on_result(result)
 
-    def _matches(self, finished: Finished, attrs: Mapping[str, Any]) -> bool:
-        rid = attrs.get("gen_ai.request.id")
+    def _on_span(self, span: ReceivedSpan) -> str:
+        key = (span.trace_id, span.parent_span_id)
+        if key not in self._issued:
+            return "unknown"
+        try:
+            numbers = engine_numbers(span.attributes)
+        except BadEngineSpan:
+            self._early.pop(key, None)
+            held = self._pending.pop(key, None)
+            if held is not None:  # written now, without the engine view
+                held[1].cancel()
+                self._emit(key, held[0])
+            return "rejected"
+        rid = span.attributes.get("gen_ai.request.id")
+        rid = rid if isinstance(rid, str) else None
+        held = self._pending.get(key)
+        if held is None:
+            if key in self._done:
+                return "late"
+            self._early[key] = (rid, numbers)
+            while len(self._early) > MAX_EARLY:
+                self._early.popitem(last=False)
+            return ""  # counted when its request joins it
+        finished, handle = held
+        if not self._matches(finished, rid):
+            return "unknown"
+        del self._pending[key]
+        handle.cancel()
+        self._join(finished, numbers)
+        self._emit(key, finished)
+        return ""
+
+    def _matches(self, finished: Finished, rid: str | None) -> bool:
         return rid is None or rid in engine_request_ids(finished.event.request_id)
 
-    def _expire(self, trace_id: str) -> None:
-        held = self._pending.pop(trace_id, None)
-        if held is not None:
-            self._emit(trace_id, held[0])
+    def _join(self, finished: Finished, numbers: dict[str, float]) -> None:
+        try:
+            apply_engine_view(finished, numbers)
+        except Exception:  # never lose the event over what a span said
+            log.exception("engine_view_failed", request_id=finished.event.request_id)
+            self._on_result("rejected")
+            return
+        self._on_result("joined")
 
-    def _emit(self, trace_id: str, finished: Finished) -> None:
-        self._done[trace_id] = None
-        while len(self._done) > 100_000:
+    def _expire(self, key: Key) -> None:
+        held = self._pending.pop(key, None)
+        if held is not None:
+            self._emit(key, held[0])
+
+    def _emit(self, key: Key, finished: Finished) -> None:
+        self._done[key] = None
+        while len(self._done) > MAX_ISSUED:
             self._done.popitem(last=False)
         self._export(finished)
 
     def flush(self) -> None:
         """Export everything still held (at shutdown)."""
-        for trace_id in list(self._pending):
-            finished, handle = self._pending.pop(trace_id)
+        for key in list(self._pending):
+            finished, handle = self._pending.pop(key)
             handle.cancel()
-            self._emit(trace_id, finished)
+            self._emit(key, finished)
 
     @property
     def pending(self) -> int:

@@ -83,6 +83,14 @@ class UpstreamTimeout(RelayError):
     error_class = "upstream_timeout"
 
 
+class SlowClientStalled(RelayError):
+    """The client read nothing for the lane's ``slow_client.max_blocked_s``."""
+
+    status = 408
+    type_ = "SlowClientError"
+    error_class = "slow_client"
+
+
 class UpstreamProtocol(RelayError):
     status = 502
     type_ = "BadGatewayError"

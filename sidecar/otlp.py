@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,14 +30,37 @@ def _any_value(v: Any) -> Any:
     return getattr(v, kind) if kind else None
 
 
-def decode_traces(body: bytes) -> list[ReceivedSpan]:
-    """Spans of one OTLP/HTTP protobuf ``ExportTraceServiceRequest``."""
+def parse_export(body: bytes) -> Any:
+    """One OTLP/HTTP protobuf ``ExportTraceServiceRequest`` (raises on anything else)."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
     )
 
     req = ExportTraceServiceRequest()
     req.ParseFromString(body)
+    return req
+
+
+def decode_traces(body: bytes) -> list[ReceivedSpan]:
+    """Spans of one OTLP/HTTP protobuf ``ExportTraceServiceRequest``."""
+    return spans_of(parse_export(body))
+
+
+def keep_traces(req: Any, keep: Callable[[str], bool]) -> int:
+    """Remove from ``req`` every span whose trace id (hex) ``keep`` refuses; spans kept."""
+    kept = 0
+    for rs in req.resource_spans:
+        for ss in rs.scope_spans:
+            spans = [s for s in ss.spans if keep(s.trace_id.hex())]
+            if len(spans) != len(ss.spans):
+                del ss.spans[:]
+                ss.spans.extend(spans)
+            kept += len(spans)
+    return kept
+
+
+def spans_of(req: Any) -> list[ReceivedSpan]:
+    """The spans of a parsed export, their attributes as Python values."""
     out = []
     for rs in req.resource_spans:
         resource = {kv.key: _any_value(kv.value) for kv in rs.resource.attributes}

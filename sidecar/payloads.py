@@ -36,10 +36,19 @@ PASSTHROUGH_ROUTES = {
 }
 
 
+# Headers a request may carry once: two would let the sidecar and a proxy in front
+# of it read different values (one key checked, another forwarded).
+SINGLE_HEADERS = frozenset({"authorization", "x-request-id", "traceparent"})
+
+
 def request_headers(scope: Scope) -> dict[str, str]:
+    """The request's headers by lower-case name; 400 when a ``SINGLE_HEADERS`` one repeats."""
     out: dict[str, str] = {}
     for k, v in scope["headers"]:
-        out[k.decode("latin-1").lower()] = v.decode("latin-1")
+        name = k.decode("latin-1").lower()
+        if name in out and name in SINGLE_HEADERS:
+            raise e.BadRequest(f"the request has more than one {name} header")
+        out[name] = v.decode("latin-1")
     return out
 
 

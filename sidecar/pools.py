@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from hashlib import blake2b
 
@@ -60,6 +61,8 @@ class PoolSet:
             p.name: [Replica(p.name, u) for u in p.replicas] for p in config.pools
         }
         self._task: asyncio.Task[None] | None = None
+        # Told the model names each replica's /metrics carries (the metrics' model label).
+        self.on_models: Callable[[tuple[str, ...]], None] | None = None
 
     def candidates(self, pool: str, affinity: str | None = None) -> list[Replica]:
         """Replicas to try in order: healthy ones by fewest outstanding requests, then the rest.
@@ -132,6 +135,8 @@ class PoolSet:
             return
         r.slow_polls = 0
         r.state = parse_engine_state(text)
+        if r.state.models and self.on_models is not None:
+            self.on_models(r.state.models)
         self.mark_ok(r)
 
     def _poll_failed(self, r: Replica) -> None:

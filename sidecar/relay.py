@@ -27,6 +27,7 @@ from obs.record import Finished, fill_timings
 from obs.sidecar import errors as e
 from obs.sidecar.admission import LaneGate, Rejected, Ticket
 from obs.sidecar.auth import Tenants
+from obs.sidecar.bodies import MAX_JSON_ELEMENTS, MAX_MODEL_CHARS, BodyParser
 from obs.sidecar.capture import TextCapture
 from obs.sidecar.client import client_conn, received_ns
 from obs.sidecar.deadline import Deadline, first_token_timeout
@@ -35,7 +36,6 @@ from obs.sidecar.payloads import (
     fingerprint,
     request_headers,
     single_choice,
-    try_json,
     usage_options,
     wants_usage,
 )
@@ -73,6 +73,8 @@ class Relay:
         pool_keys: dict[str, str] | None = None,
         capture: TextCapture | None = None,
         workers: int = 1,
+        on_dispatch: Callable[[str, str, str], None] | None = None,
+        max_json_elements: int = MAX_JSON_ELEMENTS,
     ) -> None:
         self.classifier = classifier
         self.pools = pools
@@ -81,6 +83,8 @@ class Relay:
         self.max_body_bytes = max_body_bytes
         self.pool_keys = pool_keys or {}
         self.capture = capture
+        self.on_dispatch = on_dispatch  # (pool, trace id, span id): what the pool is sent
+        self.json = BodyParser(max_json_elements)
         config = classifier.config
         self.gates = {lane.name: LaneGate(lane, workers) for lane in config.lanes}
         self.tenants = Tenants(config.auth)
@@ -163,7 +167,7 @@ class Relay:
         if generate or headers.get("content-type", "").startswith("application/json"):
             # A body that is not a JSON object goes to the pool as it is: the client gets the
             # pool's own 400, byte for byte, and the event records it as the pool's answer.
-            body = try_json(raw)
+            body = await self.json.parse(raw)
         attrs = self._attrs(ev, headers, body)
         lane = self.classifier.classify(attrs)
         ev.lane, ev.pool = lane.name, lane.pool
@@ -187,7 +191,7 @@ class Relay:
     ) -> RequestAttrs:
         b = body or {}
         model = b.get("model")
-        ev.model = model if isinstance(model, str) else None
+        ev.model = model[:MAX_MODEL_CHARS] if isinstance(model, str) else None
         ev.stream = b.get("stream") is True
         mt = b.get("max_tokens", b.get("max_completion_tokens"))
         ev.max_tokens = mt if isinstance(mt, int) and not isinstance(mt, bool) else None
@@ -221,6 +225,8 @@ class Relay:
             h["authorization"] = headers["authorization"]
         if "tracestate" in headers:
             h["tracestate"] = headers["tracestate"]
+        if self.on_dispatch is not None:
+            self.on_dispatch(pool, req.ids.trace_id_hex, req.ids.span_id_hex)
         return h
 
     async def _dispatch(
@@ -323,16 +329,21 @@ class Relay:
     ) -> None:
         ev = req.event
         ev.http_status = resp.status
+        is_sse = resp.headers.get("content-type", "").startswith("text/event-stream")
+        # A stream's length is what the relay writes (usage stripped, an error frame added).
+        sized = not (inject or (is_sse and resp.status < 400))
         out_headers = [
             (k.lower(), v)
             for k, v in resp.raw_headers
-            if k.lower() not in _SKIP_HEADERS and not (inject and k.lower() == b"content-length")
+            if k.lower() not in _SKIP_HEADERS and (sized or k.lower() != b"content-length")
         ]
         if not any(k == b"x-request-id" for k, _ in out_headers):
             out_headers.append((b"x-request-id", ev.request_id.encode("latin-1")))
-        is_sse = resp.headers.get("content-type", "").startswith("text/event-stream")
         t = lane.timeouts
-        deadline = Deadline(resp, req.clock.dispatched, t.first_token_s, t.idle_s)
+        slow = lane.admission.slow_client
+        deadline = Deadline(
+            resp, req.clock.dispatched, t.first_token_s, t.idle_s, slow.max_blocked_s, req.conn
+        )
         try:
             if resp.status >= 400 or not is_sse:
                 await relay_whole(req, resp, out_headers, send, deadline)

@@ -13,6 +13,18 @@ from obs.sidecar.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES
 from obs.sidecar.upstream import Response
 from obs.tracecontext import TraceIds
 
+MAX_GAPS = 100_000  # inter-token gaps kept per request (an endless stream stays bounded)
+
+
+class GapList(list[int]):
+    """The request's inter-token gaps: the first ``MAX_GAPS``, the rest not kept."""
+
+    __slots__ = ()
+
+    def append(self, gap: int) -> None:
+        if len(self) < MAX_GAPS:
+            super().append(gap)
+
 
 class Request:
     """Mutable state of one request while it is relayed."""
@@ -48,7 +60,7 @@ class Request:
         self.wall_ns = time.time_ns() - (now - received)
         self.event = Event(route=route)
         self.ids: TraceIds | None = None
-        self.itl: list[int] = []
+        self.itl: list[int] = GapList()
         self.operation = GENERATE_ROUTES.get(route) or PASSTHROUGH_ROUTES.get(route, "http")
         self.response: Response | None = None
         self.started = False  # response headers sent to the client

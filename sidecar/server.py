@@ -14,7 +14,7 @@ from prometheus_client import start_http_server
 
 from obs.errors import ConfigError
 from obs.sidecar.app import create_app
-from obs.sidecar.client import SidecarHttpProtocol
+from obs.sidecar.guard import Guard, GuardCollector
 from obs.sidecar.settings import Settings
 from obs.sidecar.workers import (
     Supervisor,
@@ -68,6 +68,8 @@ def _serve_one(
 ) -> int:
     """One relay process: on its own port, or as a worker on the supervisor's socket."""
     app = create_app(settings)
+    guard = Guard(settings.limits)  # header, timeout and connection limits (docs/security.md)
+    app.registry.register(GuardCollector(guard))
     metrics_server = None
     if metrics_sock is not None and settings.worker is not None:
         serve_private_metrics(metrics_sock, app.registry, settings.worker)
@@ -91,7 +93,8 @@ def _serve_one(
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        http=SidecarHttpProtocol,  # httptools, exposing each connection to the relay
+        http=guard.protocol(),  # httptools, exposing each connection to the relay, limited
+        timeout_keep_alive=settings.limits.idle_timeout_s,
         lifespan="on",
         access_log=False,
         log_level=settings.log_level,

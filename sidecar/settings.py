@@ -7,6 +7,7 @@ from pathlib import Path
 
 from obs.config import ClickHouseExport, Config
 from obs.sidecar.capture import TextCapture
+from obs.sidecar.limits import Limits
 from obs.sidecar.workers import WorkerSlot
 
 
@@ -30,3 +31,8 @@ class Settings:
     workers: int = 1  # relay processes on the port (obs.sidecar.workers)
     worker: WorkerSlot | None = None  # set in each worker when workers > 1
     clickhouse: ClickHouseExport | None = None  # None: no ClickHouse exporter
+    # Hardening (docs/security.md).
+    limits: Limits = field(default_factory=Limits)  # per client connection
+    traces_token_env: str | None = None  # env var with a token that may POST /v1/traces
+    max_json_elements: int = 200_000  # JSON values a large request body may hold
+    rejected_events_per_s: float = 50.0  # events of requests refused before a pool

@@ -207,6 +207,7 @@ async def relay_stream(
     clock.last_up = sink.last_out
     req.first_read_chunks = sink.first_read
     ev.burst_chunks = sink.burst or None
+    sink.resumed()  # a wait on the client still on when the stream ended counts as blocked
     if sink.aborted:
         await _abort_slow_reader(req, state, send, sink.limit)
         ev.stream_blocked_ms = ms(sink.blocked)
@@ -337,7 +338,7 @@ async def _abort_slow_reader(req: Request, state: StreamState, send: Send, limit
 
 def stream_failed(req: Request, state: StreamState, err: e.RelayError) -> None:
     ev = req.event
-    ev.status = c.ERROR
+    ev.status = c.CLIENT_ERROR if err.status < 500 else c.ERROR  # a stalled client: its own
     ev.error_class = err.error_class
     ev.error_message = err.message
     ev.error_phase = req.clock.current_phase()

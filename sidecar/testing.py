@@ -26,7 +26,36 @@ import orjson
 from obs.engine.server import free_port
 from obs.sidecar.otlp import ReceivedSpan, decode_traces
 
-__all__ = ["OtlpReceiver", "ReceivedSpan", "SidecarProcess", "free_port", "wait_http"]
+__all__ = [
+    "OtlpReceiver",
+    "ReceivedSpan",
+    "SidecarProcess",
+    "free_port",
+    "llm_request_export",
+    "wait_http",
+]
+
+
+def llm_request_export(trace_id: bytes, **attrs: float | str) -> bytes:
+    """An OTLP/HTTP protobuf export holding one ``llm_request`` span of ``trace_id``.
+
+    What vLLM sends to ``/v1/traces``, with the attributes given (numbers as doubles).
+    """
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    req = ExportTraceServiceRequest()
+    span = req.resource_spans.add().scope_spans.add().spans.add()
+    span.name, span.trace_id, span.span_id = "llm_request", trace_id, b"\x01" * 8
+    for k, v in attrs.items():
+        kv = span.attributes.add()
+        kv.key = k
+        if isinstance(v, str):
+            kv.value.string_value = v
+        else:
+            kv.value.double_value = v
+    return req.SerializeToString()
 
 
 def wait_http(

@@ -13,6 +13,10 @@ Connections are kept per replica and reused while idle for less than
 ``IDLE_S`` (below uvicorn's, and so vLLM's, 5 s keep-alive: a connection is
 never reused just as the server closes it). A request is never retried: a
 pool that fails after the request was written may have started generating.
+
+A connection is never reused after any surprise: bytes after the end of a
+response (in the same read or later), an interim (1xx) or unknown status (the
+request fails as a 502), invalid HTTP. Each such connection is aborted.
 """
 
 from __future__ import annotations
@@ -68,6 +72,9 @@ class _Conn(asyncio.Protocol):
         self.resp.read_ns = time.perf_counter_ns()  # one arrival time for the whole read
         try:
             self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as err:
+            cause = err.__context__
+            self._fail(cause if isinstance(cause, UpstreamError) else UpstreamError(str(err)))
         except httptools.HttpParserError as err:
             self._fail(UpstreamError(f"the pool sent invalid HTTP ({err})"))
         except Exception as err:  # a sink's failure must not kill the loop's callback
@@ -90,12 +97,17 @@ class _Conn(asyncio.Protocol):
         resp._fail(UpstreamError(f"the pool's connection failed while {doing} ({how})"))
 
     def _fail(self, err: UpstreamError) -> None:
+        self.lost = True  # never parked again, even before connection_lost runs
         if self.resp is not None and not self.resp.complete:
             self.resp._fail(err)
         if self.transport is not None:
             self.transport.abort()
 
     # httptools callbacks
+    def on_message_begin(self) -> None:
+        if self.resp is None or self.resp.complete or self.resp.status:
+            raise UpstreamError("the pool sent bytes after the end of its response")
+
     def on_header(self, name: bytes, value: bytes) -> None:
         assert self.resp is not None
         self.resp.raw_headers.append((name, value))
@@ -104,6 +116,8 @@ class _Conn(asyncio.Protocol):
         resp = self.resp
         assert resp is not None
         resp.status = self.parser.get_status_code()
+        if not 200 <= resp.status <= 599:  # an interim 1xx (we never ask for one) or nonsense
+            raise UpstreamError(f"the pool answered with status {resp.status}")
         resp.keep_alive = self.parser.should_keep_alive()
         names = {k.lower(): v for k, v in resp.raw_headers}
         te = names.get(b"transfer-encoding", b"").lower()

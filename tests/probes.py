@@ -7,6 +7,8 @@ process exposes (``/metrics``, ``/proc``); nothing reaches into the sidecar.
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -129,3 +131,28 @@ class EventCounts:
 
     def event_dropped(self, exporter: str, reason: str, n: int) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + n
+
+
+class HealthProbe:
+    """``with HealthProbe(url) as p:`` reads /health in a thread; ``p.slowest_s`` after."""
+
+    def __init__(self, base_url: str) -> None:
+        self.url = base_url + "/health"
+        self.slowest_s = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            t0 = time.monotonic()
+            httpx.get(self.url, timeout=10)
+            self.slowest_s = max(self.slowest_s, time.monotonic() - t0)
+            time.sleep(0.01)
+
+    def __enter__(self) -> HealthProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()

@@ -94,6 +94,22 @@ def test_streamed_and_whole_answers_get_the_engine_view(traced: Traced) -> None:
     assert n["decode_ms"] == pytest.approx(n["engine_decode_ms"], abs=1.0)
 
 
+def test_requests_sharing_a_client_trace_each_get_their_event_and_span(traced: Traced) -> None:
+    """An agent's calls under one traceparent: every event written, each joined (issue 22)."""
+    sc = traced.sidecar
+    before = len(sc.events())
+    parent = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "y = 2"}], "max_tokens": 4}
+    ids = [f"shared-{i}" for i in range(3)]
+    with httpx.Client(base_url=sc.url) as client:
+        for rid in ids:
+            headers = {"X-Request-Id": rid, "traceparent": parent}
+            assert client.post(CHAT, json=body, headers=headers).status_code == 200
+    events = _by_id(sc, before + 3)
+    assert {events[rid]["trace_id"] for rid in ids} == {"ab" * 16}
+    assert [events[rid]["engine_view"] for rid in ids] == ["joined"] * 3
+
+
 def _queue_time_sum(vllm: VllmServer) -> float:
     text = httpx.get(vllm.url + "/metrics").text
     for fam in text_string_to_metric_families(text):

@@ -1,0 +1,125 @@
+"""The sidecar's hardening flags (docs/security.md): added to ``vllm-obs sidecar``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from obs.errors import ConfigError
+from obs.sidecar.limits import Limits
+
+_D = Limits()
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("limits (see docs/security.md)")
+    g.add_argument(
+        "--max-header-kb",
+        type=int,
+        default=_D.max_header_bytes >> 10,
+        help="request line and headers together, at most this many KiB; more is refused "
+        "with 431 (default: %(default)s)",
+    )
+    g.add_argument(
+        "--max-headers",
+        type=int,
+        default=_D.max_headers,
+        help="headers per request; more is refused with 431 (default: %(default)s)",
+    )
+    g.add_argument(
+        "--max-request-line",
+        type=int,
+        default=_D.max_request_line,
+        metavar="BYTES",
+        help="length of the request target; longer is refused with 414 (default: %(default)s)",
+    )
+    g.add_argument(
+        "--header-timeout",
+        type=float,
+        default=_D.header_timeout_s,
+        metavar="SECONDS",
+        help="from a request's first byte to the end of its headers; slower is answered 408 "
+        "and closed (default: %(default)s)",
+    )
+    g.add_argument(
+        "--body-timeout",
+        type=float,
+        default=_D.body_timeout_s,
+        metavar="SECONDS",
+        help="from the end of the headers to the end of the body; slower is answered 408 "
+        "and closed (default: %(default)s)",
+    )
+    g.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=_D.idle_timeout_s,
+        metavar="SECONDS",
+        help="a connection that sends no request (first or next) is closed after this "
+        "(default: %(default)s)",
+    )
+    g.add_argument(
+        "--max-connections",
+        type=int,
+        default=_D.max_connections,
+        help="open client connections; one more is answered 503 and closed (default: %(default)s)",
+    )
+    g.add_argument(
+        "--max-json-elements",
+        type=int,
+        default=200_000,
+        metavar="N",
+        help="JSON values a request body over 256 KiB may hold; more is refused with 413 "
+        "(default: %(default)s)",
+    )
+    g.add_argument(
+        "--rejected-events-per-s",
+        type=float,
+        default=50.0,
+        metavar="N",
+        help="events written per second for requests refused before reaching a pool (401, "
+        "400, 413, ...); the rest are counted only (default: %(default)s)",
+    )
+    g.add_argument(
+        "--traces-token-env",
+        metavar="NAME",
+        help="environment variable holding a token that may POST /v1/traces from any "
+        "address (Authorization: Bearer TOKEN); without it only the traced pools' "
+        "addresses may",
+    )
+
+
+def settings_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``Settings`` fields these flags set, checked."""
+    positive = {
+        "--max-header-kb": args.max_header_kb,
+        "--max-headers": args.max_headers,
+        "--max-request-line": args.max_request_line,
+        "--header-timeout": args.header_timeout,
+        "--body-timeout": args.body_timeout,
+        "--idle-timeout": args.idle_timeout,
+        "--max-connections": args.max_connections,
+        "--max-json-elements": args.max_json_elements,
+    }
+    for flag, value in positive.items():
+        if not value > 0:
+            raise ConfigError(f"{flag}: must be positive, got {value}")
+    if args.traces_token_env and not os.environ.get(args.traces_token_env):
+        raise ConfigError(f"--traces-token-env: {args.traces_token_env} is not set or empty")
+    if args.rejected_events_per_s < 0:
+        raise ConfigError("--rejected-events-per-s: must be 0 or more")
+    limits = Limits(
+        max_request_line=args.max_request_line,
+        max_header_bytes=args.max_header_kb << 10,
+        max_headers=args.max_headers,
+        header_timeout_s=args.header_timeout,
+        body_timeout_s=args.body_timeout,
+        idle_timeout_s=args.idle_timeout,
+        max_connections=args.max_connections,
+    )
+    return {
+        "limits": limits,
+        "traces_token_env": args.traces_token_env,
+        "max_json_elements": args.max_json_elements,
+        "rejected_events_per_s": args.rejected_events_per_s,
+    }
