@@ -21,9 +21,7 @@ duplicate.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import deque
 from pathlib import Path
 from typing import Protocol
 
@@ -36,6 +34,7 @@ from obs.config import ClickHouseExport
 from obs.errors import ConfigError
 from obs.events import Event
 from obs.exporters.base import FailureCounter
+from obs.exporters.batching import BatchingExporter
 from obs.exporters.jsonl import EventCounters
 from obs.exporters.spool import Spool
 from obs.record import Finished
@@ -49,7 +48,7 @@ class Counters(EventCounters, FailureCounter, Protocol):
     pass
 
 
-class ClickHouseExporter:
+class ClickHouseExporter(BatchingExporter[Event]):
     name = NAME
 
     def __init__(
@@ -65,51 +64,24 @@ class ClickHouseExporter:
         max_backoff_s: float = 30.0,
         queue_size: int = 200_000,
     ) -> None:
+        super().__init__(
+            queue_size=queue_size,
+            flush_interval_s=flush_interval_s,
+            wake_items=batch_rows,
+            batch_items=batch_rows,
+        )
         self._client = client
         self._table = table
         self._spool = Spool(spool_path, spool_max_bytes)
         self._counters = counters
-        self._batch_rows = batch_rows
-        self._flush_interval_s = flush_interval_s
         self._max_backoff_s = max_backoff_s
-        self._max_pending = queue_size
-        self._pending: deque[Event] = deque()
-        self._accepted = 0  # events appended (by the event loop)
-        self._handled = 0  # events inserted, spooled or dropped (by the sender)
-        self._wake = threading.Event()
-        self._stopping = False
         self._backoff_s = 0.0
         self._retry_at = 0.0  # monotonic time of the next insert attempt while failing
-        self._thread = threading.Thread(target=self._run, name="vllm-obs-clickhouse", daemon=True)
-        self._thread.start()
-
-    # Called on the event loop: cheap and non-blocking.
-    def export(self, finished: Finished) -> None:
-        pending = self._pending
-        if len(pending) >= self._max_pending:
-            self._count("dropped", 1, "queue_full")
-            return
-        pending.append(finished.event)
-        self._accepted += 1
-        if len(pending) >= self._batch_rows:
-            self._wake.set()
-
-    def force_flush(self, timeout_s: float = 10.0) -> bool:
-        """Wait until every event accepted so far is inserted or spooled."""
-        target = self._accepted
-        deadline = time.monotonic() + timeout_s
-        self._wake.set()
-        while self._handled < target:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                return False
-            time.sleep(0.005)
-        return True
+        self._start()
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
         """Send what waits (or leave it in the spool for the next start)."""
-        self._stopping = True
-        self._wake.set()
-        self._thread.join(timeout_s)
+        super().shutdown(timeout_s)
         self._client.close()
 
     @property
@@ -117,31 +89,20 @@ class ClickHouseExporter:
         return self._spool.pending_bytes
 
     # Sender thread.
-    def _run(self) -> None:
-        while True:
-            self._wake.wait(self._flush_interval_s)
-            self._wake.clear()
-            stopping = self._stopping
-            self._drain_spool()
-            while self._pending:
-                self._send_batch(self._take())
-            if stopping:
-                return
+    def _item(self, finished: Finished) -> Event:
+        return finished.event
 
-    def _take(self) -> list[Event]:
-        pending = self._pending
-        n = min(len(pending), self._batch_rows)
-        return [pending.popleft() for _ in range(n)]
+    def _before_batches(self) -> None:
+        self._drain_spool()
 
-    def _send_batch(self, events: list[Event]) -> None:
-        lines = [line for e in events if (line := row(e.to_dict())) is not None]
+    def _write_batch(self, items: list[Event]) -> None:
+        lines = [line for e in items if (line := row(e.to_dict())) is not None]
         data = b"".join(lines)
         sent = not self._failing() and self._insert(data, len(lines))
         if not sent:
             kept = self._spool.append(lines)
             if kept < len(lines):
-                self._count("dropped", len(lines) - kept, "spool_full")
-        self._handled += len(events)
+                self._dropped("spool_full", len(lines) - kept)
 
     def _drain_spool(self) -> None:
         """Send the spool, oldest first, while inserts succeed."""
@@ -171,15 +132,12 @@ class ClickHouseExporter:
         if self._backoff_s:
             log.info("clickhouse_insert_recovered", table=self._table)
             self._backoff_s = 0.0
-        self._count("written", n)
+        if self._counters is not None:
+            self._counters.event_written(NAME, n)
         return True
 
-    def _count(self, what: str, n: int, reason: str = "") -> None:
-        if self._counters is None:
-            return
-        if what == "written":
-            self._counters.event_written(NAME, n)
-        else:
+    def _dropped(self, reason: str, n: int) -> None:
+        if self._counters is not None:
             self._counters.event_dropped(NAME, reason, n)
 
 

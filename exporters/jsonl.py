@@ -12,24 +12,19 @@ larger (but a single longer line, alone). A write the disk cuts short is
 truncated back to the last whole line: the file never holds a torn line. An
 unwritable directory or a full disk never stops the sidecar: the events are
 counted as dropped (reason ``io_error``) and logged once per error streak.
-
-Why a deque and a timer rather than a ``queue.Queue``: ``Queue.put`` takes a
-lock and notifies the writer for every event, and each wake-up hands the GIL
-to the writer thread in the middle of the relay's work.
+The deque, the thread and its batches are ``obs.exporters.batching``'s.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import threading
-import time
-from collections import deque
 from pathlib import Path
 from typing import Protocol
 
 import structlog
 
+from obs.exporters.batching import BatchingExporter
 from obs.record import Finished
 
 log = structlog.get_logger("vllm_obs.jsonl")
@@ -44,7 +39,7 @@ class EventCounters(Protocol):
     def event_dropped(self, exporter: str, reason: str, n: int) -> None: ...
 
 
-class JsonlExporter:
+class JsonlExporter(BatchingExporter[bytes]):
     name = "jsonl"
 
     def __init__(
@@ -57,64 +52,29 @@ class JsonlExporter:
         queue_size: int = 65536,
         flush_interval_s: float = 0.2,
     ) -> None:
+        super().__init__(
+            queue_size=queue_size,
+            flush_interval_s=flush_interval_s,
+            wake_items=WAKE_LINES,
+            batch_items=BATCH_LINES,
+        )
         self.path = Path(path)
         self._counters = counters
         self._max_bytes = max_bytes
         self._backups = backups
-        self._flush_interval_s = flush_interval_s
-        self._max_pending = queue_size
-        self._pending: deque[bytes] = deque()
-        self._accepted = 0  # lines appended (by the event loop)
-        self._handled = 0  # lines written or dropped (by the writer)
-        self._wake = threading.Event()
-        self._stopping = False
         self._fh: int | None = None
         self._size = 0
         self._failing = False
-        self._thread = threading.Thread(target=self._run, name="vllm-obs-jsonl", daemon=True)
-        self._thread.start()
+        self._start()
 
-    # Called on the event loop: cheap and non-blocking.
-    def export(self, finished: Finished) -> None:
-        pending = self._pending
-        if len(pending) >= self._max_pending:
-            self._count_dropped("queue_full", 1)
-            return
-        pending.append(finished.event.to_json())
-        self._accepted += 1
-        if len(pending) >= WAKE_LINES:
-            self._wake.set()
+    def _item(self, finished: Finished) -> bytes:
+        return finished.event.to_json()
 
-    def force_flush(self, timeout_s: float = 10.0) -> bool:
-        """Wait until every event accepted so far has been written (or ``timeout_s`` passes)."""
-        target = self._accepted
-        deadline = time.monotonic() + timeout_s
-        self._wake.set()
-        while self._handled < target:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                return False
-            time.sleep(0.005)
-        return True
+    def _write_batch(self, items: list[bytes]) -> None:
+        self._write(items)
 
-    def shutdown(self, timeout_s: float = 10.0) -> None:
-        self._stopping = True
-        self._wake.set()
-        self._thread.join(timeout_s)
-
-    # Writer thread.
-    def _run(self) -> None:
-        pending = self._pending
-        while True:
-            self._wake.wait(self._flush_interval_s)
-            self._wake.clear()
-            stopping = self._stopping
-            while pending:
-                n = min(len(pending), BATCH_LINES)
-                self._write([pending.popleft() for _ in range(n)])
-                self._handled += n
-            if stopping:
-                self._close()
-                return
+    def _on_stop(self) -> None:
+        self._close()
 
     def _write(self, lines: list[bytes]) -> None:
         written = 0
@@ -138,7 +98,7 @@ class JsonlExporter:
                 written = end
         except OSError as e:
             self._close()
-            self._count_dropped("io_error", len(lines) - written)
+            self._dropped("io_error", len(lines) - written)
             if not self._failing:
                 log.error("event_write_failed", path=str(self.path), error=str(e))
             self._failing = True
@@ -191,6 +151,6 @@ class JsonlExporter:
             finally:
                 self._fh = None
 
-    def _count_dropped(self, reason: str, n: int) -> None:
+    def _dropped(self, reason: str, n: int) -> None:
         if self._counters is not None:
             self._counters.event_dropped(self.name, reason, n)
