@@ -18,12 +18,36 @@ from typing import Any
 
 from obs.sidecar import errors as e
 from obs.sidecar.payloads import try_json
+from obs.sidecar.types import Receive
 
 OFF_LOOP_BYTES = 256 << 10
 SLICE = 1 << 20  # bytes counted per loop turn
 MAX_JSON_ELEMENTS = 200_000
 PARSERS = 2
 MAX_MODEL_CHARS = 256  # the event's ``model`` is cut to this (a client chooses it)
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request body was complete."""
+
+
+async def read_body(receive: Receive, max_bytes: int) -> bytes:
+    """The whole request body; 413 past ``max_bytes``, ``ClientGone`` if the client left."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            raise ClientGone
+        body = msg.get("body", b"")
+        size += len(body)
+        if size > max_bytes:
+            raise e.PayloadTooLarge(
+                f"request body exceeds the sidecar's limit of {max_bytes} bytes"
+            )
+        chunks.append(body)
+        if not msg.get("more_body", False):
+            return b"".join(chunks)
 
 
 class BodyParser:

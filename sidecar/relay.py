@@ -27,7 +27,7 @@ from obs.record import Finished, fill_timings
 from obs.sidecar import errors as e
 from obs.sidecar.admission import LaneGate, Rejected, Ticket
 from obs.sidecar.auth import Tenants
-from obs.sidecar.bodies import MAX_JSON_ELEMENTS, MAX_MODEL_CHARS, BodyParser
+from obs.sidecar.bodies import MAX_JSON_ELEMENTS, MAX_MODEL_CHARS, BodyParser, ClientGone, read_body
 from obs.sidecar.capture import TextCapture
 from obs.sidecar.client import client_conn, received_ns
 from obs.sidecar.deadline import Deadline, first_token_timeout
@@ -125,23 +125,6 @@ class Relay:
 
     # ---- request side -------------------------------------------------------------------
 
-    async def _read_body(self, receive: Receive) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            msg = await receive()
-            if msg["type"] == "http.disconnect":
-                raise _ClientGone
-            body = msg.get("body", b"")
-            size += len(body)
-            if size > self.max_body_bytes:
-                raise e.PayloadTooLarge(
-                    f"request body exceeds the sidecar's limit of {self.max_body_bytes} bytes"
-                )
-            chunks.append(body)
-            if not msg.get("more_body", False):
-                return b"".join(chunks)
-
     async def _handle(self, req: Request, scope: Scope, receive: Receive, send: Send) -> None:
         ev = req.event
         ev.ts = datetime.fromtimestamp(req.wall_ns / 1e9, UTC).isoformat(timespec="milliseconds")
@@ -158,8 +141,8 @@ class Relay:
                 f"{scope['method']} is not allowed on {scope['path']}; use POST"
             )
         try:
-            raw = await self._read_body(receive)
-        except _ClientGone:
+            raw = await read_body(receive, self.max_body_bytes)
+        except ClientGone:
             req.disconnected = True
             return
         body: dict[str, Any] | None = None
@@ -405,7 +388,3 @@ class Relay:
             except Exception:  # never lose the event over a text it should carry
                 log.exception("capture_failed", request_id=ev.request_id)
         self.export(finished)
-
-
-class _ClientGone(Exception):
-    pass
