@@ -25,7 +25,9 @@ import aiohttp
 import structlog
 
 from obs.config import Config
-from obs.engine_metrics import EngineState, parse_engine_state
+from obs.engine_metrics import EngineState
+from obs.engines import unknown_state
+from obs.sidecar.engine_scrape import ExpositionError, read_state
 
 log = structlog.get_logger("vllm_obs.pools")
 
@@ -45,6 +47,7 @@ def _weight(key: str, url: str) -> bytes:
 class Replica:
     pool: str
     url: str
+    engine: str = "auto"  # the pool's configured engine (obs.engines), or auto
     outstanding: int = 0
     healthy: bool = True
     state: EngineState | None = None
@@ -57,7 +60,7 @@ class PoolSet:
         self.config = config
         self.poll_interval_s = poll_interval_s
         self.replicas: dict[str, list[Replica]] = {
-            p.name: [Replica(p.name, u) for u in p.replicas] for p in config.pools
+            p.name: [Replica(p.name, u, p.engine) for u in p.replicas] for p in config.pools
         }
         self._task: asyncio.Task[None] | None = None
 
@@ -131,7 +134,12 @@ class PoolSet:
             self._poll_failed(r)
             return
         r.slow_polls = 0
-        r.state = parse_engine_state(text)
+        try:
+            r.state = read_state(r.engine, text)
+        except ExpositionError as e:
+            # The replica answers, so it is up; what its engine reports is unknown.
+            log.warning("replica_metrics_unreadable", pool=r.pool, replica=r.url, error=str(e))
+            r.state = unknown_state()
         self.mark_ok(r)
 
     def _poll_failed(self, r: Replica) -> None:
