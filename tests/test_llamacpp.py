@@ -1,0 +1,132 @@
+"""The sidecar in front of a real llama.cpp ``llama-server`` (tiny GGUF model, CPU).
+
+Relay fidelity, usage and cached tokens, and the llama.cpp pool state the sidecar
+reads from its ``/metrics`` (``--metrics``): KV usage and preemptions are absent,
+never 0, because llama.cpp does not report them.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from obs.engine import LlamaServer
+from obs.sidecar.engine_scrape import read_state
+
+from . import probes
+from .conftest import SidecarFactory
+
+pytestmark = pytest.mark.engine
+
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+# What differs between two identical requests: clock, random ids, timings, cache reuse.
+_VOLATILE = (
+    (re.compile(rb'"created":\d+'), b'"created":0'),
+    (re.compile(rb'"id":"[^"]*"'), b'"id":""'),
+    (re.compile(rb'"timings":\{[^}]*\}'), b'"timings":{}'),
+    (re.compile(rb'"cached_tokens":\d+'), b'"cached_tokens":0'),
+)
+
+
+def _normal(body: bytes) -> bytes:
+    for pattern, fixed in _VOLATILE:
+        body = pattern.sub(fixed, body)
+    return body
+
+
+def _body(route: str, stream: bool, usage: bool | None, max_tokens: int = 8) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": "tiny", "max_tokens": max_tokens, "temperature": 0}
+    if route == CHAT:
+        body["messages"] = [{"role": "user", "content": "def fibonacci(n):"}]
+    else:
+        body["prompt"] = "import os\nimport sys\n"
+    if stream:
+        body["stream"] = True
+        if usage is not None:
+            body["stream_options"] = {"include_usage": usage}
+    return body
+
+
+def test_llama_server_metrics_map_to_llamacpp_pool_state(llama: LlamaServer) -> None:
+    """llama-server's /metrics: running/waiting and prompt-cache tokens; no KV, no preemptions."""
+    httpx.post(llama.url + CHAT, json=_body(CHAT, False, None), timeout=60).raise_for_status()
+    text = httpx.get(llama.url + "/metrics", timeout=10).text
+    state = read_state("auto", text)
+    assert state.engine == "llamacpp"
+    assert state.kv_cache_usage is None and state.preemptions is None
+    assert (state.running, state.waiting) == (0.0, 0.0)
+    assert state.prefix_queries is not None and state.prefix_queries > 0
+    assert state.prefix_hits is not None and 0 <= state.prefix_hits <= state.prefix_queries
+
+
+@pytest.mark.parametrize("route", [CHAT, COMPLETIONS])
+@pytest.mark.parametrize(
+    ("stream", "usage"), [(False, None), (True, None), (True, False), (True, True)]
+)
+def test_relay_is_byte_faithful_for_llama_server(
+    llama: LlamaServer, sidecar: SidecarFactory, route: str, stream: bool, usage: bool | None
+) -> None:
+    """Through the sidecar a client gets llama-server's own bytes (ids, clock, timings aside)."""
+    sc = sidecar(llama.url, traces=False)
+    body = _body(route, stream, usage)
+    direct = httpx.post(llama.url + route, json=body, timeout=60)
+    relayed = httpx.post(sc.url + route, json=body, timeout=60)
+    assert relayed.status_code == direct.status_code == 200
+    assert _normal(relayed.content) == _normal(direct.content)
+    if stream:  # llama.cpp puts its timings on the last frame it sends, usage or not
+        assert probes.sse_frames(relayed.content)[-2].count(b'"timings":') == 1
+    (event,) = sc.wait_events(1)
+    assert event["usage_injected"] is (stream and not usage)
+    assert event["completion_tokens"] == 8 and event["prompt_tokens"] > 0
+
+
+def test_repeated_prompt_shows_llamacpp_cached_tokens(
+    llama: LlamaServer, sidecar: SidecarFactory
+) -> None:
+    """A prompt sent twice is served from llama.cpp's slot cache; the event says how much."""
+    sc = sidecar(llama.url, traces=False)
+    doc = " ".join(f"def function_{i}(x): return x * {i}" for i in range(20))
+    body = {"model": "tiny", "prompt": doc, "max_tokens": 2, "temperature": 0, "stream": True}
+    for _ in range(2):
+        assert httpx.post(sc.url + COMPLETIONS, json=body, timeout=60).status_code == 200
+    first, second = sc.wait_events(2)
+    assert first["prompt_tokens"] == second["prompt_tokens"] > 100
+    assert second["cached_tokens"] > 0 and second["cache_hit"] is True
+    assert first["engine_view"] == second["engine_view"] == "absent"
+
+
+def test_llama_server_error_is_relayed_and_recorded(
+    llama: LlamaServer, sidecar: SidecarFactory
+) -> None:
+    """llama-server's own 4xx error body reaches the client unchanged; the event records it."""
+    sc = sidecar(llama.url, traces=False)
+    body = {"model": "tiny", "messages": "not a list", "max_tokens": 2}
+    direct = httpx.post(llama.url + CHAT, json=body, timeout=60)
+    relayed = httpx.post(sc.url + CHAT, json=body, timeout=60)
+    assert 400 <= direct.status_code < 500
+    assert (relayed.status_code, relayed.content) == (direct.status_code, direct.content)
+    (event,) = sc.wait_events(1)
+    assert event["http_status"] == direct.status_code
+
+
+def write_mixed_config(path: Path, vllm_url: str, llama_url: str) -> Path:
+    """One vLLM pool and one llama.cpp pool; lane ``local`` (header) goes to llama.cpp."""
+    config = {
+        "pools": [
+            {"name": "gpu", "replicas": [vllm_url], "engine": "vllm"},
+            {"name": "cpu", "replicas": [llama_url], "engine": "auto"},
+        ],
+        "lanes": [
+            {"name": "chat", "pool": "gpu"},
+            {"name": "local", "pool": "cpu", "match": [{"header": {"x-lane": "local"}}]},
+        ],
+        "default_lane": "chat",
+    }
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return path
