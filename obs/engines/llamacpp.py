@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from obs import conventions as c
 from obs.engine_metrics import EngineState, Sums, plus
-from obs.engines.base import Adapter
+from obs.engines.base import ENGINE_VIEW_FIELDS, Adapter
 
 
 def _read(s: Sums) -> EngineState:
@@ -37,4 +37,11 @@ LLAMACPP = Adapter(
         c.LLAMACPP_CACHED_TOKENS,
     ),
     serve_flags="--metrics (without it /metrics answers 501); no spans",
+    events={
+        "error_message": "`error.message` of its error body",
+        "engine_view": "always absent: llama-server exports no spans",
+        "cached_tokens": "yes (`usage.prompt_tokens_details.cached_tokens`)",
+        **dict.fromkeys(ENGINE_VIEW_FIELDS, "null"),
+    },
+    tested="a real `llama-server` (tiny GGUF model)",
 )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from obs import conventions as c
 from obs.engine_metrics import EngineState, Sums
-from obs.engines.base import Adapter
+from obs.engines.base import ENGINE_VIEW_FIELDS, Adapter
 
 
 def _read(s: Sums) -> EngineState:
@@ -43,4 +43,12 @@ SGLANG = Adapter(
         c.SGLANG_CACHED_TOKENS,
     ),
     serve_flags="--enable-metrics; spans: --enable-trace --otlp-traces-endpoint HOST:PORT",
+    events={
+        "error_message": "the error body's first 200 bytes (no `error.message` object)",
+        "engine_view": "always absent: its spans are not joined yet",
+        "cached_tokens": "with `--enable-cache-report`",
+        "cache_hit": "with `--enable-cache-report`",
+        **dict.fromkeys(ENGINE_VIEW_FIELDS, "null"),
+    },
+    tested="captures written from its source (tests/data)",
 )

