@@ -41,16 +41,7 @@ def _normal(body: bytes) -> bytes:
 
 
 def _body(route: str, stream: bool, usage: bool | None, max_tokens: int = 8) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": "tiny", "max_tokens": max_tokens, "temperature": 0}
-    if route == CHAT:
-        body["messages"] = [{"role": "user", "content": "def fibonacci(n):"}]
-    else:
-        body["prompt"] = "import os\nimport sys\n"
-    if stream:
-        body["stream"] = True
-        if usage is not None:
-            body["stream_options"] = {"include_usage": usage}
-    return body
+    return probes.request_body(route, stream, usage, max_tokens)
 
 
 def test_llama_server_metrics_map_to_llamacpp_pool_state(llama: LlamaServer) -> None:

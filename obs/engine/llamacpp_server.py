@@ -72,10 +72,6 @@ class LlamaServer(VllmServer):
             *self._extra_args,
         ]
 
-    def __repr__(self) -> str:
-        state = "not started" if self._process is None else f"pid {self._process.pid}"
-        return f"LlamaServer({str(self._model_dir)!r}, url={self.url!r}, {state})"
-
     def _check_ready(self) -> None:
         if not self._python.exists():
             raise ServerError(

@@ -276,7 +276,7 @@ class VllmServer:
 
     def __repr__(self) -> str:
         state = "not started" if self._process is None else f"pid {self._process.pid}"
-        return f"VllmServer({str(self._model_dir)!r}, url={self.url!r}, {state})"
+        return f"{type(self).__name__}({str(self._model_dir)!r}, url={self.url!r}, {state})"
 
     # --- internals --------------------------------------------------------------
 
