@@ -1,6 +1,6 @@
 """Engine adapters: each engine's /metrics page to the engine-neutral pool state.
 
-vLLM's page is a capture from a real ``vllm serve``; SGLang's and TGI's are
+vLLM's and llama.cpp's pages are captures from real servers; SGLang's and TGI's are
 written from their metric definitions (see tests/data/README.md): neither engine
 runs on these CPU-only machines, so these captures are the only way to pin them.
 """
@@ -23,6 +23,7 @@ DATA = Path(__file__).parent / "data"
 VLLM_PAGE = (DATA / "vllm-0.32-cpu-metrics.txt").read_text()
 SGLANG_PAGE = (DATA / "sglang-metrics.txt").read_text()
 TGI_PAGE = (DATA / "tgi-metrics.txt").read_text()
+LLAMACPP_PAGE = (DATA / "llamacpp-metrics.txt").read_text()
 
 
 def test_vllm_page_maps_every_field_from_its_own_samples() -> None:
@@ -57,8 +58,20 @@ def test_tgi_page_reports_only_batch_and_queue() -> None:
     assert state.kv_cache_usage is None and state.prefix_hits is None
 
 
+def test_llamacpp_page_counts_lookups_as_processed_plus_cached() -> None:
+    """llama.cpp (captured): lookups are processed + cached prompt tokens; no KV, no preemption."""
+    state = read_state("llamacpp", LLAMACPP_PAGE)
+    sums = parse_sums(LLAMACPP_PAGE)
+    cached = sums.sum("llamacpp:prompt_tokens_cached_total")
+    processed = sums.sum("llamacpp:prompt_tokens_total")
+    assert cached is not None and processed is not None and cached > 0
+    assert (state.prefix_hits, state.prefix_queries) == (cached, processed + cached)
+    assert state.reported() == {"running", "waiting", "prefix_queries", "prefix_hits"}
+
+
 @pytest.mark.parametrize(
-    ("page", "engine"), [(VLLM_PAGE, "vllm"), (SGLANG_PAGE, "sglang"), (TGI_PAGE, "tgi")]
+    ("page", "engine"),
+    [(VLLM_PAGE, "vllm"), (SGLANG_PAGE, "sglang"), (TGI_PAGE, "tgi"), (LLAMACPP_PAGE, "llamacpp")],
 )
 def test_auto_detects_the_engine_from_its_metric_names(page: str, engine: str) -> None:
     """``engine: auto`` picks the adapter whose metric prefix the page carries."""
@@ -82,7 +95,7 @@ def test_a_configured_engine_missing_from_the_page_is_absent_not_zero() -> None:
 def test_adapters_report_no_more_than_they_declare() -> None:
     """Each adapter's declared fields cover what it reads from every capture."""
     for adapter in ADAPTERS.values():
-        for page in (VLLM_PAGE, SGLANG_PAGE, TGI_PAGE):
+        for page in (VLLM_PAGE, SGLANG_PAGE, TGI_PAGE, LLAMACPP_PAGE):
             assert read_state(adapter.name, page).reported() <= adapter.reports
     assert reports("auto") == frozenset(STATE_FIELDS)
     assert reports("llamacpp") == {"running", "waiting", "prefix_queries", "prefix_hits"}

@@ -2,18 +2,19 @@
 
 Neither engine runs on these CPU-only machines: the streams are written from their
 published sources (tests/data/README.md names release and file). llama.cpp's stream
-is pinned against the real server in test_llamacpp.py.
+here is a capture of the real llama-server; test_llamacpp.py runs against the server.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from obs.events import Event
 from obs.sidecar.payloads import apply_usage
-from obs.sidecar.sse import FrameSplitter, StreamState, UsageStripper, classify
+from obs.sidecar.sse import FrameSplitter, StreamState, UsageStripper, classify, move_timings
 
 DATA = Path(__file__).parent / "data"
 
@@ -77,3 +78,33 @@ def test_tgi_error_frame_is_recognised() -> None:
     (frame,) = _frames("tgi-sse-error.txt")
     assert classify(frame, state) == (False, False)
     assert state.error is not None and "validation error" in state.error["message"]
+
+
+def _llamacpp_sections() -> dict[str, bytes]:
+    text = (DATA / "llamacpp-sse-capture.txt").read_bytes()
+    parts = re.split(rb"^### (.+)\n", text, flags=re.M)
+    return {parts[i].decode(): parts[i + 1] for i in range(1, len(parts) - 1, 2)}
+
+
+def _timings(frame: bytes) -> bytes:
+    found = re.search(rb'"timings":\{[^}]*\}', frame)
+    return found.group(0) if found else b""
+
+
+def test_llamacpp_timings_go_back_to_the_finishing_frame() -> None:
+    """With usage injected, llama.cpp's timings return to the frame it would have put them on."""
+    s = _llamacpp_sections()
+    with_usage = FrameSplitter().feed(s["chat, stream, include_usage"])
+    without = FrameSplitter().feed(s["chat, stream, no include_usage"])
+    relayed, state = _relay(with_usage, inject=True)
+    frames = FrameSplitter().feed(relayed)
+    volatile = re.compile(rb'"(created|id)":("[^"]*"|\d+)|"timings":\{[^}]*\}')
+    assert [volatile.sub(b"", f) for f in frames] == [volatile.sub(b"", f) for f in without]
+    assert _timings(frames[-2]) == _timings(with_usage[-2]) != b""  # the usage frame's own
+    assert state.usage is not None and state.usage["prompt_tokens_details"]["cached_tokens"] > 0
+
+
+def test_llamacpp_stream_without_usage_is_left_alone() -> None:
+    """A finishing frame that has its own timings is not given a second copy."""
+    without = FrameSplitter().feed(_llamacpp_sections()["chat, stream, no include_usage"])
+    assert move_timings(without[-2], without[-2]) == without[-2]
