@@ -76,7 +76,7 @@ def _chat(url: str, headers: dict[str, str] | None = None) -> None:
 
 
 def _pools(prometheus: PrometheusProcess, expr: str) -> set[str]:
-    return {s.labels.get(c.POOL, "") for s in prometheus.client.query(expr)}
+    return {s["metric"].get(c.POOL, "") for s in prometheus.client.query(expr)}
 
 
 def test_mixed_pools_state_events_dashboards_and_rules(
