@@ -11,11 +11,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+import gguf
 import httpx
 import pytest
 import yaml
 
-from obs.engine import LlamaServer
+from obs.engine import LlamaCppPaths, LlamaServer, ServerError, ensure_llamacpp
+from obs.engine.llamacpp_setup import LLAMACPP_VERSION
 from obs.sidecar.engine_scrape import read_state
 
 from . import probes
@@ -121,3 +123,32 @@ def write_mixed_config(path: Path, vllm_url: str, llama_url: str) -> Path:
     }
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return path
+
+
+def test_setup_second_call_finds_everything_cached(llamacpp_paths: LlamaCppPaths) -> None:
+    """ensure_llamacpp() again: the cached binary and model, reported ready, nothing rebuilt."""
+    messages: list[str] = []
+    again = ensure_llamacpp(progress=messages.append)
+    assert again == llamacpp_paths
+    assert len(messages) == 2 and all("ready at" in m for m in messages)
+    assert again.server.parent.parent.name == LLAMACPP_VERSION
+
+
+def test_missing_server_binary_is_a_one_line_error(
+    llamacpp_paths: LlamaCppPaths, tmp_path: Path
+) -> None:
+    """A llama-server that is not built fails start() with what to run, not a traceback."""
+    server = LlamaServer(llamacpp_paths.model, server=tmp_path / "llama-server")
+    with pytest.raises(ServerError, match=r"not found; run `vllm-obs engine setup --llamacpp`"):
+        server.start()
+
+
+def test_tiny_gguf_model_is_a_small_llama(llamacpp_paths: LlamaCppPaths) -> None:
+    """The tiny model is a 2-layer llama GGUF with a byte vocabulary and a chat template."""
+    reader = gguf.GGUFReader(str(llamacpp_paths.model))
+    arch = reader.fields["general.architecture"]
+    assert bytes(arch.parts[arch.data[0]]) == b"llama"
+    assert len(reader.fields["tokenizer.ggml.tokens"].data) == 259
+    assert "tokenizer.chat_template" in reader.fields
+    assert len(reader.tensors) == 3 + 2 * 9
+    assert llamacpp_paths.model.stat().st_size < 1 << 20
