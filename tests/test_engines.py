@@ -14,8 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
+from obs.config import parse_config
 from obs.engine_metrics import STATE_FIELDS, EngineState, Sums, plus
 from obs.engines import ADAPTERS, reports, unknown_state
+from obs.errors import ConfigError
 from obs.exporters.prom import PoolStateCollector
 from obs.sidecar.engine_scrape import ExpositionError, detect_page, parse_sums, read_state
 
@@ -159,3 +161,16 @@ def test_collector_exports_no_series_for_values_the_engine_does_not_report() -> 
         "vllm_obs_pool_preemptions_total",
     ):
         assert absent not in exported
+
+
+def test_config_names_the_engine_field_on_a_bad_engine() -> None:
+    """An unknown ``engine:`` is refused with the field and the engines that exist."""
+    config = {
+        "pools": [{"name": "a", "replicas": ["http://10.0.0.1:8000"], "engine": "ollama"}],
+        "lanes": [{"name": "l", "pool": "a"}],
+        "default_lane": "l",
+    }
+    with pytest.raises(ConfigError, match=r"pools\.0\.engine: .*'llamacpp' or 'tgi'"):
+        parse_config(config)
+    config["pools"][0].pop("engine")
+    assert parse_config(config).pools[0].engine == "auto"
