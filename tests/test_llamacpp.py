@@ -8,6 +8,7 @@ never 0, because llama.cpp does not report them.
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -108,12 +109,28 @@ def test_llama_server_error_is_relayed_and_recorded(
     assert event["http_status"] == direct.status_code
 
 
+def test_auto_pool_detects_llamacpp_and_exports_no_kv_series(
+    llama: LlamaServer, sidecar: SidecarFactory
+) -> None:
+    """A pool with ``engine: auto`` in front of llama-server: its engine is found, no KV series."""
+    sc = sidecar(llama.url, traces=False, args=("--pool-poll-interval", "0.5"))
+    httpx.post(sc.url + CHAT, json=_body(CHAT, True, None), timeout=60).raise_for_status()
+    sc.wait_events(1)
+    time.sleep(1.2)  # a pool poll after the request
+    s = probes.samples(sc.url)
+    assert [lb["engine"] for lb, _ in s["vllm_obs_pool_engine_info"]] == ["llamacpp"]
+    assert s["vllm_obs_pool_up"][0][1] == 1
+    assert s["vllm_obs_pool_prefix_cache_queries_total"][0][1] > 0
+    assert "vllm_obs_pool_kv_cache_usage_ratio" not in s
+    assert "vllm_obs_pool_preemptions_total" not in s
+
+
 def write_mixed_config(path: Path, vllm_url: str, llama_url: str) -> Path:
     """One vLLM pool and one llama.cpp pool; lane ``local`` (header) goes to llama.cpp."""
     config = {
         "pools": [
             {"name": "gpu", "replicas": [vllm_url], "engine": "vllm"},
-            {"name": "cpu", "replicas": [llama_url], "engine": "auto"},
+            {"name": "cpu", "replicas": [llama_url], "engine": "llamacpp"},
         ],
         "lanes": [
             {"name": "chat", "pool": "gpu"},
