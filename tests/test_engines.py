@@ -7,6 +7,7 @@ runs on these CPU-only machines, so these captures are the only way to pin them.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,11 @@ def test_config_names_the_engine_field_on_a_bad_engine() -> None:
         parse_config(config)
     config["pools"][0].pop("engine")
     assert parse_config(config).pools[0].engine == "auto"
+
+
+def test_adapter_drops_values_outside_what_it_declares() -> None:
+    """An adapter's state never carries a field its engine is declared not to report."""
+    vllm_read = ADAPTERS["vllm"].read
+    narrow = dataclasses.replace(ADAPTERS["vllm"], reports=frozenset({"running"}), read=vllm_read)
+    state = narrow.state(parse_sums(VLLM_PAGE))
+    assert state.reported() == {"running"} and state.kv_cache_usage is None

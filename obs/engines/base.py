@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from obs.engine_metrics import STATE_FIELDS, EngineState, Sums
 from obs.events import Event
@@ -48,4 +49,9 @@ class Adapter:
 
     def state(self, sums: Sums) -> EngineState:
         """The replica's state; a field outside ``reports`` is always absent."""
-        return self.read(sums)
+        state = self.read(sums)
+        extra = state.reported() - self.reports
+        if not extra:
+            return state
+        cleared: dict[str, Any] = dict.fromkeys(extra)
+        return replace(state, **cleared)

@@ -36,7 +36,8 @@ LLAMACPP = Adapter(
         c.LLAMACPP_PROMPT_TOKENS,
         c.LLAMACPP_CACHED_TOKENS,
     ),
-    serve_flags="--metrics (without it /metrics answers 501); no spans",
+    serve_flags="--metrics (required: without it /metrics answers 501 and the sidecar "
+    "counts the replica down); no spans",
     events={
         "error_message": "`error.message` of its error body",
         "engine_view": "always absent: llama-server exports no spans",
