@@ -70,6 +70,10 @@ def _alert(
     }
 
 
+# The pool-state field each saturation alert of _pool_alerts reads, in order.
+_SATURATION_FIELDS = ("kv_cache_usage", "preemptions")
+
+
 def _pool_alerts(model: AlertModel, p: PoolHealth) -> list[Rule]:
     pool = e.eq(c.POOL, p.pool)
     labels = {c.POOL: p.pool}
@@ -84,7 +88,7 @@ def _pool_alerts(model: AlertModel, p: PoolHealth) -> list[Rule]:
     kv_max = e.num(p.kv_cache_usage_max)
     preempt_max = e.num(model.thresholds.preemptions_per_s_max)
     kv_pct = e.num(p.kv_cache_usage_max * 100)
-    return [
+    saturation = [
         _alert(
             model,
             c.ALERT_KV_CACHE_USAGE_HIGH,
@@ -106,6 +110,13 @@ def _pool_alerts(model: AlertModel, p: PoolHealth) -> list[Rule]:
             f"{preempt_max}/s) for {HEALTH_POLICY[c.ALERT_POOL_PREEMPTING].for_}: its KV "
             "cache cannot hold the batch, and preempted requests are recomputed.",
         ),
+    ]
+    # An engine that does not report a value gets no alert judged on it (obs.engines).
+    judged = [
+        r for r, field in zip(saturation, _SATURATION_FIELDS, strict=True) if field in p.reports
+    ]
+    return [
+        *judged,
         _alert(
             model,
             c.ALERT_POOL_REPLICA_DOWN,

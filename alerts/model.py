@@ -12,6 +12,8 @@ from typing import Final
 
 from obs import conventions as c
 from obs.config import Config, Lane, LatencySLO
+from obs.engine_metrics import STATE_FIELDS
+from obs.engines import reports
 from obs.errors import ConfigError
 
 # Where the runbook lives in the repository; alerts link to its sections.
@@ -85,11 +87,14 @@ class LaneHealth:
 
 @dataclass(frozen=True, slots=True)
 class PoolHealth:
-    """A pool's replicas and saturation thresholds."""
+    """A pool's replicas and saturation thresholds, and what its engine reports."""
 
     pool: str
     replicas: tuple[str, ...]
     kv_cache_usage_max: float
+    engine: str = "auto"
+    reports: frozenset[str] = frozenset(STATE_FIELDS)
+    """Pool-state fields its engine reports (obs.engines): no alert is judged on the rest."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,16 +170,21 @@ def build_model(
     """Derive the alerting model; raise ``ConfigError`` for SLOs no alert could catch."""
     th = thresholds or HealthThresholds()
     slis = tuple(s for lane in config.lanes for s in _slis(lane))
+    pools = tuple(
+        PoolHealth(p.name, tuple(p.replicas), p.kv_cache_usage_max, p.engine, reports(p.engine))
+        for p in config.pools
+    )
+    hits = {p.pool for p in pools if "prefix_hits" in p.reports}
     lanes = tuple(
         LaneHealth(
             lane=lane.name,
             pool=lane.pool,
             queue_wait_max_s=_queue_wait_max_s(lane, th),
-            cache_hit_ratio_min=lane.slo.cache_hit_ratio_min,
+            # A pool whose engine counts no prefix-cache hits cannot be judged on a floor.
+            cache_hit_ratio_min=lane.slo.cache_hit_ratio_min if lane.pool in hits else None,
         )
         for lane in config.lanes
     )
-    pools = tuple(PoolHealth(p.name, tuple(p.replicas), p.kv_cache_usage_max) for p in config.pools)
     return AlertModel(slis, lanes, pools, th, runbook_url)
 
 

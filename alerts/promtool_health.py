@@ -70,6 +70,20 @@ def _pool_series(name: str, p: PoolHealth, values: list[str]) -> list[s.Series]:
     ]
 
 
+def _never(p: PoolHealth, alert: str, all_up: Inputs) -> list[Group]:
+    """A pool whose engine does not report what ``alert`` judges: up for hours, it never fires."""
+    for_ = HEALTH_POLICY[alert].for_
+    at = tl.firing_time(RATE_S, for_) * 4
+    steps = at // tl.STEP_S + 1
+    return [
+        tl.group(
+            f"{alert} pool {p.pool} ({p.engine} does not report it): never fires",
+            all_up(steps),
+            [tl.alert_test(alert, at, [])],
+        )
+    ]
+
+
 def _pool_cases(model: AlertModel, p: PoolHealth, index: RuleIndex) -> list[Group]:
     first = p.replicas[0]
     rest = len(p.replicas) - 1
@@ -114,8 +128,10 @@ def _pool_cases(model: AlertModel, p: PoolHealth, index: RuleIndex) -> list[Grou
     rate = 3 / tl.STEP_S
     all_up = up(*[1] * len(p.replicas))
     one_down = up(0, *[1] * rest)
-    return [
-        *_pair(
+
+    # Built only for a pool whose engine reports the value (only then is there a rule).
+    def kv_cases() -> list[Group]:
+        return _pair(
             c.ALERT_KV_CACHE_USAGE_HIGH,
             f"{where} replica at {high:g}",
             GAUGE_S,
@@ -123,8 +139,10 @@ def _pool_cases(model: AlertModel, p: PoolHealth, index: RuleIndex) -> list[Grou
             [s.expected(rule(c.ALERT_KV_CACHE_USAGE_HIGH), replica, high)],
             kv(low, low),
             f"usage is {low:g}",
-        ),
-        *_pair(
+        )
+
+    def preempt_cases() -> list[Group]:
+        return _pair(
             c.ALERT_POOL_PREEMPTING,
             f"{where} replica preempting {rate:g}/s",
             RATE_S,
@@ -132,6 +150,18 @@ def _pool_cases(model: AlertModel, p: PoolHealth, index: RuleIndex) -> list[Grou
             [s.expected(rule(c.ALERT_POOL_PREEMPTING), replica, rate)],
             preempt(0),
             "the counter is flat",
+        )
+
+    return [
+        *(
+            kv_cases()
+            if "kv_cache_usage" in p.reports
+            else _never(p, c.ALERT_KV_CACHE_USAGE_HIGH, all_up)
+        ),
+        *(
+            preempt_cases()
+            if "preemptions" in p.reports
+            else _never(p, c.ALERT_POOL_PREEMPTING, all_up)
         ),
         *_pair(
             c.ALERT_POOL_REPLICA_DOWN,

@@ -74,8 +74,17 @@ def timeseries(
     thresholds: Steps = (),
     links: Sequence[dict[str, Any]] = (),
     max_: int | None = None,
+    no_value: str | None = None,
 ) -> TimeSeries:
-    """A time series panel; ``thresholds`` are drawn as dashed lines."""
+    """A time series panel; ``thresholds`` are drawn as dashed lines.
+
+    ``no_value`` is the text the panel shows when its query returns no series.
+    """
+    defaults: dict[str, Any] = {}
+    if links:
+        defaults["links"] = list(links)
+    if no_value is not None:
+        defaults["noValue"] = no_value
     return TimeSeries(
         title=title,
         description=description,
@@ -93,7 +102,7 @@ def timeseries(
         valueMin=0,
         valueMax=max_,
         maxDataPoints=None,
-        extraJson={"fieldConfig": {"defaults": {"links": list(links)}}} if links else None,
+        extraJson={"fieldConfig": {"defaults": defaults}} if defaults else None,
     )
 
 

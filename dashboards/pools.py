@@ -6,6 +6,7 @@ from grafanalib.core import Dashboard
 
 from obs import conventions as c
 from obs.config import Config
+from obs.engines import reports
 
 from . import expr as e
 from . import links
@@ -19,6 +20,17 @@ P = (e.POOL_VAR,)
 def _lines(color_below: str, color_above: str, values: list[float]) -> Steps:
     """Threshold steps that draw one line at each value."""
     return ((color_below, None), *((color_above, x) for x in sorted(set(values))))
+
+
+NOT_REPORTED = "not reported by this engine"
+
+
+def _not_reported(config: Config, field: str) -> str:
+    """A description sentence naming the pools whose engine does not report ``field``."""
+    pools = [f"{p.name} ({p.engine})" for p in config.pools if field not in reports(p.engine)]
+    if not pools:
+        return ""
+    return f" Not reported by the engine of pool {', '.join(pools)}: no series, never 0."
 
 
 def _hit_ratio(*by: str) -> str:
@@ -43,10 +55,11 @@ def _engine_state(grid: Grid, config: Config) -> None:
             unit="percentunit",
             description=(
                 "KV cache usage of each replica. Lines: each pool's kv_cache_usage_max alert "
-                "threshold from the config."
+                "threshold from the config." + _not_reported(config, "kv_cache_usage")
             ),
             thresholds=_lines("green", "red", kv_max),
             max_=1,
+            no_value=NOT_REPORTED,
         ),
         12,
         8,
@@ -74,7 +87,9 @@ def _engine_state(grid: Grid, config: Config) -> None:
                 )
             ],
             unit="ops",
-            description="Requests preempted per second (KV cache exhausted mid-generation).",
+            description="Requests preempted per second (KV cache exhausted mid-generation)."
+            + _not_reported(config, "preemptions"),
+            no_value=NOT_REPORTED,
         ),
         8,
         8,
@@ -91,10 +106,11 @@ def _engine_state(grid: Grid, config: Config) -> None:
             unit="percentunit",
             description=(
                 "Prompt tokens found in the prefix cache / looked up. Lines: the lanes' "
-                "cache_hit_ratio_min floors from the config."
+                "cache_hit_ratio_min floors from the config." + _not_reported(config, "prefix_hits")
             ),
             thresholds=_lines("red", "green", floors) if floors else (),
             max_=1,
+            no_value=NOT_REPORTED,
         ),
         8,
         8,
@@ -120,8 +136,10 @@ def _per_lane(grid: Grid, config: Config) -> None:
             "KV cache usage of each lane's pool",
             [Query(e.per_lane(kv), "{{lane}} ({{pool}})")],
             unit="percentunit",
-            description="Highest KV cache usage of the replicas of the pool each lane uses.",
+            description="Highest KV cache usage of the replicas of the pool each lane uses."
+            + _not_reported(config, "kv_cache_usage"),
             max_=1,
+            no_value=NOT_REPORTED,
         ),
         12,
         8,
@@ -140,9 +158,11 @@ def _per_lane(grid: Grid, config: Config) -> None:
                 "Prefix-cache hit ratio of the pool each lane routes to. Floors: "
                 + (", ".join(f"{k} {x:g}" for k, x in floors.items()) or "none declared")
                 + "."
+                + _not_reported(config, "prefix_hits")
             ),
             thresholds=_lines("red", "green", list(floors.values())) if floors else (),
             max_=1,
+            no_value=NOT_REPORTED,
         ),
         12,
         8,

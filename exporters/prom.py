@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import (
@@ -251,6 +251,17 @@ class LaneLoad(Protocol):
     def queued(self) -> int: ...
 
 
+# Each engine-neutral state field and the pool metric it is exported as.
+_STATE_METRICS: Final = {
+    "kv_cache_usage": c.POOL_KV_CACHE_USAGE,
+    "running": c.POOL_RUNNING,
+    "waiting": c.POOL_WAITING,
+    "prefix_queries": c.POOL_PREFIX_QUERIES,
+    "prefix_hits": c.POOL_PREFIX_HITS,
+    "preemptions": c.POOL_PREEMPTIONS,
+}
+
+
 class PoolStateCollector(Collector):
     """Scrape-time view of each replica's engine state, from the monitor's snapshot."""
 
@@ -262,25 +273,23 @@ class PoolStateCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         labels = [c.POOL, c.REPLICA]
         up = GaugeMetricFamily(c.POOL_UP.name, c.POOL_UP.help, labels=labels)
-        kv = GaugeMetricFamily(
-            c.POOL_KV_CACHE_USAGE.name, c.POOL_KV_CACHE_USAGE.help, labels=labels
+        info = GaugeMetricFamily(
+            c.POOL_ENGINE_INFO.name, c.POOL_ENGINE_INFO.help, labels=[*labels, c.ENGINE]
         )
-        run = GaugeMetricFamily(c.POOL_RUNNING.name, c.POOL_RUNNING.help, labels=labels)
-        wait = GaugeMetricFamily(c.POOL_WAITING.name, c.POOL_WAITING.help, labels=labels)
-        q = CounterMetricFamily(
-            c.POOL_PREFIX_QUERIES.name, c.POOL_PREFIX_QUERIES.help, labels=labels
-        )
-        h = CounterMetricFamily(c.POOL_PREFIX_HITS.name, c.POOL_PREFIX_HITS.help, labels=labels)
-        pre = CounterMetricFamily(c.POOL_PREEMPTIONS.name, c.POOL_PREEMPTIONS.help, labels=labels)
+        families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
+            field: (CounterMetricFamily if m.kind == "counter" else GaugeMetricFamily)(
+                m.name, m.help, labels=labels
+            )
+            for field, m in _STATE_METRICS.items()
+        }
         for (pool, replica), state in self._snapshot().items():
             lv = [pool, replica]
             up.add_metric(lv, 0.0 if state is None else 1.0)
             if state is None:
                 continue
-            kv.add_metric(lv, state.kv_cache_usage)
-            run.add_metric(lv, state.running)
-            wait.add_metric(lv, state.waiting)
-            q.add_metric(lv, state.prefix_queries)
-            h.add_metric(lv, state.prefix_hits)
-            pre.add_metric(lv, state.preemptions)
-        return [up, kv, run, wait, q, h, pre]
+            info.add_metric([*lv, state.engine], 1.0)
+            for field, family in families.items():
+                value = getattr(state, field)
+                if value is not None:  # not reported by this engine: no sample at all
+                    family.add_metric(lv, value)
+        return [up, info, *families.values()]

@@ -141,6 +141,9 @@ class Pool(_Model):
     # True when the pool's vLLM exports its llm_request spans to this sidecar
     # (--otlp-traces-endpoint http://SIDECAR/v1/traces): events then wait for the engine view.
     engine_traces: bool = False
+    # Which engine serves the pool (obs.engines): its adapter maps the engine's /metrics to
+    # the pool state; ``auto`` detects it from the metric names each replica exports.
+    engine: Literal["auto", "vllm", "sglang", "llamacpp", "tgi"] = "auto"
     health: HealthCheck = HealthCheck()
     kv_cache_usage_max: Ratio = 0.9
 

@@ -25,6 +25,7 @@ ERROR_CLASS: Final = "error_class"
 EXPORTER: Final = "exporter"
 RESULT: Final = "result"
 LIMIT: Final = "limit"
+ENGINE: Final = "engine"
 
 # The five request phases, in order (see obs.phases).
 PHASES: Final = ("queue", "prefill", "first_token", "decode", "stream")
@@ -187,6 +188,14 @@ POOL_PREFIX_HITS = _m(
 POOL_PREEMPTIONS = _m(
     "pool_preemptions", "counter", "Requests preempted by the replica's engine.", POOL, REPLICA
 )
+POOL_ENGINE_INFO = _m(
+    "pool_engine_info",
+    "gauge",
+    "Always 1: the engine serving the replica (vllm, sglang, llamacpp, tgi, or unknown).",
+    POOL,
+    REPLICA,
+    ENGINE,
+)
 
 # The sidecar's own health.
 EVENTS_WRITTEN = _m("events_written", "counter", "Request events written by an exporter.", EXPORTER)
@@ -265,6 +274,7 @@ ALL_METRICS: Final = (
     POOL_PREFIX_QUERIES,
     POOL_PREFIX_HITS,
     POOL_PREEMPTIONS,
+    POOL_ENGINE_INFO,
     EVENTS_WRITTEN,
     EVENTS_DROPPED,
     EXPORTER_FAILURES,
@@ -301,6 +311,21 @@ VLLM_METRICS: Final = (
     VLLM_TTFT,
     VLLM_ITL,
 )
+
+# Other engines' own metrics that their adapters read (see obs.engines): SGLang's
+# python/sglang/srt/metrics/collector.py, llama.cpp's tools/server/server-task.cpp
+# (served with --metrics), TGI's router/src/server.rs and backends/v3/src.
+SGLANG_TOKEN_USAGE: Final = "sglang:token_usage"
+SGLANG_RUNNING: Final = "sglang:num_running_reqs"
+SGLANG_WAITING: Final = "sglang:num_queue_reqs"
+SGLANG_PROMPT_TOKENS: Final = "sglang:prompt_tokens_total"
+SGLANG_CACHED_TOKENS: Final = "sglang:cached_tokens_total"
+LLAMACPP_PROCESSING: Final = "llamacpp:requests_processing"
+LLAMACPP_DEFERRED: Final = "llamacpp:requests_deferred"
+LLAMACPP_PROMPT_TOKENS: Final = "llamacpp:prompt_tokens_total"
+LLAMACPP_CACHED_TOKENS: Final = "llamacpp:prompt_tokens_cached_total"
+TGI_BATCH_SIZE: Final = "tgi_batch_current_size"
+TGI_QUEUE_SIZE: Final = "tgi_queue_size"
 
 # Latency buckets in seconds; SLO thresholds from the config are merged in
 # exactly (see ``latency_buckets``) so every threshold is a bucket boundary.

@@ -1,74 +1,85 @@
-"""Reads the few engine-state values the sidecar needs from a vLLM ``/metrics`` page.
+"""The engine-neutral pool state: what the sidecar exports per replica, whatever the engine.
 
-A deliberately small parser of the Prometheus text format: it sums each
-wanted sample name over its label sets (vLLM labels by engine and model).
+An engine adapter (``obs.engines``) maps one engine's own ``/metrics`` samples to
+an :class:`EngineState`. A value the engine does not report is ``None`` (absent),
+never 0: the sidecar then exports no gauge for it, the dashboards show "not
+reported by this engine" and no alert is judged on it.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
 
-from obs import conventions as c
-
-WANTED = (
-    c.VLLM_KV_CACHE_USAGE,
-    c.VLLM_RUNNING,
-    c.VLLM_WAITING,
-    c.VLLM_PREFIX_QUERIES,
-    c.VLLM_PREFIX_HITS,
-    c.VLLM_PREEMPTIONS,
+# The fields of EngineState that carry engine values (all but ``engine``).
+STATE_FIELDS = (
+    "kv_cache_usage",
+    "running",
+    "waiting",
+    "prefix_queries",
+    "prefix_hits",
+    "preemptions",
 )
-
-
-MAX_MODELS = 8  # model names taken from one replica's page
 
 
 @dataclass(frozen=True, slots=True)
 class EngineState:
-    kv_cache_usage: float
-    running: float
-    waiting: float
-    prefix_queries: float
-    prefix_hits: float
-    preemptions: float
+    """One replica's engine state; ``None`` where its engine does not report the value."""
+
+    engine: str
+    kv_cache_usage: float | None
+    running: float | None
+    waiting: float | None
+    prefix_queries: float | None
+    prefix_hits: float | None
+    preemptions: float | None
     models: tuple[str, ...] = ()  # the model_name values the replica's samples carry
 
+    def reported(self) -> frozenset[str]:
+        """The names of the state values this state carries (engine and models aside)."""
+        return frozenset(
+            f.name
+            for f in fields(self)
+            if f.name not in ("engine", "models") and getattr(self, f.name) is not None
+        )
 
-def parse_engine_state(text: str) -> EngineState:
-    """Engine state from a ``/metrics`` exposition; absent samples read as 0."""
-    sums = dict.fromkeys(WANTED, 0.0)
-    counts = dict.fromkeys(WANTED, 0)
-    models: dict[str, None] = {}
-    for line in text.splitlines():
-        if not line or line[0] == "#":
-            continue
-        end = line.find("{")
-        name = line[: end if end >= 0 else line.find(" ")]
-        if name in sums:
-            if name == c.VLLM_RUNNING and len(models) < MAX_MODELS:
-                at = line.find('model_name="')
-                if at >= 0:
-                    start = at + len('model_name="')
-                    models.setdefault(line[start : line.find('"', start)])
-            try:
-                value = float(
-                    line.rsplit(" ", 1)[1] if "}" not in line else line.rsplit("}", 1)[1].split()[0]
-                )
-            except (IndexError, ValueError):
+
+@dataclass(frozen=True, slots=True)
+class Sums:
+    """Each sample name's sum over its label sets, and how many label sets it had."""
+
+    totals: Mapping[str, tuple[float, int]]
+
+    @classmethod
+    def of(cls, samples: Iterable[tuple[str, float]]) -> Sums:
+        """Sum ``(name, value)`` samples by name; NaN samples are left out."""
+        totals: dict[str, tuple[float, int]] = {}
+        for name, value in samples:
+            if value != value:  # NaN: the engine has no value yet
                 continue
-            if not math.isnan(value):
-                sums[name] += value
-                counts[name] += 1
-    usage = sums[c.VLLM_KV_CACHE_USAGE]
-    if counts[c.VLLM_KV_CACHE_USAGE] > 1:  # several engines: report their mean usage
-        usage /= counts[c.VLLM_KV_CACHE_USAGE]
-    return EngineState(
-        kv_cache_usage=usage,
-        running=sums[c.VLLM_RUNNING],
-        waiting=sums[c.VLLM_WAITING],
-        prefix_queries=sums[c.VLLM_PREFIX_QUERIES],
-        prefix_hits=sums[c.VLLM_PREFIX_HITS],
-        preemptions=sums[c.VLLM_PREEMPTIONS],
-        models=tuple(models),
-    )
+            total, n = totals.get(name, (0.0, 0))
+            totals[name] = (total + value, n + 1)
+        return cls(totals)
+
+    def sum(self, name: str) -> float | None:
+        """The sum over all label sets, or ``None`` if the page has no such sample."""
+        found = self.totals.get(name)
+        return None if found is None else found[0]
+
+    def mean(self, name: str) -> float | None:
+        """The mean over label sets (e.g. KV usage of several engine cores), or ``None``."""
+        found = self.totals.get(name)
+        return None if found is None else found[0] / found[1]
+
+    def names(self) -> Iterable[str]:
+        return self.totals.keys()
+
+
+def plus(*values: float | None) -> float | None:
+    """The sum of the values, or ``None`` if any is absent."""
+    total = 0.0
+    for v in values:
+        if v is None:
+            return None
+        total += v
+    return total

@@ -1,4 +1,4 @@
-"""README reference tables generated from the code (event fields, metric names).
+"""README reference tables generated from the code (event fields, metric names, engines).
 
 ``python -m obs.reference README.md`` rewrites the tables between their
 markers; a test fails when the README and the code disagree.
@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from obs import conventions as c
+from obs.engines import matrix
 from obs.events import field_docs
 
 
@@ -30,7 +31,12 @@ def metric_table() -> str:
     return "\n".join(rows)
 
 
-TABLES = {"event-fields": event_table, "metrics": metric_table}
+TABLES = {
+    "event-fields": event_table,
+    "metrics": metric_table,
+    "engines": matrix.engine_table,
+    "engine-events": matrix.event_table,
+}
 
 
 def _replacer(table: str) -> Callable[[re.Match[str]], str]:

@@ -26,7 +26,9 @@ import aiohttp
 import structlog
 
 from obs.config import Config
-from obs.engine_metrics import EngineState, parse_engine_state
+from obs.engine_metrics import EngineState
+from obs.engines import unknown_state
+from obs.sidecar.engine_scrape import ExpositionError, read_state
 
 log = structlog.get_logger("vllm_obs.pools")
 
@@ -46,6 +48,7 @@ def _weight(key: str, url: str) -> bytes:
 class Replica:
     pool: str
     url: str
+    engine: str = "auto"  # the pool's configured engine (obs.engines), or auto
     outstanding: int = 0
     healthy: bool = True
     state: EngineState | None = None
@@ -58,7 +61,7 @@ class PoolSet:
         self.config = config
         self.poll_interval_s = poll_interval_s
         self.replicas: dict[str, list[Replica]] = {
-            p.name: [Replica(p.name, u) for u in p.replicas] for p in config.pools
+            p.name: [Replica(p.name, u, p.engine) for u in p.replicas] for p in config.pools
         }
         self._task: asyncio.Task[None] | None = None
         # Told the model names each replica's /metrics carries (the metrics' model label).
@@ -134,7 +137,12 @@ class PoolSet:
             self._poll_failed(r)
             return
         r.slow_polls = 0
-        r.state = parse_engine_state(text)
+        try:
+            r.state = read_state(r.engine, text)
+        except ExpositionError as e:
+            # The replica answers, so it is up; what its engine reports is unknown.
+            log.warning("replica_metrics_unreadable", pool=r.pool, replica=r.url, error=str(e))
+            r.state = unknown_state()
         if r.state.models and self.on_models is not None:
             self.on_models(r.state.models)
         self.mark_ok(r)

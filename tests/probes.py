@@ -23,6 +23,25 @@ _TCP_STATES = {"01": "ESTABLISHED", "06": "TIME_WAIT", "08": "CLOSE_WAIT", "0A":
 Samples = dict[str, list[tuple[dict[str, str], float]]]
 
 
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+
+
+def request_body(route: str, stream: bool, usage: bool | None, max_tokens: int) -> dict[str, Any]:
+    """A greedy chat or completions request for the tiny model, streamed or not, with
+    ``stream_options.include_usage`` set to ``usage`` (left out when None)."""
+    body: dict[str, Any] = {"model": "tiny", "max_tokens": max_tokens, "temperature": 0}
+    if route == CHAT:
+        body["messages"] = [{"role": "user", "content": "def fibonacci(n):"}]
+    else:
+        body["prompt"] = "import os\nimport sys\n"
+    if stream:
+        body["stream"] = True
+        if usage is not None:
+            body["stream_options"] = {"include_usage": usage}
+    return body
+
+
 def parse_samples(text: str) -> Samples:
     """Every sample of a Prometheus exposition, by sample name: (labels, value) pairs."""
     out: Samples = {}

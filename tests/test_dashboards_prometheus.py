@@ -44,6 +44,7 @@ FIXED = {
     c.ERROR_CLASS: ["timeout"],
     c.EXPORTER: ["jsonl"],
     c.RESULT: ["joined", "late"],
+    c.ENGINE: ["vllm"],
 }
 VLLM_BUCKETS = (0.01, 0.1, 1.0, 10.0)
 

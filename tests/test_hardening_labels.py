@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx
 
 from obs import conventions as c
-from obs.engine_metrics import parse_engine_state
+from obs.sidecar.engine_scrape import read_state
 from obs.sidecar.testing import free_port
 
 from .conftest import SidecarFactory
@@ -22,6 +22,7 @@ def test_made_up_model_names_fold_into_other(sidecar: SidecarFactory) -> None:
     with httpx.Client(base_url=sc.url) as client:
         first = {"model": "tiny", "messages": [{"role": "user", "content": "x"}]}
         assert client.post("/v1/chat/completions", json=first).status_code == 503
+        sc.wait_events(1)  # the JSONL writer's counter exists once it wrote
         before = sum(len(v) for v in samples(sc.url).values())  # the lane's series exist now
         for i in range(300):
             body = {"model": f"made-up-{i}", "messages": [{"role": "user", "content": "x"}]}
@@ -34,7 +35,7 @@ def test_made_up_model_names_fold_into_other(sidecar: SidecarFactory) -> None:
 
 def test_models_a_replica_reports_become_known_label_values() -> None:
     """vLLM's /metrics names the served model (model_name): that one passes, others fold."""
-    state = parse_engine_state((DATA / "vllm-0.32-cpu-metrics.txt").read_text())
+    state = read_state("auto", (DATA / "vllm-0.32-cpu-metrics.txt").read_text())
     assert state.models == ("tiny",)
     label = c.BoundedLabel(cap=0)
     assert label("tiny") == c.OVERFLOW_LABEL

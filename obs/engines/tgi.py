@@ -1,0 +1,45 @@
+"""Text Generation Inference: batch size and queue size only.
+
+TGI exports no KV usage ratio (``tgi_batch_current_max_tokens`` is the batch's
+token budget, not cache usage), no prefix-cache counters and no preemptions:
+those stay absent.
+"""
+
+from __future__ import annotations
+
+from obs import conventions as c
+from obs.engine_metrics import EngineState, Sums
+from obs.engines.base import ENGINE_VIEW_FIELDS, Adapter
+
+
+def _read(s: Sums) -> EngineState:
+    return EngineState(
+        engine="tgi",
+        kv_cache_usage=None,
+        running=s.sum(c.TGI_BATCH_SIZE),
+        waiting=s.sum(c.TGI_QUEUE_SIZE),
+        prefix_queries=None,
+        prefix_hits=None,
+        preemptions=None,
+    )
+
+
+TGI = Adapter(
+    name="tgi",
+    prefix="tgi_",
+    reports=frozenset({"running", "waiting"}),
+    read=_read,
+    wants=(
+        c.TGI_BATCH_SIZE,
+        c.TGI_QUEUE_SIZE,
+    ),
+    serve_flags="none (/metrics is always on); spans: --otlp-endpoint HOST:PORT",
+    events={
+        "error_message": "the error body's first 200 bytes (no `error.message` object)",
+        "engine_view": "always absent: its spans are not joined yet",
+        "cached_tokens": "null: its usage has no cached-token count",
+        "cache_hit": "null",
+        **dict.fromkeys(ENGINE_VIEW_FIELDS, "null"),
+    },
+    tested="captures written from its source (tests/data)",
+)
