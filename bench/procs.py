@@ -15,11 +15,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
-from obs.sidecar.testing import free_port, wait_http
+from obs.engine import VllmServer, ensure_engine
+from obs.sidecar.testing import SidecarProcess, free_port, wait_http
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 ROOT = Path(__file__).resolve().parent.parent
@@ -208,3 +211,28 @@ class Scraper:
             with contextlib.suppress(OSError), urllib.request.urlopen(self.url, timeout=5) as r:
                 r.read()
                 self.scrapes += 1
+
+
+@contextlib.contextmanager
+def vllm_and_sidecar(
+    prefix: str, sidecar_env: dict[str, str]
+) -> Iterator[tuple[VllmServer, SidecarProcess, Path]]:
+    """A real ``vllm serve`` (tiny model) and a sidecar in front of it, in a new work dir.
+
+    Yields (engine, sidecar, work dir); both are stopped by PID on the way out.
+    """
+    paths = ensure_engine()
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    with VllmServer(
+        paths.model_dir, log_path=work / "vllm.log", python=paths.python, launcher=paths.launcher
+    ) as vllm:
+        sc = SidecarProcess(
+            upstream=vllm.url,
+            events=work / "events.jsonl",
+            log_path=work / "sidecar.log",
+            env=sidecar_env,
+        ).start()
+        try:
+            yield vllm, sc, work
+        finally:
+            sc.stop()

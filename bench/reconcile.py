@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -25,8 +24,9 @@ from typing import Any
 import httpx
 import openai
 
+from bench.procs import vllm_and_sidecar
 from obs import conventions as c
-from obs.engine import VllmServer, ensure_engine
+from obs.engine import VllmServer
 from obs.sidecar.testing import SidecarProcess
 from tests.probes import samples
 
@@ -162,28 +162,16 @@ def main() -> int:
     ap.add_argument("--per-kind", type=int, default=40, help="requests of each kind")
     ap.add_argument("--out", type=Path, default=Path("bench/results/reconcile.json"))
     args = ap.parse_args()
-    paths = ensure_engine()
-    work = Path(tempfile.mkdtemp(prefix="vllm-obs-reconcile-"))
     rows = []
-    with VllmServer(
-        paths.model_dir, log_path=work / "vllm.log", python=paths.python, launcher=paths.launcher
-    ) as vllm:
-        sc = SidecarProcess(
-            upstream=vllm.url,
-            events=work / "events.jsonl",
-            log_path=work / "sidecar.log",
-            env={"OTEL_TRACES_EXPORTER": "none"},
-        ).start()
+    no_spans = {"OTEL_TRACES_EXPORTER": "none"}
+    with vllm_and_sidecar("vllm-obs-reconcile-", no_spans) as (vllm, sc, _):
         http = httpx.Client(base_url=sc.url, timeout=60)
-        try:
-            for kind, (send, why) in KINDS.items():
-                print(f"[reconcile] {kind}: {args.per_kind} requests ...", flush=True)
-                ids, dv, ds = run_kind(send, args.per_kind, vllm, sc, http)
-                evs = {e["request_id"]: e for e in sc.wait_events(len(ids), timeout_s=60)}
-                mine = [evs[i] for i in ids if i in evs]
-                rows.append(_row(kind, why, len(ids), mine, dv, ds))
-        finally:
-            sc.stop()
+        for kind, (send, why) in KINDS.items():
+            print(f"[reconcile] {kind}: {args.per_kind} requests ...", flush=True)
+            ids, dv, ds = run_kind(send, args.per_kind, vllm, sc, http)
+            evs = {e["request_id"]: e for e in sc.wait_events(len(ids), timeout_s=60)}
+            mine = [evs[i] for i in ids if i in evs]
+            rows.append(_row(kind, why, len(ids), mine, dv, ds))
     print(table(rows))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"per_kind": args.per_kind, "rows": rows}, indent=2))

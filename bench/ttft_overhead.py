@@ -18,13 +18,13 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import urllib.request
 from pathlib import Path
 
-from obs.engine import VllmServer, ensure_engine
-from obs.sidecar.testing import OtlpReceiver, SidecarProcess
+from bench.procs import vllm_and_sidecar
+from obs.engine import ensure_engine
+from obs.sidecar.testing import OtlpReceiver
 
 
 def bench(
@@ -93,18 +93,10 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("bench/results/ttft_overhead.json"))
     args = ap.parse_args()
     paths = ensure_engine()
-    work = Path(tempfile.mkdtemp(prefix="vllm-obs-bench-"))
     receiver = OtlpReceiver().start()
     rows: dict[str, list[dict[str, float]]] = {"direct": [], "sidecar": []}
-    with VllmServer(
-        paths.model_dir, log_path=work / "vllm.log", python=paths.python, launcher=paths.launcher
-    ) as vllm:
-        sc = SidecarProcess(
-            upstream=vllm.url,
-            events=work / "events.jsonl",
-            log_path=work / "sidecar.log",
-            env={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.url},
-        ).start()
+    spans = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.url}
+    with vllm_and_sidecar("vllm-obs-bench-", spans) as (vllm, sc, work):
         stop = threading.Event()
         threading.Thread(target=scrape, args=(sc.url, stop), daemon=True).start()
         try:
@@ -130,7 +122,6 @@ def main() -> int:
                     )
         finally:
             stop.set()
-            sc.stop()
     receiver.stop()
     events = len((work / "events.jsonl").read_bytes().splitlines())
 

@@ -20,15 +20,13 @@ import socket
 import statistics
 import struct
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from obs.engine import VllmServer, ensure_engine
-from obs.sidecar.testing import SidecarProcess
+from bench.procs import vllm_and_sidecar
 
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 CHAT = "/v1/chat/completions"
@@ -112,38 +110,26 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--out", type=Path, default=Path("bench/results/ttft_truth.json"))
     args = ap.parse_args()
-    paths = ensure_engine()
-    work = Path(tempfile.mkdtemp(prefix="vllm-obs-ttft-truth-"))
     results: dict[str, Any] = {}
-    with VllmServer(
-        paths.model_dir, log_path=work / "vllm.log", python=paths.python, launcher=paths.launcher
-    ) as vllm:
-        sc = SidecarProcess(
-            upstream=vllm.url,
-            events=work / "events.jsonl",
-            log_path=work / "sidecar.log",
-            env={"OTEL_TRACES_EXPORTER": "none"},
-        ).start()
-        try:
-            run(sc.port, 1, 5, args.max_tokens)  # warm-up, not counted
-            for conc in args.concurrency:
-                client = run(sc.port, conc, args.requests, args.max_tokens)
-                events = {e["request_id"]: e for e in sc.wait_events(0, timeout_s=1)}
-                deadline = time.monotonic() + 30
-                while not all(r in events for r in client) and time.monotonic() < deadline:
-                    time.sleep(0.3)
-                    events = {e["request_id"]: e for e in sc.events()}
-                diff = [t - events[r]["ttft_ms"] for r, t in client.items() if r in events]
-                results[str(conc)] = {
-                    "requests": len(diff),
-                    "client_ttft_p50_ms": statistics.median(client.values()),
-                    "diff_p50_ms": statistics.median(diff),
-                    "diff_p95_ms": pct(diff, 0.95),
-                    "diff_max_ms": max(diff),
-                }
-                print(f"[ttft-truth] c{conc}: {results[str(conc)]}", flush=True)
-        finally:
-            sc.stop()
+    no_spans = {"OTEL_TRACES_EXPORTER": "none"}
+    with vllm_and_sidecar("vllm-obs-ttft-truth-", no_spans) as (_, sc, _work):
+        run(sc.port, 1, 5, args.max_tokens)  # warm-up, not counted
+        for conc in args.concurrency:
+            client = run(sc.port, conc, args.requests, args.max_tokens)
+            events: dict[str, dict[str, Any]] = {}
+            deadline = time.monotonic() + 30
+            while not all(r in events for r in client) and time.monotonic() < deadline:
+                events = {e["request_id"]: e for e in sc.events()}
+                time.sleep(0.3)
+            diff = [t - events[r]["ttft_ms"] for r, t in client.items() if r in events]
+            results[str(conc)] = {
+                "requests": len(diff),
+                "client_ttft_p50_ms": statistics.median(client.values()),
+                "diff_p50_ms": statistics.median(diff),
+                "diff_p95_ms": pct(diff, 0.95),
+                "diff_max_ms": max(diff),
+            }
+            print(f"[ttft-truth] c{conc}: {results[str(conc)]}", flush=True)
     print("| concurrency | requests | client TTFT p50 (ms) | client - event p50 (ms) | p95 | max |")
     print("|---|---|---|---|---|---|")
     for conc, r in results.items():
