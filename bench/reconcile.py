@@ -45,6 +45,7 @@ Send = Callable[[openai.OpenAI, httpx.Client, str], None]
 
 def _stream(usage: bool | None, n: int = 1) -> Send:
     def send(client: openai.OpenAI, http: httpx.Client, rid: str) -> None:
+        # stream_options in the raw body: only when asked (None: the client sends none).
         opts = {} if usage is None else {"stream_options": {"include_usage": usage}}
         chunks = client.chat.completions.create(
             model="tiny",
@@ -54,8 +55,7 @@ def _stream(usage: bool | None, n: int = 1) -> Send:
             n=n,
             stream=True,
             extra_headers={"X-Request-Id": rid},
-            extra_body={"ignore_eos": True},
-            **opts,  # type: ignore[arg-type]
+            extra_body={"ignore_eos": True, **opts},
         )
         for _ in chunks:
             pass

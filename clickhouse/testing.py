@@ -151,8 +151,8 @@ class ClickHouseServer:
         self.stop()
         self.start()
 
-    def client(self, credentials: Credentials | None = None, **kw: float) -> Client:
-        return Client(self.url, credentials or Credentials(), **kw)
+    def client(self, credentials: Credentials | None = None, timeout_s: float = 30.0) -> Client:
+        return Client(self.url, credentials or Credentials(), timeout_s=timeout_s)
 
     def log_tail(self, n: int = 2000) -> str:
         text = ""

@@ -31,6 +31,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import cast
 
 import requests
 import structlog
@@ -135,7 +136,8 @@ class SpanExporter:
         self.settings = settings
         self._counters = counters
         res = resource or Resource.create({"service.name": "vllm-obs-sidecar"})
-        self._resource: dict[str, AttrValue] = dict(res.attributes)
+        # Resource values are the SDK-validated kinds the encoder writes (str, bool, int, ...).
+        self._resource: dict[str, AttrValue] = cast(dict[str, AttrValue], dict(res.attributes))
         self._queue: deque[Finished] = deque()
         self._max_queued = max(1, settings.max_queue_spans // SPANS_PER_REQUEST)
         self._batch = max(1, settings.max_batch_spans // SPANS_PER_REQUEST)

@@ -32,7 +32,7 @@ import fcntl
 import socket
 import struct
 import termios
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -139,12 +139,12 @@ class ClientConn:
             self._transport.set_write_buffer_limits(high=DEFAULT_HIGH_WATER)
 
 
-def client_conn(scope: dict[str, Any]) -> ClientConn | None:
+def client_conn(scope: MutableMapping[str, Any]) -> ClientConn | None:
     ext = scope.get("extensions")
     return ext.get(EXTENSION) if ext else None
 
 
-def received_ns(scope: dict[str, Any]) -> int | None:
+def received_ns(scope: MutableMapping[str, Any]) -> int | None:
     """When the request's first bytes were read (under our server), else None."""
     ours = (scope.get("extensions") or {}).get(OBS_EXTENSION)
     return ours.get("received_ns") if ours else None

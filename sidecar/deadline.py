@@ -54,7 +54,7 @@ class Deadline:
         self._blocked_s = max_blocked_s
         self._blocked_ns = int(min(max_blocked_s, 1e9) * NS)
         self._client = client
-        self.expired: e.UpstreamTimeout | None = None
+        self.expired: e.RelayError | None = None
         self._handle = self._arm(self._first_ns, time.perf_counter_ns())
 
     def _arm(self, due_ns: int, now_ns: int) -> asyncio.TimerHandle:

@@ -110,7 +110,8 @@ class GuardedHttpProtocol(SidecarHttpProtocol):
         self._refusal: tuple[int, str, str] | None = None
 
     # asyncio.Protocol
-    def connection_made(self, transport: asyncio.Transport) -> None:
+    # uvicorn's protocol narrows the transport to asyncio.Transport the same way.
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         g = self.guard
         if g.open >= g.limits.max_connections:

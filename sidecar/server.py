@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 import socket
 import sys
 from dataclasses import replace
@@ -94,7 +95,7 @@ def _serve_one(
         port=settings.port,
         loop="uvloop",
         http=guard.protocol(),  # httptools, exposing each connection to the relay, limited
-        timeout_keep_alive=settings.limits.idle_timeout_s,
+        timeout_keep_alive=math.ceil(settings.limits.idle_timeout_s),  # uvicorn takes whole s
         lifespan="on",
         access_log=False,
         log_level=settings.log_level,

@@ -32,7 +32,6 @@ import time
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
 
 import structlog
@@ -181,7 +180,7 @@ class TraceReceiver:
             if scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.token):
                 return True
         client = scope.get("client")
-        return bool(client) and self.sources is not None and client[0] in self.sources
+        return client is not None and self.sources is not None and client[0] in self.sources
 
     async def _trusted_now(self, scope: Scope, headers: dict[bytes, bytes]) -> bool:
         """Resolve the replicas' names again (rarely) and check once more."""
@@ -212,7 +211,7 @@ class TraceReceiver:
         chunks: list[bytes] = []
         size = 0
         while True:
-            msg: dict[str, Any] = await receive()
+            msg = await receive()
             if msg["type"] == "http.disconnect":
                 raise _Gone
             chunk = msg.get("body", b"")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,7 @@ def _series(label: str, values: list[float], **labels: str) -> Series:
 
 
 def _panel(kind: str, title: str, grid: tuple[int, int, int, int], **kw: object) -> PanelSnapshot:
-    fields: dict[str, object] = {
+    fields: dict[str, Any] = {
         "unit": "",
         "stacked": False,
         "thresholds": (),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -166,7 +167,7 @@ def test_collector_exports_no_series_for_values_the_engine_does_not_report() -> 
 
 def test_config_names_the_engine_field_on_a_bad_engine() -> None:
     """An unknown ``engine:`` is refused with the field and the engines that exist."""
-    config = {
+    config: dict[str, Any] = {
         "pools": [{"name": "a", "replicas": ["http://10.0.0.1:8000"], "engine": "ollama"}],
         "lanes": [{"name": "l", "pool": "a"}],
         "default_lane": "l",

@@ -6,6 +6,7 @@ import importlib.util
 import itertools
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ HAVE_TOKENIZERS = importlib.util.find_spec("tokenizers") is not None
 
 
 def _req(cls: str, **kw: object) -> PlannedRequest:
-    base: dict[str, object] = dict(
+    base: dict[str, Any] = dict(
         index=0, client_class=cls, session=0, turn=0, offset_s=0.0, think_s=0.0,
         prompt_tokens=50, max_tokens=8, stream=True,
     )  # fmt: skip

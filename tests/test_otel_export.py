@@ -120,7 +120,15 @@ def test_failed_request_marks_root_and_failing_phase(receiver: OtlpReceiver) -> 
 
 def test_attribute_values_round_trip() -> None:
     """UTF-8 strings, bools, big and negative ints, doubles and string lists keep type and value."""
-    values = {"s": "héllo", "t": True, "f": False, "i": 2**62, "n": -7, "d": -0.25, "a": ["x", "y"]}
+    values: dict[str, Any] = {
+        "s": "héllo",
+        "t": True,
+        "f": False,
+        "i": 2**62,
+        "n": -7,
+        "d": -0.25,
+        "a": ["x", "y"],
+    }
     decoded = {}
     for raw in attributes(values):
         kv = KeyValue()

@@ -16,7 +16,7 @@ from obs.conventions import CLIENT_ERROR, DISCONNECTED, ERROR, OK, REJECTED
 from obs.errors import InputError
 from obs.query import slo
 from obs.query.dialect import DUCKDB, Dialect
-from obs.query.scan import SRC, Scan
+from obs.query.scan import SRC, Source
 from obs.query.schema import GROUP_BY, OUTCOME_GROUPS
 from obs.query.table import Table
 
@@ -47,7 +47,7 @@ def pct_label(q: float) -> str:
     return "p" + f"{q * 100:g}"
 
 
-def latency_condition(scan: Scan, by: str | None = None) -> str:
+def latency_condition(scan: Source, by: str | None = None) -> str:
     """Rows whose latencies are summarised: ``ok`` ones, unless statuses were filtered
     or the grouping is by outcome (then every request of the group)."""
     if scan.filters.statuses or by in OUTCOME_GROUPS:
@@ -151,7 +151,7 @@ def _order(config: Config, by: str, keys: list[Any]) -> list[Any]:
     return known + sorted((k for k in keys if k not in known), key=lambda k: (k is None, str(k)))
 
 
-def summary(scan: Scan, config: Config, by: str = "lane") -> Table:
+def summary(scan: Source, config: Config, by: str = "lane") -> Table:
     """One row per ``by`` value (a field of ``GROUP_BY``) of the scan's events."""
     if by not in GROUP_BY:
         raise InputError(f"--by {by!r}: choose one of {', '.join(GROUP_BY)}")

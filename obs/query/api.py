@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any
 from obs.config import Config, default_config_path, load_config
 from obs.errors import InputError
 from obs.query.filters import Filters
-from obs.query.scan import SRC, Scan, connect
+from obs.query.scan import SRC, Scan, Source, connect
 from obs.query.table import Table
 
 if TYPE_CHECKING:
     import duckdb
     import pandas as pd
+
 
 Paths = str | os.PathLike[str] | list[str] | list[os.PathLike[str]] | tuple[str, ...]
 PathLike = str | os.PathLike[str]
@@ -57,7 +58,7 @@ def open_any(
     filters: Filters,
     progress: bool | None = None,
     con: duckdb.DuckDBPyConnection | None = None,
-) -> Scan:
+) -> Source:
     """A scan over local logs (on ``con``, if given), or over ClickHouse for one
     ``clickhouse://HOST/DB.TABLE``."""
     from obs.clickhouse.scan import ClickHouseScan, is_clickhouse
@@ -70,12 +71,12 @@ def open_any(
     return Scan(items, filters, con=con, progress=progress)
 
 
-def open_scan(paths: Paths, filters: Filters | dict[str, Any] | None = None) -> Scan:
+def open_scan(paths: Paths, filters: Filters | dict[str, Any] | None = None) -> Source:
     """A :class:`Scan` (no progress line) for building your own queries."""
     return open_any(paths, as_filters(filters), progress=False)
 
 
-def _frame(table: Table, *scans: Scan) -> pd.DataFrame:
+def _frame(table: Table, *scans: Source) -> pd.DataFrame:
     df = table.to_pandas()
     reports = [s.report.to_dict() for s in scans]
     df.attrs["scan"] = reports[0] if len(reports) == 1 else reports
@@ -182,6 +183,8 @@ def export(
     from obs.query.parquet import export as run
 
     scan = open_scan(paths, filters)
+    if not isinstance(scan, Scan):
+        raise InputError("export reads local logs; a clickhouse:// table is exported by ClickHouse")
     result = run(scan, Path(out), append)
     result["scan"] = scan.report.to_dict()
     return result

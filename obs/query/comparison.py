@@ -23,7 +23,7 @@ from obs.config import Config
 from obs.errors import InputError
 from obs.query import slo
 from obs.query.aggregate import aggregates, derive, latency_condition, pct_label
-from obs.query.scan import SRC, Scan
+from obs.query.scan import SRC, Source
 from obs.query.stats import mann_whitney, two_proportions
 from obs.query.table import Table, human
 
@@ -68,15 +68,15 @@ _NEEDED = (
 )
 
 
-def _per_lane(scan: Scan, config: Config) -> dict[str, dict[str, Any]]:
+def _per_lane(scan: Source, config: Config) -> dict[str, dict[str, Any]]:
     items = ",\n  ".join(aggregates(latency_condition(scan), QUANTILES, scan.dialect))
     source = slo.judged_rows(config, SRC, scan.dialect)
     raw = scan.run(f"SELECT lane AS _key,\n  {items},\n  {scan.extra}\nFROM {source} GROUP BY _key")
     return {r["_key"]: r for r in raw.records() if r["requests"]}
 
 
-def _rank_tests(before: Scan, after: Scan, column: str) -> dict[str, Any]:
-    def side(scan: Scan, n: int) -> str:
+def _rank_tests(before: Source, after: Source, column: str) -> dict[str, Any]:
+    def side(scan: Source, n: int) -> str:
         return (
             f"SELECT lane, {n} AS side, {column} AS v FROM {scan.source} "
             f"WHERE request_id IS NOT NULL AND {latency_condition(scan)} AND {column} IS NOT NULL"
@@ -97,7 +97,7 @@ def _delta(b: float | None, a: float | None) -> tuple[float | None, float | None
     return d, (d / b if b else None)
 
 
-def compare(before: Scan, after: Scan, config: Config, alpha: float = 0.01) -> Table:
+def compare(before: Source, after: Source, config: Config, alpha: float = 0.01) -> Table:
     """Per lane and metric: before, after, delta, the test used, its p-value and verdict."""
     if before.con is not after.con and before.con != after.con:
         raise InputError("compare: both scans must share one DuckDB connection or server")

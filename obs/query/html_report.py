@@ -18,7 +18,7 @@ from obs.query import plots
 from obs.query.aggregate import METRICS, latency_condition, summary
 from obs.query.intervals import timeline
 from obs.query.requests import SLOWEST_COLUMNS, slowest
-from obs.query.scan import SRC, Scan
+from obs.query.scan import SRC, Source
 from obs.query.schema import PHASE_COLUMNS
 from obs.query.table import Table, human
 
@@ -74,7 +74,7 @@ img{max-width:100%;border:1px solid #eee;margin:.5em 0} .note{color:#555;font-si
 
 
 def _distribution(
-    scan: Scan, column: str, lanes: list[str]
+    scan: Source, column: str, lanes: list[str]
 ) -> dict[str, tuple[list[float], list[float]]]:
     """Per lane, the timing's quantiles on a fine grid: the points of its CDF."""
     qs = scan.dialect.quantiles(column, tuple(GRID), latency_condition(scan))
@@ -117,7 +117,7 @@ def _transposed_html(table: Table, columns: tuple[str, ...]) -> str:
     return f'<div class="wide"><table><tr>{head}</tr>{"".join(body)}</table></div>'
 
 
-def _figures(scan: Scan, config: Config, summ: Table) -> dict[str, tuple[str, bytes]]:
+def _figures(scan: Source, config: Config, summ: Table) -> dict[str, tuple[str, bytes]]:
     lanes = [str(v) for v in summ.values("lane")]
     palette = plots.colors(lanes)
     recs = {r["lane"]: r for r in summ.records()}
@@ -185,7 +185,7 @@ def _interval_of(t: Table) -> int:
     return int((starts[1] - starts[0]).total_seconds()) if len(starts) > 1 else 60
 
 
-def report(scan: Scan, config: Config, out: str | Path, title: str | None = None) -> Path:
+def report(scan: Source, config: Config, out: str | Path, title: str | None = None) -> Path:
     """Write ``out/report.html`` and ``out/*.png``; return the HTML path."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ from obs.errors import InputError
 from obs.query import slo
 from obs.query.aggregate import aggregates, derive, latency_condition, pct_label
 from obs.query.filters import parse_duration
-from obs.query.scan import SRC, Scan
+from obs.query.scan import SRC, Source
 from obs.query.schema import GROUP_BY
 from obs.query.table import Table
 
@@ -49,7 +49,7 @@ def auto_interval(span: timedelta) -> int:
     return int(-(-s // (MAX_BUCKETS * 86400)) * 86400)
 
 
-def _interval_s(scan: Scan, interval: str | None) -> int:
+def _interval_s(scan: Source, interval: str | None) -> int:
     if interval:
         secs = parse_duration(interval).total_seconds()
         if secs < 1 or secs != int(secs):
@@ -63,7 +63,7 @@ def _interval_s(scan: Scan, interval: str | None) -> int:
 
 
 def timeline(
-    scan: Scan, config: Config, interval: str | None = None, by: str | None = None
+    scan: Source, config: Config, interval: str | None = None, by: str | None = None
 ) -> Table:
     """One row per interval (per ``by`` value when given), oldest first."""
     if by is not None and by not in GROUP_BY:

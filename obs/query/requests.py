@@ -12,7 +12,7 @@ from typing import Any
 from obs.conventions import PHASES
 from obs.errors import InputError
 from obs.query.filters import sql_str
-from obs.query.scan import SRC, Scan
+from obs.query.scan import SRC, Source
 from obs.query.schema import COLUMNS, PHASE_COLUMNS, timing_column
 from obs.query.table import Table
 
@@ -39,7 +39,7 @@ def _struct(columns: tuple[str, ...] | list[str]) -> str:
     return "struct_pack(" + ", ".join(f"{c} := {c}" for c in columns) + ")"
 
 
-def slowest(scan: Scan, by: str = "e2e", n: int = 10) -> Table:
+def slowest(scan: Source, by: str = "e2e", n: int = 10) -> Table:
     """The ``n`` requests with the largest ``by`` timing (any status), largest first.
 
     Equal timings are ordered by time, earlier first.
@@ -55,7 +55,7 @@ def slowest(scan: Scan, by: str = "e2e", n: int = 10) -> Table:
 
 
 def _top_rows(
-    scan: Scan, columns: list[str], cond: str, n: int, by: str | None = None
+    scan: Source, columns: list[str], cond: str, n: int, by: str | None = None
 ) -> list[dict[str, Any]]:
     """Events where ``cond`` holds: the ``n`` with the largest ``by`` or, without ``by``,
     the ``n`` earliest. Ties go to the earlier request, so the answer does not depend on
@@ -83,7 +83,7 @@ def _top_rows(
     return list((raw.rows[0][0] if raw.rows else None) or [])
 
 
-def find(scan: Scan, request_id: str) -> dict[str, Any]:
+def find(scan: Source, request_id: str) -> dict[str, Any]:
     """The event whose request id (or trace id) is ``request_id``, or a unique prefix of one."""
     key = request_id.strip()
     if not key:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from obs.errors import InputError
 from obs.events import SCHEMA_VERSION
@@ -119,6 +119,40 @@ def _projection(available: dict[str, str] | None) -> str:
             expr = name if available[name] == typ else f"TRY_CAST({name} AS {typ})"
         cols.append(f"{expr} AS {name}")
     return ", ".join(cols)
+
+
+class Source(Protocol):
+    """What every query needs of its events: local logs (``Scan``) or ClickHouse
+    (``obs.clickhouse.scan.ClickHouseScan``), one query model over both."""
+
+    @property
+    def dialect(self) -> Dialect: ...
+
+    @property
+    def filters(self) -> Filters: ...
+
+    @property
+    def inputs(self) -> Inputs:
+        """What reports name as the source."""
+
+    @property
+    def report(self) -> ScanReport: ...
+
+    @property
+    def source(self) -> str:
+        """The filtered events as SQL (what ``SRC`` stands for)."""
+
+    @property
+    def extra(self) -> str:
+        """Select-list items the scan reads back (malformed files, schema version)."""
+
+    @property
+    def con(self) -> object:
+        """The backend's connection or server: two scans compared must share it."""
+
+    def run(self, sql: str) -> Table: ...
+
+    def materialize(self, columns: list[str] | tuple[str, ...]) -> None: ...
 
 
 class Scan:
