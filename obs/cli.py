@@ -26,6 +26,7 @@ COMMANDS = (
     "obs.query.cli",
     "obs.engine.cli",
     "obs.demo_cli",
+    "obs.sweep_cli",
 )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import signal
 import time
 from collections import Counter
@@ -159,8 +160,11 @@ def drive(
     records: Path,
     view: LiveView,
     notice: Callable[[str], None],
+    sessions: int | None = None,
 ) -> LoadOutcome:
     """Send the mix open-loop at ``rate`` sessions/s for ``duration_s`` to ``url``.
+
+    ``sessions`` also ends the plan after that many sessions (an agent conversation is one).
 
     The first SIGINT stops new requests and lets those in flight finish; a second SIGINT,
     or SIGTERM, cancels the run (``aborted_by``). Signal handlers are the event loop's
@@ -188,7 +192,10 @@ def drive(
                 settings, mix, PromptBuilder(CharEstimate(), f"{seed}:{run_id}"), on_record
             )
             loop = asyncio.get_running_loop()
-            task = asyncio.ensure_future(driver.run(iter_plan(mix, seed, arrivals), arrivals))
+            plan = iter_plan(mix, seed, arrivals)
+            if sessions is not None:
+                plan = itertools.takewhile(lambda r: r.session < sessions, plan)
+            task = asyncio.ensure_future(driver.run(plan, arrivals))
 
             def on_signal(signum: int) -> None:
                 if signum == signal.SIGINT and not outcome.stopped_early:
