@@ -33,6 +33,8 @@ from obs.sweep.profile import Profile
 
 MIB = 1 << 20
 SIDECAR_START_TIMEOUT_S = 60.0
+# Pools start one profile at a time on a machine others may share: be patient.
+POOL_START_TIMEOUT_S = 600.0
 OK = "ok"
 
 
@@ -221,6 +223,7 @@ class Sweep:
                     log_path=folder / "logs" / f"vllm-{pool}-{i}.log",
                     python=paths.python,
                     launcher=paths.launcher,
+                    startup_timeout_s=POOL_START_TIMEOUT_S,
                 )
                 servers.append(server)
                 names.append(f"{pool}-{i}" if flags.replicas > 1 else pool)
