@@ -96,8 +96,12 @@ def run(args: argparse.Namespace) -> int:
     from obs.sweep import options as o
     from obs.sweep.profile import check_same_gates
 
-    rounds = args.rounds or (o.SHORT_ROUNDS if args.short else o.DEFAULT_ROUNDS)
-    duration = args.duration or (o.SHORT_DURATION_S if args.short else o.DEFAULT_DURATION_S)
+    rounds = args.rounds
+    if rounds is None:
+        rounds = o.SHORT_ROUNDS if args.short else o.DEFAULT_ROUNDS
+    duration = args.duration
+    if duration is None:
+        duration = o.SHORT_DURATION_S if args.short else o.DEFAULT_DURATION_S
     for flag, value in (("--rounds", rounds), ("--duration", duration), ("--rate", args.rate)):
         if value <= 0:
             raise ConfigError(f"{flag} must be positive, got {value}")
