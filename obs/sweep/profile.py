@@ -19,7 +19,14 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from obs.config import NAME_RE, Config, default_config_path, parse_config, validation_error
+from obs.config import (
+    NAME_RE,
+    Config,
+    default_config_path,
+    parse_config,
+    read_yaml,
+    validation_error,
+)
 from obs.errors import ConfigError
 
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -208,16 +215,7 @@ def is_profile(data: object) -> bool:
 
 def load_profile(path: str | Path) -> Profile:
     """Read and validate a profile file."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot read profile: {e.strerror or e}") from e
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: not valid YAML: {e}") from e
-    return parse_profile(data, str(p))
+    return parse_profile(read_yaml(path, "profile"), str(path))
 
 
 def shipped_path(name: str) -> Path:

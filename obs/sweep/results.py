@@ -7,27 +7,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from obs.query.table import Table, render, to_json
-from obs.sweep.matrix import Matrix, ProfileData, build
+from obs.sweep.matrix import COLUMNS, Matrix, ProfileData, build
 
 if TYPE_CHECKING:
     from obs.sweep.options import SweepOptions
     from obs.sweep.run import RunRecord
 
 # Columns of the on-screen table (the files keep every column).
-SCREEN = (
-    "profile",
-    "lane",
-    "requests",
-    "goodput_rps",
-    "goodput_share",
-    "ttft_p50_ms",
-    "ttft_p99_ms",
-    "itl_p99_ms",
-    "tpot_p95_ms",
-    "stream_p95_ms",
-    "rejected",
-    "errors",
-    "gates",
+SCREEN = tuple(
+    c for c in COLUMNS if c not in ("pool", "good", "ttft_attainment", "tpot_attainment")
 )
 FILES = (
     ("matrix.txt", "the matrix, verdicts and significance as printed"),
