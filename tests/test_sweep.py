@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ from obs.sweep.profile import SHIPPED, resolve
 
 SWEEP_TIMEOUT_S = 3600
 BROKEN = "needs-partial-prefills"
+SLOS = resolve("class-aware").gates()
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
@@ -37,7 +39,7 @@ def short_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path
                 "name": BROKEN,
                 "base_lanes": "default",
                 "pools": [{"name": "main", "engine": {"max_num_partial_prefills": 2}}],
-                "lanes": {lane: {"pool": "main"} for lane in resolve("class-aware").gates()},
+                "lanes": {lane: {"pool": "main"} for lane in SLOS},
             }
         )
     )
@@ -124,3 +126,55 @@ def test_a_pool_that_fails_is_reported_and_the_sweep_goes_on(
         assert not pid_alive(t["pid"]), t
         if t["pgid"] is not None:
             assert not group_alive(t["pgid"]), t
+
+
+def _read_until(stream: Any, text: str) -> str:
+    seen = []
+    for line in stream:
+        seen.append(line)
+        if text in line:
+            break
+    return "".join(seen)
+
+
+@pytest.mark.engine
+@pytest.mark.slow
+def test_ctrl_c_keeps_the_finished_runs_of_an_external_sweep(vllm: Any, tmp_path: Path) -> None:
+    """With --external (the sidecar only, in front of a running vLLM), Ctrl-C in the third run
+    stops it cleanly: no fourth run, and the matrix covers both profiles' finished rounds."""
+    files = []
+    for name, pools in (("ext-one", ["main"]), ("ext-two", ["main", "side"])):
+        data = {
+            "name": name,
+            "base_lanes": "default",
+            "pools": [{"name": p, "replicas": [vllm.url]} for p in pools],
+            "lanes": {lane: {"pool": pools[-1] if lane == "chat" else "main"} for lane in SLOS},
+        }
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(data))
+        files += ["--profile", str(path)]
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "obs.cli", "sweep", "--external", *files, "--rounds", "2"]
+    cmd += ["--duration", "3", "--out", str(out)]
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
+        assert p.stderr is not None
+        try:
+            seen = _read_until(p.stderr, "run 3/4")
+            time.sleep(1)
+            p.send_signal(signal.SIGINT)
+            stdout, rest = p.communicate(timeout=120)
+        finally:
+            if p.poll() is None:
+                p.kill()
+    stderr = seen + rest
+    assert p.returncode in (0, 128 + signal.SIGINT), stderr
+    assert "run 4/4" not in stderr
+    runs = json.loads((out / "runs.json").read_text())["runs"]
+    assert [(r["profile"], r["status"]) for r in runs[:2]] == [("ext-one", "ok"), ("ext-two", "ok")]
+    assert all(r["status"] == "interrupted" for r in runs[2:])
+    doc = json.loads((out / "matrix.json").read_text())
+    assert list(doc["profiles"]) == ["ext-one", "ext-two"]
+    assert {r["lane"] for r in doc["rows"] if r["profile"] == "ext-two"} >= {"chat"}
+    assert "Profile matrix" in stdout
+    for t in json.loads((out / "pids.json").read_text()):
+        assert not pid_alive(t["pid"]), t
