@@ -87,20 +87,21 @@ def test_short_sweep_has_a_row_per_lane_for_every_profile(short_sweep: tuple[Pat
 def test_short_sweep_sends_the_same_seeded_plan_to_every_profile(
     short_sweep: tuple[Path, Any],
 ) -> None:
-    """Every profile got the same sessions: same classes at the same planned arrival times."""
+    """Every profile got the same requests: same classes, sessions and turns, each session at the
+    same planned arrival time."""
     out, _ = short_sweep
     plans = {}
     for name in SHIPPED:
         records = _lines(out / "runs" / name / "round-1" / "load.jsonl")
         plans[name] = {
-            r["index"]: (r["client_class"], r["planned_offset_s"])
+            r["index"]: (r["client_class"], r["session"], r["turn"], r["planned_offset_s"])
             for r in records
             if r["turn"] == 0
-        }
+        } | {r["index"]: (r["client_class"], r["session"], r["turn"]) for r in records if r["turn"]}
         events = _lines(out / "runs" / name / "round-1" / "events.jsonl")
         assert {e["request_id"] for e in events} == {r["request_id"] for r in records}
     first = plans[SHIPPED[0]]
-    assert len({c for c, _ in first.values()}) == 6
+    assert len({v[0] for v in first.values()}) == 6
     assert all(plan == first for plan in plans.values())
 
 

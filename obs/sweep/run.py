@@ -279,6 +279,7 @@ class Sweep:
             view=view,
             notice=lambda m: self.say(f"\n[load] {m}"),
             sessions=opts.sessions,
+            whole_plan=True,  # every profile gets every planned request, however busy
         )
         self._install_handlers()  # the event loop removed its own
         if outcome.aborted_by is not None:
