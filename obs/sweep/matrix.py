@@ -152,12 +152,10 @@ def best_per_lane(rows: list[dict[str, Any]], alpha: float) -> list[dict[str, An
 
 
 def against_baseline(
-    base: ProfileData, other: ProfileData, con: Any, alpha: float
+    base: ProfileData, base_scan: Scan, other: ProfileData, other_scan: Scan, alpha: float
 ) -> list[dict[str, Any]]:
     """``compare`` of a profile with the baseline, per lane, on the metrics in COMPARED."""
-    before = Scan(list(base.events), con=con, progress=False)
-    after = Scan(list(other.events), con=con, progress=False)
-    table = compare(before, after, other.profile.config, alpha)
+    table = compare(base_scan, other_scan, other.profile.config, alpha)
     out = []
     for rec in table.records():
         if rec["metric"] in COMPARED:
@@ -169,15 +167,18 @@ def build(profiles: list[ProfileData], alpha: float) -> Matrix:
     """The matrix over every profile with finished rounds; the first is the baseline."""
     matrix = Matrix()
     con = connect()
-    for data in profiles:
-        rows = lane_rows(data, Scan(list(data.events), con=con, progress=False))
+    # One scan per profile, alive for the whole build: a scan names its temporary table
+    # after itself, so a scan freed early could hand its name to the next one.
+    scans = [Scan(list(d.events), con=con, progress=False) for d in profiles]
+    for data, scan in zip(profiles, scans, strict=True):
+        rows = lane_rows(data, scan)
         matrix.rows += rows
         matrix.verdicts[data.profile.name] = profile_verdict(rows)
     matrix.best = best_per_lane(matrix.rows, alpha)
     if profiles:
         matrix.baseline = profiles[0].profile.name
-        for other in profiles[1:]:
-            matrix.significance += against_baseline(profiles[0], other, con, alpha)
+        for other, scan in zip(profiles[1:], scans[1:], strict=True):
+            matrix.significance += against_baseline(profiles[0], scans[0], other, scan, alpha)
     for r in matrix.rows:
         r.pop("_missed")
     return matrix

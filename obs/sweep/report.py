@@ -54,8 +54,8 @@ def _figures(
     ]
     con = connect()
     curves: dict[str, dict[str, Any]] = {"ttft_ms": {}, "itl_p50_ms": {}}
-    for d in data:
-        scan = Scan(list(d.events), con=con, progress=False)
+    scans = [Scan(list(d.events), con=con, progress=False) for d in data]  # alive together
+    for d, scan in zip(data, scans, strict=True):
         for column, per_profile in curves.items():
             per_profile[d.profile.name] = distribution(scan, column, lanes)
     gates = data[0].profile.gates() if data else {}
