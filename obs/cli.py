@@ -27,6 +27,7 @@ COMMANDS = (
     "obs.clickhouse.cli",
     "obs.engine.cli",
     "obs.demo_cli",
+    "obs.sweep_cli",
 )
 
 

@@ -291,18 +291,22 @@ def parse_config(data: object, source: str = "<config>") -> Config:
         raise validation_error(source, "config", e) from e
 
 
-def load_config(path: str | Path) -> Config:
-    """Read and validate a lanes YAML file."""
+def read_yaml(path: str | Path, what: str = "config") -> object:
+    """The YAML data of a file; a ConfigError naming the file when it cannot be read."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
-        raise ConfigError(f"{p}: cannot read config: {e.strerror or e}") from e
+        raise ConfigError(f"{p}: cannot read {what}: {e.strerror or e}") from e
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"{p}: not valid YAML: {e}") from e
-    return parse_config(data, str(p))
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a lanes YAML file."""
+    return parse_config(read_yaml(path), str(path))
 
 
 def default_config_path() -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -17,7 +18,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "check",
         help="validate a config and print the resolved pools, lanes, rules and SLOs",
         description="Validate FILE (default: the shipped default config) and print what it "
-        "resolves to. Exit status 2 and an error naming the field when it is invalid.",
+        "resolves to. FILE may also be a sweep profile (docs/sweep.md). Exit status 2 and an "
+        "error naming the field when it is invalid.",
     )
     check.add_argument("file", nargs="?", help="lanes YAML file (default: the shipped default)")
     check.set_defaults(handler=run_check)
@@ -93,9 +95,36 @@ def run_check(args: argparse.Namespace) -> int:
     from obs.config import default_config_path, load_config
 
     path = args.file or default_config_path()
+    if args.file is not None and _is_profile(path):
+        return _check_profile(path)
     config = load_config(path)
     print(f"{path}: ok")
     print(describe(config))
+    return 0
+
+
+def _is_profile(path: str | Path) -> bool:
+    """A sweep profile (``name:``/``base_lanes:`` at the top) rather than a lanes config."""
+    import yaml
+
+    from obs.sweep.profile import is_profile
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            return is_profile(yaml.safe_load(f))
+    except (OSError, yaml.YAMLError):
+        return False  # load_config reports it
+
+
+def _check_profile(path: str | Path) -> int:
+    from obs.sweep.profile import PLACEHOLDER_URL, load_profile
+
+    profile = load_profile(path)
+    print(f"{path}: ok (sweep profile {profile.name}: {profile.description})")
+    print("engines (vllm serve flags per pool):")
+    for pool, flags in profile.engines.items():
+        print(f"  {pool}: {flags.describe()}")
+    print(describe(profile.config).replace(PLACEHOLDER_URL, "(local, started by the sweep)"))
     return 0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import signal
 import time
 from collections import Counter
@@ -159,21 +160,31 @@ def drive(
     records: Path,
     view: LiveView,
     notice: Callable[[str], None],
+    sessions: int | None = None,
+    whole_plan: bool = False,
 ) -> LoadOutcome:
     """Send the mix open-loop at ``rate`` sessions/s for ``duration_s`` to ``url``.
+
+    ``sessions`` also ends the plan after that many sessions (an agent conversation is one).
+    ``whole_plan`` cuts the plan at ``duration_s`` of *planned* time and sends all of it,
+    every turn, however late a busy generator runs: runs that are compared then send the
+    same requests.
 
     The first SIGINT stops new requests and lets those in flight finish; a second SIGINT,
     or SIGTERM, cancels the run (``aborted_by``). Signal handlers are the event loop's
     while this runs; the caller reinstalls its own afterwards.
     """
     from obs.loadgen.driver import Driver, DriverSettings
-    from obs.loadgen.plan import Arrivals, iter_plan
+    from obs.loadgen.plan import Arrivals, bounded, iter_plan
     from obs.loadgen.prompts import CharEstimate, PromptBuilder
     from obs.loadgen.records import RecordWriter
 
     arrivals = Arrivals(rate=rate)
     settings = DriverSettings(
-        run_id=run_id, base_url=url, duration_s=duration_s, request_timeout_s=REQUEST_TIMEOUT_S
+        run_id=run_id,
+        base_url=url,
+        duration_s=None if whole_plan else duration_s,
+        request_timeout_s=REQUEST_TIMEOUT_S,
     )
     outcome = LoadOutcome(None, False, None)
 
@@ -188,7 +199,12 @@ def drive(
                 settings, mix, PromptBuilder(CharEstimate(), f"{seed}:{run_id}"), on_record
             )
             loop = asyncio.get_running_loop()
-            task = asyncio.ensure_future(driver.run(iter_plan(mix, seed, arrivals), arrivals))
+            plan = iter_plan(mix, seed, arrivals)
+            if sessions is not None:
+                plan = itertools.takewhile(lambda r: r.session < sessions, plan)
+            if whole_plan:
+                plan = bounded(plan, duration_s=duration_s)
+            task = asyncio.ensure_future(driver.run(plan, arrivals))
 
             def on_signal(signum: int) -> None:
                 if signum == signal.SIGINT and not outcome.stopped_early:

@@ -229,3 +229,9 @@ def report(scan: Source, config: Config, out: str | Path, title: str | None = No
     path = out / "report.html"
     path.write_text(doc, encoding="utf-8")
     return path
+
+
+# The sweep's report (obs.sweep.report) renders in the same house style.
+CSS = _CSS
+distribution = _distribution
+html_table = _html_table

@@ -181,3 +181,29 @@ def attainment(
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), fontsize="small", ncols=len(kinds))
     ax.grid(True, axis="y", alpha=0.3)
     return _png(fig)
+
+
+def grouped_bars(
+    title: str,
+    ylabel: str,
+    groups: list[str],
+    series: dict[str, list[float | None]],
+    palette: dict[str, str],
+) -> bytes:
+    """One group of bars per ``groups`` entry, one bar per series (no bar: no value)."""
+    fig = _figure(11, 4.8)
+    ax = fig.add_subplot()
+    width = 0.8 / max(len(series), 1)
+    for k, (name, values) in enumerate(series.items()):
+        xs = [i + (k - (len(series) - 1) / 2) * width for i in range(len(groups))]
+        ys = [0.0 if v is None else v for v in values]
+        bars = ax.bar(xs, ys, width, label=name, color=palette[name])
+        for bar, v in zip(bars, values, strict=True):
+            if v is None:
+                bar.set_alpha(0)
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), fontsize="small", ncols=3)
+    ax.grid(True, axis="y", alpha=0.3)
+    return _png(fig)

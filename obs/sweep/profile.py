@@ -1,0 +1,251 @@
+"""A routing profile: a lanes/pools config plus each pool's ``vllm serve`` scheduler flags.
+
+Spec (YAML) -> :class:`Profile` (this module, no I/O besides reading the file).
+A profile file is a lanes config (``docs/lanes.md``) with three additions: a
+``name``, an ``engine:`` block per pool (the scheduler flags and how many local
+replicas to start), and optionally ``base_lanes: default``, which takes the
+shipped six lanes and lets ``lanes:`` override fields of them by lane name.
+Pool ``replicas`` are optional: the sweep fills them with the pools it starts
+(or, with ``--external``, uses the URLs given). Every error names the file and
+the field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from obs.config import (
+    NAME_RE,
+    Config,
+    default_config_path,
+    parse_config,
+    read_yaml,
+    validation_error,
+)
+from obs.errors import ConfigError
+
+PositiveInt = Annotated[int, Field(gt=0)]
+# Stands in for the replica URL of a pool the sweep starts itself.
+PLACEHOLDER_URL = "http://127.0.0.1:1"
+SHIPPED_PREFIX = "profile-"
+# The shipped profiles, in the order the sweep runs them (the first is the baseline).
+SHIPPED = (
+    "single-balanced",
+    "single-large-budget",
+    "small-interactive",
+    "prefix-routing",
+    "slow-client-isolation",
+    "class-aware",
+)
+# EngineFlags field -> the `vllm serve` flag it sets.
+FLAGS = {
+    "max_num_batched_tokens": "--max-num-batched-tokens",
+    "max_num_seqs": "--max-num-seqs",
+    "max_num_partial_prefills": "--max-num-partial-prefills",
+    "max_long_partial_prefills": "--max-long-partial-prefills",
+    "long_prefill_token_threshold": "--long-prefill-token-threshold",
+    "stream_interval": "--stream-interval",
+}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EngineFlags(_Model):
+    """One pool's engine: its ``vllm serve`` scheduler flags (unset: vLLM's default)."""
+
+    replicas: PositiveInt = 1  # local replicas the sweep starts (ignored with --external)
+    max_num_batched_tokens: PositiveInt | None = None
+    max_num_seqs: PositiveInt | None = None
+    max_num_partial_prefills: PositiveInt | None = None
+    max_long_partial_prefills: PositiveInt | None = None
+    long_prefill_token_threshold: PositiveInt | None = None
+    stream_interval: PositiveInt | None = None
+    prefix_caching: bool = True
+    kv_cache_mib: PositiveInt | None = None  # local pools: --kv-cache-memory-bytes
+    extra_args: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _possible(self) -> EngineFlags:
+        long, partial = self.max_long_partial_prefills, self.max_num_partial_prefills
+        if long is not None and long > (partial or 1):
+            raise ValueError(
+                f"max_long_partial_prefills ({long}) must not exceed max_num_partial_prefills "
+                f"({partial or '1, the vLLM default'})"
+            )
+        budget, seqs = self.max_num_batched_tokens, self.max_num_seqs
+        if budget is not None and seqs is not None and budget < seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({budget}) must be at least max_num_seqs ({seqs}): "
+                "vLLM refuses a step budget smaller than its batch"
+            )
+        return self
+
+    def vllm_args(self) -> list[str]:
+        """The ``vllm serve`` arguments these flags stand for."""
+        args: list[str] = []
+        for field, flag in FLAGS.items():
+            value = getattr(self, field)
+            if value is not None:
+                args += [flag, str(value)]
+        if not self.prefix_caching:
+            args.append("--no-enable-prefix-caching")
+        return args + list(self.extra_args)
+
+    def describe(self) -> str:
+        kv = f" kv {self.kv_cache_mib} MiB" if self.kv_cache_mib else ""
+        reps = f"{self.replicas} x " if self.replicas > 1 else ""
+        return f"{reps}{' '.join(self.vllm_args()) or '(vLLM defaults)'}{kv}"
+
+
+class ProfilePool(BaseModel):
+    """A pool of the profile: any lanes-config pool field, plus ``engine``."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: Annotated[str, Field(pattern=NAME_RE)]
+    engine: EngineFlags = EngineFlags()
+    replicas: list[str] | None = None
+
+
+class ProfileSpec(_Model):
+    version: Literal[1] = 1
+    name: Annotated[str, Field(pattern=NAME_RE)]
+    description: str = ""
+    base_lanes: Literal["default"] | None = None
+    pools: list[ProfilePool] = Field(min_length=1)
+    lanes: list[dict[str, Any]] | dict[str, dict[str, Any]]
+    default_lane: str | None = None
+    auth: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """A validated profile: its lanes config (replicas still placeholders) and engines."""
+
+    name: str
+    description: str
+    source: str
+    config: Config
+    engines: dict[str, EngineFlags]
+    external: dict[str, list[str]]  # pool -> replica URLs given in the file
+
+    def lanes_config(self, replicas: dict[str, list[str]]) -> dict[str, Any]:
+        """The lanes config (as YAML-ready data) with each pool's replicas filled in."""
+        data = self.config.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        for pool in data["pools"]:
+            pool["replicas"] = list(replicas[pool["name"]])
+        return data
+
+    def gates(self) -> dict[str, tuple[Any, Any]]:
+        """Per lane, its TTFT and TPOT SLOs: the gates of gated goodput."""
+        return {lane.name: (lane.slo.ttft, lane.slo.tpot) for lane in self.config.lanes}
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _lanes(spec: ProfileSpec, source: str) -> tuple[list[Any], str | None]:
+    if spec.base_lanes is None:
+        if not isinstance(spec.lanes, list):
+            raise ConfigError(
+                f"{source}: lanes: give a list of lanes, or base_lanes: default and a mapping "
+                "of lane name to the fields to change"
+            )
+        return list(spec.lanes), spec.default_lane
+    base = yaml.safe_load(default_config_path().read_text(encoding="utf-8"))
+    if not isinstance(spec.lanes, dict):
+        raise ConfigError(
+            f"{source}: lanes: with base_lanes, give a mapping of lane name to fields to change"
+        )
+    names = [lane["name"] for lane in base["lanes"]]
+    for name in spec.lanes:
+        if name not in names:
+            raise ConfigError(
+                f"{source}: lanes.{name}: no such lane in the default lanes ({', '.join(names)})"
+            )
+    lanes = [_merge(lane, spec.lanes.get(lane["name"], {})) for lane in base["lanes"]]
+    return lanes, spec.default_lane or base["default_lane"]
+
+
+def parse_profile(data: object, source: str = "<profile>") -> Profile:
+    """Validate loaded YAML; errors name ``source`` and each field."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: a profile is a YAML mapping (name, pools, lanes)")
+    try:
+        spec = ProfileSpec.model_validate(data)
+    except ValidationError as e:
+        raise validation_error(source, "profile", e) from e
+    lanes, default_lane = _lanes(spec, source)
+    pools = []
+    for pool in spec.pools:
+        fields = pool.model_dump(exclude={"engine", "replicas"}, exclude_unset=True)
+        pools.append({**fields, "replicas": pool.replicas or [PLACEHOLDER_URL]})
+    config_data: dict[str, Any] = {"pools": pools, "lanes": lanes, "default_lane": default_lane}
+    if spec.auth is not None:
+        config_data["auth"] = spec.auth
+    config = parse_config(config_data, source)
+    return Profile(
+        name=spec.name,
+        description=spec.description,
+        source=source,
+        config=config,
+        engines={p.name: p.engine for p in spec.pools},
+        external={p.name: list(p.replicas) for p in spec.pools if p.replicas},
+    )
+
+
+def is_profile(data: object) -> bool:
+    """Whether loaded YAML looks like a profile rather than a plain lanes config."""
+    return isinstance(data, dict) and ("name" in data or "base_lanes" in data)
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Read and validate a profile file."""
+    return parse_profile(read_yaml(path, "profile"), str(path))
+
+
+def shipped_path(name: str) -> Path:
+    return default_config_path().parent / f"{SHIPPED_PREFIX}{name}.yaml"
+
+
+def resolve(name_or_file: str) -> Profile:
+    """A shipped profile by name, or a profile file by path."""
+    if name_or_file in SHIPPED:
+        return load_profile(shipped_path(name_or_file))
+    path = Path(name_or_file)
+    if path.exists() or path.suffix in (".yaml", ".yml"):
+        return load_profile(path)
+    raise ConfigError(
+        f"--profile {name_or_file!r}: not a shipped profile ({', '.join(SHIPPED)}) and no such file"
+    )
+
+
+def check_same_gates(profiles: list[Profile]) -> None:
+    """Refuse profiles that gate the same lane differently: their goodput would not compare."""
+    seen: dict[str, tuple[str, tuple[Any, Any]]] = {}
+    for profile in profiles:
+        for lane, gate in profile.gates().items():
+            first = seen.setdefault(lane, (profile.name, gate))
+            if first[1] != gate:
+                raise ConfigError(
+                    f"profiles {first[0]!r} and {profile.name!r} give lane {lane!r} different "
+                    "TTFT/TPOT SLOs; the matrix compares profiles on one gate per lane"
+                )
+    names = [p.name for p in profiles]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"profile named twice: {', '.join(dupes)}")
