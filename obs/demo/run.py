@@ -43,8 +43,12 @@ class DemoError(ObsError):
     """A part of the demo could not be set up or started."""
 
 
-class Interrupted(Exception):
-    """SIGINT or SIGTERM outside the load phase: stop everything and leave."""
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM outside the load phase: stop everything and leave.
+
+    A BaseException, so that no ``except Exception`` on the way (a loop waiting for a
+    server to answer) can swallow it. The sweep raises the same one.
+    """
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)

@@ -15,6 +15,7 @@ filtered.
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from dataclasses import dataclass, field
@@ -119,6 +120,9 @@ def _projection(available: dict[str, str] | None) -> str:
             expr = name if available[name] == typ else f"TRY_CAST({name} AS {typ})"
         cols.append(f"{expr} AS {name}")
     return ", ".join(cols)
+
+
+_TEMP_TABLES = itertools.count(1)  # names of materialized tables, unique per process
 
 
 class Source(Protocol):
@@ -267,7 +271,8 @@ class Scan:
         if not self.inputs.jsonl or self._materialized:
             return
         self._materialized = True
-        name = f"events_{id(self):x}"
+        # A counter, not id(self): a freed scan's address comes back, its table may not be gone.
+        name = f"events_{next(_TEMP_TABLES)}"
         cols = ", ".join(dict.fromkeys([*columns, "request_id", "schema_version", "filename"]))
         with Progress(self.con, self._label(), enabled=self.progress):
             self._execute(f"CREATE TEMP TABLE {name} AS SELECT {cols} FROM {self.source}")

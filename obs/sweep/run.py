@@ -25,6 +25,7 @@ from typing import Any, TextIO
 import yaml
 
 from obs.demo import workload
+from obs.demo.run import Interrupted
 from obs.demo.stack import Stack, start_servers
 from obs.errors import ObsError
 from obs.sweep.options import DEFAULT_KV_CACHE_MIB, LOCAL_MAX_MODEL_LEN, SweepOptions
@@ -39,18 +40,6 @@ OK = "ok"
 
 class SweepError(ObsError):
     """The sweep could not run at all (its output folder, the engine)."""
-
-
-class Interrupted(BaseException):
-    """SIGINT or SIGTERM outside the load: stop the current run, keep the finished ones.
-
-    A BaseException, so that no ``except Exception`` on the way (a loop waiting for a
-    server to answer) can swallow it.
-    """
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
 
 
 @dataclass(slots=True)
