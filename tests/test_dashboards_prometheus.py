@@ -45,6 +45,7 @@ FIXED = {
     c.EXPORTER: ["jsonl"],
     c.RESULT: ["joined", "late"],
     c.ENGINE: ["vllm"],
+    c.LIMIT: ["header_timeout"],
 }
 VLLM_BUCKETS = (0.01, 0.1, 1.0, 10.0)
 
