@@ -38,8 +38,9 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter
 
 from obs import conventions as c
+from obs.sidecar.bodies import ClientGone, read_body
 from obs.sidecar.engine_join import EngineJoin
-from obs.sidecar.errors import error_body
+from obs.sidecar.errors import PayloadTooLarge, error_body
 from obs.sidecar.otlp import ReceivedSpan, keep_traces, parse_export, spans_of
 from obs.sidecar.types import Receive, Scope, Send
 
@@ -153,7 +154,7 @@ class TraceReceiver:
         except _Refused as err:
             self.refused(err.reason)
             status, body = err.status, error_body(err.message, "TraceExportRefused", err.status)
-        except _Gone:
+        except ClientGone:
             return
         ctype = b"application/x-protobuf" if status == 200 else b"application/json"
         await send({"type": "http.response.start", "status": status,
@@ -208,20 +209,7 @@ class TraceReceiver:
         return 200, b""
 
     async def _read(self, receive: Receive) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            msg = await receive()
-            if msg["type"] == "http.disconnect":
-                raise _Gone
-            chunk = msg.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                raise _Refused(413, "too_large", f"the export is over {self.max_bytes} bytes")
-            chunks.append(chunk)
-            if not msg.get("more_body"):
-                return b"".join(chunks)
-
-
-class _Gone(Exception):
-    """The sender left before its body was read."""
+        try:
+            return await read_body(receive, self.max_bytes)
+        except PayloadTooLarge as err:
+            raise _Refused(413, "too_large", f"the export is over {self.max_bytes} bytes") from err
