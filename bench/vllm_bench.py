@@ -9,11 +9,13 @@ be pooled over rounds instead of averaging per-round percentiles.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from obs.engine import EnginePaths
+from obs.engine.setup import engine_environment
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,8 @@ def run(
     with open(log, "ab") as fh:
         fh.write(("\n$ " + " ".join(cmd) + "\n").encode())
         fh.flush()
-        r = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, check=False)
+        env = engine_environment(os.environ)
+        r = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, check=False)
     if r.returncode != 0 or not out.exists():
         tail = log.read_text(errors="replace")[-3000:]
         raise BenchError(f"vllm bench serve exited with {r.returncode}:\n{tail}")

@@ -140,9 +140,11 @@ class SidecarProcess:
             return self.proc.wait(5)
 
     def kill(self) -> None:
+        """SIGKILL and reap. The wait is long: on a loaded machine a killed process that
+        was writing to disk can take seconds to be reaped."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
-            self.proc.wait(5)
+            self.proc.wait(60)
 
     def events(self) -> list[dict[str, Any]]:
         """Every whole event line written so far."""
@@ -158,6 +160,15 @@ class SidecarProcess:
             evs = self.events()
             if len(evs) >= n or time.monotonic() > deadline:
                 return evs
+            time.sleep(0.05)
+
+    def wait_event(self, request_id: str, timeout_s: float = 10.0) -> dict[str, Any] | None:
+        """The event of ``request_id`` once it is on disk; None after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = [e for e in self.events() if e.get("request_id") == request_id]
+            if found or time.monotonic() > deadline:
+                return found[0] if found else None
             time.sleep(0.05)
 
     def log_tail(self, n: int = 4000) -> str:

@@ -294,7 +294,6 @@ class VllmServer:
         no_proxy = ",".join(p for p in (env.get("no_proxy", ""), HOST, "localhost") if p)
         env.update(
             {
-                "VLLM_TARGET_DEVICE": "cpu",
                 # Otherwise vLLM's message queue binds the host's external address.
                 "VLLM_HOST_IP": HOST,
                 "VLLM_CACHE_ROOT": str(cache_root),

@@ -68,8 +68,15 @@ class EnginePaths:
 
 def engine_environment(base: Mapping[str, str]) -> dict[str, str]:
     """``base`` without the variables that would let the caller's packages leak into the
-    engine venv (e.g. a PYTHONPATH pointing at this project's dev environment)."""
-    return {k: v for k, v in base.items() if k not in _LEAKY_VARIABLES}
+    engine venv (e.g. a PYTHONPATH pointing at this project's dev environment), and with
+    ``VLLM_TARGET_DEVICE=cpu``.
+
+    Without that variable, a vLLM command that does not start an engine (``vllm bench
+    serve``) takes the generic platform, loads the AVX-512 build of vLLM's kernels and
+    dies of an illegal instruction on a CPU with AVX2 only."""
+    env = {k: v for k, v in base.items() if k not in _LEAKY_VARIABLES}
+    env["VLLM_TARGET_DEVICE"] = "cpu"
+    return env
 
 
 def engine_home() -> Path:
