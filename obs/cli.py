@@ -24,7 +24,7 @@ COMMANDS = (
     "obs.alerts.cli",
     "obs.dashboards.cli",
     "obs.query.cli",
-    "obs.clickhouse.cli",
+    "obs.clickhouse_cli",
     "obs.engine.cli",
     "obs.demo_cli",
     "obs.sweep_cli",

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from obs.clickhouse.client import Client
-from obs.clickhouse.load import load
 from obs.clickhouse.schema import TableSpec, init
 from obs.clickhouse.testing import ClickHouseServer
 from obs.query import api
+from obs.query.clickhouse_load import load
 from obs.query.testing import event, mixed_events, ts, write_jsonl
 
 

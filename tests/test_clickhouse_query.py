@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from obs.clickhouse.load import load
 from obs.clickhouse.schema import TableSpec, init
 from obs.clickhouse.testing import ClickHouseServer
 from obs.events import Event
+from obs.query.clickhouse_load import load
 from obs.query.testing import event, mixed_events, ts, write_jsonl
 
 LANES = ("chat", "rag", "batch", "canary")

@@ -61,7 +61,7 @@ def open_any(
 ) -> Source:
     """A scan over local logs (on ``con``, if given), or over ClickHouse for one
     ``clickhouse://HOST/DB.TABLE``."""
-    from obs.clickhouse.scan import ClickHouseScan, is_clickhouse
+    from obs.query.clickhouse import ClickHouseScan, is_clickhouse
 
     items = _paths(paths)
     if is_clickhouse(items):

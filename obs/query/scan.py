@@ -127,7 +127,7 @@ _TEMP_TABLES = itertools.count(1)  # names of materialized tables, unique per pr
 
 class Source(Protocol):
     """What every query needs of its events: local logs (``Scan``) or ClickHouse
-    (``obs.clickhouse.scan.ClickHouseScan``), one query model over both."""
+    (``obs.query.clickhouse.ClickHouseScan``), one query model over both."""
 
     @property
     def dialect(self) -> Dialect: ...

@@ -99,7 +99,7 @@ def _init(args: argparse.Namespace) -> int:
 
 def _load(args: argparse.Namespace) -> int:
     from obs.clickhouse.client import Client
-    from obs.clickhouse.load import load
+    from obs.query.clickhouse_load import load
 
     client = Client(args.url, timeout_s=300.0)
 
