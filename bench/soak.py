@@ -24,8 +24,8 @@ connections close, stops the sidecar with SIGTERM (every event flushed) and chec
 The result (figures, samples, faults, checks) goes to ``bench/results/soak.json`` (or
 ``--out``); exit status 1 when a check fails.
 
-    .venv/bin/python bench/soak.py --minutes 10
-    .venv/bin/python bench/soak.py --minutes 0.75 --fault-every 12 --stop-s 6   # short
+    .venv/bin/python -m bench.soak --minutes 10
+    .venv/bin/python -m bench.soak --minutes 0.75 --fault-every 12 --stop-s 6   # short
 """
 
 from __future__ import annotations
@@ -39,8 +39,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -49,217 +47,19 @@ from typing import Any
 
 import yaml
 
+from bench.soak_faults import STARTUP_TIMEOUT_S, Injector, log, restart, running, start_replicas
+from bench.soak_probe import Sample, get_json, metric_sum, post_chat, sample
 from obs.config import default_config_path
 from obs.demo.workload import write_mix
-from obs.engine import ServerError, VllmServer, ensure_engine
+from obs.engine import VllmServer
 from obs.loadgen.check import check_files
 from obs.loadgen.records import read_jsonl
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "bench" / "results" / "soak.json"
-_TCP_STATES = {"01": "ESTABLISHED", "06": "TIME_WAIT", "08": "CLOSE_WAIT", "0A": "LISTEN"}
 FD_SLACK = 4  # descriptors the run may leave open beyond the idle baseline
 TIMEOUTS = {"connect_s": 5, "first_token_s": 15, "idle_s": 5}
-# A restart competes with the load for the CPU: on 2 cores it has taken over 3 minutes.
-STARTUP_TIMEOUT_S = 600.0
-
-
-def log(t0: float, msg: str) -> None:
-    print(f"[soak {time.monotonic() - t0:6.1f} s] {msg}", file=sys.stderr, flush=True)
-
-
-# ---- what /proc and /metrics say about the sidecar ---------------------------------------
-
-
-@dataclass
-class Sample:
-    t_s: float
-    rss_mib: float
-    fds: int
-    sockets: dict[str, int]
-    sent: int
-    events: int
-
-    def count(self, peer: str) -> int:
-        """Sockets to (or from) ``peer``: ``replica`` (any), ``client``, ``otlp``."""
-        return sum(n for k, n in self.sockets.items() if k.startswith(peer) and " " in k)
-
-    @property
-    def other_fds(self) -> int:
-        """Descriptors besides upstream and client connections: files, pipes, listeners."""
-        return self.fds - self.count("replica") - self.count("client")
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def socket_states(pid: int, names: dict[int, str] | None = None) -> dict[str, int]:
-    """TCP sockets the process holds, by state, and by peer where ``names`` names a port.
-
-    ``names`` maps a port to a name: a socket whose remote (or, for accepted
-    connections, local) port is named counts under ``NAME STATE`` too.
-    """
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = fd.readlink().name
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    states: Counter[str] = Counter()
-    for table in ("tcp", "tcp6"):
-        path = Path(f"/proc/{pid}/net/{table}")
-        if path.exists():
-            for line in path.read_text().splitlines()[1:]:
-                cols = line.split()
-                if cols[9] not in inodes:
-                    continue
-                state = _TCP_STATES.get(cols[3], cols[3])
-                states[state] += 1
-                local, remote = (int(cols[i].rsplit(":", 1)[1], 16) for i in (1, 2))
-                name = (names or {}).get(remote) or (names or {}).get(local)
-                if name and state != "LISTEN":
-                    states[f"{name} {state}"] += 1
-    return dict(states)
-
-
-def count_lines(path: Path) -> int:
-    if not path.exists():
-        return 0
-    with path.open("rb") as f:
-        return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
-
-
-def sample(
-    pid: int, t0: float, records: Path, events: Path, names: dict[int, str] | None = None
-) -> Sample:
-    return Sample(
-        t_s=round(time.monotonic() - t0, 1),
-        rss_mib=round(rss_mib(pid), 1),
-        fds=len(list(Path(f"/proc/{pid}/fd").iterdir())),
-        sockets=socket_states(pid, names),
-        sent=count_lines(records),
-        events=count_lines(events),
-    )
-
-
-def metric_sum(base_url: str, name: str) -> float:
-    with urllib.request.urlopen(base_url + "/metrics", timeout=10) as r:
-        text = r.read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
-def get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as r:
-        return json.loads(r.read())
-
-
-def post_chat(base_url: str) -> int:
-    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
-    req = urllib.request.Request(
-        base_url + "/v1/chat/completions",
-        data=json.dumps(body).encode(),
-        headers={"content-type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return int(r.status)
-    except urllib.error.HTTPError as e:
-        return int(e.code)
-
-
-# ---- faults ------------------------------------------------------------------------------
-
-
-@dataclass
-class Fault:
-    kind: str  # sigstop | sigkill
-    replica: str
-    at_s: float
-    duration_s: float = 0.0  # frozen for (sigstop) or down until healthy again (sigkill)
-    error: str | None = None
-
-
-# Fault n: its kind, on replica n % 2. Both kinds come early, on different replicas.
-KINDS = ("sigstop", "sigkill", "sigkill", "sigstop")
-
-
-@dataclass
-class Injector:
-    """Alternates SIGSTOP/SIGCONT and SIGKILL/restart over the replicas, on a timer.
-
-    One replica at a time: a fault waits while another replica is down (a restart that
-    failed), so the pool always has a replica to fail over to. Times are seconds since
-    ``start`` (the load's start); ``t0`` is the log's clock.
-    """
-
-    replicas: list[VllmServer]
-    every_s: float
-    stop_s: float
-    until_s: float
-    t0: float
-    start: float = 0.0
-    faults: list[Fault] = field(default_factory=list)
-    stopped: threading.Event = field(default_factory=threading.Event)
-
-    def run(self) -> None:
-        n = 0
-        next_at = self.every_s / 2
-        while not self.stopped.is_set():
-            now = time.monotonic() - self.start
-            if next_at > self.until_s:
-                return
-            server = self.replicas[n % len(self.replicas)]
-            others_up = all(_running(r) for r in self.replicas if r is not server)
-            if now < next_at or not others_up:  # never take the whole pool down
-                self.stopped.wait(0.2)
-                continue
-            kind = KINDS[n % len(KINDS)]
-            fault = Fault(kind, server.url, round(now, 1))
-            self.faults.append(fault)
-            if kind == "sigstop":
-                log(self.t0, f"fault: SIGSTOP {server.url} for {self.stop_s:g} s")
-                server.pause()
-                self.stopped.wait(self.stop_s)
-                server.resume()
-                log(self.t0, f"fault: SIGCONT {server.url}")
-            else:
-                log(self.t0, f"fault: SIGKILL {server.url}, restarting it")
-                server.kill()
-                fault.error = restart(server)
-                state = f"failed: {fault.error[:200]}" if fault.error else "back"
-                log(self.t0, f"fault: {server.url} restart {state}")
-            done = time.monotonic() - self.start
-            fault.duration_s = round(done - now, 1)
-            n += 1
-            # A late schedule (a slow restart) never fires faults back to back.
-            next_at = max(next_at + self.every_s, done + self.every_s / 2)
-
-
-def _running(server: VllmServer) -> bool:
-    try:
-        return server.poll() is None
-    except ServerError:
-        return False
-
-
-def restart(server: VllmServer) -> str | None:
-    """Start ``server`` again; the error, if it does not come up."""
-    try:
-        server.start()
-    except ServerError as e:
-        return str(e)
-    return None
 
 
 # ---- the run -----------------------------------------------------------------------------
@@ -276,50 +76,52 @@ def lanes_config(path: Path, replicas: list[str]) -> Path:
     return path
 
 
-def start_replicas(n: int, work: Path, t0: float) -> list[VllmServer]:
-    paths = ensure_engine(progress=lambda m: log(t0, f"[engine] {m}"))
-    servers = [
-        VllmServer(
-            paths.model_dir,
-            log_path=work / f"vllm-{i}.log",
-            python=paths.python,
-            launcher=paths.launcher,
-            startup_timeout_s=STARTUP_TIMEOUT_S,
-        )
-        for i in range(n)
-    ]
-    errors: list[BaseException] = []
+@dataclass
+class Run:
+    """What one soak run starts, watches and keeps."""
 
-    def start(s: VllmServer) -> None:
-        try:
-            s.start()
-        except BaseException as e:  # reported below, on the main thread
-            errors.append(e)
+    args: argparse.Namespace
+    t0: float
+    work: Path
+    replicas: list[VllmServer]
+    receiver: OtlpReceiver
+    sidecar: SidecarProcess
+    injector: Injector
+    names: dict[int, str] = field(default_factory=dict)
+    samples: list[Sample] = field(default_factory=list)
 
-    threads = [threading.Thread(target=start, args=(s,)) for s in servers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        for s in servers:
-            s.stop()
-        raise errors[0]
-    return servers
+    @property
+    def records(self) -> Path:
+        return self.work / "records.jsonl"
+
+    @property
+    def events(self) -> Path:
+        return self.work / "events.jsonl"
+
+    def sample(self) -> Sample:
+        s = sample(self.sidecar.pid, self.t0, self.records, self.events, self.names)
+        self.samples.append(s)
+        return s
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    t0 = time.monotonic()
+def load_command(args: argparse.Namespace, url: str, records: Path, mix: Path | None) -> list[str]:
+    """``vllm-obs load``: the soak's open-loop mix for ``--minutes``."""
+    cmd = [sys.executable, "-m", "obs.cli", "load", "--url", url, "--model", "tiny"]
+    cmd += ["--rate", str(args.rate), "--duration", str(args.minutes * 60)]
+    cmd += ["--seed", str(args.seed), "--run-id", f"soak-{args.seed}", "--out", str(records)]
+    cmd += ["--timeout", "120", "--no-progress", *(["--mix", str(mix)] if mix else [])]
+    return cmd
+
+
+def start(args: argparse.Namespace, t0: float) -> Run:
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="vllm-obs-soak-"))
     work.mkdir(parents=True, exist_ok=True)
-    duration_s = args.minutes * 60
-    records, events = work / "records.jsonl", work / "events.jsonl"
     log(t0, f"workdir {work}; starting 2 vLLM replicas")
     replicas = start_replicas(2, work, t0)
     receiver = OtlpReceiver().start()
     sidecar = SidecarProcess(
         config=lanes_config(work / "lanes.yaml", [r.url for r in replicas]),
-        events=events,
+        events=work / "events.jsonl",
         args=("--pool-poll-interval", "1", "--shutdown-grace", "30"),
         env={
             "OTEL_TRACES_EXPORTER": "otlp",
@@ -328,156 +130,153 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         },
         log_path=work / "sidecar.log",
     )
-    samples: list[Sample] = []
-    injector = Injector(replicas, args.fault_every, args.stop_s, duration_s - args.stop_s, t0)
+    until_s = args.minutes * 60 - args.stop_s
+    injector = Injector(replicas, args.fault_every, args.stop_s, until_s, t0)
+    return Run(args, t0, work, replicas, receiver, sidecar, injector)
+
+
+def drive(run: Run) -> subprocess.Popen[bytes]:
+    """The load and the faults together, sampling the sidecar until the load ends."""
+    mix = write_mix(run.work / "mix.yaml", full_mix=False)
+    with open(run.work / "load.out", "wb") as out:
+        cmd = load_command(run.args, run.sidecar.url, run.records, mix)
+        load = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    run.injector.start = time.monotonic()
+    thread = threading.Thread(target=run.injector.run, daemon=True)
+    thread.start()
+    while load.poll() is None:
+        time.sleep(run.args.sample_s)
+        s = run.sample()
+        socks = ", ".join(f"{k} {v}" for k, v in sorted(s.sockets.items()) if " " in k)
+        log(run.t0, f"sent {s.sent} events {s.events} rss {s.rss_mib} MiB fds {s.fds} ({socks})")
+    run.injector.stopped.set()
+    thread.join(timeout=STARTUP_TIMEOUT_S)  # a restart in progress finishes
+    return load
+
+
+def recover(run: Run) -> tuple[bool, list[int]]:
+    """Every replica up again (once more, idle, if a restart failed under load); requests
+    through the sidecar answered again. Returns (healthy, the recovery statuses)."""
+    for r in run.replicas:
+        if not running(r):
+            log(run.t0, f"restarting {r.url} again: {restart(r) or 'up'}")
+    healthy = False
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not healthy:
+        pools = get_json(run.sidecar.url + "/health")["pools"]
+        healthy = all(all(reps.values()) for reps in pools.values())
+        time.sleep(0.5)
+    recovery = [post_chat(run.sidecar.url) for _ in range(4)]
+    log(run.t0, f"after the faults: replicas healthy {healthy}, requests {recovery}")
+    return healthy, recovery
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    t0 = time.monotonic()
+    r = start(args, t0)
     load: subprocess.Popen[bytes] | None = None
     try:
-        sidecar.start()
-        names = {r.port: f"replica-{i}" for i, r in enumerate(replicas)}
-        names |= {receiver.port: "otlp", sidecar.port: "client"}
+        r.sidecar.start()
+        r.names = {rep.port: f"replica-{i}" for i, rep in enumerate(r.replicas)}
+        r.names |= {r.receiver.port: "otlp", r.sidecar.port: "client"}
         time.sleep(2.5)  # a pool poll or two: the idle baseline
-        baseline = sample(sidecar.pid, t0, records, events, names)
-        samples.append(baseline)
+        baseline = r.sample()
         log(t0, f"sidecar up: rss {baseline.rss_mib} MiB, fds {baseline.fds}; load starts")
-        mix = write_mix(work / "mix.yaml", full_mix=False)
-        load_cmd = [
-            sys.executable,
-            "-m",
-            "obs.cli",
-            "load",
-            "--url",
-            sidecar.url,
-            "--model",
-            "tiny",
-            "--rate",
-            str(args.rate),
-            "--duration",
-            str(duration_s),
-            "--seed",
-            str(args.seed),
-            "--run-id",
-            f"soak-{args.seed}",
-            "--out",
-            str(records),
-            "--timeout",
-            "120",
-            "--no-progress",
-            *(["--mix", str(mix)] if mix else []),
-        ]
-        with open(work / "load.out", "wb") as out:
-            load = subprocess.Popen(load_cmd, stdout=out, stderr=subprocess.STDOUT)
-        injector.start = time.monotonic()
-        thread = threading.Thread(target=injector.run, daemon=True)
-        thread.start()
-        while load.poll() is None:
-            time.sleep(args.sample_s)
-            s = sample(sidecar.pid, t0, records, events, names)
-            samples.append(s)
-            socks = ", ".join(f"{k} {v}" for k, v in sorted(s.sockets.items()) if " " in k)
-            log(
-                t0,
-                f"sent {s.sent} events {s.events} rss {s.rss_mib} MiB fds {s.fds} ({socks})",
-            )
-        injector.stopped.set()
-        thread.join(timeout=STARTUP_TIMEOUT_S)  # a restart in progress finishes
+        load = drive(r)
         log(t0, f"load done (exit {load.returncode}); waiting for every replica to be healthy")
-        for r in replicas:
-            if not _running(r):  # a restart that failed under load: once more, idle
-                log(t0, f"restarting {r.url} again: {restart(r) or 'up'}")
-        healthy = False
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not healthy:
-            pools = get_json(sidecar.url + "/health")["pools"]
-            healthy = all(all(reps.values()) for reps in pools.values())
-            time.sleep(0.5)
-        recovery = [post_chat(sidecar.url) for _ in range(4)]
-        log(t0, f"after the faults: replicas healthy {healthy}, requests {recovery}")
+        healthy, recovery = recover(r)
         time.sleep(args.settle_s)  # idle keep-alive connections close (vLLM: 5 s)
-        end = sample(sidecar.pid, t0, records, events, names)
-        samples.append(end)
-        metrics_requests = metric_sum(sidecar.url, "vllm_obs_requests_total")
-        exit_code = sidecar.stop()
+        r.sample()
+        metrics_requests = metric_sum(r.sidecar.url, "vllm_obs_requests_total")
+        exit_code = r.sidecar.stop()
         log(t0, f"sidecar stopped (exit {exit_code}); checking")
-        report = check_files(records, events, wait_s=2)
-        all_events = list(read_jsonl(events))
-        outcomes = Counter(
-            f"{e['status']}/{e['error_class']}" if e["error_class"] else e["status"]
-            for e in all_events
-        )
-        client = Counter(r["status"] for r in read_jsonl(records))
-        roots = sum(1 for s in receiver.spans if s.kind == 2)  # SERVER: one per request
-        checks = {
-            "one_event_per_request": report.ok and not report.duplicate_events,
-            "metrics_count_every_event": metrics_requests == len(all_events),
-            # Idle upstream connections stay pooled (bounded by the peak); nothing else grows.
-            "no_fd_leak": end.other_fds <= baseline.other_fds + FD_SLACK
-            and end.count("client") == 0
-            and end.count("replica") <= max(x.count("replica") for x in samples),
-            "no_close_wait": end.sockets.get("CLOSE_WAIT", 0) == 0,
-            "recovered": healthy and all(code == 200 for code in recovery),
-            "sidecar_exit_clean": exit_code in (0, -signal.SIGTERM),
-            "faults_injected": {f.kind for f in injector.faults} == {"sigstop", "sigkill"},
-        }
-        peak = max(samples, key=lambda s: s.rss_mib)
-        return {
-            "command": " ".join(sys.argv),
-            "started": datetime.now(UTC).isoformat(timespec="seconds"),
-            "minutes": args.minutes,
-            "rate_per_s": args.rate,
-            "seed": args.seed,
-            "requests_sent": report.records,
-            "events_for_them": report.events,
-            "events_total": len(all_events),
-            "other_events": report.other_events,
-            "missing_events": list(report.missing_in_events),
-            "events_without_request": list(report.missing_in_records),
-            "duplicate_events": list(report.duplicate_events),
-            "metrics_requests_total": metrics_requests,
-            "spans_received": len(receiver.spans),
-            "root_spans": roots,
-            "client_outcomes": dict(client),
-            "event_outcomes": dict(outcomes),
-            "recovery_statuses": recovery,
-            "replicas_healthy_after": healthy,
-            "faults": [asdict(f) for f in injector.faults],
-            "sidecar": {
-                "rss_mib": {"start": baseline.rss_mib, "max": peak.rss_mib, "end": end.rss_mib},
-                "fds": {
-                    "start": baseline.fds,
-                    "max": max(s.fds for s in samples),
-                    "end": end.fds,
-                    "other_start": baseline.other_fds,
-                    "other_end": end.other_fds,
-                    "upstream_max": max(s.count("replica") for s in samples),
-                    "upstream_end": end.count("replica"),
-                },
-                "sockets_end": end.sockets,
-                "exit_code": exit_code,
-            },
-            "samples": [asdict(s) for s in samples],
-            "checks": checks,
-            "ok": all(checks.values()),
-            "workdir": str(work),
-        }
+        return result(r, healthy, recovery, metrics_requests, exit_code)
     finally:
-        injector.stopped.set()
+        r.injector.stopped.set()
         if load is not None and load.poll() is None:
             load.send_signal(signal.SIGINT)
             try:
                 load.wait(30)
             except subprocess.TimeoutExpired:
                 load.kill()
-        sidecar.stop()
-        receiver.stop()
-        for r in replicas:
-            r.stop()
+        r.sidecar.stop()
+        r.receiver.stop()
+        for rep in r.replicas:
+            rep.stop()
         if not args.keep and not args.workdir:
-            shutil.rmtree(work, ignore_errors=True)
+            shutil.rmtree(r.work, ignore_errors=True)
+
+
+def result(
+    r: Run, healthy: bool, recovery: list[int], metrics_requests: float, exit_code: int | None
+) -> dict[str, Any]:
+    """The run's figures and checks (see the module docstring)."""
+    report = check_files(r.records, r.events, wait_s=2)
+    all_events = list(read_jsonl(r.events))
+    outcomes = Counter(
+        f"{e['status']}/{e['error_class']}" if e["error_class"] else e["status"] for e in all_events
+    )
+    client = Counter(rec["status"] for rec in read_jsonl(r.records))
+    roots = sum(1 for s in r.receiver.spans if s.kind == 2)  # SERVER: one per request
+    samples, baseline, end = r.samples, r.samples[0], r.samples[-1]
+    checks = {
+        "one_event_per_request": report.ok and not report.duplicate_events,
+        "metrics_count_every_event": metrics_requests == len(all_events),
+        # Idle upstream connections stay pooled (bounded by the peak); nothing else grows.
+        "no_fd_leak": end.other_fds <= baseline.other_fds + FD_SLACK
+        and end.count("client") == 0
+        and end.count("replica") <= max(x.count("replica") for x in samples),
+        "no_close_wait": end.sockets.get("CLOSE_WAIT", 0) == 0,
+        "recovered": healthy and all(code == 200 for code in recovery),
+        "sidecar_exit_clean": exit_code in (0, -signal.SIGTERM),
+        "faults_injected": {f.kind for f in r.injector.faults} == {"sigstop", "sigkill"},
+    }
+    peak = max(samples, key=lambda s: s.rss_mib)
+    return {
+        "command": " ".join(sys.argv),
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "minutes": r.args.minutes,
+        "rate_per_s": r.args.rate,
+        "seed": r.args.seed,
+        "requests_sent": report.records,
+        "events_for_them": report.events,
+        "events_total": len(all_events),
+        "other_events": report.other_events,
+        "missing_events": list(report.missing_in_events),
+        "events_without_request": list(report.missing_in_records),
+        "duplicate_events": list(report.duplicate_events),
+        "metrics_requests_total": metrics_requests,
+        "spans_received": len(r.receiver.spans),
+        "root_spans": roots,
+        "client_outcomes": dict(client),
+        "event_outcomes": dict(outcomes),
+        "recovery_statuses": recovery,
+        "replicas_healthy_after": healthy,
+        "faults": [asdict(f) for f in r.injector.faults],
+        "sidecar": {
+            "rss_mib": {"start": baseline.rss_mib, "max": peak.rss_mib, "end": end.rss_mib},
+            "fds": {
+                "start": baseline.fds,
+                "max": max(s.fds for s in samples),
+                "end": end.fds,
+                "other_start": baseline.other_fds,
+                "other_end": end.other_fds,
+                "upstream_max": max(s.count("replica") for s in samples),
+                "upstream_end": end.count("replica"),
+            },
+            "sockets_end": end.sockets,
+            "exit_code": exit_code,
+        },
+        "samples": [asdict(s) for s in samples],
+        "checks": checks,
+        "ok": all(checks.values()),
+        "workdir": str(r.work),
+    }
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="bench/soak.py",
+        prog="python -m bench.soak",
         description=(
             "Soak the sidecar: mixed load (vllm-obs load) through it to two real vLLM "
             "replicas while they are frozen (SIGSTOP) and killed (SIGKILL + restart); "

@@ -11,16 +11,16 @@ import pytest
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
-SOAK = Path(__file__).resolve().parent.parent / "bench" / "soak.py"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_short_soak_logs_every_request_and_leaks_nothing(tmp_path: Path) -> None:
     """Under load and faults: one event per request, metrics agree, no fd growth, recovery."""
     out = tmp_path / "soak.json"
-    cmd = [sys.executable, str(SOAK), "--minutes", "0.75", "--rate", "3"]
+    cmd = [sys.executable, "-m", "bench.soak", "--minutes", "0.75", "--rate", "3"]
     cmd += ["--fault-every", "15", "--stop-s", "7", "--sample-s", "3"]
     cmd += ["--out", str(out), "--workdir", str(tmp_path / "work")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     checks = result["checks"]
