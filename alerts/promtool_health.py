@@ -85,112 +85,117 @@ def _never(p: PoolHealth, alert: str, all_up: Inputs) -> list[Group]:
 
 
 def _pool_cases(model: AlertModel, p: PoolHealth, index: RuleIndex) -> list[Group]:
-    first = p.replicas[0]
-    rest = len(p.replicas) - 1
-    where = f"pool {p.pool}"
+    return _PoolCases(model, p, index).groups()
 
-    def rule(alert: str) -> dict[str, Any]:
-        return index.find(alert, pool=p.pool)
 
-    def up(*values: float) -> Inputs:
-        return lambda n: _pool_series(c.POOL_UP.name, p, [s.gauge(v, n) for v in values])
+class _PoolCases:
+    """The cases of one pool: KV cache and preemption (where its engine reports them),
+    a replica down, the whole pool down, and the pool's series absent."""
 
-    def kv(high: float, low: float) -> Inputs:
+    def __init__(self, model: AlertModel, p: PoolHealth, index: RuleIndex) -> None:
+        self.model, self.p, self.index = model, p, index
+        self.rest = len(p.replicas) - 1
+        self.where = f"pool {p.pool}"
+        self.replica = {c.POOL: p.pool, c.REPLICA: p.replicas[0]}
+        self.all_up = self.up(*[1] * len(p.replicas))
+        self.one_down = self.up(0, *[1] * self.rest)
+
+    def rule(self, alert: str) -> dict[str, Any]:
+        return self.index.find(alert, pool=self.p.pool)
+
+    def up(self, *values: float) -> Inputs:
+        return lambda n: _pool_series(c.POOL_UP.name, self.p, [s.gauge(v, n) for v in values])
+
+    def kv(self, high: float, low: float) -> Inputs:
+        values = lambda n: [s.gauge(high, n)] + [s.gauge(low, n)] * self.rest  # noqa: E731
         return lambda n: (
-            up(*[1] * len(p.replicas))(n)
-            + _pool_series(
-                c.POOL_KV_CACHE_USAGE.name, p, [s.gauge(high, n)] + [s.gauge(low, n)] * rest
-            )
+            self.all_up(n) + _pool_series(c.POOL_KV_CACHE_USAGE.name, self.p, values(n))
         )
 
-    def preempt(per_step: float) -> Inputs:
+    def preempt(self, per_step: float) -> Inputs:
+        rest = self.rest
         return lambda n: _pool_series(
             c.POOL_PREEMPTIONS.series[0],
-            p,
+            self.p,
             [s.counter(per_step, n, start=2)] + [s.counter(0, n, start=2)] * rest,
         )
 
-    def others(n: int) -> list[s.Series]:
+    def others(self, n: int) -> list[s.Series]:
+        """Every other pool's series (or the lanes' info series): the pool itself is absent."""
         series = [
             x
-            for q in model.pools
-            if q.pool != p.pool
+            for q in self.model.pools
+            if q.pool != self.p.pool
             for x in _pool_series(c.POOL_UP.name, q, [s.gauge(1, n)] * len(q.replicas))
         ]
         return series or [
             s.series(c.LANE_INFO.name, {c.LANE: lane.lane, c.POOL: lane.pool}, s.gauge(1, n))
-            for lane in model.lanes
+            for lane in self.model.lanes
         ]
 
-    high = round((p.kv_cache_usage_max + 1) / 2, 4)
-    low = round(p.kv_cache_usage_max * 0.95, 4)
-    replica = {c.POOL: p.pool, c.REPLICA: first}
-    rate = 3 / tl.STEP_S
-    all_up = up(*[1] * len(p.replicas))
-    one_down = up(0, *[1] * rest)
-
-    # Built only for a pool whose engine reports the value (only then is there a rule).
-    def kv_cases() -> list[Group]:
+    def kv_cases(self) -> list[Group]:
+        """Built only for a pool whose engine reports the value (only then is there a rule)."""
+        if "kv_cache_usage" not in self.p.reports:
+            return _never(self.p, c.ALERT_KV_CACHE_USAGE_HIGH, self.all_up)
+        high = round((self.p.kv_cache_usage_max + 1) / 2, 4)
+        low = round(self.p.kv_cache_usage_max * 0.95, 4)
         return _pair(
             c.ALERT_KV_CACHE_USAGE_HIGH,
-            f"{where} replica at {high:g}",
+            f"{self.where} replica at {high:g}",
             GAUGE_S,
-            kv(high, low),
-            [s.expected(rule(c.ALERT_KV_CACHE_USAGE_HIGH), replica, high)],
-            kv(low, low),
+            self.kv(high, low),
+            [s.expected(self.rule(c.ALERT_KV_CACHE_USAGE_HIGH), self.replica, high)],
+            self.kv(low, low),
             f"usage is {low:g}",
         )
 
-    def preempt_cases() -> list[Group]:
+    def preempt_cases(self) -> list[Group]:
+        if "preemptions" not in self.p.reports:
+            return _never(self.p, c.ALERT_POOL_PREEMPTING, self.all_up)
+        rate = 3 / tl.STEP_S
         return _pair(
             c.ALERT_POOL_PREEMPTING,
-            f"{where} replica preempting {rate:g}/s",
+            f"{self.where} replica preempting {rate:g}/s",
             RATE_S,
-            preempt(3),
-            [s.expected(rule(c.ALERT_POOL_PREEMPTING), replica, rate)],
-            preempt(0),
+            self.preempt(3),
+            [s.expected(self.rule(c.ALERT_POOL_PREEMPTING), self.replica, rate)],
+            self.preempt(0),
             "the counter is flat",
         )
 
-    return [
-        *(
-            kv_cases()
-            if "kv_cache_usage" in p.reports
-            else _never(p, c.ALERT_KV_CACHE_USAGE_HIGH, all_up)
-        ),
-        *(
-            preempt_cases()
-            if "preemptions" in p.reports
-            else _never(p, c.ALERT_POOL_PREEMPTING, all_up)
-        ),
-        *_pair(
-            c.ALERT_POOL_REPLICA_DOWN,
-            f"{where} first replica down",
-            GAUGE_S,
-            one_down,
-            [s.expected(rule(c.ALERT_POOL_REPLICA_DOWN), replica, 0)],
-            all_up,
-            "every replica is up",
-        ),
-        *_pair(
-            c.ALERT_POOL_DOWN,
-            f"{where} every replica down",
-            GAUGE_S,
-            up(*[0] * len(p.replicas)),
-            [s.expected(rule(c.ALERT_POOL_DOWN), {c.POOL: p.pool}, 0)],
-            one_down if rest else all_up,
-            "a replica is up",
-        ),
-        *_pair(
-            c.ALERT_POOL_ABSENT,
-            f"{where} without series",
-            GAUGE_S,
-            others,
-            [s.expected(rule(c.ALERT_POOL_ABSENT), {c.POOL: p.pool}, 1)],
-            lambda n: all_up(n) + others(n),
-            "its series are there",
-        ),
-    ]
+    def groups(self) -> list[Group]:
+        p, where, all_up, one_down = self.p, self.where, self.all_up, self.one_down
+        return [
+            *self.kv_cases(),
+            *self.preempt_cases(),
+            *_pair(
+                c.ALERT_POOL_REPLICA_DOWN,
+                f"{where} first replica down",
+                GAUGE_S,
+                one_down,
+                [s.expected(self.rule(c.ALERT_POOL_REPLICA_DOWN), self.replica, 0)],
+                all_up,
+                "every replica is up",
+            ),
+            *_pair(
+                c.ALERT_POOL_DOWN,
+                f"{where} every replica down",
+                GAUGE_S,
+                self.up(*[0] * len(p.replicas)),
+                [s.expected(self.rule(c.ALERT_POOL_DOWN), {c.POOL: p.pool}, 0)],
+                one_down if self.rest else all_up,
+                "a replica is up",
+            ),
+            *_pair(
+                c.ALERT_POOL_ABSENT,
+                f"{where} without series",
+                GAUGE_S,
+                self.others,
+                [s.expected(self.rule(c.ALERT_POOL_ABSENT), {c.POOL: p.pool}, 1)],
+                lambda n: all_up(n) + self.others(n),
+                "its series are there",
+            ),
+        ]
 
 
 def _lane_cases(model: AlertModel, lane: LaneHealth, index: RuleIndex) -> list[Group]:

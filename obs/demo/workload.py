@@ -23,7 +23,7 @@ import yaml
 from obs.config import Config, default_config_path, load_config
 
 if TYPE_CHECKING:
-    from obs.loadgen.driver import RunResult
+    from obs.loadgen.driver import Driver, RunResult
     from obs.loadgen.mix import Mix
     from obs.loadgen.records import Record
 
@@ -198,41 +198,13 @@ def drive(
             driver = Driver(
                 settings, mix, PromptBuilder(CharEstimate(), f"{seed}:{run_id}"), on_record
             )
-            loop = asyncio.get_running_loop()
             plan = iter_plan(mix, seed, arrivals)
             if sessions is not None:
                 plan = itertools.takewhile(lambda r: r.session < sessions, plan)
             if whole_plan:
                 plan = bounded(plan, duration_s=duration_s)
             task = asyncio.ensure_future(driver.run(plan, arrivals))
-
-            def on_signal(signum: int) -> None:
-                if signum == signal.SIGINT and not outcome.stopped_early:
-                    outcome.stopped_early = True
-                    notice("stopping the load: no new requests (Ctrl-C again to abort)")
-                    driver.stop()
-                    return
-                outcome.aborted_by = signum
-                task.cancel()
-
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, on_signal, sig)
-
-            async def tick() -> None:
-                while True:
-                    view.update(driver.inflight)
-                    await asyncio.sleep(view.tick_s)
-
-            ticker = asyncio.ensure_future(tick())
-            try:
-                return await task
-            finally:
-                ticker.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await ticker
-                view.update(driver.inflight, final=True)
-                for sig in (signal.SIGINT, signal.SIGTERM):
-                    loop.remove_signal_handler(sig)
+            return await _watched(task, driver, view, outcome, notice)
 
         try:
             outcome.result = asyncio.run(main())
@@ -240,3 +212,42 @@ def drive(
             if outcome.aborted_by is None:
                 raise
     return outcome
+
+
+async def _watched(
+    task: asyncio.Future[RunResult],
+    driver: Driver,
+    view: LiveView,
+    outcome: LoadOutcome,
+    notice: Callable[[str], None],
+) -> RunResult:
+    """Await the run with the signal handlers installed and the live view ticking."""
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        if signum == signal.SIGINT and not outcome.stopped_early:
+            outcome.stopped_early = True
+            notice("stopping the load: no new requests (Ctrl-C again to abort)")
+            driver.stop()
+            return
+        outcome.aborted_by = signum
+        task.cancel()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig)
+
+    async def tick() -> None:
+        while True:
+            view.update(driver.inflight)
+            await asyncio.sleep(view.tick_s)
+
+    ticker = asyncio.ensure_future(tick())
+    try:
+        return await task
+    finally:
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker
+        view.update(driver.inflight, final=True)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
