@@ -94,6 +94,10 @@ def _engine_state(grid: Grid, config: Config) -> None:
         8,
         8,
     )
+    _cache_and_replicas(grid, config)
+
+
+def _cache_and_replicas(grid: Grid, config: Config) -> None:
     floors = [
         lane.slo.cache_hit_ratio_min
         for lane in config.lanes
