@@ -142,3 +142,16 @@ class PrometheusProcess(ServiceProcess):
         """(targets up, targets in total)."""
         active = self.api("targets")["activeTargets"]
         return sum(1 for t in active if t.get("health") == "up"), len(active)
+
+    def state(self) -> tuple[list[Alert] | None, list[str]]:
+        """The alerts now, and notes on the rules' and targets' health (or why it could
+        not be read)."""
+        try:
+            alerts = self.alerts()
+            rules, failing = self.rule_health()
+            up, targets = self.targets_up()
+        except PrometheusError as e:
+            return None, [f"could not read Prometheus: {e}"]
+        notes = [f"{rules} rules loaded, {len(failing)} failing evaluation; "
+                 f"scrape targets up: {up}/{targets}"]  # fmt: skip
+        return alerts, notes + [f"rule error: {f}" for f in failing[:5]]

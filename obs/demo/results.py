@@ -18,6 +18,12 @@ from typing import Any
 from obs.demo.prometheus import Alert
 from obs.errors import ObsError
 
+# `vllm-obs query report` over the demo's output folder.
+REPORT_ARGS = [
+    "query", "report", "events.jsonl", "--config", "lanes.yaml", "--out", "report",
+    "--title", "vllm-obs demo", "--no-progress",
+]  # fmt: skip
+
 # Rows of `vllm-obs query summary` shown on screen; summary.txt keeps them all.
 SCREEN_ROWS = (
     "lane",
@@ -137,6 +143,26 @@ def alerts_text(alerts: Sequence[Alert]) -> str:
         )
         lines.append(f"  {a.state:<8} {a.name}  {where}".rstrip())
     return "\n".join(lines) + "\n"
+
+
+def alerts_section(url: str | None, alerts: Sequence[Alert] | None, notes: Sequence[str]) -> str:
+    """The alerts part of the demo's summary: what Prometheus at ``url`` said at the end."""
+    if url is None:
+        return "Alerts: no Prometheus this run (install it: scripts/setup)\n"
+    head = f"Alerts at the end of the load ({url}/api/v1/alerts)"
+    body = "" if alerts is None else alerts_text(alerts)
+    hint = (
+        "  (pending: the condition holds now; an alert fires once it has held for the\n"
+        "   rule's `for:`, 2 minutes for the fastest page and hours for tickets)\n"
+        if alerts and not any(a.state == "firing" for a in alerts)
+        else ""
+    )
+    return f"{head}\n{body}{hint}" + "".join(f"  {n}\n" for n in notes)
+
+
+def timing_line(total_s: float, timings: Mapping[str, float]) -> str:
+    parts = ", ".join(f"{k} {v:.1f} s" for k, v in timings.items() if v >= 0.05)
+    return f"Demo took {total_s:.0f} s ({parts})."
 
 
 def alerts_json(alerts: Sequence[Alert]) -> str:

@@ -11,6 +11,7 @@ Ctrl-C and SIGTERM.
 from __future__ import annotations
 
 import contextlib
+import json
 import secrets
 import shutil
 import signal
@@ -26,7 +27,6 @@ from obs.demo import results, workload
 from obs.demo.options import LOCAL_MAX_MODEL_LEN, LOCAL_POOLS, SCRAPE_INTERVAL_S, DemoOptions
 from obs.demo.prometheus import (
     Alert,
-    PrometheusError,
     PrometheusProcess,
     find_prometheus,
     prometheus_version,
@@ -338,24 +338,14 @@ class Demo:
         return outcome
 
     def _collect_alerts(self, stopped_early: bool) -> None:
-        prom = self.prometheus
-        if prom is None:
+        if self.prometheus is None:
             return
         if not stopped_early:  # one more scrape and rule evaluation after the last request
             time.sleep(2 * SCRAPE_INTERVAL_S + 0.5)
-        try:
-            self.alerts = prom.alerts()
-            rules, failing = prom.rule_health()
-            up, targets = prom.targets_up()
-        except PrometheusError as e:
-            self.prometheus_notes.append(f"could not read Prometheus: {e}")
-            return
-        (self.out / "alerts.json").write_text(results.alerts_json(self.alerts))
-        self.prometheus_notes.append(
-            f"{rules} rules loaded, {len(failing)} failing evaluation; "
-            f"scrape targets up: {up}/{targets}"
-        )
-        self.prometheus_notes += [f"rule error: {f}" for f in failing[:5]]
+        self.alerts, notes = self.prometheus.state()
+        self.prometheus_notes += notes
+        if self.alerts is not None:
+            (self.out / "alerts.json").write_text(results.alerts_json(self.alerts))
 
     def _results(self) -> None:
         started = time.monotonic()
@@ -367,17 +357,12 @@ class Demo:
         summary_args = ["query", "summary", "events.jsonl", "--config", lanes, "--no-progress"]
         table = results.vllm_obs(summary_args, cwd=self.out)
         rows = results.vllm_obs([*summary_args, "--format", "json"], cwd=self.out)
-        report_args = [
-            "query", "report", "events.jsonl", "--config", lanes, "--out", "report",
-            "--title", "vllm-obs demo", "--no-progress",
-        ]  # fmt: skip
+        report_args = results.REPORT_ARGS
         self.say(f"[report] $ {results.display(report_args)}")
         results.vllm_obs(report_args, cwd=self.out)
-
-        import json
-
         slo = results.slo_table(json.loads(rows))
-        alerts = self._alerts_text()
+        url = None if self.prometheus is None else self.prometheus.url
+        alerts = results.alerts_section(url, self.alerts, self.prometheus_notes)
         self.show(f"\nPer-lane summary ($ {results.display(summary_args)}; every row: summary.txt)")
         self.show(results.screen_table(table))
         self.show("SLO attainment (attained of objective, per the lanes config)")
@@ -390,26 +375,7 @@ class Demo:
         self.show(f"Files in {self.out}:")
         self.show(results.files_text(self.out, results.FILES))
         self.timings["results"] = time.monotonic() - started
-        self.show(self._timing_line())
-
-    def _alerts_text(self) -> str:
-        if self.prometheus is None:
-            return "Alerts: no Prometheus this run (install it: scripts/setup)\n"
-        head = f"Alerts at the end of the load ({self.prometheus.url}/api/v1/alerts)"
-        body = "" if self.alerts is None else results.alerts_text(self.alerts)
-        notes = "".join(f"  {n}\n" for n in self.prometheus_notes)
-        hint = (
-            "  (pending: the condition holds now; an alert fires once it has held for the\n"
-            "   rule's `for:`, 2 minutes for the fastest page and hours for tickets)\n"
-            if self.alerts and not any(a.state == "firing" for a in self.alerts)
-            else ""
-        )
-        return f"{head}\n{body}{hint}{notes}"
-
-    def _timing_line(self) -> str:
-        total = time.monotonic() - self.started
-        parts = ", ".join(f"{k} {v:.1f} s" for k, v in self.timings.items() if v >= 0.05)
-        return f"Demo took {total:.0f} s ({parts})."
+        self.show(results.timing_line(time.monotonic() - self.started, self.timings))
 
     def _stop_everything(self) -> int:
         """Stop what is still running and check that no process the demo started survives."""
