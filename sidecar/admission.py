@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from obs import conventions as c
 from obs.config import Admission, Lane
 from obs.sidecar.errors import RelayError
-from obs.sidecar.workers import share
 
 
 class Rejected(RelayError):
@@ -220,3 +219,8 @@ class LaneGate:
             counts[tenant] = n
         else:
             counts.pop(tenant, None)
+
+
+def share(limit: int | None, workers: int) -> int | None:
+    """One worker's part of a lane-wide limit (rounded up)."""
+    return None if limit is None else math.ceil(limit / workers)

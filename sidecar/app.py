@@ -44,7 +44,7 @@ from obs.sidecar.settings import Settings
 from obs.sidecar.traces import TraceReceiver, refusal_counter
 from obs.sidecar.types import Receive, Scope, Send
 from obs.sidecar.upstream import Upstream
-from obs.sidecar.workers import merged_registry
+from obs.sidecar.worker_metrics import merged_registry
 
 log = structlog.get_logger("vllm_obs.sidecar")
 

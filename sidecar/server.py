@@ -17,14 +17,8 @@ from obs.errors import ConfigError
 from obs.sidecar.app import create_app
 from obs.sidecar.guard import Guard, GuardCollector
 from obs.sidecar.settings import Settings
-from obs.sidecar.workers import (
-    Supervisor,
-    WorkerSlot,
-    check_config,
-    listen,
-    serve_private_metrics,
-    worker_events_path,
-)
+from obs.sidecar.worker_metrics import WorkerSlot, serve_private_metrics
+from obs.sidecar.workers import Supervisor, check_config, listen, worker_events_path
 
 GC_THRESHOLD = 7000
 SWITCH_INTERVAL_S = 0.0005

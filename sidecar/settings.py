@@ -8,7 +8,7 @@ from pathlib import Path
 from obs.config import ClickHouseExport, Config
 from obs.sidecar.capture import TextCapture
 from obs.sidecar.limits import Limits
-from obs.sidecar.workers import WorkerSlot
+from obs.sidecar.worker_metrics import WorkerSlot
 
 
 @dataclass(frozen=True, slots=True)

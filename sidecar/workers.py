@@ -36,76 +36,27 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import math
 import os
 import shutil
 import signal
 import socket
 import sys
 import tempfile
-import threading
 import time
-import urllib.request
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import structlog
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.registry import Collector
 
-from obs import conventions as c
 from obs.config import Config
 from obs.errors import ConfigError
+from obs.sidecar.worker_metrics import WorkerSlot
 
 log = structlog.get_logger("vllm_obs.workers")
 
-FETCH_TIMEOUT_S = 2.0
 RESTART_BACKOFF_S = 1.0
 CRASH_LOOP = 3  # a worker that dies this many times in a row within the backoff stops them all
-# Families every worker reads the same (pool polling, the config): taken once, not summed.
-TAKEN_ONCE_PREFIXES = (f"{c.NAMESPACE}_pool_", c.LANE_INFO.name)
-COUNTING = ("counter", "histogram")  # what a dead worker's saved page still contributes
-SAVE_EVERY_S = 1.0
-# One page generated and saved at a time in this process, so the saved file never goes back
-# to an older page than one already saved or served.
-_SAVE_LOCK = threading.Lock()
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerSlot:
-    """Who this process is among the workers, and where its siblings' metrics are."""
-
-    index: int
-    count: int
-    metric_ports: tuple[int, ...]
-    rundir: str  # saved pages: worker-I.prom, retired-*.prom
-
-    def page_path(self, i: int) -> Path:
-        return Path(self.rundir) / f"worker-{i}.prom"
-
-    def own_page(self, registry: CollectorRegistry) -> bytes:
-        """This worker's page, saved before it is returned (replaced in one step)."""
-        with _SAVE_LOCK:
-            page = generate_latest(registry)
-            path = self.page_path(self.index)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_bytes(page)
-            os.replace(tmp, path)
-            return page
-
-    def saved(self, i: int) -> str | None:
-        try:
-            return self.page_path(i).read_text()
-        except OSError:
-            return None
-
-    def retired(self) -> list[str]:
-        return [p.read_text() for p in sorted(Path(self.rundir).glob("retired-*.prom"))]
 
 
 def check_config(config: Config, workers: int) -> None:
@@ -129,112 +80,10 @@ def check_config(config: Config, workers: int) -> None:
             )
 
 
-def share(limit: int | None, workers: int) -> int | None:
-    """One worker's part of a lane-wide limit (rounded up)."""
-    return None if limit is None else math.ceil(limit / workers)
-
-
 def worker_events_path(path: Path | None, index: int) -> Path | None:
     if path is None or index == 0:
         return path
     return path.with_name(f"{path.stem}.w{index}{path.suffix}")
-
-
-# ---- merging the workers' metrics ---------------------------------------------------------
-
-
-def merge_pages(pages: Sequence[str], retired: Sequence[str] = ()) -> list[Metric]:
-    """One exposition from several workers' pages (see the module docstring for the rules).
-
-    ``retired``: pages of workers that died, of which only counters and histograms count.
-    """
-    families: dict[str, Metric] = {}
-    values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
-    for page, dead in [(p, False) for p in pages] + [(p, True) for p in retired]:
-        for fam in text_string_to_metric_families(page):
-            if dead and (fam.type not in COUNTING or fam.name.startswith(TAKEN_ONCE_PREFIXES)):
-                continue
-            merged = families.get(fam.name)
-            if merged is None:
-                merged = families[fam.name] = Metric(fam.name, fam.documentation, fam.type)
-                values[fam.name] = {}
-            once = fam.name.startswith(TAKEN_ONCE_PREFIXES)
-            vals = values[fam.name]
-            for s in fam.samples:
-                key = (s.name, tuple(sorted(s.labels.items())))
-                old = vals.get(key)
-                if old is None:
-                    vals[key] = s.value
-                elif s.name.endswith("_created"):
-                    vals[key] = min(old, s.value)
-                elif not once:
-                    vals[key] = old + s.value
-    for name, fam in families.items():
-        for (sample, labels), value in values[name].items():
-            fam.add_sample(sample, dict(labels), value)
-    return list(families.values())
-
-
-class MergedMetrics(Collector):
-    """Every worker's registry, merged at each collection (this worker's read directly)."""
-
-    def __init__(self, own: CollectorRegistry, slot: WorkerSlot) -> None:
-        self.own = own
-        self.slot = slot
-        self._lock = threading.Lock()
-
-    def _page(self, i: int) -> str | None:
-        if i == self.slot.index:
-            return self.slot.own_page(self.own).decode()
-        url = f"http://127.0.0.1:{self.slot.metric_ports[i]}/metrics"
-        try:
-            with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as r:
-                return str(r.read().decode())
-        except OSError:  # restarting or slow: its saved page, never less than it served
-            return self.slot.saved(i)
-
-    def collect(self) -> Iterator[Metric]:
-        with self._lock:
-            pages = [p for i in range(self.slot.count) if (p := self._page(i)) is not None]
-            yield from merge_pages(pages, self.slot.retired())
-
-
-def merged_registry(own: CollectorRegistry, slot: WorkerSlot) -> CollectorRegistry:
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(MergedMetrics(own, slot))
-    return reg
-
-
-def serve_private_metrics(
-    sock: socket.socket, registry: CollectorRegistry, slot: WorkerSlot
-) -> ThreadingHTTPServer:
-    """This worker's own page, for its siblings, on its pre-bound loopback socket; saved too."""
-
-    def save_often() -> None:
-        while True:
-            time.sleep(SAVE_EVERY_S)
-            with contextlib.suppress(OSError):
-                slot.own_page(registry)
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = slot.own_page(registry)
-            self.send_response(200)
-            self.send_header("content-type", "text/plain; version=0.0.4")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            return None
-
-    server = ThreadingHTTPServer(sock.getsockname(), Handler, bind_and_activate=False)
-    server.socket.close()
-    server.socket = sock
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True, name="worker-metrics").start()
-    threading.Thread(target=save_often, daemon=True, name="worker-metrics-save").start()
-    return server
 
 
 # ---- the supervisor -----------------------------------------------------------------------
