@@ -1,342 +1,41 @@
-"""Bad input never crashes the sidecar, never loses an event, never leaks a traceback.
+"""A pool's bad answers never crash the sidecar, never lose an event, never leak a traceback:
+hypothesis-generated responses (malformed SSE frames, UTF-8 split across reads, huge lines, a
+missing ``[DONE]``, a stream cut mid-frame, odd JSON where vLLM puts numbers and strings).
 
-Two directions, both against a real sidecar process:
-
-- request side: hypothesis-generated bodies, headers, methods and routes from a
-  client, relayed to the real vLLM engine (which answers the bad ones itself);
-- upstream side: hypothesis-generated responses from a pool: malformed SSE
-  frames, UTF-8 split across reads, huge lines, a missing ``[DONE]``, a stream
-  cut mid-frame, odd JSON where vLLM puts numbers and strings.
-
-The upstream side needs a fake pool (``ScriptedUpstream`` below) because no real
-vLLM can be made to produce a malformed stream: it is a plain HTTP server that
-writes back, byte for byte and read by read, the response each example scripts.
+The pool is a fake (``ScriptedUpstream``) because no real vLLM can be made to produce a
+malformed stream: a plain HTTP server that writes back, byte for byte and read by read, the
+response each example scripts.
 """
 
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import fields
-from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 import pytest
-import yaml
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from obs import conventions as c
-from obs.config import default_config_path
-from obs.engine import VllmServer
-from obs.events import Event
-from obs.sidecar.testing import SidecarProcess
 
 from .conftest import SidecarFactory
+from .fuzz_support import (
+    CHAT,
+    FUZZ,
+    JSON_VALUES,
+    STREAM_FAILURES,
+    EventLog,
+    assert_event_well_typed,
+    assert_no_crash_logged,
+    assert_no_traceback,
+    log_size,
+)
 from .probes import DONE_FRAME, is_error_frame, label_values, sse_frames
 from .scripted_upstream import Script, ScriptedUpstream
-
-CHAT = "/v1/chat/completions"
-# What the sidecar's own log must never contain: a request it could not handle.
-CRASH_MARKERS = ("relay_internal_error", "Exception in ASGI application", "exporter_failed")
-# The sidecar's error classes for a stream the pool answered 200 but did not finish.
-STREAM_FAILURES = {"upstream_protocol", "upstream_stream_error", "upstream_timeout"}
-
-FUZZ = settings(
-    max_examples=60,
-    deadline=None,
-    database=None,
-    derandomize=True,  # the same examples on every run: CI failures reproduce
-    report_multiple_bugs=False,  # shrink one failure, not all (each example is a real request)
-    suppress_health_check=[
-        HealthCheck.function_scoped_fixture,  # one sidecar serves every example on purpose
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-    ],
-)
-
-
-# ---- checks shared by both directions ---------------------------------------------------
-
-
-def _allowed_types(annotation: str) -> tuple[type, ...]:
-    names = {"int": int, "str": str, "float": float, "bool": bool, "None": type(None)}
-    out: list[type] = []
-    for part in str(annotation).split(" | "):
-        out.append(names[part])
-        if part == "float":
-            out.append(int)  # JSON has one number type; 3 is a fine float
-    return tuple(out)
-
-
-FIELD_TYPES = {f.name: _allowed_types(str(f.type)) for f in fields(Event)}
-
-
-def assert_event_well_typed(event: dict[str, Any]) -> None:
-    """Every field of the event has the type the schema documents (no bools for ints)."""
-    assert set(event) == set(FIELD_TYPES), set(event) ^ set(FIELD_TYPES)
-    for name, value in event.items():
-        allowed = FIELD_TYPES[name]
-        ok = isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed)
-        assert ok, f"event field {name}={value!r} is not {allowed}"
-
-
-def log_size(sc: SidecarProcess) -> int:
-    return sc.log_path.stat().st_size if sc.log_path and sc.log_path.exists() else 0
-
-
-def assert_no_crash_logged(sc: SidecarProcess, since: int) -> None:
-    """The sidecar logged no failure of its own after byte ``since`` of its log."""
-    assert sc.log_path is not None
-    with sc.log_path.open("rb") as f:
-        f.seek(since)
-        new = f.read().decode(errors="replace")
-    for line in new.splitlines():
-        if any(marker in line for marker in CRASH_MARKERS):
-            last = line.replace("\\n", "\n").rstrip('"}').splitlines()[-1]
-            raise AssertionError(f"the sidecar failed on this input: {last}\n{line[:2000]}")
-
-
-def assert_no_traceback(body: bytes) -> None:
-    assert b"Traceback" not in body and b'File "' not in body, body[:500]
-
-
-class EventLog:
-    """Reads a sidecar's event log as it grows, keeping every event by request id."""
-
-    def __init__(self, sc: SidecarProcess) -> None:
-        assert sc.events_path is not None
-        self.path = sc.events_path
-        self.offset = 0
-        self.events: list[dict[str, Any]] = []
-
-    def _read(self) -> None:
-        if not self.path.exists():
-            return
-        with self.path.open("rb") as f:
-            f.seek(self.offset)
-            data = f.read()
-        whole = data[: data.rfind(b"\n") + 1]
-        self.offset += len(whole)
-        self.events += [orjson.loads(line) for line in whole.splitlines() if line.strip()]
-
-    def wait(self, n: int, timeout_s: float = 10.0) -> list[dict[str, Any]]:
-        """Every event once there are at least ``n`` (or the timeout passed)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            self._read()
-            if len(self.events) >= n or time.monotonic() > deadline:
-                return self.events
-            time.sleep(0.005)
-
-    def one(self, request_id: str, timeout_s: float = 3.0) -> dict[str, Any]:
-        """The event of ``request_id``; fails unless exactly one is written."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            self._read()
-            mine = [e for e in self.events[-50:] if e["request_id"] == request_id]
-            if mine or time.monotonic() > deadline:
-                break
-            time.sleep(0.005)
-        assert mine, f"no event for request {request_id}"
-        time.sleep(0.01)
-        self._read()
-        mine = [e for e in self.events[-50:] if e["request_id"] == request_id]
-        assert len(mine) == 1, f"{len(mine)} events for one request"
-        return mine[0]
-
-
-# ---- request side: a real sidecar in front of the real engine ---------------------------
-
-JSON_SCALARS = (
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**70), 2**70)
-    | st.floats(allow_nan=True, allow_infinity=True)
-    | st.text(max_size=30)
-)
-JSON_VALUES = st.recursive(
-    JSON_SCALARS,
-    lambda kids: (
-        st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4)
-    ),
-    max_leaves=12,
-)
-# A valid max_tokens keeps generation short; invalid ones vLLM rejects. Never absent (an
-# absent max_tokens lets the tiny model generate up to its context: seconds per example).
-MAX_TOKENS = st.integers(1, 6) | st.sampled_from([0, -1, 10**9, 2**64, 1.5, True, "8", [4]])
-CONTENT = st.one_of(
-    st.text(max_size=200),
-    st.lists(
-        st.fixed_dictionaries(
-            {"type": st.sampled_from(["text", "image_url"]), "text": JSON_VALUES}
-        ),
-        max_size=3,
-    ),
-    JSON_VALUES,
-)
-MESSAGES = st.one_of(
-    st.lists(
-        st.fixed_dictionaries(
-            {"role": st.sampled_from(["user", "system", "assistant", "tool", "nobody"])},
-            optional={"content": CONTENT, "name": JSON_VALUES},
-        ),
-        max_size=4,
-    ),
-    JSON_VALUES,
-)
-PROMPT = st.one_of(
-    st.text(max_size=200),
-    st.lists(st.integers(0, 4095), max_size=20),  # token ids inside the tiny model's vocabulary
-    st.lists(st.text(max_size=20), max_size=3),
-    JSON_SCALARS,
-)
-
-
-@st.composite
-def request_bodies(draw: st.DrawFn) -> tuple[str, bytes, str]:
-    """(route, raw body, content-type): valid requests with odd extras, odd ones, garbage."""
-    route = draw(st.sampled_from([CHAT, CHAT, "/v1/completions", "/tokenize"]))
-    kind = draw(st.sampled_from(["valid"] * 3 + ["shaped"] * 3 + ["json", "bytes", "empty"]))
-    ctype = draw(st.sampled_from(["application/json"] * 6 + ["text/plain", "", "application/x"]))
-    if kind == "bytes":
-        return route, draw(st.binary(max_size=300)), ctype
-    if kind == "empty":
-        return route, b"", ctype
-    if kind == "json":
-        return route, json.dumps(draw(JSON_VALUES)).encode(), ctype
-    body: dict[str, Any]
-    if kind == "valid":  # what vLLM serves, with the fields the sidecar reads made odd
-        body = {"model": "tiny", "max_tokens": draw(st.integers(1, 6))}
-        if route == CHAT:
-            body["messages"] = [{"role": "user", "content": draw(st.text(max_size=200))}]
-        else:
-            body["prompt"] = draw(st.text(min_size=1, max_size=200))
-        stream: Any = draw(st.booleans())
-    else:
-        body = {"max_tokens": draw(MAX_TOKENS)}
-        body["model"] = draw(st.sampled_from(["tiny", "tiny", "tiny", "nope"]) | JSON_SCALARS)
-        if route == CHAT:
-            body["messages"] = draw(MESSAGES)
-        else:
-            body["prompt"] = draw(PROMPT)
-        stream = draw(st.booleans() | JSON_SCALARS)
-    body["stream"] = stream
-    optional = {
-        "stream_options": st.fixed_dictionaries({"include_usage": JSON_SCALARS}) | JSON_VALUES,
-        "temperature": st.floats(0, 2) | JSON_SCALARS,
-        "max_completion_tokens": MAX_TOKENS,
-    }
-    for key, strategy in optional.items():
-        if draw(st.booleans()):
-            body[key] = draw(strategy)
-    extras = draw(st.dictionaries(st.text(max_size=10).map(lambda k: f"fuzz_{k}"), JSON_VALUES))
-    body.update(extras)
-    return route, json.dumps(body, ensure_ascii=draw(st.booleans())).encode(), ctype
-
-
-# Header values as HTTP allows them: visible ASCII, spaces, tabs and obs-text bytes.
-HEADER_VALUE = st.binary(max_size=300).map(
-    lambda b: bytes(x for x in b if x == 9 or 32 <= x <= 126 or x >= 128).strip()
-)
-HEADERS = st.dictionaries(
-    st.sampled_from(
-        [
-            "x-request-id",
-            "traceparent",
-            "tracestate",
-            "accept",
-            "authorization",
-            "x-client-class",
-            "x-fuzz",
-        ]
-    ),
-    HEADER_VALUE
-    | st.sampled_from(
-        [
-            b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-            b"00-00000000000000000000000000000000-0000000000000000-01",
-            b"chat",
-            b"batch",
-            b"long-prefill",
-            b"x" * 5000,
-        ]
-    ),
-    max_size=4,
-)
-
-
-def _lanes_config(tmp_path: Path, upstream: str) -> Path:
-    """The shipped six-lane config with both pools pointed at ``upstream``."""
-    data = yaml.safe_load(default_config_path().read_text())
-    for pool in data["pools"]:
-        pool["replicas"] = [upstream]
-    path = tmp_path / "lanes.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-@pytest.mark.engine
-def test_fuzzed_requests_get_clean_answers_and_one_event_each(
-    vllm: VllmServer, sidecar: SidecarFactory, tmp_path: Path
-) -> None:
-    """Any body, header, method or route: an answer without a traceback and exactly one event."""
-    sc = sidecar(config=_lanes_config(tmp_path, vllm.url), traces=False)
-    log = EventLog(sc)
-    sent = [0]
-    client = httpx.Client(base_url=sc.url, timeout=60)
-
-    @settings(FUZZ, max_examples=150)
-    @given(
-        req=request_bodies(),
-        headers=HEADERS,
-        method=st.sampled_from(["POST"] * 8 + ["GET", "PUT"]),
-    )
-    def check(req: tuple[str, bytes, str], headers: dict[str, bytes], method: str) -> None:
-        route, raw, ctype = req
-        mark = log_size(sc)
-        hdrs = {k.encode(): v for k, v in headers.items()}
-        if ctype:
-            hdrs[b"content-type"] = ctype.encode()
-        rid = None
-        if b"x-request-id" not in hdrs:
-            rid = uuid.uuid4().hex
-            hdrs[b"x-request-id"] = rid.encode()
-        before = len(log.wait(sent[0], timeout_s=0))
-        r = client.request(method, route, content=raw, headers=hdrs)
-        sent[0] += 1
-        assert_no_traceback(r.content)
-        if r.status_code >= 400:
-            # A JSON error: OpenAI-style from the sidecar or vLLM, or FastAPI's {"detail"}
-            # that vLLM itself answers on some routes (relayed as it came).
-            error = orjson.loads(r.content)
-            assert isinstance(error, dict) and ("error" in error or "detail" in error), r.content
-        if rid is not None:
-            event = log.one(rid)
-        else:  # the client's own (fuzzed) id: the one new event
-            events = log.wait(before + 1)
-            assert len(events) == before + 1, "no event, or more than one"
-            event = events[-1]
-        assert_event_well_typed(event)
-        assert event["http_status"] == r.status_code
-        assert event["error_class"] != "internal", event["error_message"]
-        expected = {2: {c.OK}, 4: {c.CLIENT_ERROR, c.REJECTED}, 5: {c.ERROR, c.REJECTED}}
-        assert event["status"] in expected[r.status_code // 100], (r.status_code, event)
-        assert_no_crash_logged(sc, mark)
-
-    try:
-        check()
-    finally:
-        client.close()
-    assert httpx.get(sc.url + "/health").status_code == 200
-    assert len(log.wait(sent[0], timeout_s=2)) == sent[0]
-
-
-# ---- upstream side: a scripted pool -----------------------------------------------------
 
 
 @pytest.fixture
