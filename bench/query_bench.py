@@ -206,6 +206,8 @@ SELECT
        ELSE 0.0 END AS stream_blocked_ms,
   CASE WHEN NOT got_output THEN 0 WHEN NOT stream THEN 1
        ELSE completion_tokens END AS output_chunks,
+  CASE WHEN got_output THEN 1 END AS burst_chunks,
+  CASE WHEN got_output THEN 'usage' END AS tokens_source,
   CASE WHEN stream AND got_output AND completion_tokens > 1 THEN round(tpot * 0.97, 3)
   END AS itl_p50_ms,
   CASE WHEN stream AND got_output AND completion_tokens > 1

@@ -20,6 +20,7 @@ from obs.engine import (
     EnginePaths,
     LlamaCppPaths,
     LlamaServer,
+    ServerError,
     VllmServer,
     ensure_engine,
     ensure_llamacpp,
@@ -141,3 +142,41 @@ def clickhouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClickHouseS
     server = ClickHouseServer(tmp_path_factory.mktemp("clickhouse")).start()
     yield server
     server.stop()
+
+
+# ---- a spare engine to freeze and kill (tests/test_faults_*.py) ----------------------------
+
+
+def _engine_running(server: VllmServer) -> bool:
+    try:
+        return server.poll() is None
+    except ServerError:  # never started
+        return False
+
+
+@pytest.fixture(scope="session")
+def spare_engine(
+    engine_paths: EnginePaths, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[VllmServer]:
+    """A second real engine for the fault suites, which freeze and kill it (started on
+    first use; ``spare`` restarts it when a test left it dead)."""
+    server = VllmServer(
+        engine_paths.model_dir,
+        max_model_len=4096,
+        kv_cache_bytes=64 << 20,
+        log_path=tmp_path_factory.mktemp("spare") / "vllm.log",
+        python=engine_paths.python,
+        launcher=engine_paths.launcher,
+    )
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def spare(spare_engine: VllmServer) -> Iterator[VllmServer]:
+    """The spare engine, running; thawed after the test whatever happened."""
+    if not _engine_running(spare_engine):
+        spare_engine.start()
+    yield spare_engine
+    if _engine_running(spare_engine):
+        spare_engine.resume()
