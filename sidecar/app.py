@@ -14,7 +14,6 @@ import asyncio
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import aiohttp
 import orjson
@@ -35,7 +34,9 @@ from obs.lanes import Classifier
 from obs.record import Finished
 from obs.sidecar.engine_join import EngineJoin
 from obs.sidecar.errors import RelayError, error_body
+from obs.sidecar.forward import TraceForwarder
 from obs.sidecar.looplag import LoopLagMonitor
+from obs.sidecar.models_route import union_models
 from obs.sidecar.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES, request_headers
 from obs.sidecar.pools import PoolSet
 from obs.sidecar.record_rate import RefusedRecord
@@ -70,30 +71,9 @@ class SidecarApp:
             if settings.worker is None
             else merged_registry(self.registry, settings.worker)
         )
-        exporters: list[Exporter] = []
-        self.jsonl: JsonlExporter | None = None
-        if settings.events_path is not None:
-            self.jsonl = JsonlExporter(
-                settings.events_path,
-                counters=self.metrics,
-                max_bytes=settings.events_max_bytes,
-                backups=settings.events_backups,
-            )
-            exporters.append(self.jsonl)
         # Where spans go: ours, and vLLM's that the sidecar receives and forwards.
         self.otlp = OtlpSettings.from_env(settings.otlp_endpoint)
-        if self.otlp is not None:
-            exporters.append(SpanExporter(self.otlp, counters=self.metrics))
-        if settings.clickhouse is not None:
-            exporters.append(
-                start_exporter(
-                    settings.clickhouse,
-                    settings.events_path,
-                    settings.worker.index if settings.worker else 0,
-                    self.metrics,
-                )
-            )
-        exporters.append(self.metrics)
+        exporters, self.jsonl = _exporters(settings, self.metrics, self.otlp)
         self.exporters = Fanout(exporters, failures=self.metrics)
         self.metrics_only = Fanout([self.metrics], failures=self.metrics)
         self.refused_record = RefusedRecord(settings.rejected_events_per_s, self.registry)
@@ -109,17 +89,20 @@ class SidecarApp:
             self.exporters.export, settings.engine_join_wait_s, self.metrics.engine_span
         )
         self.traced_pools = {p.name for p in settings.config.pools if p.engine_traces}
-        otlp = self.otlp
+        self.forwarder = (
+            None
+            if self.otlp is None
+            else TraceForwarder(self.otlp, self.session, self.metrics.exporter_failed)
+        )
         self.traces = TraceReceiver(
             self.join,
             replicas=tuple(r for p in settings.config.pools if p.engine_traces for r in p.replicas)
             if self.traced_pools
             else None,
             token=os.environ.get(settings.traces_token_env or "") or None,
-            forward=None if otlp is None else lambda payload: self._forward(otlp, payload),
+            forward=None if self.forwarder is None else self.forwarder.forward,
             refused=refusal_counter(self.registry),
         )
-        self._forwards: set[asyncio.Task[None]] = set()
         self.relay = Relay(
             Classifier(settings.config),
             self.pools,
@@ -162,29 +145,6 @@ class SidecarApp:
         else:
             await self.api(scope, receive, send)
 
-    def _forward(self, otlp: OtlpSettings, payload: bytes) -> None:
-        """Send our traces' spans of a pool's export on to the collector, in the background."""
-        fwd = dict(otlp.headers)  # OTEL_EXPORTER_OTLP_HEADERS (auth)
-        fwd["content-type"] = "application/x-protobuf"
-
-        async def post() -> None:
-            try:
-                async with self.session().post(
-                    otlp.endpoint,
-                    data=payload,
-                    headers=fwd,
-                    timeout=aiohttp.ClientTimeout(total=10),
-                ) as resp:
-                    if resp.status >= 300:
-                        raise aiohttp.ClientError(f"status {resp.status}")
-            except (aiohttp.ClientError, TimeoutError) as e:
-                log.warning("trace_forward_failed", endpoint=otlp.endpoint, error=str(e))
-                self.metrics.exporter_failed("otlp_forward")
-
-        task = asyncio.get_running_loop().create_task(post())
-        self._forwards.add(task)
-        task.add_done_callback(self._forwards.discard)
-
     @asynccontextmanager
     async def lifespan(self, _: FastAPI) -> AsyncIterator[None]:
         self.pools.start(self.session())
@@ -201,8 +161,8 @@ class SidecarApp:
             if self.relay.running:  # requests cut at the end of the grace: their last words
                 await asyncio.wait(self.relay.running, timeout=SHUTDOWN_FLUSH_S + 1)
             self.join.flush()
-            if self._forwards:
-                await asyncio.wait(self._forwards, timeout=5)
+            if self.forwarder is not None:
+                await self.forwarder.drain(5)
             await self.pools.stop()
             await self.loop_lag.stop()
             self.upstream.close()
@@ -251,44 +211,19 @@ class SidecarApp:
         return api
 
     async def _models(self, request: Request) -> Response:
-        """The union of the pools' model lists (first replica that answers, per pool).
-
-        Client auth applies as on the relayed routes. A pool with its own key gets that
-        key; the client's ``Authorization`` goes only to a pool without one, and only when
-        the sidecar does not check client keys itself.
-        """
+        """The union of the pools' model lists (``obs.sidecar.models_route``)."""
         try:
             headers = request_headers(request.scope)
             self.relay.tenants.resolve(headers)
         except RelayError as err:
             return _json_error(err.message, err.type_, err.status)
-        seen: dict[str, Any] = {}
-        timeout = aiohttp.ClientTimeout(total=5)
-        for pool in self.pools.health():
-            up: dict[str, str] = {}
-            if self.relay.pool_keys.get(pool):
-                up["authorization"] = f"Bearer {self.relay.pool_keys[pool]}"
-            elif "authorization" in headers and not self.relay.tenants.checks_keys:
-                up["authorization"] = headers["authorization"]
-            for replica in self.pools.candidates(pool):
-                try:
-                    async with self.session().get(
-                        f"{replica.url}/v1/models", headers=up, timeout=timeout
-                    ) as resp:
-                        if resp.status != 200:
-                            continue
-                        data = orjson.loads(await resp.read())
-                except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError):
-                    continue
-                for m in data.get("data", []) if isinstance(data, dict) else []:
-                    if isinstance(m, dict) and isinstance(m.get("id"), str):
-                        seen.setdefault(m["id"], m)
-                break
-        if not seen:
+        models = await union_models(
+            self.session(), self.pools, headers, self.relay.pool_keys, self.relay.tenants
+        )
+        if not models:
             return _json_error("no pool answered /v1/models", "ServiceUnavailableError", 503)
         return Response(
-            orjson.dumps({"object": "list", "data": list(seen.values())}),
-            media_type="application/json",
+            orjson.dumps({"object": "list", "data": models}), media_type="application/json"
         )
 
 
@@ -296,6 +231,29 @@ def _json_error(message: str, type_: str, code: int) -> Response:
     return Response(
         error_body(message, type_, code), status_code=code, media_type="application/json"
     )
+
+
+def _exporters(
+    settings: Settings, metrics: Metrics, otlp: OtlpSettings | None
+) -> tuple[list[Exporter], JsonlExporter | None]:
+    """The exporters the settings ask for, the metrics last; and the JSONL one, if any."""
+    exporters: list[Exporter] = []
+    jsonl = None
+    if settings.events_path is not None:
+        jsonl = JsonlExporter(
+            settings.events_path,
+            counters=metrics,
+            max_bytes=settings.events_max_bytes,
+            backups=settings.events_backups,
+        )
+        exporters.append(jsonl)
+    if otlp is not None:
+        exporters.append(SpanExporter(otlp, counters=metrics))
+    if settings.clickhouse is not None:
+        worker = settings.worker.index if settings.worker else 0
+        exporters.append(start_exporter(settings.clickhouse, settings.events_path, worker, metrics))
+    exporters.append(metrics)
+    return exporters, jsonl
 
 
 def create_app(

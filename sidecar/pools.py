@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from hashlib import blake2b
 
@@ -54,6 +55,16 @@ class Replica:
     state: EngineState | None = None
     failures: int = 0
     slow_polls: int = 0  # late /metrics answers in a row (the connection was accepted)
+
+    @contextmanager
+    def lease(self) -> Iterator[None]:
+        """One request outstanding on this replica while the block runs (least-outstanding
+        routing reads the count), however the block ends."""
+        self.outstanding += 1
+        try:
+            yield
+        finally:
+            self.outstanding -= 1
 
 
 class PoolSet:

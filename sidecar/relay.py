@@ -13,6 +13,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,7 +40,7 @@ from obs.sidecar.payloads import (
     usage_options,
     wants_usage,
 )
-from obs.sidecar.pools import PoolSet
+from obs.sidecar.pools import PoolSet, Replica
 from obs.sidecar.request import Request
 from obs.sidecar.streaming import relay_stream, relay_whole
 from obs.sidecar.types import Message, Receive, Scope, Send
@@ -57,6 +58,19 @@ _BODY = "http.response.body"
 # buffer, then the error frame) may take to reach a slow client before the process exits.
 SHUTDOWN_FLUSH_S = 5.0
 SHUTDOWN_MESSAGE = "the sidecar shut down before the request finished (--shutdown-grace ended)"
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What the request side decided: the lane and its gate, the admission cost, and what
+    goes to the pool (the client's headers, the body as sent, whether usage was injected)."""
+
+    lane: Lane
+    gate: LaneGate
+    cost: int
+    headers: dict[str, str]
+    raw: bytes
+    inject: bool
 
 
 class Relay:
@@ -167,7 +181,7 @@ class Relay:
             req.capture_body = body if self.capture.prompt else None
             req.capture_frames = [] if self.capture.output else None
         req.conn = client_conn(scope)
-        await self._dispatch(req, lane, gate, cost, headers, raw, inject, receive, send)
+        await self._dispatch(req, Plan(lane, gate, cost, headers, raw, inject), receive, send)
 
     def _attrs(
         self, ev: Event, headers: dict[str, str], body: dict[str, Any] | None
@@ -212,27 +226,14 @@ class Relay:
             self.on_dispatch(pool, req.ids.trace_id_hex, req.ids.span_id_hex)
         return h
 
-    async def _dispatch(
-        self,
-        req: Request,
-        lane: Lane,
-        gate: LaneGate,
-        cost: int,
-        headers: dict[str, str],
-        raw: bytes,
-        inject: bool,
-        receive: Receive,
-        send: Send,
-    ) -> None:
-        ev = req.event
-        up_headers = self._upstream_headers(req, headers, lane.pool)
-        t = lane.timeouts
+    async def _dispatch(self, req: Request, plan: Plan, receive: Receive, send: Send) -> None:
+        """Admit the request through its lane's gate, then try up to two replicas."""
         listener = asyncio.ensure_future(receive())
         listener.add_done_callback(lambda f: self._on_client_message(req, f))
-        ticket = req.ticket = Ticket(ev.tenant or "", cost)
-        req.gate = gate
+        ticket = req.ticket = Ticket(req.event.tenant or "", plan.cost)
+        req.gate = plan.gate
         try:
-            admitted = await gate.admit(ticket)
+            admitted = await plan.gate.admit(ticket)
         except BaseException:
             listener.cancel()
             raise
@@ -241,56 +242,62 @@ class Relay:
             return
         req.admitted = True
         try:
-            last_err: Exception | None = None
-            affinity = ev.prefix_fingerprint if lane.routing == "prefix_affinity" else None
-            candidates = self.pools.candidates(lane.pool, affinity)[:2]
-            for attempt, replica in enumerate(candidates):
-                if req.disconnected:
-                    return
-                ev.replica = replica.url
-                req.clock.dispatched = time.perf_counter_ns()
-                replica.outstanding += 1
+            await self._route(req, plan, send)
+        finally:
+            req.release()
+            if not listener.done():
+                listener.cancel()
+
+    async def _route(self, req: Request, plan: Plan, send: Send) -> None:
+        ev, lane = req.event, plan.lane
+        up_headers = self._upstream_headers(req, plan.headers, lane.pool)
+        last_err: Exception | None = None
+        affinity = ev.prefix_fingerprint if lane.routing == "prefix_affinity" else None
+        candidates = self.pools.candidates(lane.pool, affinity)[:2]
+        for attempt, replica in enumerate(candidates):
+            if req.disconnected:
+                return
+            ev.replica = replica.url
+            req.clock.dispatched = time.perf_counter_ns()
+            with replica.lease():
                 try:
-                    async with asyncio.timeout(t.first_token_s):  # until the response headers
-                        resp = await self.upstream.post(
-                            replica.url, ev.route, raw, up_headers, t.connect_s
-                        )
+                    resp = await self._post(replica, ev.route, lane, plan.raw, up_headers)
                 except ConnectFailed as err:
                     req.clock.dispatched = 0  # never reached the pool: still queued
-                    replica.outstanding -= 1
                     self.pools.mark_failed(replica)
                     last_err = err
                     log.warning("upstream_connect_failed", replica=replica.url, attempt=attempt)
                     continue
-                except TimeoutError as err:
-                    replica.outstanding -= 1
-                    raise first_token_timeout(t.first_token_s) from err
-                except UpstreamError as err:
-                    replica.outstanding -= 1
-                    raise e.UpstreamProtocol(f"pool {lane.pool!r} failed: {err}") from err
                 self.pools.mark_ok(replica)
                 if resp.status == 503 and attempt + 1 < len(candidates):
                     # vLLM sheds load with 503 (--max-num-queued-reqs): try the other replica.
-                    replica.outstanding -= 1
                     resp.release()
                     req.clock.dispatched = 0
                     log.info("upstream_busy_failover", replica=replica.url)
                     continue
                 req.response = resp
                 try:
-                    await self._respond(req, resp, lane, inject, send)
+                    await self._respond(req, resp, lane, plan.inject, send)
                 finally:
-                    replica.outstanding -= 1
                     resp.release()
                 return
-            raise e.UpstreamUnavailable(
-                f"pool {lane.pool!r} is unavailable: no replica accepted a connection "
-                f"({last_err if last_err else 'no replicas'})"
-            )
-        finally:
-            req.release()
-            if not listener.done():
-                listener.cancel()
+        raise e.UpstreamUnavailable(
+            f"pool {lane.pool!r} is unavailable: no replica accepted a connection "
+            f"({last_err if last_err else 'no replicas'})"
+        )
+
+    async def _post(
+        self, replica: Replica, route: str, lane: Lane, raw: bytes, headers: dict[str, str]
+    ) -> Response:
+        """The pool's response headers, within the lane's first-token deadline."""
+        t = lane.timeouts
+        try:
+            async with asyncio.timeout(t.first_token_s):  # until the response headers
+                return await self.upstream.post(replica.url, route, raw, headers, t.connect_s)
+        except TimeoutError as err:
+            raise first_token_timeout(t.first_token_s) from err
+        except UpstreamError as err:
+            raise e.UpstreamProtocol(f"pool {lane.pool!r} failed: {err}") from err
 
     def _on_client_message(self, req: Request, fut: asyncio.Future[Message]) -> None:
         if fut.cancelled() or fut.exception() is not None:
