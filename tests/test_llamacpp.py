@@ -19,6 +19,7 @@ import yaml
 
 from obs.engine import LlamaCppPaths, LlamaServer, ServerError, ensure_llamacpp
 from obs.engine.llamacpp_setup import LLAMACPP_VERSION
+from obs.engines.base import ENGINE_VIEW_FIELDS
 from obs.sidecar.engine_scrape import read_state
 
 from . import probes
@@ -123,6 +124,22 @@ def test_auto_pool_detects_llamacpp_and_exports_no_kv_series(
     assert s["vllm_obs_pool_prefix_cache_queries_total"][0][1] > 0
     assert "vllm_obs_pool_kv_cache_usage_ratio" not in s
     assert "vllm_obs_pool_preemptions_total" not in s
+
+
+def test_llamacpp_requests_never_get_an_engine_view(
+    llama: LlamaServer, sidecar: SidecarFactory
+) -> None:
+    """llama-server sends no spans: even a pool told to wait for them writes ``absent``, nulls."""
+    sc = sidecar(llama.url, traces=False, args=("--engine-traces", "--engine-join-wait", "1"))
+    for stream in (True, False):
+        httpx.post(sc.url + CHAT, json=_body(CHAT, stream, None), timeout=60).raise_for_status()
+    events = {e["stream"]: e for e in sc.wait_events(2)}
+    for e in events.values():
+        assert e["status"] == "ok" and e["engine_view"] == "absent"
+        assert [e[f] for f in ENGINE_VIEW_FIELDS] == [None] * len(ENGINE_VIEW_FIELDS)
+    assert events[True]["ttft_ms"] is not None and events[False]["ttft_ms"] is None
+    spans = probes.samples(sc.url).get("vllm_obs_engine_spans_total", [])
+    assert sum(v for _, v in spans) == 0
 
 
 def write_mixed_config(path: Path, vllm_url: str, llama_url: str) -> Path:
