@@ -150,9 +150,11 @@ ABSENT_FOR_LLAMACPP = ("kv_cache_usage", "preemptions")  # what llama-server doe
 
 
 def _every_panel_is_real_or_not_reported(prometheus: PrometheusProcess, config_path: Path) -> None:
-    """Every generated panel query runs on the real Prometheus; for the llama.cpp pool (and
-    its lane) the KV and preemption panels have no series at all, which Grafana shows as "not
-    reported by this engine", and its prefix-cache panels a real ratio, never a fabricated 0.
+    """Every generated panel query runs on the real Prometheus.
+
+    For the llama.cpp pool (and its lane) the KV and preemption panels have no series at
+    all, which Grafana shows as "not reported by this engine", and its prefix-cache panels
+    a real ratio, never a fabricated 0.
     """
     config = load_config(config_path)
     for uid, title, expr in all_queries(config, values={"__rate_interval": "1m"}):
