@@ -138,8 +138,8 @@ class Pool(_Model):
     replicas: list[str] = Field(min_length=1)
     model: str | None = None
     api_key_env: str | None = None  # name of the env var holding the pool's API key
-    # True when the pool's vLLM exports its llm_request spans to this sidecar
-    # (--otlp-traces-endpoint http://SIDECAR/v1/traces): events then wait for the engine view.
+    # True when the pool's engine exports its request spans to this sidecar (vLLM, SGLang,
+    # TGI: obs.engine_spans; llama.cpp has none): events then wait for the engine view.
     engine_traces: bool = False
     # Which engine serves the pool (obs.engines): its adapter maps the engine's /metrics to
     # the pool state; ``auto`` detects it from the metric names each replica exports.
@@ -161,6 +161,12 @@ class Pool(_Model):
                 raise ValueError(f"{u!r} has a bad port") from e
             out.append(u.rstrip("/"))
         return out
+
+    @model_validator(mode="after")
+    def _spans(self) -> Pool:
+        if self.engine_traces and self.engine == "llamacpp":
+            raise ValueError("engine_traces: llama.cpp's llama-server exports no spans")
+        return self
 
 
 class ApiKey(_Model):

@@ -212,9 +212,10 @@ EXPORTER_FAILURES = _m(
 ENGINE_SPANS = _m(
     "engine_spans",
     "counter",
-    "vLLM llm_request spans received, by join result: joined, late (its event was "
-    "already written without the engine view), rejected (a number out of range), or "
-    "unknown (not a request the sidecar sent to a tracing pool).",
+    "Engine request spans received (vLLM llm_request, SGLang, TGI), by join result: "
+    "joined, late (its event was already written without the engine view), rejected "
+    "(a number out of range, or no timing), or unknown (not a request the sidecar sent "
+    "to a tracing pool).",
     RESULT,
 )
 EVENT_LOOP_LAG = _m(

@@ -1,7 +1,9 @@
-"""The engine's view of a request, from vLLM's ``llm_request`` span, merged into the record.
+"""The engine's view of a request, from its engine's request span, merged into the record.
 
-vLLM measures from the moment the request reached its engine: time in its
-waiting queue, model prefill, model decode, TTFT. The sidecar only sees the
+The span's numbers arrive as ``gen_ai.latency.*`` seconds whatever the engine
+(``obs.engine_spans`` maps SGLang's and TGI's). The engine measures from the
+moment the request reached it: time in its waiting queue, model prefill, model
+decode, TTFT (each where the engine reports it). The sidecar only sees the
 outside. Merging moves the phase boundaries, never the total:
 
 - the engine's queue time moves from ``prefill`` into ``queue`` (the request
@@ -80,13 +82,13 @@ def _tokens(attrs: Mapping[str, Any], key: str) -> int | None:
 def apply_engine_view(f: Finished, attrs: Mapping[str, Any]) -> None:
     """Merge an ``llm_request`` span's attributes into ``f`` (clock, event, derived fields)."""
     ev, clock = f.event, f.clock
-    queue = _s(attrs, "time_in_queue") or 0.0
+    queue = _s(attrs, "time_in_queue")  # SGLang's span has none: absent, not 0
     prefill = _s(attrs, "time_in_model_prefill")
     decode = _s(attrs, "time_in_model_decode")
     inference = _s(attrs, "time_in_model_inference")
     ttft = _s(attrs, "time_to_first_token")
     ev.engine_view = "joined"
-    ev.engine_queue_ms = ms(int(queue * NS))
+    ev.engine_queue_ms = None if queue is None else ms(int(queue * NS))
     ev.engine_prefill_ms = None if prefill is None else ms(int(prefill * NS))
     ev.engine_decode_ms = None if decode is None else ms(int(decode * NS))
     ev.engine_inference_ms = None if inference is None else ms(int(inference * NS))
@@ -101,7 +103,7 @@ def apply_engine_view(f: Finished, attrs: Mapping[str, Any]) -> None:
         return
     prefill_end = clock.first_up or clock.end
     # The engine's queue wait is queueing, not prefill.
-    moved = min(int(queue * NS), max(0, prefill_end - clock.dispatched))
+    moved = min(int((queue or 0.0) * NS), max(0, prefill_end - clock.dispatched))
     clock.dispatched += moved
     if not ev.stream and decode is not None and clock.first_up:
         # A whole answer: the first token was made where the engine's decode began.

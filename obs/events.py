@@ -126,15 +126,16 @@ class Event:
         False,
     )
     engine_view: str = _f(
-        "Whether vLLM's llm_request span was joined: joined, or absent (pool not tracing "
-        "to the sidecar, request failed, or the span came after the join wait).",
+        "Whether the engine's request span was joined (vLLM, SGLang, TGI): joined, or absent "
+        "(pool not tracing to the sidecar, request failed, the span came after the join wait "
+        "or had no usable timing; always for llama.cpp).",
         "absent",
     )
-    engine_queue_ms: float | None = _f("Engine: time in vLLM's waiting queue.")
+    engine_queue_ms: float | None = _f("Engine: time in the engine's waiting queue.")
     engine_prefill_ms: float | None = _f("Engine: time in model prefill.")
     engine_decode_ms: float | None = _f("Engine: time in model decode.")
     engine_inference_ms: float | None = _f("Engine: prefill + decode.")
-    engine_ttft_ms: float | None = _f("Engine: arrival in vLLM to first token.")
+    engine_ttft_ms: float | None = _f("Engine: arrival in the engine to first token.")
     prefix_fingerprint: str | None = _f(
         "Short hash of the prompt's first 512 characters, for cache analysis (no text)."
     )

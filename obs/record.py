@@ -39,7 +39,9 @@ def fill_timings(f: Finished) -> None:
     ev.decode_ms = ms(phases["decode"])
     ev.stream_ms = ms(phases["stream"])
     ev.e2e_ms = ms(clock.end - clock.received)
-    timed = ev.stream or ev.engine_view == "joined"
+    # A whole answer has a TTFT only where the engine's decode time placed its first token
+    # (TGI's span has none: its answer's arrival is no first token).
+    timed = ev.stream or (ev.engine_view == "joined" and ev.engine_decode_ms is not None)
     if timed and clock.first_up and clock.first_sent:
         ev.ttft_ms = ms(clock.first_sent - clock.received)
     tpot = tpot_ns(f)

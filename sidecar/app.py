@@ -25,6 +25,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from obs import conventions as c
+from obs.engine_spans import SPANLESS
 from obs.exporters.base import Exporter, Fanout
 from obs.exporters.clickhouse import start_exporter
 from obs.exporters.jsonl import JsonlExporter
@@ -131,7 +132,15 @@ class SidecarApp:
         if not self.refused_record.keep(finished.event):
             self.metrics_only.export(finished)
             return
-        self.join.submit(finished, finished.event.pool in self.traced_pools)
+        self.join.submit(
+            finished, self._spans_expected(finished.event.pool, finished.event.replica)
+        )
+
+    def _spans_expected(self, pool: str | None, replica: str | None) -> bool:
+        """A traced pool whose replica's engine sends spans (an ``auto`` llama.cpp one does not)."""
+        if pool not in self.traced_pools:
+            return False
+        return self.pools.engine(pool or "", replica or "") not in SPANLESS
 
     def _dispatched(self, pool: str, trace_id: str, span_id: str) -> None:
         if pool in self.traced_pools:  # the engine's span may name these ids

@@ -80,8 +80,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--engine-traces",
         action="store_true",
-        help="with --upstream: the pool exports its llm_request spans to this sidecar "
-        "(vllm serve --otlp-traces-endpoint http://SIDECAR/v1/traces); events wait for them",
+        help="with --upstream: the pool exports its request spans to this sidecar "
+        "(vllm serve --otlp-traces-endpoint http://SIDECAR/v1/traces; SGLang and TGI: see "
+        "README); events wait for them",
     )
     p.add_argument(
         "--engine-join-wait",

@@ -2,18 +2,19 @@
 
 A request is held only when its pool sends spans (``engine_traces``), it
 succeeded (vLLM exports no span for aborted or failed requests), and the
-join wait is positive. It is exported as soon as its ``llm_request`` span
-arrives, or after ``wait_s`` without it (``engine_view: absent``).
+join wait is positive. It is exported as soon as its engine's request span
+arrives (vLLM's ``llm_request``, SGLang's root span, TGI's handler span:
+``obs.engine_spans``), or after ``wait_s`` without it (``engine_view: absent``).
 
 Requests are keyed by (trace id, the sidecar's span id): the relay sends its
-own span id to the pool in ``traceparent``, vLLM makes it the parent of its
-``llm_request`` span, so two requests that share a client's trace never
+own span id to the pool in ``traceparent``, the engine makes it the parent of
+its request span, so two requests that share a client's trace never
 collide, and a span is only ever joined to a request whose ids the sidecar
-issued for it (``issue``) and whose ``gen_ai.request.id`` is the id vLLM
-derived from our ``X-Request-Id``. Every latency is checked first
-(``obs.engine_view.engine_numbers``): a span with a number that is not a
-plausible duration is rejected and its request is written at once without
-the engine view. Each span's result is reported to ``on_result``: joined,
+issued for it (``issue``) and, for vLLM, whose ``gen_ai.request.id`` is the id
+vLLM derived from our ``X-Request-Id``. Every latency is checked first
+(``obs.engine_spans.read_span``): a span with a number that is not a
+plausible duration, or with no timing at all, is rejected and its request is
+written at once without the engine view. Each span's result is reported to ``on_result``: joined,
 late (its request was already written), rejected, or unknown (not a request
 of ours).
 """
@@ -27,7 +28,8 @@ from collections.abc import Callable
 import structlog
 
 from obs import conventions as c
-from obs.engine_view import BadEngineSpan, apply_engine_view, engine_numbers, engine_request_ids
+from obs.engine_spans import read_span
+from obs.engine_view import BadEngineSpan, apply_engine_view, engine_request_ids
 from obs.record import Finished
 from obs.sidecar.otlp import ReceivedSpan
 
@@ -94,7 +96,7 @@ class EngineJoin:
         self._pending[key] = (finished, handle)
 
     def on_span(self, span: ReceivedSpan) -> None:
-        """An ``llm_request`` span arrived."""
+        """An engine's request span arrived (``obs.engine_spans``)."""
         result = self._on_span(span)
         if result:
             self._on_result(result)
@@ -104,7 +106,7 @@ class EngineJoin:
         if key not in self._issued:
             return "unknown"
         try:
-            numbers = engine_numbers(span.attributes)
+            engine_span = read_span(span.name, span.attributes)
         except BadEngineSpan:
             self._early.pop(key, None)
             held = self._pending.pop(key, None)
@@ -112,8 +114,9 @@ class EngineJoin:
                 held[1].cancel()
                 self._emit(key, held[0])
             return "rejected"
-        rid = span.attributes.get("gen_ai.request.id")
-        rid = rid if isinstance(rid, str) else None
+        if engine_span is None:
+            return "unknown"
+        rid, numbers = engine_span.request_id, engine_span.numbers
         held = self._pending.get(key)
         if held is None:
             if key in self._done:

@@ -28,7 +28,7 @@ import structlog
 
 from obs.config import Config
 from obs.engine_metrics import EngineState
-from obs.engines import unknown_state
+from obs.engines import AUTO, unknown_state
 from obs.sidecar.engine_scrape import ExpositionError, read_state
 
 log = structlog.get_logger("vllm_obs.pools")
@@ -116,6 +116,15 @@ class PoolSet:
             for reps in self.replicas.values()
             for r in reps
         }
+
+    def engine(self, pool: str, url: str) -> str | None:
+        """The engine a replica runs: configured, or as its last /metrics page showed."""
+        for r in self.replicas.get(pool, ()):
+            if r.url == url:
+                if r.engine != AUTO:
+                    return r.engine
+                return None if r.state is None else r.state.engine
+        return None
 
     def health(self) -> dict[str, dict[str, bool]]:
         return {pool: {r.url: r.healthy for r in reps} for pool, reps in self.replicas.items()}

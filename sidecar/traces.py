@@ -1,4 +1,4 @@
-"""``POST /v1/traces``: the OTLP/HTTP receiver for the pools' ``llm_request`` spans.
+"""``POST /v1/traces``: the OTLP/HTTP receiver for the pools' request spans.
 
 Closed (404) unless a pool has ``engine_traces``. Then an export is accepted
 only:
@@ -13,7 +13,8 @@ only:
   bounded decompressor and decoded in a thread, at most ``DECODERS`` at a time,
   never on the event loop.
 
-Its ``llm_request`` spans go to the engine join (``obs.sidecar.engine_join``),
+Its engines' request spans (vLLM's ``llm_request``, SGLang's and TGI's: see
+``obs.engine_spans``) go to the engine join (``obs.sidecar.engine_join``),
 which takes only spans of requests the sidecar itself sent. When the sidecar
 exports spans (``OTEL_EXPORTER_OTLP_*``), the export is forwarded to the same
 collector with only the spans of traces the sidecar relayed a request of,
@@ -38,6 +39,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter
 
 from obs import conventions as c
+from obs.engine_spans import engine_of
 from obs.sidecar.bodies import ClientGone, read_body
 from obs.sidecar.engine_join import EngineJoin
 from obs.sidecar.errors import PayloadTooLarge, error_body
@@ -69,7 +71,7 @@ class _Refused(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Decoded:
-    spans: list[ReceivedSpan]  # llm_request spans only
+    spans: list[ReceivedSpan]  # the engines' request spans only (obs.engine_spans)
     forward: bytes | None  # the export with only our traces' spans, or None (nothing of ours)
 
 
@@ -111,10 +113,10 @@ def inflate(raw: bytes, encoding: str, max_bytes: int) -> bytes:
 def decode(
     raw: bytes, encoding: str, max_bytes: int, ours: Callable[[str], bool], forward: bool
 ) -> Decoded:
-    """Inflate, parse, pick the ``llm_request`` spans and our traces (runs in a thread)."""
+    """Inflate, parse, pick the engines' request spans and our traces (runs in a thread)."""
     try:
         req = parse_export(inflate(raw, encoding, max_bytes))
-        spans = [s for s in spans_of(req) if s.name == "llm_request"]
+        spans = [s for s in spans_of(req) if engine_of(s.name, s.attributes)]
     except _Refused:
         raise
     except Exception as err:  # protobuf's errors, a recursion limit: all the sender's fault

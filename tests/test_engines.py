@@ -178,9 +178,15 @@ def test_config_names_the_engine_field_on_a_bad_engine() -> None:
     assert parse_config(config).pools[0].engine == "auto"
 
 
-def test_adapter_drops_values_outside_what_it_declares() -> None:
-    """An adapter's state never carries a field its engine is declared not to report."""
-    vllm_read = ADAPTERS["vllm"].read
-    narrow = dataclasses.replace(ADAPTERS["vllm"], reports=frozenset({"running"}), read=vllm_read)
-    state = narrow.state(parse_sums(VLLM_PAGE))
-    assert state.reported() == {"running"} and state.kv_cache_usage is None
+def test_adapters_declare_exactly_what_their_mapping_reads() -> None:
+    """``reports`` is what ``read`` gives from a page with every wanted sample: no second list."""
+    declared = {name: sorted(a.reports) for name, a in ADAPTERS.items()}
+    assert declared == {
+        "vllm": sorted(STATE_FIELDS),
+        "sglang": ["kv_cache_usage", "prefix_hits", "prefix_queries", "running", "waiting"],
+        "llamacpp": ["prefix_hits", "prefix_queries", "running", "waiting"],
+        "tgi": ["running", "waiting"],
+    }
+    for adapter in ADAPTERS.values():
+        narrow = dataclasses.replace(adapter, wants=adapter.wants[:1])
+        assert narrow.reports < adapter.reports or len(adapter.wants) == 1

@@ -134,6 +134,7 @@ def test_mixed_pools_state_events_dashboards_and_rules(
     assert _pools(prometheus, queries["Prefix-cache hit ratio by pool"]) == {"gpu", "cpu"}
     running = _pools(prometheus, queries["Running and waiting"])
     assert running == {"gpu", "cpu"}
+    _every_panel_is_real_or_not_reported(prometheus, config_path)
     count, errors = prometheus.rule_health()
     assert count > 0 and errors == []
     kv_pools = {
@@ -143,3 +144,27 @@ def test_mixed_pools_state_events_dashboards_and_rules(
         if r["type"] == "alerting" and r["name"] == c.ALERT_KV_CACHE_USAGE_HIGH
     }
     assert kv_pools == {"gpu"}
+
+
+ABSENT_FOR_LLAMACPP = ("kv_cache_usage", "preemptions")  # what llama-server does not report
+
+
+def _every_panel_is_real_or_not_reported(prometheus: PrometheusProcess, config_path: Path) -> None:
+    """Every generated panel query runs on the real Prometheus.
+
+    For the llama.cpp pool (and its lane) the KV and preemption panels have no series at
+    all, which Grafana shows as "not reported by this engine", and its prefix-cache panels
+    a real ratio, never a fabricated 0.
+    """
+    config = load_config(config_path)
+    for uid, title, expr in all_queries(config, values={"__rate_interval": "1m"}):
+        series = prometheus.client.query(expr)  # raises on a query Prometheus refuses
+        cpu = [
+            float(s["value"][1])
+            for s in series
+            if s["metric"].get(c.POOL) == "cpu" or s["metric"].get(c.LANE) == "local"
+        ]
+        if any(name in expr for name in ABSENT_FOR_LLAMACPP):
+            assert cpu == [], f"{uid} / {title}: a llama.cpp series for a value it lacks"
+        elif "prefix_cache_hits" in expr:  # the same prompt again: llama.cpp's slot cache hit
+            assert cpu and all(0 < v <= 1 for v in cpu), f"{uid} / {title}: {cpu}"

@@ -1,5 +1,8 @@
 """Lanes against two real `vllm serve` pools: routing, admission, slow readers, prefix affinity.
 
+The admission tests run twice: on a vLLM pool, and on a real llama.cpp pool in a mixed
+config beside a vLLM pool (``lane_pools``).
+
 The second engine (``vllm_b``) has a small KV cache and vLLM's own admission limit
 (``--max-num-queued-reqs``), so vLLM's 503 load shedding is real too. Requests
 that must hold a lane slot generate 1900 tokens with ``ignore_eos`` (seconds on
@@ -28,7 +31,7 @@ import yaml
 from obs import conventions as c
 from obs.cli import main as cli_main
 from obs.demo.workload import write_lanes
-from obs.engine import EnginePaths, VllmServer
+from obs.engine import EnginePaths, LlamaServer, VllmServer
 from obs.loadgen.records import read_records
 from obs.sidecar.testing import SidecarProcess
 
@@ -58,6 +61,18 @@ def vllm_b(
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(params=["vllm", "mixed"])
+def lane_pools(request: pytest.FixtureRequest, vllm: VllmServer) -> dict[str, list[str]]:
+    """Lane pool ``p``: vLLM alone, or llama.cpp beside a vLLM pool (the mixed config).
+
+    Admission is the sidecar's, whatever the engine: the same tests pass on both.
+    """
+    if request.param == "vllm":
+        return {"p": [vllm.url]}
+    llama: LlamaServer = request.getfixturevalue("llama")
+    return {"p": [llama.url], "gpu": [vllm.url]}
 
 
 def _config(tmp_path: Path, pools: dict[str, list[str]], lanes: list[dict[str, Any]]) -> Path:
@@ -233,11 +248,11 @@ def test_default_config_routes_the_six_classes_to_their_lanes_and_pools(
 
 
 def test_concurrency_and_queue_limits_reject_past_their_bounds_only(
-    vllm: VllmServer, sidecar: SidecarFactory, tmp_path: Path
+    lane_pools: dict[str, list[str]], sidecar: SidecarFactory, tmp_path: Path
 ) -> None:
     """Under max_concurrency requests pass; past it the queue fills, then 429 queue_full."""
     lane = _lane("a", max_concurrency=2, max_queue=1, queue_timeout_s=60)
-    sc = sidecar(config=_config(tmp_path, {"p": [vllm.url]}, [lane]), traces=False)
+    sc = sidecar(config=_config(tmp_path, lane_pools, [lane]), traces=False)
     with _holding(sc, "a", 1):
         assert _post(sc, "a", _chat("under the bound")).status_code == 200
     with _holding(sc, "a", 2) as holders, ThreadPoolExecutor(1) as ex:
@@ -258,12 +273,12 @@ def test_concurrency_and_queue_limits_reject_past_their_bounds_only(
 
 
 def test_queue_timeout_rejects_after_the_wait_and_the_event_shows_it(
-    vllm: VllmServer, sidecar: SidecarFactory, tmp_path: Path
+    lane_pools: dict[str, list[str]], sidecar: SidecarFactory, tmp_path: Path
 ) -> None:
     """A queued request with no slot within queue_timeout_s gets 429 queue_timeout; queue ~ wait."""
     cfg = _config(
         tmp_path,
-        {"p": [vllm.url]},
+        lane_pools,
         [_lane("a", max_concurrency=1, max_queue=4, queue_timeout_s=0.5)],
     )
     sc = sidecar(config=cfg, traces=False)
@@ -279,12 +294,12 @@ def test_queue_timeout_rejects_after_the_wait_and_the_event_shows_it(
 
 
 def test_prompt_cap_and_token_budget_refuse_with_413(
-    vllm: VllmServer, sidecar: SidecarFactory, tmp_path: Path
+    lane_pools: dict[str, list[str]], sidecar: SidecarFactory, tmp_path: Path
 ) -> None:
     """A prompt over max_prompt_tokens, or a request over the whole budget: 413 at once."""
     cfg = _config(
         tmp_path,
-        {"p": [vllm.url]},
+        lane_pools,
         [_lane("a", max_prompt_tokens=100, token_budget=600)],
     )
     sc = sidecar(config=cfg, traces=False)
@@ -304,12 +319,12 @@ def test_prompt_cap_and_token_budget_refuse_with_413(
 
 
 def test_token_budget_queues_until_tokens_in_flight_free(
-    vllm: VllmServer, sidecar: SidecarFactory, tmp_path: Path
+    lane_pools: dict[str, list[str]], sidecar: SidecarFactory, tmp_path: Path
 ) -> None:
     """With the in-flight budget spent, the next request waits in the queue, then runs."""
     cfg = _config(
         tmp_path,
-        {"p": [vllm.url]},
+        lane_pools,
         [_lane("a", token_budget=2400, max_queue=4, queue_timeout_s=60)],
     )
     sc = sidecar(config=cfg, traces=False)

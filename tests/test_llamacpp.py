@@ -19,7 +19,9 @@ import yaml
 
 from obs.engine import LlamaCppPaths, LlamaServer, ServerError, ensure_llamacpp
 from obs.engine.llamacpp_setup import LLAMACPP_VERSION
+from obs.engines.base import ENGINE_VIEW_FIELDS
 from obs.sidecar.engine_scrape import read_state
+from obs.sidecar.testing import SidecarProcess
 
 from . import probes
 from .conftest import SidecarFactory
@@ -123,6 +125,31 @@ def test_auto_pool_detects_llamacpp_and_exports_no_kv_series(
     assert s["vllm_obs_pool_prefix_cache_queries_total"][0][1] > 0
     assert "vllm_obs_pool_kv_cache_usage_ratio" not in s
     assert "vllm_obs_pool_preemptions_total" not in s
+
+
+def test_llamacpp_requests_never_get_an_engine_view(
+    llama: LlamaServer, sidecar: SidecarFactory
+) -> None:
+    """No spans from llama-server: once a traced ``auto`` pool sees it, events go out at once."""
+    args = ("--engine-traces", "--engine-join-wait", "60", "--pool-poll-interval", "0.5")
+    sc = sidecar(llama.url, traces=False, args=args)
+    deadline = time.monotonic() + 30
+    while "llamacpp" not in [lb["engine"] for lb, _ in _engine_info(sc)]:
+        assert time.monotonic() < deadline, "the pool's engine was never detected"
+        time.sleep(0.2)
+    for stream in (True, False):
+        httpx.post(sc.url + CHAT, json=_body(CHAT, stream, None), timeout=60).raise_for_status()
+    events = {e["stream"]: e for e in sc.wait_events(2, timeout_s=30)}  # not the 60 s wait
+    for e in events.values():
+        assert e["status"] == "ok" and e["engine_view"] == "absent"
+        assert [e[f] for f in ENGINE_VIEW_FIELDS] == [None] * len(ENGINE_VIEW_FIELDS)
+    assert events[True]["ttft_ms"] is not None and events[False]["ttft_ms"] is None
+    spans = probes.samples(sc.url).get("vllm_obs_engine_spans_total", [])
+    assert sum(v for _, v in spans) == 0
+
+
+def _engine_info(sc: SidecarProcess) -> list[tuple[dict[str, str], float]]:
+    return probes.samples(sc.url).get("vllm_obs_pool_engine_info", [])
 
 
 def write_mixed_config(path: Path, vllm_url: str, llama_url: str) -> Path:

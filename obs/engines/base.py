@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field
 
-from obs.engine_metrics import STATE_FIELDS, EngineState, Sums
+from obs.engine_metrics import EngineState, Sums
 from obs.events import Event
 
 EVENT_FIELDS = frozenset(Event.__dataclass_fields__)
@@ -27,9 +26,8 @@ class Adapter:
     name: str
     prefix: str
     """Every metric the engine exports starts with this (how ``engine: auto`` detects it)."""
-    reports: frozenset[str]
-    """The :data:`~obs.engine_metrics.STATE_FIELDS` this engine can report at all."""
     read: Callable[[Sums], EngineState]
+    """The mapping; a value the engine never reports it leaves ``None`` whatever the page."""
     wants: tuple[str, ...]
     """The sample names ``read`` uses: the rest of the page need not be parsed."""
     serve_flags: str
@@ -38,20 +36,17 @@ class Adapter:
     """Event fields (obs.events) this engine fills differently, and how; the rest as vLLM."""
     tested: str
     """What the adapter is tested against: a real server here, or captures of its source."""
+    reports: frozenset[str] = field(init=False)
+    """The :data:`~obs.engine_metrics.STATE_FIELDS` this engine can report at all: what
+    ``read`` gives from a page carrying every sample it wants (``read`` is the one source)."""
 
     def __post_init__(self) -> None:
-        unknown = self.reports - set(STATE_FIELDS)
-        if unknown:
-            raise ValueError(f"adapter {self.name}: unknown state fields {sorted(unknown)}")
+        full = Sums({name: (1.0, 1) for name in self.wants})
+        object.__setattr__(self, "reports", self.read(full).reported())
         strange = set(self.events) - EVENT_FIELDS
         if strange:
             raise ValueError(f"adapter {self.name}: unknown event fields {sorted(strange)}")
 
     def state(self, sums: Sums) -> EngineState:
-        """The replica's state; a field outside ``reports`` is always absent."""
-        state = self.read(sums)
-        extra = state.reported() - self.reports
-        if not extra:
-            return state
-        cleared: dict[str, Any] = dict.fromkeys(extra)
-        return replace(state, **cleared)
+        """The replica's state (``read`` of its samples)."""
+        return self.read(sums)

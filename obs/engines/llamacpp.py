@@ -28,7 +28,6 @@ def _read(s: Sums) -> EngineState:
 LLAMACPP = Adapter(
     name="llamacpp",
     prefix="llamacpp:",
-    reports=frozenset({"running", "waiting", "prefix_queries", "prefix_hits"}),
     read=_read,
     wants=(
         c.LLAMACPP_PROCESSING,

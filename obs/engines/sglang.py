@@ -33,7 +33,6 @@ def _read(s: Sums) -> EngineState:
 SGLANG = Adapter(
     name="sglang",
     prefix="sglang:",
-    reports=frozenset({"kv_cache_usage", "running", "waiting", "prefix_queries", "prefix_hits"}),
     read=_read,
     wants=(
         c.SGLANG_TOKEN_USAGE,
@@ -42,13 +41,19 @@ SGLANG = Adapter(
         c.SGLANG_PROMPT_TOKENS,
         c.SGLANG_CACHED_TOKENS,
     ),
-    serve_flags="--enable-metrics; spans: --enable-trace --otlp-traces-endpoint HOST:PORT",
+    serve_flags="--enable-metrics; spans: --enable-trace --otlp-traces-endpoint "
+    "http://SIDECAR/v1/traces with OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf",
     events={
         "error_message": "the error body's first 200 bytes (no `error.message` object)",
-        "engine_view": "always absent: its spans are not joined yet",
+        "engine_view": "joined when the pool traces to the sidecar (`engine_traces: true`): "
+        "its root request span",
         "cached_tokens": "with `--enable-cache-report`",
         "cache_hit": "with `--enable-cache-report`",
-        **dict.fromkeys(ENGINE_VIEW_FIELDS, "null"),
+        **dict.fromkeys(ENGINE_VIEW_FIELDS, "with `--enable-trace` (its root request span)"),
+        "engine_queue_ms": "null: its span has no queue time (the queue is inside "
+        "`engine_prefill_ms`)",
+        "engine_prefill_ms": "with `--enable-trace`: from its hand-off to the scheduler to the "
+        "first token (includes the scheduler's queue)",
     },
     tested="captures written from its source (tests/data)",
 )

@@ -27,19 +27,22 @@ def _read(s: Sums) -> EngineState:
 TGI = Adapter(
     name="tgi",
     prefix="tgi_",
-    reports=frozenset({"running", "waiting"}),
     read=_read,
     wants=(
         c.TGI_BATCH_SIZE,
         c.TGI_QUEUE_SIZE,
     ),
-    serve_flags="none (/metrics is always on); spans: --otlp-endpoint HOST:PORT",
+    serve_flags="none (/metrics is always on); spans: --otlp-endpoint COLLECTOR:4317 "
+    "(OTLP/gRPC only: an OpenTelemetry Collector forwards them to SIDECAR/v1/traces)",
     events={
         "error_message": "the error body's first 200 bytes (no `error.message` object)",
-        "engine_view": "always absent: its spans are not joined yet",
+        "engine_view": "joined when the pool traces to the sidecar through a collector "
+        "(`engine_traces: true`): its handler span (`chat_completions`, `completions`)",
         "cached_tokens": "null: its usage has no cached-token count",
         "cache_hit": "null",
-        **dict.fromkeys(ENGINE_VIEW_FIELDS, "null"),
+        **dict.fromkeys(ENGINE_VIEW_FIELDS, "null: TGI measures no prefill/decode split"),
+        "engine_queue_ms": "`queue_time` of its handler span",
+        "engine_inference_ms": "`inference_time` of its handler span (prefill + decode)",
     },
     tested="captures written from its source (tests/data)",
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from obs import conventions as c
-from obs.engine_metrics import STATE_FIELDS, EngineState, Sums
+from obs.engine_metrics import EngineState, Sums
 from obs.engines.base import ENGINE_VIEW_FIELDS, Adapter
 
 
@@ -23,7 +23,6 @@ def _read(s: Sums) -> EngineState:
 VLLM = Adapter(
     name="vllm",
     prefix="vllm:",
-    reports=frozenset(STATE_FIELDS),
     read=_read,
     wants=(
         c.VLLM_KV_CACHE_USAGE,
