@@ -289,13 +289,16 @@ class Relay:
     async def _post(
         self, replica: Replica, route: str, lane: Lane, raw: bytes, headers: dict[str, str]
     ) -> Response:
-        """The pool's response headers, within the lane's first-token deadline."""
+        """The pool's response headers, within the lane's first-token deadline; raises
+        ``ConnectFailed`` (no connection: try another replica) or a relay error."""
         t = lane.timeouts
         try:
             async with asyncio.timeout(t.first_token_s):  # until the response headers
                 return await self.upstream.post(replica.url, route, raw, headers, t.connect_s)
         except TimeoutError as err:
             raise first_token_timeout(t.first_token_s) from err
+        except ConnectFailed:
+            raise  # the caller tries the next replica
         except UpstreamError as err:
             raise e.UpstreamProtocol(f"pool {lane.pool!r} failed: {err}") from err
 

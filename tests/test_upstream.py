@@ -125,7 +125,12 @@ def test_paused_response_stops_reading_until_resumed(vllm: VllmServer) -> None:
         resp.release()
         return sink, resumed_at, held
 
-    sink, resumed_at, held = _run(go)
+    # A loaded vLLM sometimes hands over a whole short answer in one socket read: then the
+    # pause came after the end and shows nothing; such attempts are retried.
+    for _attempt in range(4):
+        sink, resumed_at, held = _run(go)
+        if sink.at[-1] >= resumed_at:
+            break
     assert held == 0, f"{held} pieces read while paused"
     assert sink.ended == [None]
     assert len(sink.pieces) > 5 and sink.at[-1] >= resumed_at
