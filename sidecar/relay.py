@@ -248,6 +248,7 @@ class Relay:
                 if req.disconnected:
                     return
                 ev.replica = replica.url
+                ev.settings_fingerprint = replica.served.fingerprint if replica.served else None
                 req.clock.dispatched = time.perf_counter_ns()
                 replica.outstanding += 1
                 try:
