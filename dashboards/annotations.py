@@ -25,17 +25,24 @@ REPLICA_CHANGES: Final = f"1000 * max by ({_LABELS}) ({_CHANGE.name})"
 
 _INFO = c.CONFIG_INFO.name
 _HASH = c.CONFIG_HASH
-_BEFORE = "1h"  # how far back a config counts as already seen
-_NEW = (
-    f"max by ({_HASH}, {c.CONFIG_VERSION}) ({_INFO}) unless on ({_HASH}) "
-    f"max by ({_HASH}) (max_over_time({_INFO}[{_BEFORE}] offset 2m))"
-)
-_OLD = (
-    f"label_replace(topk(1, max by ({_HASH}) (max_over_time(timestamp({_INFO})[{_BEFORE}:1m] "
-    f"offset 2m)) unless on ({_HASH}) max by ({_HASH}) ({_INFO})), "
-    f'"old_{_HASH}", "$1", "{_HASH}", "(.*)")'
-)
-CONFIG_CHANGES: Final = f"({_NEW}) * on () group_left (old_{_HASH}) (0 * {_OLD} + 1)"
+
+
+def config_changes(offset: str = "2m", seen: str = "1h") -> str:
+    """PromQL: each config hash not run in the ``seen`` before it, with the one it replaced.
+
+    A new hash shows for ``offset`` after its first scrape (longer than the annotation's
+    step, so one evaluation sees it); none shows without an older hash to compare with.
+    """
+    new = (
+        f"max by ({_HASH}, {c.CONFIG_VERSION}) ({_INFO}) unless on ({_HASH}) "
+        f"max by ({_HASH}) (max_over_time({_INFO}[{seen}] offset {offset}))"
+    )
+    old = (
+        f"label_replace(topk(1, max by ({_HASH}) (max_over_time(timestamp({_INFO})[{seen}:15s] "
+        f"offset {offset})) unless on ({_HASH}) max by ({_HASH}) ({_INFO})), "
+        f'"old_{_HASH}", "$1", "{_HASH}", "(.*)")'
+    )
+    return f"({new}) * on () group_left (old_{_HASH}) (0 * {old} + 1)"
 
 
 def change_annotations() -> list[dict[str, Any]]:
@@ -56,7 +63,7 @@ def change_annotations() -> list[dict[str, Any]]:
             **common,
             "name": "Lanes config changed",
             "iconColor": "purple",
-            "expr": CONFIG_CHANGES,
+            "expr": config_changes(),
             "titleFormat": "lanes config changed",
             "textFormat": f"config {{{{old_{_HASH}}}}} -> {{{{{_HASH}}}}} "
             f"(version {{{{{c.CONFIG_VERSION}}}}})",

@@ -1,0 +1,227 @@
+"""Option flips on the record: a real vLLM restarted with prefix caching on, behind a sidecar.
+
+One ``vllm serve`` of its own starts with ``--no-enable-prefix-caching``, serves a few
+requests through a running sidecar scraped by a real Prometheus, is stopped and started
+again on the same port with prefix caching on, and serves a few more. The info series
+changes, the dashboards' annotation query returns that one change with its old and new
+values, the events either side carry different fingerprints, and ``query compare
+--around-changes`` reports the change with TTFT and the cache-hit ratio before and after.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from obs import conventions as c
+from obs.config import default_config_path, load_config
+from obs.dashboards.annotations import config_changes
+from obs.dashboards.build import render
+from obs.demo.prometheus import PrometheusProcess, find_prometheus, host_port
+from obs.engine import EnginePaths, VllmServer, free_port
+from obs.sidecar.testing import SidecarProcess
+
+from .conftest import SidecarFactory, require_binary
+
+pytestmark = [pytest.mark.engine, pytest.mark.prometheus]
+
+CHAT = "/v1/chat/completions"
+PROMPT = "You are a careful assistant. " * 40 + "Write a haiku about caches."
+
+
+def _prometheus(tmp_path: Path, target: str) -> PrometheusProcess:
+    """A real Prometheus scraping ``target`` every second."""
+    binary = find_prometheus() or require_binary("prometheus")
+    scrape = {"job_name": "vllm-obs-sidecar", "static_configs": [{"targets": [target]}]}
+    config = {"global": {"scrape_interval": "1s"}, "scrape_configs": [scrape]}
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    data, log = tmp_path / "prometheus", tmp_path / "prometheus.log"
+    return PrometheusProcess(binary, path, data, log, free_port()).start()
+
+
+@pytest.fixture
+def prometheus_dir(tmp_path: Path) -> Path:
+    """A directory for Prometheus' config and data."""
+    d = tmp_path / "prom"
+    d.mkdir()
+    return d
+
+
+def _wait(what: str, check, timeout_s: float = 60.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def _chat(url: str) -> None:
+    body = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": 4,
+        "stream": True,
+    }
+    httpx.post(url + CHAT, json=body, timeout=120).raise_for_status()
+
+
+def _vllm(engine_paths: EnginePaths, port: int, log: Path, *args: str) -> VllmServer:
+    return VllmServer(
+        engine_paths.model_dir,
+        port=port,
+        extra_args=args,
+        log_path=log,
+        python=engine_paths.python,
+        launcher=engine_paths.launcher,
+    ).start()
+
+
+def _settings(prometheus: PrometheusProcess) -> list[dict[str, str]]:
+    return [s["metric"] for s in prometheus.client.query(c.POOL_SETTINGS_INFO.name)]
+
+
+def test_restart_with_prefix_caching_on_is_one_annotated_compared_change(
+    engine_paths: EnginePaths, sidecar: SidecarFactory, tmp_path: Path, prometheus_dir: Path
+) -> None:
+    """Info series, annotation (old/new), event fingerprints and --around-changes all agree."""
+    port = free_port()
+    engine = _vllm(engine_paths, port, tmp_path / "vllm-1.log", "--no-enable-prefix-caching")
+    try:
+        sc = sidecar(engine.url, traces=False, args=("--pool-poll-interval", "0.5"))
+        prometheus = _prometheus(prometheus_dir, host_port(sc.url))
+        try:
+            t_start = time.time()
+            off = _wait("the settings series", lambda: _settings(prometheus))
+            for _ in range(12):
+                _chat(sc.url)
+            assert len(off) == 1 and off[0]["prefix_caching"] == "false"
+            assert off[0][c.ENGINE] == "vllm" and off[0]["version"]
+            assert all(v != "" for v in off[0].values())  # absent settings have no label
+            assert "max_running" not in off[0]  # vLLM does not report its scheduler limits
+
+            engine.stop()
+            t_stopped = time.time()
+            engine = _vllm(engine_paths, port, tmp_path / "vllm-2.log")
+            on = _wait(
+                "the new settings",
+                lambda: [s for s in _settings(prometheus) if s["prefix_caching"] == "true"],
+            )
+            t_back = time.time()
+            for _ in range(12):
+                _chat(sc.url)
+            time.sleep(2)  # two scrapes after the last request
+
+            annotations = render(load_config(default_config_path()))["vllm-obs-overview"]
+            query = next(
+                a["expr"]
+                for a in annotations["annotations"]["list"]
+                if a["name"] == "Replica settings changed"
+            )
+            series = prometheus.client.query_range(query, t_start, time.time(), 1.0)
+            assert len(series) == 1, series
+            labels, values = series[0]["metric"], series[0]["values"]
+            assert labels[c.POOL] == "default" and labels[c.REPLICA] == engine.url
+            assert (labels[c.CHANGED], labels[c.OLD], labels[c.NEW]) == (
+                "prefix_caching",
+                "prefix_caching=false",
+                "prefix_caching=true",
+            )
+            at_ms = {float(v) for _, v in values}
+            assert len(at_ms) == 1 and t_stopped * 1000 < at_ms.pop() < t_back * 1000
+            assert on[0][c.FINGERPRINT] != off[0][c.FINGERPRINT]
+        finally:
+            prometheus.stop()
+    finally:
+        engine.stop()
+
+    events = sc.wait_events(24)
+    fingerprints = [e["settings_fingerprint"] for e in sorted(events, key=lambda e: e["ts"])]
+    assert fingerprints == [off[0][c.FINGERPRINT]] * 12 + [on[0][c.FINGERPRINT]] * 12
+    assert len({e["config_fingerprint"] for e in events}) == 1
+
+    assert sc.events_path is not None
+    cli = [sys.executable, "-m", "obs.cli", "query", "compare", str(sc.events_path)]
+    out = subprocess.run(
+        [*cli, "--around-changes", "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    rows = {r["metric"]: r for r in json.loads(out.stdout)}
+    change = rows["requests"]
+    at = datetime.fromisoformat(change["change_at"]).replace(tzinfo=UTC).timestamp()
+    assert t_stopped < at < time.time()
+    assert change["change"].endswith(f"{off[0][c.FINGERPRINT]} -> {on[0][c.FINGERPRINT]}")
+    assert rows["cache_hit_ratio"]["before"] == 0.0 and rows["cache_hit_ratio"]["after"] > 0.5
+    assert rows["ttft_p50_ms"]["before"] > 0 and rows["ttft_p50_ms"]["after"] > 0
+    assert rows["ttft_p50_ms"]["test"] == "mann-whitney"
+
+
+def _config(path: Path, upstream: str, max_queue: int) -> Path:
+    config = {
+        "pools": [{"name": "gpu", "replicas": [upstream]}],
+        "lanes": [{"name": "chat", "pool": "gpu", "admission": {"max_queue": max_queue}}],
+        "default_lane": "chat",
+    }
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def sidecars(tmp_path: Path) -> Iterator[list[SidecarProcess]]:
+    """Sidecars this test starts one after another on one port; all stopped after."""
+    started: list[SidecarProcess] = []
+    yield started
+    for proc in started:
+        proc.stop()
+
+
+def test_config_annotation_only_for_another_config(
+    tmp_path: Path, prometheus_dir: Path, sidecars: list[SidecarProcess]
+) -> None:
+    """A sidecar restarted with the same config makes no annotation; another config makes one."""
+    port, down = free_port(), f"http://127.0.0.1:{free_port()}"
+    same = _config(tmp_path / "a.yaml", down, 64)
+    other = _config(tmp_path / "b.yaml", down, 32)
+
+    def run(config: Path) -> SidecarProcess:
+        if sidecars:
+            sidecars[-1].stop()
+        proc = SidecarProcess(config=config, port=port, log_path=tmp_path / "sidecar.log")
+        sidecars.append(proc.start())
+        return proc
+
+    def hashes(expr: str, start: float) -> list[dict[str, str]]:
+        return [s["metric"] for s in prometheus.client.query_range(expr, start, time.time(), 1)]
+
+    query = config_changes(offset="3s", seen="1h")
+    run(same)
+    prometheus = _prometheus(prometheus_dir, f"127.0.0.1:{port}")
+    try:
+        first = _wait("the config series", lambda: prometheus.client.query(c.CONFIG_INFO.name))
+        old_hash = first[0]["metric"][c.CONFIG_HASH]
+        time.sleep(5)  # past the offset: the first config counts as seen
+        t_same = time.time()
+        run(same)
+        time.sleep(6)
+        assert hashes(query, t_same) == []
+        t_other = time.time()
+        run(other)
+        got = _wait("the config annotation", lambda: hashes(query, t_other), timeout_s=20)
+        assert {g[c.CONFIG_HASH] for g in got} != {old_hash}
+        assert {g[f"old_{c.CONFIG_HASH}"] for g in got} == {old_hash}
+        assert {g[c.CONFIG_VERSION] for g in got} == {"1"}
+    finally:
+        prometheus.stop()
