@@ -38,9 +38,9 @@ def config_changes(offset: str = "2m", seen: str = "1h") -> str:
         f"max by ({_HASH}) (max_over_time({_INFO}[{seen}] offset {offset}))"
     )
     old = (
-        f"label_replace(topk(1, max by ({_HASH}) (max_over_time(timestamp({_INFO})[{seen}:15s] "
+        f"label_join(topk(1, max by ({_HASH}) (max_over_time(timestamp({_INFO})[{seen}:15s] "
         f"offset {offset})) unless on ({_HASH}) max by ({_HASH}) ({_INFO})), "
-        f'"old_{_HASH}", "$1", "{_HASH}", "(.*)")'
+        f'"old_{_HASH}", ",", "{_HASH}")'
     )
     return f"({new}) * on () group_left (old_{_HASH}) (0 * {old} + 1)"
 

@@ -40,9 +40,11 @@ def random_events(n: int, seed: int) -> list[Event]:
         stream = rnd.random() < 0.7
         prefill = round(rnd.lognormvariate(5, 1), 3)
         decode = round(rnd.lognormvariate(6, 1), 3) if status == "ok" else 0.0
+        at = rnd.uniform(0, 7200)
         out.append(
             event(
-                ts=ts(rnd.uniform(0, 7200)),
+                ts=ts(at),
+                config_fingerprint="c1c1c1c1" if at < 3600 else "c2c2c2c2",  # one config change
                 lane=rnd.choice(LANES),
                 pool=rnd.choice(("interactive", "bulk")),
                 tenant=rnd.choice(("t1", "t2", None)),
@@ -136,6 +138,7 @@ CASES = [
         "--format",
         "csv",
     ),
+    ("compare", "--around-changes", "--format", "csv"),
 ]
 
 

@@ -43,9 +43,9 @@ def test_changes_are_found_per_replica_and_config(tmp_path):
     """Each first event under a new settings or config fingerprint is one change, in order."""
     scan = Scan(str(_log(tmp_path / "e.jsonl")), con=connect())
     got = find_changes(scan)
-    assert [(c.at, c.what) for c in got] == [
-        (ts_naive(100), f"replica {R} settings aaaaaaaa -> bbbbbbbb"),
-        (ts_naive(150), "config c1c1c1c1 -> c2c2c2c2"),
+    assert [(c.at, c.what, c.last_before) for c in got] == [
+        (ts_naive(100), f"replica {R} settings aaaaaaaa -> bbbbbbbb", ts_naive(99)),
+        (ts_naive(150), "config c1c1c1c1 -> c2c2c2c2", ts_naive(149)),
     ]
 
 
@@ -56,15 +56,16 @@ def ts_naive(offset_s: float):
 
 
 def test_windows_have_equal_lengths_bounded_by_neighbours():
-    """Before and after are as long as the nearer of the neighbouring changes (or log ends)."""
-    a, b = Change("gpu", ts_naive(100), "x"), Change("gpu", ts_naive(150), "y")
+    """Before ends at the last old event, after starts at the change, both as long as the
+    nearer of the pool's neighbouring changes (or the log's ends) allows."""
+    a = Change("gpu", ts_naive(100), "x", last_before=ts_naive(90))  # a 10 s restart
+    b = Change("gpu", ts_naive(150), "y", last_before=ts_naive(149))
     other = Change("cpu", ts_naive(120), "z")
     spans = {"gpu": (ts_naive(0), ts_naive(199)), "cpu": (ts_naive(110), ts_naive(300))}
-    got = {ch.what: (lo, hi) for ch, lo, hi in windows([a, other, b], spans)}
-    assert got["x"] == (ts_naive(50), ts_naive(150))
-    assert got["z"] == (ts_naive(110), ts_naive(130))
-    lo, hi = got["y"]  # bounded by the log's end (its last event included), not by x
-    assert hi - ts_naive(150) == ts_naive(150) - lo and ts_naive(199) < hi < ts_naive(200)
+    got = {ch.what: w for ch, *w in windows([a, other, b], spans)}
+    assert got["x"] == [ts_naive(40.001), ts_naive(90.001), ts_naive(150)]
+    assert got["z"] == [ts_naive(110), ts_naive(120), ts_naive(130)]
+    assert got["y"] == [ts_naive(100), ts_naive(149.001), ts_naive(199.001)]
 
 
 def test_around_changes_compares_ttft_and_cache_hits_either_side(tmp_path):
@@ -74,7 +75,7 @@ def test_around_changes_compares_ttft_and_cache_hits_either_side(tmp_path):
     table = around_changes(
         Scan(str(path), con=con), lambda f: Scan(str(path), f, con=con), Filters(), CONFIG
     )
-    rows = {(r[2].split()[0], r[6]): dict(zip(table.columns, r, strict=True)) for r in table.rows}
+    rows = {(r[2].split()[0], r[7]): dict(zip(table.columns, r, strict=True)) for r in table.rows}
     ttft = rows[("replica", "ttft_p50_ms")]
     assert ttft["before"] == pytest.approx(103, abs=4) and ttft["after"] == pytest.approx(
         303, abs=4

@@ -14,9 +14,11 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+
+from typing import TypeVar
 
 import httpx
 import pytest
@@ -33,6 +35,7 @@ from obs.sidecar.testing import SidecarProcess
 from .conftest import SidecarFactory, require_binary
 
 pytestmark = [pytest.mark.engine, pytest.mark.prometheus]
+T = TypeVar("T")
 
 CHAT = "/v1/chat/completions"
 PROMPT = "You are a careful assistant. " * 40 + "Write a haiku about caches."
@@ -57,7 +60,7 @@ def prometheus_dir(tmp_path: Path) -> Path:
     return d
 
 
-def _wait(what: str, check, timeout_s: float = 60.0):  # type: ignore[no-untyped-def]
+def _wait(what: str, check: Callable[[], T], timeout_s: float = 60.0) -> T:
     deadline = time.monotonic() + timeout_s
     while True:
         got = check()
@@ -164,6 +167,7 @@ def test_restart_with_prefix_caching_on_is_one_annotated_compared_change(
     at = datetime.fromisoformat(change["change_at"]).replace(tzinfo=UTC).timestamp()
     assert t_stopped < at < time.time()
     assert change["change"].endswith(f"{off[0][c.FINGERPRINT]} -> {on[0][c.FINGERPRINT]}")
+    assert rows["requests"]["before"] >= 8 and rows["requests"]["after"] >= 8
     assert rows["cache_hit_ratio"]["before"] == 0.0 and rows["cache_hit_ratio"]["after"] > 0.5
     assert rows["ttft_p50_ms"]["before"] > 0 and rows["ttft_p50_ms"]["after"] > 0
     assert rows["ttft_p50_ms"]["test"] == "mann-whitney"
