@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-
 from typing import TypeVar
 
 import httpx
