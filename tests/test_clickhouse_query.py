@@ -96,6 +96,8 @@ def _same(column: str, a: Any, b: Any, timing_row: bool = False) -> bool:
         return False
     if column.endswith("_ms") or (timing_row and column in ("before", "after", "delta")):
         return abs(float(a) - float(b)) <= 0.0010001
+    if timing_row and column == "delta_pct":  # that 0.001 ms over a timing of ~100 ms or more
+        return abs(float(a) - float(b)) <= 1e-5
     if column in ("p_value", "delta_pct"):
         return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(b)))
     return False
