@@ -6,7 +6,11 @@ from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
+from obs import conventions as c
+from obs.exporters.served import ServedCollector
 from obs.served import (
     SETTING_KEYS,
     ChangeTracker,
@@ -17,6 +21,7 @@ from obs.served import (
     vllm_cache_settings,
 )
 from obs.sidecar.engine_scrape import page_settings as metrics_settings
+from obs.sidecar.workers import merge_pages
 
 REFERENCE = Path(__file__).parents[1] / ".." / "shared" / "reference" / "vllm-0.32-cpu-metrics.txt"
 CACHE_LINE = (
@@ -108,3 +113,47 @@ def test_tracker_ignores_restarts_without_a_change():
     assert (change.old, change.new) == ("prefix_caching=true", "prefix_caching=false")
     assert tracker.changes == {("p", "r"): (change, 3.0)}
     assert tracker.observe(("p", "other"), off, 4.0) is None  # a new replica: no change
+
+
+def _page(collector: ServedCollector) -> str:
+    registry = CollectorRegistry()
+    registry.register(collector)
+    return generate_latest(registry).decode()
+
+
+def test_collector_exports_only_reported_settings_and_the_last_change():
+    """The info sample has a label per reported setting only; the change holds old and new."""
+    tracker = ChangeTracker()
+    key = ("gpu", "http://r:8000")
+    tracker.observe(key, Served.of("vllm", {"prefix_caching": "False"}), 1.0)
+    tracker.observe(key, Served.of("vllm", {"prefix_caching": "True", "version": "0.32"}), 7.5)
+    served = {key: tracker.last[key], ("cpu", "http://l:8080"): Served.of("llamacpp", {})}
+    page = _page(ServedCollector(lambda: served, lambda: tracker.changes, ("abcd0123", "1")))
+    samples = {
+        (s.name, s.labels.get(c.POOL)): s
+        for fam in text_string_to_metric_families(page)
+        for s in fam.samples
+    }
+    gpu = samples[(c.POOL_SETTINGS_INFO.name, "gpu")].labels
+    assert gpu == {
+        c.POOL: "gpu", c.REPLICA: "http://r:8000", c.ENGINE: "vllm",
+        c.FINGERPRINT: tracker.last[key].fingerprint, "prefix_caching": "true", "version": "0.32",
+    }  # fmt: skip
+    cpu = samples[(c.POOL_SETTINGS_INFO.name, "cpu")].labels
+    assert set(cpu) == {c.POOL, c.REPLICA, c.ENGINE, c.FINGERPRINT}  # nothing reported: no label
+    change = samples[(c.POOL_SETTINGS_CHANGED.name, "gpu")]
+    assert change.value == 7.5
+    assert change.labels[c.CHANGED] == "version,prefix_caching"
+    assert change.labels[c.OLD] == "version=- prefix_caching=false"
+    assert change.labels[c.NEW] == "version=0.32 prefix_caching=true"
+    assert (c.POOL_SETTINGS_CHANGED.name, "cpu") not in samples
+    config = samples[(c.CONFIG_INFO.name, None)]
+    assert config.labels == {c.CONFIG_HASH: "abcd0123", c.CONFIG_VERSION: "1"} and config.value == 1
+
+
+def test_workers_merge_takes_the_settings_and_config_series_once():
+    """Each worker exports the same info series: the merged page has them once, value 1."""
+    served = {("gpu", "http://r:8000"): Served.of("vllm", {"version": "0.32"})}
+    page = _page(ServedCollector(lambda: served, dict, ("abcd0123", "1")))
+    merged = {s.name: s.value for fam in merge_pages([page, page, page]) for s in fam.samples}
+    assert merged[c.POOL_SETTINGS_INFO.name] == 1.0 and merged[c.CONFIG_INFO.name] == 1.0

@@ -14,41 +14,30 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
 
 import httpx
 import pytest
-import yaml
 
 from obs import conventions as c
 from obs.config import default_config_path, load_config
-from obs.dashboards.annotations import config_changes
 from obs.dashboards.build import render
 from obs.demo.prometheus import PrometheusProcess, find_prometheus, host_port
 from obs.engine import EnginePaths, VllmServer, free_port
-from obs.sidecar.testing import SidecarProcess
 
+from . import probes
 from .conftest import SidecarFactory, require_binary
 
+
+def _binary() -> str:
+    return find_prometheus() or require_binary("prometheus")
+
+
 pytestmark = [pytest.mark.engine, pytest.mark.prometheus]
-T = TypeVar("T")
 
 CHAT = "/v1/chat/completions"
 PROMPT = "You are a careful assistant. " * 40 + "Write a haiku about caches."
-
-
-def _prometheus(tmp_path: Path, target: str) -> PrometheusProcess:
-    """A real Prometheus scraping ``target`` every second."""
-    binary = find_prometheus() or require_binary("prometheus")
-    scrape = {"job_name": "vllm-obs-sidecar", "static_configs": [{"targets": [target]}]}
-    config = {"global": {"scrape_interval": "1s"}, "scrape_configs": [scrape]}
-    path = tmp_path / "prometheus.yml"
-    path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    data, log = tmp_path / "prometheus", tmp_path / "prometheus.log"
-    return PrometheusProcess(binary, path, data, log, free_port()).start()
 
 
 @pytest.fixture
@@ -57,16 +46,6 @@ def prometheus_dir(tmp_path: Path) -> Path:
     d = tmp_path / "prom"
     d.mkdir()
     return d
-
-
-def _wait(what: str, check: Callable[[], T], timeout_s: float = 60.0) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
 
 
 def _chat(url: str) -> None:
@@ -102,10 +81,10 @@ def test_restart_with_prefix_caching_on_is_one_annotated_compared_change(
     engine = _vllm(engine_paths, port, tmp_path / "vllm-1.log", "--no-enable-prefix-caching")
     try:
         sc = sidecar(engine.url, traces=False, args=("--pool-poll-interval", "0.5"))
-        prometheus = _prometheus(prometheus_dir, host_port(sc.url))
+        prometheus = probes.prometheus_at(prometheus_dir, host_port(sc.url), _binary())
         try:
             t_start = time.time()
-            off = _wait("the settings series", lambda: _settings(prometheus))
+            off = probes.wait_for("the settings series", lambda: _settings(prometheus))
             for _ in range(12):
                 _chat(sc.url)
             assert len(off) == 1 and off[0]["prefix_caching"] == "false"
@@ -116,7 +95,7 @@ def test_restart_with_prefix_caching_on_is_one_annotated_compared_change(
             engine.stop()
             t_stopped = time.time()
             engine = _vllm(engine_paths, port, tmp_path / "vllm-2.log")
-            on = _wait(
+            on = probes.wait_for(
                 "the new settings",
                 lambda: [s for s in _settings(prometheus) if s["prefix_caching"] == "true"],
             )
@@ -170,61 +149,3 @@ def test_restart_with_prefix_caching_on_is_one_annotated_compared_change(
     assert rows["cache_hit_ratio"]["before"] == 0.0 and rows["cache_hit_ratio"]["after"] > 0.5
     assert rows["ttft_p50_ms"]["before"] > 0 and rows["ttft_p50_ms"]["after"] > 0
     assert rows["ttft_p50_ms"]["test"] == "mann-whitney"
-
-
-def _config(path: Path, upstream: str, max_queue: int) -> Path:
-    config = {
-        "pools": [{"name": "gpu", "replicas": [upstream]}],
-        "lanes": [{"name": "chat", "pool": "gpu", "admission": {"max_queue": max_queue}}],
-        "default_lane": "chat",
-    }
-    path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    return path
-
-
-@pytest.fixture
-def sidecars(tmp_path: Path) -> Iterator[list[SidecarProcess]]:
-    """Sidecars this test starts one after another on one port; all stopped after."""
-    started: list[SidecarProcess] = []
-    yield started
-    for proc in started:
-        proc.stop()
-
-
-def test_config_annotation_only_for_another_config(
-    tmp_path: Path, prometheus_dir: Path, sidecars: list[SidecarProcess]
-) -> None:
-    """A sidecar restarted with the same config makes no annotation; another config makes one."""
-    port, down = free_port(), f"http://127.0.0.1:{free_port()}"
-    same = _config(tmp_path / "a.yaml", down, 64)
-    other = _config(tmp_path / "b.yaml", down, 32)
-
-    def run(config: Path) -> SidecarProcess:
-        if sidecars:
-            sidecars[-1].stop()
-        proc = SidecarProcess(config=config, port=port, log_path=tmp_path / "sidecar.log")
-        sidecars.append(proc.start())
-        return proc
-
-    def hashes(expr: str, start: float) -> list[dict[str, str]]:
-        return [s["metric"] for s in prometheus.client.query_range(expr, start, time.time(), 1)]
-
-    query = config_changes(offset="3s", seen="1h")
-    run(same)
-    prometheus = _prometheus(prometheus_dir, f"127.0.0.1:{port}")
-    try:
-        first = _wait("the config series", lambda: prometheus.client.query(c.CONFIG_INFO.name))
-        old_hash = first[0]["metric"][c.CONFIG_HASH]
-        time.sleep(5)  # past the offset: the first config counts as seen
-        t_same = time.time()
-        run(same)
-        time.sleep(6)
-        assert hashes(query, t_same) == []
-        t_other = time.time()
-        run(other)
-        got = _wait("the config annotation", lambda: hashes(query, t_other), timeout_s=20)
-        assert {g[c.CONFIG_HASH] for g in got} != {old_hash}
-        assert {g[f"old_{c.CONFIG_HASH}"] for g in got} == {old_hash}
-        assert {g[c.CONFIG_VERSION] for g in got} == {"1"}
-    finally:
-        prometheus.stop()
