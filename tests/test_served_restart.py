@@ -25,6 +25,7 @@ from obs.config import default_config_path, load_config
 from obs.dashboards.build import render
 from obs.demo.prometheus import PrometheusProcess, find_prometheus, host_port
 from obs.engine import EnginePaths, VllmServer, free_port
+from obs.sidecar.testing import SidecarProcess
 
 from . import probes
 from .conftest import SidecarFactory, require_binary
@@ -122,20 +123,24 @@ def test_restart_with_prefix_caching_on_is_one_annotated_compared_change(
             at_ms = {float(v) for _, v in values}
             assert len(at_ms) == 1 and t_stopped * 1000 < at_ms.pop() < t_back * 1000
             assert on[0][c.FINGERPRINT] != off[0][c.FINGERPRINT]
+            _check_log(sc, off[0][c.FINGERPRINT], on[0][c.FINGERPRINT], t_stopped, prometheus.url)
         finally:
             prometheus.stop()
     finally:
         engine.stop()
 
+
+def _check_log(sc: SidecarProcess, old: str, new: str, t_stopped: float, prom: str) -> None:
+    """Events either side carry the two fingerprints; --around-changes finds and compares."""
     events = sc.wait_events(24)
     fingerprints = [e["settings_fingerprint"] for e in sorted(events, key=lambda e: e["ts"])]
-    assert fingerprints == [off[0][c.FINGERPRINT]] * 12 + [on[0][c.FINGERPRINT]] * 12
+    assert fingerprints == [old] * 12 + [new] * 12
     assert len({e["config_fingerprint"] for e in events}) == 1
 
     assert sc.events_path is not None
     cli = [sys.executable, "-m", "obs.cli", "query", "compare", str(sc.events_path)]
     out = subprocess.run(
-        [*cli, "--around-changes", "--format", "json"],
+        [*cli, "--around-changes", "--prometheus", prom, "--format", "json"],
         capture_output=True,
         text=True,
         check=True,
@@ -144,7 +149,9 @@ def test_restart_with_prefix_caching_on_is_one_annotated_compared_change(
     change = rows["requests"]
     at = datetime.fromisoformat(change["change_at"]).replace(tzinfo=UTC).timestamp()
     assert t_stopped < at < time.time()
-    assert change["change"].endswith(f"{off[0][c.FINGERPRINT]} -> {on[0][c.FINGERPRINT]}")
+    assert change["change"].endswith(
+        f"settings {old} -> {new} (prefix_caching=false -> prefix_caching=true)"
+    )
     assert rows["requests"]["before"] >= 8 and rows["requests"]["after"] >= 8
     assert rows["cache_hit_ratio"]["before"] == 0.0 and rows["cache_hit_ratio"]["after"] > 0.5
     assert rows["ttft_p50_ms"]["before"] > 0 and rows["ttft_p50_ms"]["after"] > 0

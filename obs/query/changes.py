@@ -39,6 +39,9 @@ class Change:
     at: datetime
     what: str  # "replica URL settings OLD -> NEW" or "config OLD -> NEW"
     last_before: datetime | None = None
+    replica: str | None = None  # a settings change's replica (None: a config change)
+    old: str = ""  # the fingerprints
+    new: str = ""
 
 
 def find_changes(scan: Source) -> list[Change]:
@@ -60,7 +63,8 @@ def find_changes(scan: Source) -> list[Change]:
             old = settings.setdefault((pool, replica), sfp)
             if old != sfp:
                 what = f"replica {replica} settings {old} -> {sfp}"
-                changes.append(Change(pool, first, what, _last(scan, first, pool, replica)))
+                last = _last(scan, first, pool, replica)
+                changes.append(Change(pool, first, what, last, replica, old, sfp))
                 settings[(pool, replica)] = sfp
         if cfp:
             old = configs.setdefault(pool, cfp)
@@ -116,10 +120,15 @@ def windows(
 
 def around_changes(
     scan: Source, open_side: Callable[[Filters], Source], base: Filters, config: Config,
-    alpha: float = 0.01,
+    alpha: float = 0.01, describe: Callable[[list[Change]], list[Change]] | None = None,
 ) -> Table:  # fmt: skip
-    """Per change and lane: the comparison of the window before with the window after."""
+    """Per change and lane: the comparison of the window before with the window after.
+
+    ``describe`` may say what each change's fingerprints stand for (``obs.query.settings_names``).
+    """
     changes = find_changes(scan)
+    if describe is not None:
+        changes = describe(changes)
     spans = {p: s for p in {c.pool for c in changes} if (s := pool_span(scan, p))}
     columns: list[str] = []
     rows: list[tuple[Any, ...]] = []

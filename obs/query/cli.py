@@ -113,6 +113,12 @@ def add_parser(subparsers: Any) -> None:
         "compare the window before it with the window after it (same length, bounded by "
         "the pool's neighbouring changes); see docs/runbook.md, After a tuning change",
     )
+    p.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="with --around-changes: the Prometheus that scraped the sidecar, to say what each "
+        "settings fingerprint stands for (prefix_caching=false -> prefix_caching=true)",
+    )
     p.add_argument("--alpha", type=float, default=0.01, help="significance level (default 0.01)")
     p.set_defaults(handler=_compare)
 
@@ -231,6 +237,8 @@ def _compare(args: argparse.Namespace) -> int:
 
     if args.around_changes:
         return _around_changes(args)
+    if args.prometheus:
+        raise InputError("--prometheus goes with --around-changes")
     if len(args.logs) > 2:
         raise InputError("compare takes one log (with --before/--after windows) or two logs")
     before_w, after_w = _window(args.before), _window(args.after)
@@ -261,12 +269,19 @@ def _around_changes(args: argparse.Namespace) -> int:
 
     if len(args.logs) != 1 or args.before or args.after:
         raise InputError("--around-changes takes one log and no --before/--after windows")
+    describe = None
+    if args.prometheus:
+        import time
+
+        from obs.query.settings_names import describer
+
+        describe = describer(args.prometheus, time.time())
     con = connect()
     progress = _progress(args)
     scan = open_any(args.logs, _filters(args), progress, con)
     table = around_changes(
         scan, lambda f: open_any(args.logs, f, progress, con), _filters(args), _config(args),
-        args.alpha,
+        args.alpha, describe,
     )  # fmt: skip
     if not table.rows:
         print("vllm-obs query: no settings change in the log", file=sys.stderr)
