@@ -95,3 +95,14 @@ def test_cli_around_changes_json_and_errors(tmp_path, capsys):
     assert {r["change"].split()[0] for r in rows} == {"replica", "config"}
     assert main(["query", "compare", path, "--around-changes", "--before", "..1h"]) != 0
     assert "--around-changes takes one log" in capsys.readouterr().err
+
+
+def test_cli_prometheus_errors_are_one_line(tmp_path, capsys):
+    """--prometheus needs --around-changes, and an unreachable Prometheus is one line."""
+    path = str(_log(tmp_path / "e.jsonl"))
+    closed = "http://127.0.0.1:9"  # the discard port: nothing listens on loopback
+    assert main(["query", "compare", path, "--before", "..1h", "--prometheus", closed]) != 0
+    assert "--prometheus goes with --around-changes" in capsys.readouterr().err
+    assert main(["query", "compare", path, "--around-changes", "--prometheus", closed]) != 0
+    err = capsys.readouterr().err
+    assert "127.0.0.1:9" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
