@@ -12,6 +12,7 @@ from grafanalib._gen import DashboardEncoder
 from obs.config import Config
 
 from . import admission, lane, overview, pools, slo
+from .annotations import change_annotations
 from .variables import substitute
 
 BUILDERS = (overview.build, lane.build, pools.build, admission.build, slo.build)
@@ -30,7 +31,9 @@ def render(config: Config) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for build in BUILDERS:
         board = build(config)
-        out[board.uid] = json.loads(json.dumps(board.to_json_data(), cls=DashboardEncoder))
+        data = json.loads(json.dumps(board.to_json_data(), cls=DashboardEncoder))
+        data.setdefault("annotations", {}).setdefault("list", []).extend(change_annotations())
+        out[board.uid] = data
     return out
 
 

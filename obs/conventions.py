@@ -26,6 +26,12 @@ EXPORTER: Final = "exporter"
 RESULT: Final = "result"
 LIMIT: Final = "limit"
 ENGINE: Final = "engine"
+FINGERPRINT: Final = "fingerprint"
+CHANGED: Final = "changed"
+OLD: Final = "old"
+NEW: Final = "new"
+CONFIG_HASH: Final = "config_hash"
+CONFIG_VERSION: Final = "config_version"
 
 # The five request phases, in order (see obs.phases).
 PHASES: Final = ("queue", "prefill", "first_token", "decode", "stream")
@@ -196,6 +202,38 @@ POOL_ENGINE_INFO = _m(
     REPLICA,
     ENGINE,
 )
+# What each replica runs and the sidecar's own config (obs.served; docs/runbook.md "After a
+# tuning change"). The info series also carries one label per setting the engine reports
+# (obs.served.SETTING_KEYS), and none for a setting it does not.
+POOL_SETTINGS_INFO = _m(
+    "pool_settings_info",
+    "gauge",
+    "Always 1: the engine, version and settings the replica reports, and their fingerprint "
+    "(events' settings_fingerprint); one label per reported setting.",
+    POOL,
+    REPLICA,
+    ENGINE,
+    FINGERPRINT,
+)
+POOL_SETTINGS_CHANGED = _m(
+    "pool_settings_changed_timestamp_seconds",
+    "gauge",
+    "Unix time the replica last came back with other settings: what changed, old and new "
+    "values (one series per replica: its last change).",
+    POOL,
+    REPLICA,
+    CHANGED,
+    OLD,
+    NEW,
+)
+CONFIG_INFO = _m(
+    "config_info",
+    "gauge",
+    "Always 1: the lanes config the sidecar runs, as a short hash (events' "
+    "config_fingerprint) and the config's version.",
+    CONFIG_HASH,
+    CONFIG_VERSION,
+)
 
 # The sidecar's own health.
 EVENTS_WRITTEN = _m("events_written", "counter", "Request events written by an exporter.", EXPORTER)
@@ -276,6 +314,9 @@ ALL_METRICS: Final = (
     POOL_PREFIX_HITS,
     POOL_PREEMPTIONS,
     POOL_ENGINE_INFO,
+    POOL_SETTINGS_INFO,
+    POOL_SETTINGS_CHANGED,
+    CONFIG_INFO,
     EVENTS_WRITTEN,
     EVENTS_DROPPED,
     EXPORTER_FAILURES,

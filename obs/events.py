@@ -139,6 +139,15 @@ class Event:
     prefix_fingerprint: str | None = _f(
         "Short hash of the prompt's first 512 characters, for cache analysis (no text)."
     )
+    settings_fingerprint: str | None = _f(
+        "Short hash of the engine, version and settings the serving replica reported when the "
+        "request was sent (the `fingerprint` label of `vllm_obs_pool_settings_info`); null "
+        "before the sidecar first read them."
+    )
+    config_fingerprint: str | None = _f(
+        "Short hash of the sidecar's lanes config (the `config_hash` label of "
+        "`vllm_obs_config_info`)."
+    )
     prompt_text: str | None = _f(
         "The prompt's text, redacted; only with --capture-text prompt|all (else null)."
     )

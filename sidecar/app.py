@@ -31,8 +31,10 @@ from obs.exporters.clickhouse import start_exporter
 from obs.exporters.jsonl import JsonlExporter
 from obs.exporters.otel import OtlpSettings, SpanExporter
 from obs.exporters.prom import Metrics, PoolStateCollector
+from obs.exporters.served import ServedCollector
 from obs.lanes import Classifier
 from obs.record import Finished
+from obs.served import config_fingerprint
 from obs.sidecar.engine_join import EngineJoin
 from obs.sidecar.errors import RelayError, error_body
 from obs.sidecar.forward import TraceForwarder
@@ -66,6 +68,14 @@ class SidecarApp:
         self.pools = PoolSet(settings.config, settings.pool_poll_interval_s)
         self.pools.on_models = self.metrics.model_label.allow
         self.registry.register(PoolStateCollector(self.pools.snapshot))
+        self.config_fingerprint = config_fingerprint(settings.config.model_dump_json())
+        self.registry.register(
+            ServedCollector(
+                self.pools.served,
+                lambda: self.pools.settings.tracker.changes,
+                (self.config_fingerprint, str(settings.config.version)),
+            )
+        )
         # What /metrics shows: this process's registry, or every worker's merged.
         self.exposition = (
             self.registry
@@ -129,6 +139,7 @@ class SidecarApp:
         return self._session
 
     def _submit(self, finished: Finished) -> None:
+        finished.event.config_fingerprint = self.config_fingerprint
         if not self.refused_record.keep(finished.event):
             self.metrics_only.export(finished)
             return

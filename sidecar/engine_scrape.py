@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from obs.engine_metrics import EngineState, Sums
 from obs.engines import ADAPTERS, AUTO, Adapter, unknown_state
+from obs.served import VLLM_CACHE_CONFIG, vllm_cache_settings
 
 
 class ExpositionError(ValueError):
@@ -55,6 +56,20 @@ def read_state(engine: str, text: str) -> EngineState:
         return unknown_state()
     lines = wanted_lines(text, _wants(adapter))
     return replace(adapter.state(parse_sums(lines)), models=model_names(lines))
+
+
+def page_settings(engine: str, text: str) -> dict[str, str]:
+    """The settings a replica's ``/metrics`` page states (vLLM's ``cache_config_info``)."""
+    if engine != "vllm":
+        return {}
+    lines = wanted_lines(text, (VLLM_CACHE_CONFIG,))
+    try:
+        for family in text_string_to_metric_families(lines):
+            for sample in family.samples:
+                return vllm_cache_settings(sample.labels)  # one engine core speaks for all
+    except (ValueError, IndexError, TypeError):
+        return {}
+    return {}
 
 
 def model_names(lines: str) -> tuple[str, ...]:

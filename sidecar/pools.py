@@ -29,7 +29,9 @@ import structlog
 from obs.config import Config
 from obs.engine_metrics import EngineState
 from obs.engines import AUTO, unknown_state
+from obs.served import Served
 from obs.sidecar.engine_scrape import ExpositionError, read_state
+from obs.sidecar.served_poll import SettingsPoll
 
 log = structlog.get_logger("vllm_obs.pools")
 
@@ -55,6 +57,7 @@ class Replica:
     state: EngineState | None = None
     failures: int = 0
     slow_polls: int = 0  # late /metrics answers in a row (the connection was accepted)
+    served: Served | None = None  # engine, version and settings it last reported
 
     @contextmanager
     def lease(self) -> Iterator[None]:
@@ -77,6 +80,7 @@ class PoolSet:
         self._task: asyncio.Task[None] | None = None
         # Told the model names each replica's /metrics carries (the metrics' model label).
         self.on_models: Callable[[tuple[str, ...]], None] | None = None
+        self.settings = SettingsPoll()
 
     def candidates(self, pool: str, affinity: str | None = None) -> list[Replica]:
         """Replicas to try in order: healthy ones by fewest outstanding requests, then the rest.
@@ -126,6 +130,15 @@ class PoolSet:
                 return None if r.state is None else r.state.engine
         return None
 
+    def served(self) -> dict[tuple[str, str], Served]:
+        """What each answering replica runs (replicas down or not yet read left out)."""
+        return {
+            (r.pool, r.url): r.served
+            for reps in self.replicas.values()
+            for r in reps
+            if r.healthy and r.state is not None and r.served is not None
+        }
+
     def health(self) -> dict[str, dict[str, bool]]:
         return {pool: {r.url: r.healthy for r in reps} for pool, reps in self.replicas.items()}
 
@@ -165,11 +178,13 @@ class PoolSet:
             r.state = unknown_state()
         if r.state.models and self.on_models is not None:
             self.on_models(r.state.models)
+        await self.settings.read(session, r, text, limit)
         self.mark_ok(r)
 
     def _poll_failed(self, r: Replica) -> None:
         r.slow_polls = 0
         r.state = None
+        self.settings.went_down(r)
         self.mark_failed(r)
 
     def start(self, session: aiohttp.ClientSession) -> None:

@@ -258,6 +258,7 @@ class Relay:
             if req.disconnected:
                 return
             ev.replica = replica.url
+            ev.settings_fingerprint = replica.served.fingerprint if replica.served else None
             req.clock.dispatched = time.perf_counter_ns()
             with replica.lease():
                 try:

@@ -23,7 +23,7 @@ from obs import conventions as c
 
 FETCH_TIMEOUT_S = 2.0
 # Families every worker reads the same (pool polling, the config): taken once, not summed.
-TAKEN_ONCE_PREFIXES = (f"{c.NAMESPACE}_pool_", c.LANE_INFO.name)
+TAKEN_ONCE_PREFIXES = (f"{c.NAMESPACE}_pool_", c.LANE_INFO.name, c.CONFIG_INFO.name)
 COUNTING = ("counter", "histogram")  # what a dead worker's saved page still contributes
 SAVE_EVERY_S = 1.0
 # One page generated and saved at a time in this process, so the saved file never goes back

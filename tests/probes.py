@@ -9,12 +9,19 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import orjson
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
+
+from obs.demo.prometheus import PrometheusProcess
+from obs.engine import free_port
+
+T = TypeVar("T")
 
 DONE_FRAME = b"data: [DONE]\n\n"
 _TCP_STATES = {"01": "ESTABLISHED", "06": "TIME_WAIT", "08": "CLOSE_WAIT", "0A": "LISTEN"}
@@ -175,3 +182,24 @@ class HealthProbe:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def prometheus_at(directory: Path, target: str, binary: str) -> PrometheusProcess:
+    """A real Prometheus scraping ``target`` (host:port) every second; files in ``directory``."""
+    scrape = {"job_name": "vllm-obs-sidecar", "static_configs": [{"targets": [target]}]}
+    config = {"global": {"scrape_interval": "1s"}, "scrape_configs": [scrape]}
+    path = directory / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    data, log = directory / "prometheus", directory / "prometheus.log"
+    return PrometheusProcess(binary, path, data, log, free_port()).start()
+
+
+def wait_for(what: str, check: Callable[[], T], timeout_s: float = 60.0) -> T:
+    """``check()``'s first truthy result, polled every 0.5 s; fails after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)

@@ -40,9 +40,11 @@ def random_events(n: int, seed: int) -> list[Event]:
         stream = rnd.random() < 0.7
         prefill = round(rnd.lognormvariate(5, 1), 3)
         decode = round(rnd.lognormvariate(6, 1), 3) if status == "ok" else 0.0
+        at = rnd.uniform(0, 7200)
         out.append(
             event(
-                ts=ts(rnd.uniform(0, 7200)),
+                ts=ts(at),
+                config_fingerprint="c1c1c1c1" if at < 3600 else "c2c2c2c2",  # one config change
                 lane=rnd.choice(LANES),
                 pool=rnd.choice(("interactive", "bulk")),
                 tenant=rnd.choice(("t1", "t2", None)),
@@ -94,6 +96,8 @@ def _same(column: str, a: Any, b: Any, timing_row: bool = False) -> bool:
         return False
     if column.endswith("_ms") or (timing_row and column in ("before", "after", "delta")):
         return abs(float(a) - float(b)) <= 0.0010001
+    if timing_row and column == "delta_pct":  # that 0.001 ms over a timing of ~100 ms or more
+        return abs(float(a) - float(b)) <= 1e-5
     if column in ("p_value", "delta_pct"):
         return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(b)))
     return False
@@ -136,6 +140,7 @@ CASES = [
         "--format",
         "csv",
     ),
+    ("compare", "--around-changes", "--format", "csv"),
 ]
 
 

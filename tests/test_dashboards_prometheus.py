@@ -46,6 +46,12 @@ FIXED = {
     c.RESULT: ["joined", "late"],
     c.ENGINE: ["vllm"],
     c.LIMIT: ["header_timeout"],
+    c.FINGERPRINT: ["0a1b2c3d"],
+    c.CHANGED: ["prefix_caching"],
+    c.OLD: ["prefix_caching=false"],
+    c.NEW: ["prefix_caching=true"],
+    c.CONFIG_HASH: ["0a1b2c3d"],
+    c.CONFIG_VERSION: ["1"],
 }
 VLLM_BUCKETS = (0.01, 0.1, 1.0, 10.0)
 

@@ -96,8 +96,9 @@ def add_parser(subparsers: Any) -> None:
         help="two logs or two windows side by side, with significance tests",
         description=(
             "Compare BEFORE and AFTER logs, or two windows of one log "
-            "(--before and --after). Rates use a two-proportion z-test, latency "
-            "percentiles a Mann-Whitney U test on the timing's distribution."
+            "(--before and --after), or, with --around-changes, the windows either side "
+            "of each settings change the log records. Rates use a two-proportion z-test, "
+            "latency percentiles a Mann-Whitney U test on the timing's distribution."
         ),
     )
     p.add_argument("logs", nargs="+", metavar="LOG", help="one log (with windows) or BEFORE AFTER")
@@ -105,6 +106,19 @@ def add_parser(subparsers: Any) -> None:
     _config_arg(p)
     p.add_argument("--before", metavar="START..END", help="window of the first side")
     p.add_argument("--after", metavar="START..END", help="window of the second side")
+    p.add_argument(
+        "--around-changes",
+        action="store_true",
+        help="find each change of a pool's settings or config fingerprint in the log and "
+        "compare the window before it with the window after it (same length, bounded by "
+        "the pool's neighbouring changes); see docs/runbook.md, After a tuning change",
+    )
+    p.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="with --around-changes: the Prometheus that scraped the sidecar, to say what each "
+        "settings fingerprint stands for (prefix_caching=false -> prefix_caching=true)",
+    )
     p.add_argument("--alpha", type=float, default=0.01, help="significance level (default 0.01)")
     p.set_defaults(handler=_compare)
 
@@ -221,6 +235,10 @@ def _compare(args: argparse.Namespace) -> int:
     from obs.query.scan import connect
     from obs.query.table import render
 
+    if args.around_changes:
+        return _around_changes(args)
+    if args.prometheus:
+        raise InputError("--prometheus goes with --around-changes")
     if len(args.logs) > 2:
         raise InputError("compare takes one log (with --before/--after windows) or two logs")
     before_w, after_w = _window(args.before), _window(args.after)
@@ -238,6 +256,42 @@ def _compare(args: argparse.Namespace) -> int:
         render(for_display(table) if args.format in ("table", "markdown") else table, args.format)
     )
     _warn(before, after)
+    return 0
+
+
+def _around_changes(args: argparse.Namespace) -> int:
+    from obs.errors import InputError
+    from obs.query.api import open_any
+    from obs.query.changes import around_changes
+    from obs.query.comparison import for_display
+    from obs.query.scan import connect
+    from obs.query.table import Table, render
+
+    if len(args.logs) != 1 or args.before or args.after:
+        raise InputError("--around-changes takes one log and no --before/--after windows")
+    describe = None
+    if args.prometheus:
+        import time
+
+        from obs.query.settings_names import describer
+
+        describe = describer(args.prometheus, time.time())
+    con = connect()
+    progress = _progress(args)
+    scan = open_any(args.logs, _filters(args), progress, con)
+    table = around_changes(
+        scan, lambda f: open_any(args.logs, f, progress, con), _filters(args), _config(args),
+        args.alpha, describe,
+    )  # fmt: skip
+    if not table.rows:
+        print("vllm-obs query: no settings change in the log", file=sys.stderr)
+    if args.format in ("table", "markdown") and table.rows:
+        n = len(table.columns) - 9
+        shown = for_display(Table(table.columns[n:], [r[n:] for r in table.rows]))
+        heads = [tuple(map(str, r[:n])) for r in table.rows]
+        table = Table(table.columns, [h + r for h, r in zip(heads, shown.rows, strict=True)])
+    _emit(render(table, args.format))
+    _warn(scan)
     return 0
 
 

@@ -3,7 +3,7 @@
 For each lane and metric: the value before and after, the delta, and whether
 the change exceeds the noise:
 
-* rates and ratios (error, rejection, goodput, SLO attainment): a pooled
+* rates and ratios (error, rejection, goodput, SLO attainment, cache hits): a pooled
   two-proportion z-test;
 * latency percentiles (TTFT, TPOT, e2e): a two-sided Mann-Whitney U test
   on that timing's whole distribution (tie-corrected, normal approximation).
@@ -36,6 +36,7 @@ PROPORTIONS = {
     "goodput_ratio": ("good", "requests"),
     "ttft_attainment": ("_ttft_met", "_ttft_judged"),
     "tpot_attainment": ("_tpot_met", "_tpot_judged"),
+    "cache_hit_ratio": ("_cache_hits", "_cache_n"),
 }
 COLUMNS = [
     "lane",
@@ -65,6 +66,8 @@ _NEEDED = (
     "ttft_ms",
     "tpot_ms",
     "itl_p50_ms",
+    "settings_fingerprint",
+    "config_fingerprint",
 )
 
 
