@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.query_bench import generate_parquet, run_child
+from bench.query_bench import generate_parquet, in_fresh_process, run_child
 from obs.clickhouse.schema import TableSpec, init
 from obs.clickhouse.testing import ClickHouseServer
 
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     dataset = args.workdir / f"parquet-{args.events}"
     if not dataset.exists():
         t0 = time.perf_counter()
-        generate_parquet(dataset, args.events)
+        in_fresh_process(generate_parquet, dataset, args.events)
         print(f"generated {dataset} in {time.perf_counter() - t0:.1f} s", flush=True)
     results: dict[str, object] = {"events": args.events}
     results["duckdb_summary"] = _timed(
