@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from obs import conventions as c
-from obs.config import Config, Lane, LatencySLO
+from obs.config import Config, Lane
 from obs.engine_metrics import STATE_FIELDS
 from obs.engines import reports
 from obs.errors import ConfigError
+from obs.slo import Objective, objectives
 
 # Where the runbook lives in the repository; alerts link to its sections.
 RUNBOOK_PATH: Final = "docs/runbook.md"
@@ -43,25 +44,10 @@ class Window:
 
 
 @dataclass(frozen=True, slots=True)
-class SLI:
+class SLI(Objective):
     """One declared SLO of one lane, with the burn windows that alert on it."""
 
-    lane: str
-    pool: str
-    kind: str  # one of conventions.SLO_KINDS
-    objective: float
-    threshold_ms: float | None  # latency SLOs only
     windows: tuple[Window, ...]
-
-    @property
-    def budget(self) -> float:
-        """The error budget: the share of requests allowed to break the SLO."""
-        return round(1 - self.objective, 12)
-
-    @property
-    def threshold_s(self) -> float | None:
-        """The latency threshold in seconds, rounded as the histogram buckets are."""
-        return None if self.threshold_ms is None else round(self.threshold_ms / 1000, 6)
 
     @property
     def rule_windows(self) -> tuple[str, ...]:
@@ -193,12 +179,8 @@ def _slis(lane: Lane) -> list[SLI]:
         Window(w.severity, w.long, w.short, w.factor, w.for_) for w in lane.slo.burn_windows
     )
     out = []
-    for kind in c.SLO_KINDS:
-        slo = getattr(lane.slo, kind)
-        if slo is None:
-            continue
-        threshold = slo.threshold_ms if isinstance(slo, LatencySLO) else None
-        sli = SLI(lane.name, lane.pool, kind, slo.objective, threshold, windows)
+    for o in objectives(lane):
+        sli = SLI(o.lane, o.pool, o.kind, o.objective, o.threshold_ms, windows)
         _check(sli)
         out.append(sli)
     return out
