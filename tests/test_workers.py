@@ -16,7 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from obs import conventions as c
 from obs.engine import VllmServer
-from obs.sidecar.testing import SidecarProcess, free_port
+from obs.procs import free_port
+from obs.sidecar.testing import SidecarProcess
 from obs.sidecar.workers import merge_pages
 from tests.conftest import SidecarFactory
 

@@ -9,7 +9,7 @@ is always a separate process. ``ensure_llamacpp()`` builds llama.cpp's
 
 from obs.engine.llamacpp_server import LlamaServer
 from obs.engine.llamacpp_setup import LlamaCppPaths, ensure_llamacpp
-from obs.engine.server import ServerError, VllmServer, free_port
+from obs.engine.server import ServerError, VllmServer
 from obs.engine.setup import (
     EngineError,
     EnginePaths,
@@ -31,5 +31,4 @@ __all__ = [
     "engine_home",
     "ensure_engine",
     "ensure_llamacpp",
-    "free_port",
 ]
