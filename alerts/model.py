@@ -6,12 +6,12 @@ Burn windows and health thresholds are data here, never code in the generators.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Final
 
 from obs import conventions as c
 from obs.config import Config, Lane
+from obs.durations import seconds
 from obs.engine_metrics import STATE_FIELDS
 from obs.engines import reports
 from obs.errors import ConfigError
@@ -19,17 +19,6 @@ from obs.slo import Objective, objectives
 
 # Where the runbook lives in the repository; alerts link to its sections.
 RUNBOOK_PATH: Final = "docs/runbook.md"
-
-_UNIT_S: Final = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_DURATION = re.compile(r"^([0-9]+)(ms|s|m|h|d|w)$")
-
-
-def seconds(duration: str) -> float:
-    """A Prometheus duration such as ``5m`` or ``3d``, in seconds."""
-    m = _DURATION.match(duration)
-    if m is None:
-        raise ValueError(f"{duration!r} is not a Prometheus duration like 5m, 1h or 3d")
-    return int(m.group(1)) * _UNIT_S[m.group(2)]
 
 
 @dataclass(frozen=True, slots=True)

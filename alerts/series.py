@@ -18,7 +18,6 @@ from .model import SLI
 # What a scrape of the sidecar adds to every series.
 SCRAPE = {"job": "vllm-obs", "instance": "sidecar:8000"}
 MODEL = "served-model"
-STEP = "1m"
 
 Series = dict[str, str]
 
