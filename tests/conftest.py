@@ -24,6 +24,8 @@ from obs.engine import (
     ensure_engine,
     ensure_llamacpp,
 )
+from obs.events import Event
+from obs.query.testing import mixed_events, write_jsonl
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
 
 IN_CI = os.environ.get("CI") == "true"
@@ -141,3 +143,16 @@ def clickhouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClickHouseS
     server = ClickHouseServer(tmp_path_factory.mktemp("clickhouse")).start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def mixed_log(tmp_path: Path) -> tuple[str, list[Event]]:
+    """``obs.query.testing.mixed_events()`` written to an event log: (its path, the events)."""
+    events = mixed_events()
+    return str(write_jsonl(tmp_path / "events.jsonl", events)), events
+
+
+@pytest.fixture
+def mixed_log_path(mixed_log: tuple[str, list[Event]]) -> str:
+    """The path of the ``mixed_log`` event log."""
+    return mixed_log[0]
