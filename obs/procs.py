@@ -1,6 +1,8 @@
 """Child processes on loopback: start, wait until ready, log tail, stop; the group always reaped.
 
-Stdlib only, low in the layers: the engine servers, the demo's Prometheus and
+Low in the layers (the standard library and ``requests``, the project's one synchronous
+HTTP client, never through a configured proxy: every server here is on loopback): the
+engine servers, the demo's Prometheus and
 Alertmanager, the sidecar test process, ClickHouse and the benchmark servers all
 run through :class:`ManagedProcess`. A child runs in its own session (process
 group), so a Ctrl-C in the caller's terminal does not reach it directly, and
@@ -17,11 +19,11 @@ import signal
 import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
+
+import requests
 
 HOST = "127.0.0.1"
 POLL_INTERVAL_S = 0.1
@@ -50,15 +52,18 @@ def port_in_use(port: int, host: str = HOST) -> bool:
 
 def http_status(url: str, timeout_s: float = 2.0) -> int | None:
     """Status of ``GET url``, never through a configured proxy; None when nothing answers."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(url, timeout=timeout_s) as response:
-            status: int = response.status
-            return status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:  # URLError included
-        return None
+    with loopback_session() as session:
+        try:
+            return session.get(url, timeout=timeout_s).status_code
+        except requests.RequestException:
+            return None
+
+
+def loopback_session() -> requests.Session:
+    """A ``requests`` session that ignores proxy settings from the environment."""
+    session = requests.Session()
+    session.trust_env = False
+    return session
 
 
 def group_alive(pgid: int) -> bool:

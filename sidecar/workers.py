@@ -45,13 +45,13 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import requests
 import structlog
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
@@ -61,6 +61,7 @@ from prometheus_client.registry import Collector
 from obs import conventions as c
 from obs.config import Config
 from obs.errors import ConfigError
+from obs.procs import loopback_session
 
 log = structlog.get_logger("vllm_obs.workers")
 
@@ -182,15 +183,17 @@ class MergedMetrics(Collector):
         self.own = own
         self.slot = slot
         self._lock = threading.Lock()
+        self._session = loopback_session()  # used under the lock only
 
     def _page(self, i: int) -> str | None:
         if i == self.slot.index:
             return self.slot.own_page(self.own).decode()
         url = f"http://127.0.0.1:{self.slot.metric_ports[i]}/metrics"
         try:
-            with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as r:
-                return str(r.read().decode())
-        except OSError:  # restarting or slow: its saved page, never less than it served
+            r = self._session.get(url, timeout=FETCH_TIMEOUT_S)
+            r.raise_for_status()
+            return r.text
+        except requests.RequestException:  # restarting or slow: its saved page
             return self.slot.saved(i)
 
     def collect(self) -> Iterator[Metric]:
