@@ -1,14 +1,13 @@
 """Child processes on loopback: start, wait until ready, log tail, stop; the group always reaped.
 
 Low in the layers (the standard library and ``requests``, the project's one synchronous
-HTTP client, never through a configured proxy: every server here is on loopback): the
-engine servers, the demo's Prometheus and
-Alertmanager, the sidecar test process, ClickHouse and the benchmark servers all
-run through :class:`ManagedProcess`. A child runs in its own session (process
-group), so a Ctrl-C in the caller's terminal does not reach it directly, and
-stopping it also reaches whatever it spawned (vLLM's engine core, the sidecar's
-workers): :meth:`ManagedProcess.stop` sends SIGTERM to the leader, waits, SIGKILLs
-the group at the deadline, and waits for every process of the group to be gone.
+HTTP client, never through a configured proxy: every server here is on loopback). The
+engine servers, the demo's Prometheus and Alertmanager, the sidecar test process,
+ClickHouse and the benchmark servers all run through :class:`ManagedProcess`. A child
+runs in its own session (process group), so a Ctrl-C in the caller's terminal does not
+reach it directly, and stopping it also reaches whatever it spawned (vLLM's engine core,
+the sidecar's workers): :meth:`ManagedProcess.stop` sends SIGTERM to the leader, waits,
+SIGKILLs the group at the deadline, and waits for every process of the group to be gone.
 """
 
 from __future__ import annotations

