@@ -74,7 +74,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _duration(text: str) -> str:
-    from .model import seconds
+    from obs.durations import seconds
 
     try:
         seconds(text)

@@ -14,7 +14,8 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-from .model import seconds
+from obs.durations import seconds
+
 from .rules import RuleFile
 
 

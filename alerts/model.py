@@ -6,29 +6,19 @@ Burn windows and health thresholds are data here, never code in the generators.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Final
 
 from obs import conventions as c
-from obs.config import Config, Lane, LatencySLO
+from obs.config import Config, Lane
+from obs.durations import seconds
 from obs.engine_metrics import STATE_FIELDS
 from obs.engines import reports
 from obs.errors import ConfigError
+from obs.slo import Objective, objectives
 
 # Where the runbook lives in the repository; alerts link to its sections.
 RUNBOOK_PATH: Final = "docs/runbook.md"
-
-_UNIT_S: Final = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_DURATION = re.compile(r"^([0-9]+)(ms|s|m|h|d|w)$")
-
-
-def seconds(duration: str) -> float:
-    """A Prometheus duration such as ``5m`` or ``3d``, in seconds."""
-    m = _DURATION.match(duration)
-    if m is None:
-        raise ValueError(f"{duration!r} is not a Prometheus duration like 5m, 1h or 3d")
-    return int(m.group(1)) * _UNIT_S[m.group(2)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,25 +33,10 @@ class Window:
 
 
 @dataclass(frozen=True, slots=True)
-class SLI:
+class SLI(Objective):
     """One declared SLO of one lane, with the burn windows that alert on it."""
 
-    lane: str
-    pool: str
-    kind: str  # one of conventions.SLO_KINDS
-    objective: float
-    threshold_ms: float | None  # latency SLOs only
     windows: tuple[Window, ...]
-
-    @property
-    def budget(self) -> float:
-        """The error budget: the share of requests allowed to break the SLO."""
-        return round(1 - self.objective, 12)
-
-    @property
-    def threshold_s(self) -> float | None:
-        """The latency threshold in seconds, rounded as the histogram buckets are."""
-        return None if self.threshold_ms is None else round(self.threshold_ms / 1000, 6)
 
     @property
     def rule_windows(self) -> tuple[str, ...]:
@@ -193,12 +168,8 @@ def _slis(lane: Lane) -> list[SLI]:
         Window(w.severity, w.long, w.short, w.factor, w.for_) for w in lane.slo.burn_windows
     )
     out = []
-    for kind in c.SLO_KINDS:
-        slo = getattr(lane.slo, kind)
-        if slo is None:
-            continue
-        threshold = slo.threshold_ms if isinstance(slo, LatencySLO) else None
-        sli = SLI(lane.name, lane.pool, kind, slo.objective, threshold, windows)
+    for o in objectives(lane):
+        sli = SLI(o.lane, o.pool, o.kind, o.objective, o.threshold_ms, windows)
         _check(sli)
         out.append(sli)
     return out

@@ -10,15 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from obs import conventions as c
+from obs.slo import LATENCY_HISTOGRAMS
 
-from .expr import threshold_le
 from .gotemplate import render
 from .model import SLI
 
 # What a scrape of the sidecar adds to every series.
 SCRAPE = {"job": "vllm-obs", "instance": "sidecar:8000"}
 MODEL = "served-model"
-STEP = "1m"
 
 Series = dict[str, str]
 
@@ -88,11 +87,11 @@ def sli_inputs(sli: SLI, total: int, bad: int, steps: int) -> list[Series]:
         return requests(sli.lane, sli.pool, total, bad, steps)
     assert sli.threshold_s is not None
     buckets = sli_buckets(sli)
-    le = float(threshold_le(sli))
+    le = float(sli.le)
     i = buckets.index(le)
     fast = buckets[i - 1] if i > 0 else le / 2  # within the threshold
     slow = buckets[i + 1] if i + 1 < len(buckets) else le * 2  # beyond it
-    metric = c.TTFT if sli.kind == "ttft" else c.TPOT
+    metric = LATENCY_HISTOGRAMS[sli.kind]
     return latency_histogram(metric, labels, buckets, fast, slow, total, bad, steps)
 
 

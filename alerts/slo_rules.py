@@ -14,9 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 from obs import conventions as c
+from obs.durations import seconds
 
 from . import expr as e
-from .model import SLI, AlertModel, Window, seconds
+from .model import SLI, AlertModel, Window
 
 Rule = dict[str, Any]
 Group = dict[str, Any]

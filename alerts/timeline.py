@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .model import seconds
+from obs.durations import seconds
 
 STEP_S = 60
 

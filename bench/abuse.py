@@ -31,7 +31,8 @@ from typing import Any
 import httpx
 
 from bench.procs import FakeVllm, ProcStat, Server
-from obs.sidecar.testing import free_port, llm_request_export
+from obs.procs import free_port
+from obs.sidecar.testing import llm_request_export
 
 CHAT = "/v1/chat/completions"
 PROTOBUF = {"content-type": "application/x-protobuf"}

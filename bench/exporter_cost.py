@@ -36,8 +36,8 @@ from obs.exporters.jsonl import JsonlExporter
 from obs.exporters.otel import OtlpSettings, SpanExporter
 from obs.exporters.prom import Metrics
 from obs.phases import Clock
+from obs.procs import free_port
 from obs.record import Finished, fill_timings
-from obs.sidecar.testing import free_port
 from obs.tracecontext import new_ids
 
 TOKENS = 80

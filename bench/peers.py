@@ -29,7 +29,7 @@ from pathlib import Path
 from bench.procs import Server
 from obs.engine import engine_home
 from obs.engine.setup import engine_environment, locked, read_json, run_logged
-from obs.sidecar.testing import free_port
+from obs.procs import free_port
 
 MODEL = "tiny"  # the name `vllm bench serve` sends (bench/vllm_bench.py) and the fake serves
 _MARKER = ".vllm-obs-peer.json"

@@ -1,7 +1,8 @@
 """The processes a relay benchmark runs, and what it reads about them from /proc.
 
 ``FakeVllm`` and ``Nginx`` are subprocesses on free loopback ports (``Server``,
-as are the peers of ``bench.peers``), stopped by PID; ``ProcStat`` reads CPU
+as are the peers of ``bench.peers``, each an ``obs.procs.ManagedProcess``),
+stopped by PID with their process group reaped; ``ProcStat`` reads CPU
 seconds (all threads, optionally children: nginx's workers) and peak RSS,
 which it can reset between runs (``clear_refs``).
 ``Scraper`` reads a ``/metrics`` page at a fixed interval, as Prometheus would.
@@ -12,8 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -22,7 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from obs.engine import VllmServer, ensure_engine
-from obs.sidecar.testing import SidecarProcess, free_port, wait_http
+from obs.procs import ManagedProcess, NotReady, free_port
+from obs.sidecar.testing import SidecarProcess
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,34 +89,22 @@ class Server:
         self.health = health
         self.env = env
         self.start_timeout_s = start_timeout_s
-        self.proc: subprocess.Popen[bytes] | None = None
+        self._process = ManagedProcess(name, cmd, log_path=log_path, env=env, append_log=True)
 
     def start(self) -> None:
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                self.cmd, stdout=log, stderr=log, env=self.env, start_new_session=True
-            )
+        self._process.start()
         try:
-            wait_http(self.health, self.start_timeout_s, self.proc)
-        except Exception as err:
+            self._process.wait_http(self.health, self.start_timeout_s)
+        except NotReady as err:
             self.stop()
-            tail = self.log_path.read_text(errors="replace")[-2000:]
-            raise RuntimeError(f"{self.name} did not start: {err}\n{tail}") from None
+            raise RuntimeError(f"{self.name} did not start: {err}") from None
 
     @property
     def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
+        return self._process.pid
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
+        self._process.stop(15.0)
 
 
 class FakeVllm(Server):

@@ -2,7 +2,8 @@
 
 ``ClickHouseServer`` writes its own config, users file and data directory under
 a given directory, listens on free 127.0.0.1 ports, and is stopped by PID
-(``stop``), so it needs no root service. ``restart`` keeps the data and ports.
+(``stop``; an ``obs.procs.ManagedProcess``, its process group reaped), so it
+needs no root service. ``restart`` keeps the data and ports.
 Several servers can form a cluster (``cluster=`` names the shards' HTTP-free
 TCP addresses) for a ``Distributed`` table. A user ``obs`` with a password
 exists besides ``default`` (no password) for credential tests.
@@ -11,14 +12,11 @@ exists besides ``default`` (no password) for credential tests.
 from __future__ import annotations
 
 import shutil
-import signal
-import subprocess
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from obs.clickhouse.client import ClickHouseError, Client, Credentials
-from obs.engine.server import free_port
+from obs.procs import ManagedProcess, NotReady, free_port
 
 PASSWORD_USER = ("obs", "obs-test-password")
 _CONFIG = """<?xml version="1.0"?>
@@ -80,7 +78,7 @@ class ClickHouseServer:
         self.http_port = free_port()
         self.tcp_port = tcp_port or free_port()
         self.url = f"http://127.0.0.1:{self.http_port}"
-        self.proc: subprocess.Popen[bytes] | None = None
+        self._process: ManagedProcess | None = None
         self.cluster: tuple[str, tuple[int, ...]] | None = None
 
     def configure(self, cluster: str | None = None, shards: Sequence[int] = ()) -> None:
@@ -98,8 +96,8 @@ class ClickHouseServer:
 
     @property
     def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
+        assert self._process is not None
+        return self._process.pid
 
     def start(self, timeout_s: float = 30.0) -> ClickHouseServer:
         binary = server_binary()
@@ -110,42 +108,24 @@ class ClickHouseServer:
         cmd = [binary, f"--config-file={self.dir / 'config.xml'}"]
         if binary.endswith("/clickhouse"):
             cmd.insert(1, "server")
-        with open(self.dir / "stdout.log", "ab") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=out, start_new_session=True)
-        self._wait(timeout_s)
-        return self
-
-    def _wait(self, timeout_s: float) -> None:
+        self._process = ManagedProcess(
+            "clickhouse-server", cmd, log_path=self.dir / "stdout.log", append_log=True
+        )
+        self._process.start()
         client = self.client(timeout_s=2.0)
-        deadline = time.monotonic() + timeout_s
         try:
-            while True:
-                assert self.proc is not None
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"clickhouse-server exited: {self.log_tail()}")
-                try:
-                    client.ping()
-                    return
-                except ClickHouseError:
-                    if time.monotonic() > deadline:
-                        self.stop()
-                        raise RuntimeError(
-                            f"clickhouse-server did not answer: {self.log_tail()}"
-                        ) from None
-                    time.sleep(0.1)
+            self._process.wait_ready(lambda: _answers(client), timeout_s, "it answered a ping")
+        except NotReady:
+            self.stop()
+            raise RuntimeError(f"clickhouse-server did not start: {self.log_tail()}") from None
         finally:
             client.close()
+        return self
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """SIGTERM by PID, wait, then SIGKILL."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
+        """SIGTERM by PID, wait, then SIGKILL; its process group reaped."""
+        if self._process is not None:
+            self._process.stop(timeout_s)
 
     def restart(self) -> None:
         self.stop()
@@ -161,3 +141,11 @@ class ClickHouseServer:
             if path.exists():
                 text += path.read_text(errors="replace")[-n:]
         return text
+
+
+def _answers(client: Client) -> bool:
+    try:
+        client.ping()
+    except ClickHouseError:
+        return False
+    return True

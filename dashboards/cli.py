@@ -120,9 +120,9 @@ def run_render(args: argparse.Namespace) -> int:
     from obs.dashboards.build import render
     from obs.dashboards.plot import draw
     from obs.dashboards.snapshot import default_variables, take
+    from obs.durations import parse_duration, parse_time
     from obs.errors import ConfigError
     from obs.promapi import PrometheusAPI
-    from obs.query.filters import parse_duration, parse_time
 
     config = load_config(args.config or default_config_path())
     now = datetime.now(UTC)

@@ -1,4 +1,4 @@
-"""PromQL building blocks for the dashboards: selectors, rates, quantiles, joins.
+"""PromQL for the dashboards: template variables, quantiles, joins (on ``obs.promexpr``).
 
 Metric names come from ``obs.conventions`` only. Template variables are
 written as Grafana expects them (``$lane``) and always matched with ``=~``,
@@ -8,24 +8,18 @@ so that a multi-value or "All" selection (Grafana sends a regex) works.
 from __future__ import annotations
 
 from obs import conventions as c
+from obs import promexpr as p
+
+# Re-exported: the dashboards build on the shared blocks through this one module.
+from obs.promexpr import agg as agg
+from obs.promexpr import eq as eq
+from obs.promexpr import increase as increase
+from obs.promexpr import like as like
+from obs.promexpr import selector as selector
+from obs.promexpr import unlike as unlike
 
 RATE = "$__rate_interval"
 QUANTILES = (0.5, 0.95, 0.99)
-
-
-def eq(label: str, value: str) -> str:
-    """An equality matcher: ``label="value"``."""
-    return f'{label}="{value}"'
-
-
-def like(label: str, value: str) -> str:
-    """A regex matcher: ``label=~"value"``."""
-    return f'{label}=~"{value}"'
-
-
-def unlike(label: str, value: str) -> str:
-    """A negative regex matcher: ``label!~"value"``."""
-    return f'{label}!~"{value}"'
 
 
 # Matchers for the dashboards' template variables.
@@ -34,11 +28,6 @@ POOL_VAR = like(c.POOL, "$pool")
 MODEL_VAR = like(c.MODEL, "$model")
 VLLM_MODEL_VAR = like("model_name", "$model")  # vLLM labels its metrics model_name
 LP_VARS = (LANE_VAR, POOL_VAR)
-
-
-def selector(name: str, *matchers: str) -> str:
-    """``name{m1, m2}``, or the bare name when there are no matchers."""
-    return f"{name}{{{', '.join(matchers)}}}" if matchers else name
 
 
 def total(metric: c.Metric) -> str:
@@ -70,18 +59,8 @@ def _hist(metric: c.Metric, i: int) -> str:
 
 
 def rate(sel: str, window: str = RATE) -> str:
-    """Per-second rate of a counter selector over ``window``."""
-    return f"rate({sel}[{window}])"
-
-
-def increase(sel: str, window: str) -> str:
-    """Increase of a counter selector over ``window``."""
-    return f"increase({sel}[{window}])"
-
-
-def agg(op: str, expr: str, *by: str) -> str:
-    """``op by (labels) (expr)``, or ``op(expr)`` when no labels are kept."""
-    return f"{op} by ({', '.join(by)}) ({expr})" if by else f"{op}({expr})"
+    """Per-second rate of a counter selector over ``window`` (Grafana's by default)."""
+    return p.rate(sel, window)
 
 
 def sum_by(expr: str, *by: str) -> str:

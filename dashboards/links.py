@@ -14,11 +14,13 @@ import re
 from typing import Any, Final
 from urllib.parse import quote
 
+from obs import conventions as c
+
 from .variables import DATASOURCE, TEMPO, TRACES
 
-# Span attributes the sidecar's OpenTelemetry exporter sets (obs.exporters.otel).
-LANE_ATTR: Final = "vllm_obs.lane"
-PHASE_ATTR: Final = "vllm_obs.phase"
+# Span attributes the sidecar's OpenTelemetry exporter sets (named in obs.conventions).
+LANE_ATTR: Final = c.ATTR_LANE
+PHASE_ATTR: Final = c.ATTR_PHASE
 
 OVERVIEW_UID: Final = "vllm-obs-overview"
 LANE_UID: Final = "vllm-obs-lane"

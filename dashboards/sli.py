@@ -1,49 +1,22 @@
-"""What the dashboards read from each lane's SLOs: names, thresholds, windows, goodput."""
+"""What the dashboards read from each lane's SLOs: series, windows, goodput.
+
+The SLO model itself (``Objective``, ``objectives``) is ``obs.slo``, shared with the rules.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from obs import conventions as c
-from obs.config import SLO, Config, Lane, LatencySLO
+from obs.config import SLO, Config, Lane
+from obs.slo import LATENCY_HISTOGRAMS, Objective, objectives
 
 from . import expr as e
 
-_HISTOGRAM = {"ttft": c.TTFT, "tpot": c.TPOT}
+__all__ = ["Objective", "goodput", "long_windows", "objectives", "rule", "status_window"]
 
 
-@dataclass(frozen=True, slots=True)
-class Objective:
-    """One declared SLO of one lane."""
-
-    lane: str
-    kind: str  # one of conventions.SLO_KINDS
-    objective: float
-    threshold_ms: float | None  # latency SLOs only
-
-    @property
-    def title(self) -> str:
-        """E.g. ``TTFT <= 500 ms for 95%`` or ``availability 99.5%``."""
-        share = f"{self.objective * 100:g}%"
-        if self.threshold_ms is None:
-            return f"{self.kind} {share}"
-        return f"{self.kind.upper()} <= {self.threshold_ms:g} ms for {share}"
-
-    def rule(self, name: str) -> str:
-        """A recording rule's series for this lane and SLO."""
-        return e.selector(name, e.eq(c.LANE, self.lane), e.eq(c.SLO_LABEL, self.kind))
-
-
-def objectives(lane: Lane) -> list[Objective]:
-    """The lane's declared SLOs, in ``SLO_KINDS`` order."""
-    out = []
-    for kind in c.SLO_KINDS:
-        slo = getattr(lane.slo, kind)
-        if slo is None:
-            continue
-        threshold = slo.threshold_ms if isinstance(slo, LatencySLO) else None
-        out.append(Objective(lane.name, kind, slo.objective, threshold))
-    return out
+def rule(o: Objective, name: str) -> str:
+    """A recording rule's series for this lane and SLO."""
+    return e.selector(name, e.eq(c.LANE, o.lane), e.eq(c.SLO_LABEL, o.kind))
 
 
 def long_windows(slo: SLO) -> list[str]:
@@ -55,11 +28,6 @@ def status_window(config: Config) -> str | None:
     """The long window of the fastest-burning alert (highest factor) of any lane with SLOs."""
     windows = [w for lane in config.lanes if objectives(lane) for w in lane.slo.burn_windows]
     return max(windows, key=lambda w: w.factor).long if windows else None
-
-
-def le(threshold_ms: float) -> str:
-    """The ``le`` label of the histogram bucket that ends exactly at the threshold."""
-    return c.bucket_le(round(threshold_ms / 1000, 6))
 
 
 def goodput(lane: Lane) -> str:
@@ -77,10 +45,9 @@ def goodput(lane: Lane) -> str:
             "ok",
         )
     ]
-    for kind, metric in _HISTOGRAM.items():
-        slo = getattr(lane.slo, kind)
-        if slo is None:
+    for o in objectives(lane):
+        if o.kind not in LATENCY_HISTOGRAMS:
             continue
-        within = e.selector(e.bucket(metric), *scope, e.eq("le", le(slo.threshold_ms)))
-        parts.append(e.tagged(e.sum_by(e.rate(within)), "sli", kind))
+        within = e.selector(e.bucket(LATENCY_HISTOGRAMS[o.kind]), *scope, e.eq("le", o.le))
+        parts.append(e.tagged(e.sum_by(e.rate(within)), "sli", o.kind))
     return e.agg("min", " or ".join(parts))

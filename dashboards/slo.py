@@ -45,7 +45,7 @@ def _lane_row(grid: Grid, lane: Lane) -> None:
         grid.add(
             stat(
                 f"{lane.name} {o.kind}: budget left",
-                [Query(o.rule(c.ERROR_BUDGET_REMAINING_RULE), "remaining")],
+                [Query(sli.rule(o, c.ERROR_BUDGET_REMAINING_RULE), "remaining")],
                 unit="percentunit",
                 description=f"{o.title}: share of the {c.SLO_PERIOD} error budget left.",
                 thresholds=BUDGET_STEPS,
@@ -56,7 +56,7 @@ def _lane_row(grid: Grid, lane: Lane) -> None:
         grid.add(
             timeseries(
                 f"{lane.name} {o.kind}: burn rate",
-                [Query(o.rule(c.burn_rate_rule(w)), w) for w in windows],
+                [Query(sli.rule(o, c.burn_rate_rule(w)), w) for w in windows],
                 unit="x",
                 description=(
                     f"{o.title}. Burn rate over each alert's long window; lines at the alert "

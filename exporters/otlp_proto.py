@@ -17,6 +17,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 
+from obs import conventions as c
 from obs.conventions import OK, PHASES
 from obs.record import Finished
 from obs.tracecontext import new_span_id
@@ -123,42 +124,42 @@ def _span(
 def _root_attributes(f: Finished) -> dict[str, AttrValue]:
     ev = f.event
     attrs: dict[str, AttrValue] = {
-        "gen_ai.operation.name": f.operation,
-        "gen_ai.system": "vllm",
-        "gen_ai.provider.name": "vllm",
-        "vllm_obs.lane": ev.lane,
-        "vllm_obs.pool": ev.pool,
-        "vllm_obs.request_id": ev.request_id,
-        "vllm_obs.status": ev.status,
-        "http.route": ev.route,
-        "http.request.method": "POST",
+        c.ATTR_OPERATION: f.operation,
+        c.ATTR_SYSTEM: "vllm",
+        c.ATTR_PROVIDER: "vllm",
+        c.ATTR_LANE: ev.lane,
+        c.ATTR_POOL: ev.pool,
+        c.ATTR_REQUEST_ID: ev.request_id,
+        c.ATTR_STATUS: ev.status,
+        c.ATTR_HTTP_ROUTE: ev.route,
+        c.ATTR_HTTP_METHOD: "POST",
     }
     optional: dict[str, AttrValue | None] = {
-        "gen_ai.request.model": ev.model,
-        "gen_ai.request.max_tokens": ev.max_tokens,
-        "gen_ai.usage.input_tokens": ev.prompt_tokens,
-        "gen_ai.usage.output_tokens": ev.completion_tokens,
-        "gen_ai.usage.cache_read.input_tokens": ev.cached_tokens,
-        "http.response.status_code": ev.http_status,
-        "server.address": ev.replica,
-        "error.type": ev.error_class,
-        "vllm_obs.tenant": ev.tenant,
-        "vllm_obs.ttft_ms": ev.ttft_ms,
-        "vllm_obs.tpot_ms": ev.tpot_ms,
-        "vllm_obs.stream_blocked_ms": ev.stream_blocked_ms,
-        "vllm_obs.rejection_reason": ev.rejection_reason,
+        c.ATTR_REQUEST_MODEL: ev.model,
+        c.ATTR_REQUEST_MAX_TOKENS: ev.max_tokens,
+        c.ATTR_INPUT_TOKENS: ev.prompt_tokens,
+        c.ATTR_OUTPUT_TOKENS: ev.completion_tokens,
+        c.ATTR_CACHED_INPUT_TOKENS: ev.cached_tokens,
+        c.ATTR_HTTP_STATUS: ev.http_status,
+        c.ATTR_SERVER_ADDRESS: ev.replica,
+        c.ATTR_ERROR_TYPE: ev.error_class,
+        c.ATTR_TENANT: ev.tenant,
+        c.ATTR_TTFT_MS: ev.ttft_ms,
+        c.ATTR_TPOT_MS: ev.tpot_ms,
+        c.ATTR_STREAM_BLOCKED_MS: ev.stream_blocked_ms,
+        c.ATTR_REJECTION_REASON: ev.rejection_reason,
     }
     for k, v in optional.items():
         if v is not None:
             attrs[k] = v
-    attrs["gen_ai.request.stream"] = ev.stream
+    attrs[c.ATTR_REQUEST_STREAM] = ev.stream
     if ev.finish_reason:
-        attrs["gen_ai.response.finish_reasons"] = [ev.finish_reason]
+        attrs[c.ATTR_FINISH_REASONS] = [ev.finish_reason]
     return attrs
 
 
 _PHASE_NAMES = {p: _field(b"\x2a", p.encode()) for p in PHASES}
-_PHASE_ATTR_FIELDS = {p: _field(b"\x4a", _key_value("vllm_obs.phase", p)) for p in PHASES}
+_PHASE_ATTR_FIELDS = {p: _field(b"\x4a", _key_value(c.ATTR_PHASE, p)) for p in PHASES}
 
 
 def request_spans(f: Finished) -> bytes:

@@ -31,7 +31,6 @@ from obs.errors import ConfigError
 # The request classes, in the order reports list them. They are also the
 # ``X-Client-Class`` header values the shipped lanes config routes on.
 CLASS_NAMES = ("chat", "rag", "long-prefill", "agent", "batch", "slow-stream")
-ClassName = Literal["chat", "rag", "long-prefill", "agent", "batch", "slow-stream"]
 
 T = TypeVar("T", int, float)
 

@@ -1,10 +1,10 @@
 """Server-sent events as vLLM's OpenAI API streams them, parsed incrementally. Pure.
 
 vLLM sends ``data: {json}\\n\\n`` per chunk (no ``event:`` or ``id:`` fields) and
-ends with ``data: [DONE]``. A chunk *carries output* when its first choice has
-text (chat ``delta.content`` or completions ``text``), a tool-call delta, or a
-finish reason: the same test the sidecar uses for its first-token boundary, so
-the client's and the sidecar's TTFT measure to the same chunk.
+ends with ``data: [DONE]``. A chunk *carries output* when its first choice does
+by ``obs.openai_api.choice_carries_output`` (text, reasoning, a tool call or a
+finish reason): the test the sidecar uses for its first-token boundary, so the
+client's and the sidecar's TTFT measure to the same chunk.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from obs.openai_api import choice_carries_output, choice_has_text
 
 DONE = b"[DONE]"
 
@@ -50,8 +52,8 @@ class SSEParser:
 class Chunk:
     """What one streamed chunk told the client."""
 
-    output: bool = False  # text, a tool-call delta or a finish reason
-    content: bool = False  # non-empty text or a tool-call delta (about one token)
+    output: bool = False  # text, reasoning, a tool call or a finish reason
+    content: bool = False  # non-empty text, reasoning or a tool call (about one token)
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     error: str | None = None
@@ -71,14 +73,10 @@ def parse_chunk(payload: bytes) -> Chunk | None:
     if not choices or not isinstance(choices[0], dict):
         return Chunk(usage=usage)
     choice = choices[0]
-    delta = choice.get("delta")
-    text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
-    tools = delta.get("tool_calls") if isinstance(delta, dict) else None
-    content = bool(text) or bool(tools)
     finish = choice.get("finish_reason")
     return Chunk(
-        output=content or finish is not None,
-        content=content,
+        output=choice_carries_output(choice),
+        content=choice_has_text(choice),
         finish_reason=finish if isinstance(finish, str) else None,
         usage=usage,
     )

@@ -6,7 +6,6 @@ Spec (YAML) -> model (this module) -> generators (alerts, dashboards, query)
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
@@ -14,6 +13,7 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from obs.durations import seconds
 from obs.errors import ConfigError
 
 NAME_RE = r"^[a-z][a-z0-9_-]{0,39}$"
@@ -35,9 +35,6 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-DURATION_RE = re.compile(r"^[0-9]+(ms|s|m|h|d|w)$")
-
-
 class BurnWindow(_Model):
     severity: Literal["page", "ticket"]
     long: str
@@ -48,8 +45,7 @@ class BurnWindow(_Model):
     @field_validator("long", "short", "for_")
     @classmethod
     def _duration(cls, v: str) -> str:
-        if not DURATION_RE.match(v):
-            raise ValueError(f"{v!r} is not a Prometheus duration like 5m, 1h or 3d")
+        seconds(v)  # raises ValueError naming the bad duration
         return v
 
 

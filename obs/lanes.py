@@ -2,7 +2,7 @@
 
 Pure: takes the request's attributes, returns the lane. Prompt size is an
 estimate of ~4 characters per token over the text the request carries
-(messages' string content, or the completion prompt); on English and code
+(``obs.openai_api``: messages' text content, or the completion prompt); on English and code
 this is within about +-30% of a BPE tokenizer's count, enough to tell a
 200-token chat turn from a 4,000-token document.
 """
@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from obs import openai_api
 from obs.config import Config, Lane, Match
 
 CHARS_PER_TOKEN = 4
@@ -32,28 +33,13 @@ class RequestAttrs:
 def estimate_prompt_tokens(body: Mapping[str, Any]) -> int:
     """Approximate prompt tokens from the text in a chat or completions request body."""
     chars = 0
-    messages = body.get("messages")
-    if isinstance(messages, list):
-        for m in messages:
-            if not isinstance(m, dict):
-                continue
-            content = m.get("content")
-            if isinstance(content, str):
-                chars += len(content)
-            elif isinstance(content, list):
-                for part in content:
-                    if isinstance(part, dict) and isinstance(part.get("text"), str):
-                        chars += len(part["text"])
-            chars += 8  # role and template tokens
+    for m in openai_api.messages(body) or []:
+        chars += sum(len(t) for t in openai_api.content_texts(m.get("content")))
+        chars += 8  # role and template tokens
+    chars += sum(len(p) for p in openai_api.prompt_strings(body) or [])
     prompt = body.get("prompt")
-    if isinstance(prompt, str):
-        chars += len(prompt)
-    elif isinstance(prompt, list):
-        for p in prompt:
-            if isinstance(p, str):
-                chars += len(p)
-            elif isinstance(p, int):
-                chars += CHARS_PER_TOKEN  # a token id
+    if isinstance(prompt, list):
+        chars += CHARS_PER_TOKEN * sum(isinstance(p, int) for p in prompt)  # token ids
     return max(1, chars // CHARS_PER_TOKEN)
 
 

@@ -1,19 +1,19 @@
 """A small client for the Prometheus HTTP API (``/api/v1``): instant and range queries.
 
-Stdlib only, loopback-friendly (never through a configured HTTP proxy). Used by
+On ``requests`` (the project's synchronous HTTP client), never through a configured
+HTTP proxy (Prometheus is usually on loopback or a private network). Used by
 the demo, ``vllm-obs dashboards render`` and the live-stack tests.
 """
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
+import requests
+
 from obs.errors import ObsError
+from obs.procs import loopback_session
 
 Series = dict[str, Any]  # one result of a query: {"metric": {...}, "value"/"values": ...}
 
@@ -39,14 +39,18 @@ class PrometheusAPI:
         An error answer (``"status": "error"``, HTTP 4xx/5xx with a JSON body) raises
         :class:`QueryError` with Prometheus's own message.
         """
-        query = f"?{urllib.parse.urlencode(params)}" if params else ""
-        url = f"{self.url}/api/v1/{path}{query}"
+        url = f"{self.url}/api/v1/{path}"
         try:
-            with _opener().open(url, timeout=self.timeout_s) as r:
-                body = json.loads(r.read())
-        except urllib.error.HTTPError as e:
-            raise QueryError(f"GET {url}: {_error_text(e)}") from e
-        except (OSError, ValueError) as e:
+            with loopback_session() as session:
+                r = session.get(url, params=params, timeout=self.timeout_s)
+        except requests.RequestException as e:
+            raise PrometheusError(f"GET {url}: {e}") from e
+        url = r.url
+        if r.status_code >= 400:
+            raise QueryError(f"GET {url}: {_error_text(r)}")
+        try:
+            body = r.json()
+        except ValueError as e:  # not JSON
             raise PrometheusError(f"GET {url}: {e}") from e
         if body.get("status") != "success":
             raise QueryError(f"GET {url}: {body.get('error', body)}")
@@ -74,14 +78,9 @@ def _vector(data: Any) -> list[Series]:
     return result
 
 
-def _error_text(e: urllib.error.HTTPError) -> str:
+def _error_text(r: requests.Response) -> str:
     try:
-        body = json.loads(e.read())
-    except (OSError, ValueError):
-        return f"HTTP {e.code}"
-    return f"HTTP {e.code}: {body.get('error', body)}"
-
-
-def _opener() -> urllib.request.OpenerDirector:
-    # Loopback only: never through a configured HTTP proxy.
-    return urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        body = r.json()
+    except ValueError:
+        return f"HTTP {r.status_code}"
+    return f"HTTP {r.status_code}: {body.get('error', body) if isinstance(body, dict) else body}"

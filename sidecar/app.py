@@ -36,7 +36,13 @@ from obs.lanes import Classifier
 from obs.record import Finished
 from obs.served import config_fingerprint
 from obs.sidecar.engine_join import EngineJoin
-from obs.sidecar.errors import RelayError, error_body
+from obs.sidecar.errors import (
+    MethodNotAllowed,
+    NotFound,
+    RelayError,
+    UpstreamUnavailable,
+    for_status,
+)
 from obs.sidecar.forward import TraceForwarder
 from obs.sidecar.looplag import LoopLagMonitor
 from obs.sidecar.models_route import union_models
@@ -203,11 +209,10 @@ class SidecarApp:
         @api.exception_handler(StarletteHTTPException)
         async def _http_error(_: Request, exc: StarletteHTTPException) -> Response:
             if exc.status_code == 404:
-                msg = "route not served by the vllm-obs sidecar"
-                return _json_error(msg, "NotFoundError", 404)
+                return _error(NotFound("route not served by the vllm-obs sidecar"))
             if exc.status_code == 405:
-                return _json_error("method not allowed", "MethodNotAllowedError", 405)
-            return _json_error(str(exc.detail), "Error", exc.status_code)
+                return _error(MethodNotAllowed("method not allowed"))
+            return _error(for_status(exc.status_code, str(exc.detail)))
 
         @api.get("/health")
         async def health() -> Response:
@@ -220,7 +225,7 @@ class SidecarApp:
         async def metrics() -> Response:
             if self.settings.metrics_address is not None:
                 host, port = self.settings.metrics_address
-                return _json_error(f"metrics are served on {host}:{port}", "NotFoundError", 404)
+                return _error(NotFound(f"metrics are served on {host}:{port}"))
             data = await asyncio.to_thread(generate_latest, self.exposition)
             return Response(data, media_type=CONTENT_TYPE_LATEST)
 
@@ -236,21 +241,21 @@ class SidecarApp:
             headers = request_headers(request.scope)
             self.relay.tenants.resolve(headers)
         except RelayError as err:
-            return _json_error(err.message, err.type_, err.status)
+            return _error(err)
         models = await union_models(
             self.session(), self.pools, headers, self.relay.pool_keys, self.relay.tenants
         )
         if not models:
-            return _json_error("no pool answered /v1/models", "ServiceUnavailableError", 503)
+            return _error(UpstreamUnavailable("no pool answered /v1/models"))
         return Response(
             orjson.dumps({"object": "list", "data": models}), media_type="application/json"
         )
 
 
-def _json_error(message: str, type_: str, code: int) -> Response:
-    return Response(
-        error_body(message, type_, code), status_code=code, media_type="application/json"
-    )
+def _error(err: RelayError) -> Response:
+    """The sidecar's own error as a response: status, body and headers from obs.sidecar.errors."""
+    headers = {k.decode(): v.decode() for k, v in err.headers()}
+    return Response(err.body(), status_code=err.status, headers=headers)
 
 
 def _exporters(

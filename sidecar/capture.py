@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ import structlog
 
 from obs.errors import ConfigError
 from obs.events import Event
+from obs.openai_api import content_texts, prompt_text
 
 log = structlog.get_logger("vllm_obs.capture")
 
@@ -133,40 +134,13 @@ class TextCapture:
         return out[: self.max_chars]
 
 
-def _content_text(content: Any) -> Iterable[str]:
-    if isinstance(content, str):
-        yield content
-    elif isinstance(content, list):  # [{"type": "text", "text": ...}, {"type": "image_url"...}]
-        for part in content:
-            if isinstance(part, dict) and isinstance(part.get("text"), str):
-                yield part["text"]
-
-
-def prompt_text(body: dict[str, Any]) -> str:
-    """The text of a chat request's messages (``role: text`` lines) or a completion's prompt."""
-    messages = body.get("messages")
-    if isinstance(messages, list):
-        lines = []
-        for m in messages:
-            if isinstance(m, dict):
-                role = m.get("role") if isinstance(m.get("role"), str) else "?"
-                lines += [f"{role}: {t}" for t in _content_text(m.get("content"))]
-        return "\n".join(lines)
-    prompt = body.get("prompt")
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
-        return "\n".join(prompt)
-    return ""
-
-
 def _choice_text(choice: Any, key: str) -> str:
     if not isinstance(choice, dict):
         return ""
     if isinstance(choice.get("text"), str):  # completions
         return str(choice["text"])
     part = choice.get(key)
-    return "".join(_content_text(part.get("content"))) if isinstance(part, dict) else ""
+    return "".join(content_texts(part.get("content"))) if isinstance(part, dict) else ""
 
 
 def stream_text(frames: list[bytes]) -> str:

@@ -97,6 +97,29 @@ class UpstreamProtocol(RelayError):
     error_class = "upstream_protocol"
 
 
+def for_status(status: int, message: str) -> RelayError:
+    """The sidecar's error for an HTTP status the framework raised (``Error`` if unmapped)."""
+    for cls in _BY_STATUS:
+        if cls.status == status:
+            return cls(message)
+    err = RelayError(message)
+    err.status, err.type_ = status, "Error"
+    return err
+
+
+_BY_STATUS: tuple[type[RelayError], ...] = (
+    BadRequest,
+    Unauthorized,
+    NotFound,
+    MethodNotAllowed,
+    SlowClientStalled,
+    PayloadTooLarge,
+    UpstreamProtocol,
+    UpstreamUnavailable,
+    UpstreamTimeout,
+)
+
+
 def error_body(message: str, type_: str, code: int, param: str | None = None) -> bytes:
     """The error JSON vLLM and OpenAI use: ``{"error": {message, type, param, code}}``."""
     return orjson.dumps(

@@ -12,6 +12,7 @@ import orjson
 
 from obs import conventions as c
 from obs.events import Event
+from obs.openai_api import prefix_text
 from obs.sidecar import errors as e
 from obs.sidecar.sse import StreamState
 from obs.sidecar.types import Scope
@@ -53,12 +54,10 @@ def request_headers(scope: Scope) -> dict[str, str]:
 
 
 def fingerprint(body: dict[str, Any]) -> str | None:
-    msgs = body.get("messages")
-    if isinstance(msgs, list) and msgs and isinstance(msgs[0], dict):
-        text = "".join(str(m.get("content", "")) for m in msgs if isinstance(m, dict))
-    elif isinstance(body.get("prompt"), str):
-        text = body["prompt"]
-    else:
+    """A short hash of the prompt's first 512 characters of text (multimodal parts by their
+    text); None for a request with no messages or string prompt."""
+    text = prefix_text(body)
+    if text is None:
         return None
     return blake2b(text[:512].encode("utf-8", "replace"), digest_size=8).hexdigest()
 

@@ -27,6 +27,8 @@ from typing import Any
 
 import orjson
 
+from obs.openai_api import choice_carries_output
+
 DONE = b"data: [DONE]"
 SEP = b"\n\n"
 
@@ -78,21 +80,6 @@ class StreamState:
     fingerprint: str | None = None
     malformed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-def _has_output(choices: list[dict[str, Any]]) -> bool:
-    for c in choices:
-        if c.get("finish_reason") is not None:
-            return True
-        delta = c.get("delta")
-        if isinstance(delta, dict):
-            if delta.get("content") or delta.get("tool_calls") or delta.get("reasoning_content"):
-                return True
-            if delta.get("reasoning") or delta.get("function_call"):
-                return True
-        elif c.get("text"):
-            return True
-    return False
 
 
 def classify(frame: bytes, state: StreamState) -> tuple[bool, bool]:
@@ -190,7 +177,7 @@ def classify_parsed(frame: bytes, state: StreamState) -> tuple[bool, bool]:
         fr = c.get("finish_reason")
         if isinstance(fr, str) and state.finish_reason is None:
             state.finish_reason = fr
-    out = _has_output(choices)
+    out = any(choice_carries_output(c) for c in choices)
     if out:
         state.output_frames += 1
     return out, is_usage

@@ -1,7 +1,8 @@
 """Test helpers users can use too: a sidecar process and an OTLP/HTTP trace receiver.
 
 ``SidecarProcess`` runs ``vllm-obs sidecar`` as a real subprocess on a free
-loopback port and stops it by PID. ``OtlpReceiver`` is a real OTLP/HTTP
+loopback port (an ``obs.procs.ManagedProcess``) and stops it by PID, reaping its
+process group (the workers of ``--workers``). ``OtlpReceiver`` is a real OTLP/HTTP
 (protobuf) endpoint in a thread that decodes every span it receives, so a
 test can assert on what the sidecar and vLLM actually exported.
 """
@@ -10,12 +11,10 @@ from __future__ import annotations
 
 import gzip
 import os
-import signal
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,16 +22,14 @@ from typing import Any
 
 import orjson
 
-from obs.engine.server import free_port
+from obs.procs import ManagedProcess, free_port, read_tail, wait_http
 from obs.sidecar.otlp import ReceivedSpan, decode_traces
 
 __all__ = [
     "OtlpReceiver",
     "ReceivedSpan",
     "SidecarProcess",
-    "free_port",
     "llm_request_export",
-    "wait_http",
 ]
 
 
@@ -58,25 +55,6 @@ def llm_request_export(trace_id: bytes, **attrs: float | str) -> bytes:
     return req.SerializeToString()
 
 
-def wait_http(
-    url: str, timeout_s: float = 30.0, proc: subprocess.Popen[bytes] | None = None
-) -> None:
-    """Poll ``url`` until it answers 2xx; raise with context if it never does."""
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process exited with {proc.returncode} before {url} answered")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if 200 <= r.status < 300:
-                    return
-        except Exception as e:  # not up yet
-            last = e
-        time.sleep(0.1)
-    raise TimeoutError(f"{url} did not answer within {timeout_s} s: {last}")
-
-
 class SidecarProcess:
     """``vllm-obs sidecar`` in a subprocess on 127.0.0.1; ``stop()`` by PID."""
 
@@ -100,27 +78,22 @@ class SidecarProcess:
         self.cmd = cmd
         self.env = {**os.environ, **(env or {})}
         self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
+        self._process = ManagedProcess(
+            "sidecar", cmd, log_path=log_path, env=self.env, append_log=True
+        )
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        """The sidecar's process once started (None before)."""
+        return self._process.popen
 
     @property
     def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
+        return self._process.pid
 
     def start(self, timeout_s: float = 30.0) -> SidecarProcess:
-        if self.log_path is not None:
-            with open(self.log_path, "ab") as out:  # the child keeps its own descriptor
-                self.proc = subprocess.Popen(
-                    self.cmd, env=self.env, stdout=out, stderr=out, start_new_session=True
-                )
-        else:
-            self.proc = subprocess.Popen(
-                self.cmd,
-                env=self.env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,  # a terminal's Ctrl-C is for the caller, not the sidecar
-            )
+        """Launch and wait for ``/health``; RuntimeError with the log tail if it never answers."""
+        self._process.start()
         try:
             wait_http(self.url + "/health", timeout_s, self.proc)
         except Exception:
@@ -129,22 +102,12 @@ class SidecarProcess:
         return self
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
-        """SIGTERM, wait, then SIGKILL; returns the exit code."""
-        if self.proc is None or self.proc.poll() is not None:
-            return None if self.proc is None else self.proc.returncode
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait(5)
+        """SIGTERM, wait, then SIGKILL; reaps its process group; returns the exit code."""
+        return self._process.stop(timeout_s)
 
     def kill(self) -> None:
-        """SIGKILL and reap. The wait is long: on a loaded machine a killed process that
-        was writing to disk can take seconds to be reaped."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(60)
+        """SIGKILL its process group and reap it."""
+        self._process.kill()
 
     def events(self) -> list[dict[str, Any]]:
         """Every whole event line written so far."""
@@ -172,9 +135,8 @@ class SidecarProcess:
             time.sleep(0.05)
 
     def log_tail(self, n: int = 4000) -> str:
-        if self.log_path is None or not self.log_path.exists():
-            return "(no log)"
-        return self.log_path.read_text(errors="replace")[-n:]
+        """The last ``n`` characters of the sidecar's log."""
+        return read_tail(self.log_path, n) or "(no log)"
 
     def __enter__(self) -> SidecarProcess:
         return self.start()

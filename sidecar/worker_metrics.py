@@ -8,18 +8,19 @@ import os
 import socket
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import requests
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from obs import conventions as c
+from obs.procs import loopback_session
 
 FETCH_TIMEOUT_S = 2.0
 # Families every worker reads the same (pool polling, the config): taken once, not summed.
@@ -102,15 +103,17 @@ class MergedMetrics(Collector):
         self.own = own
         self.slot = slot
         self._lock = threading.Lock()
+        self._session = loopback_session()  # used under the lock only
 
     def _page(self, i: int) -> str | None:
         if i == self.slot.index:
             return self.slot.own_page(self.own).decode()
         url = f"http://127.0.0.1:{self.slot.metric_ports[i]}/metrics"
         try:
-            with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as r:
-                return str(r.read().decode())
-        except OSError:  # restarting or slow: its saved page, never less than it served
+            r = self._session.get(url, timeout=FETCH_TIMEOUT_S)
+            r.raise_for_status()
+            return r.text
+        except requests.RequestException:  # restarting or slow: its saved page
             return self.slot.saved(i)
 
     def collect(self) -> Iterator[Metric]:

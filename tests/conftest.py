@@ -25,6 +25,8 @@ from obs.engine import (
     ensure_engine,
     ensure_llamacpp,
 )
+from obs.events import Event
+from obs.query.testing import mixed_events, write_jsonl
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
 
 IN_CI = os.environ.get("CI") == "true"
@@ -180,3 +182,16 @@ def spare(spare_engine: VllmServer) -> Iterator[VllmServer]:
     yield spare_engine
     if _engine_running(spare_engine):
         spare_engine.resume()
+
+
+@pytest.fixture
+def mixed_log(tmp_path: Path) -> tuple[str, list[Event]]:
+    """``obs.query.testing.mixed_events()`` written to an event log: (its path, the events)."""
+    events = mixed_events()
+    return str(write_jsonl(tmp_path / "events.jsonl", events)), events
+
+
+@pytest.fixture
+def mixed_log_path(mixed_log: tuple[str, list[Event]]) -> str:
+    """The path of the ``mixed_log`` event log."""
+    return mixed_log[0]

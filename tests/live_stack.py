@@ -45,8 +45,8 @@ from obs.demo.prometheus import PrometheusProcess, find_prometheus
 from obs.demo.prometheus import write_config as write_prometheus_config
 from obs.demo.workload import write_lanes, write_mix
 from obs.engine import EnginePaths, VllmServer
-from obs.engine.server import free_port
 from obs.loadgen.prompts import CharEstimate
+from obs.procs import free_port
 from obs.sidecar.testing import SidecarProcess
 
 KV_CACHE_BYTES = 4 << 20  # 4096 tokens of the tiny model: 31 blocks of 128 tokens on CPU

@@ -19,7 +19,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from obs.demo.prometheus import PrometheusProcess
-from obs.engine import free_port
+from obs.procs import free_port
 
 T = TypeVar("T")
 

@@ -13,7 +13,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from obs.sidecar.testing import free_port
+from obs.procs import free_port
 
 
 class Script:

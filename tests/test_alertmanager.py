@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from obs.demo.alertmanager import AlertmanagerProcess, WebhookReceiver, write_config
-from obs.engine.server import free_port
+from obs.procs import free_port
 
 from .conftest import require_binary
 

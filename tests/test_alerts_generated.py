@@ -8,11 +8,12 @@ from typing import Any
 import pytest
 import yaml
 
-from obs.alerts.model import build_model, seconds
+from obs.alerts.model import build_model
 from obs.alerts.promtool_tests import promtool_files
 from obs.alerts.rules import rule_files
 from obs.alerts.writer import write
 from obs.config import default_config_path, load_config
+from obs.durations import seconds
 from obs.promql import metric_names
 
 ROOT = Path(__file__).resolve().parents[1]

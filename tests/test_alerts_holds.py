@@ -10,10 +10,11 @@ import pytest
 import yaml
 
 from obs.alerts.holds import HoldCaps, cap
-from obs.alerts.model import build_model, seconds
+from obs.alerts.model import build_model
 from obs.alerts.rules import RuleFile, rule_files
 from obs.cli import main
 from obs.config import default_config_path, load_config
+from obs.durations import seconds
 
 from .conftest import require_binary
 

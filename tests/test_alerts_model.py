@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 from obs import conventions as c
-from obs.alerts.model import HEALTH_POLICY, build_model, seconds
+from obs.alerts.model import HEALTH_POLICY, build_model
 from obs.config import Config, default_config_path, load_config, parse_config
+from obs.durations import seconds
 from obs.errors import ConfigError
 
 

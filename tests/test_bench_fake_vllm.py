@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.procs import FAKE_VLLM, ROOT
-from obs.sidecar.testing import free_port, wait_http
+from obs.procs import free_port, wait_http
 
 CAPTURE = Path(__file__).resolve().parent / "data" / "vllm-0.32-sse-capture.txt"
 # What differs between two runs of vLLM itself: ids, timestamps, the build hash, generated

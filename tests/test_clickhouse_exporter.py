@@ -17,7 +17,7 @@ from obs.clickhouse.client import Client
 from obs.clickhouse.schema import TableSpec, init
 from obs.clickhouse.testing import ClickHouseServer
 from obs.engine import VllmServer
-from obs.sidecar.testing import free_port
+from obs.procs import free_port
 
 from .conftest import SidecarFactory
 

@@ -11,7 +11,6 @@ import re
 import subprocess
 import sys
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import pytest
 import yaml
 
 from obs.config import default_config_path, load_config
+from tests.support import strings
 
 from .conftest import require_binary
 
@@ -53,17 +53,6 @@ DATASOURCES = _load(DEPLOY / "grafana" / "provisioning" / "datasources" / "vllm-
 PROVIDERS = _load(DEPLOY / "grafana" / "provisioning" / "dashboards" / "vllm-obs.yaml")
 TEMPO = _load(DEPLOY / "tempo" / "tempo.yaml")
 LANES = load_config(DEPLOY / "lanes.compose.yaml")
-
-
-def _strings(obj: object) -> Iterator[str]:
-    if isinstance(obj, str):
-        yield obj
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from _strings(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            yield from _strings(v)
 
 
 def _command(service: str) -> list[str]:
@@ -182,7 +171,7 @@ def test_services_listen_on_the_ports_they_expose() -> None:
 def test_every_address_in_the_stack_names_a_service_port() -> None:
     """URLs and targets in compose, Prometheus, Grafana and the lanes file hit exposed ports."""
     for name, spec in SERVICES.items():
-        for text in _strings({k: v for k, v in spec.items() if k != "healthcheck"}):
+        for text in strings({k: v for k, v in spec.items() if k != "healthcheck"}):
             for host, port in URL_RE.findall(text):
                 _check_address(f"compose {name}", host, int(port))
     for job in PROMETHEUS["scrape_configs"]:

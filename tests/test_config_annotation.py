@@ -14,7 +14,7 @@ import yaml
 from obs import conventions as c
 from obs.dashboards.annotations import config_changes
 from obs.demo.prometheus import find_prometheus
-from obs.engine import free_port
+from obs.procs import free_port
 from obs.sidecar.testing import SidecarProcess
 
 from . import probes

@@ -20,6 +20,7 @@ from obs.dashboards import all_queries, render, substitute
 from obs.dashboards.build import iter_panels
 from obs.dashboards.variables import DEFAULT_VALUES, referenced
 from obs.promql import metric_names
+from tests.support import strings
 
 from .conftest import IN_CI, require_binary
 
@@ -98,17 +99,6 @@ def boards(config: Config) -> dict[str, dict[str, Any]]:
     return render(config)
 
 
-def _strings(obj: object) -> Iterator[str]:
-    if isinstance(obj, str):
-        yield obj
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from _strings(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            yield from _strings(v)
-
-
 def _exprs(board: dict[str, Any]) -> Iterator[str]:
     for panel in iter_panels(board):
         for target in panel.get("targets", []):
@@ -184,7 +174,7 @@ def test_template_variables_used_are_defined_and_used(boards: dict[str, dict[str
     for uid, board in boards.items():
         defined = set(_variables(board))
         body = {k: v for k, v in board.items() if k != "templating"}
-        used_in_body = {n for s in _strings(body) for n in referenced(s)}
+        used_in_body = {n for s in strings(body) for n in referenced(s)}
         used_in_vars = {n for v in _variables(board).values() for n in referenced(str(v["query"]))}
         used = {n for n in used_in_body | used_in_vars if not n.startswith("__")}
         assert used <= defined, f"{uid}: undefined variables {sorted(used - defined)}"

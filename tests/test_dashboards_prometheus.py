@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -27,6 +26,7 @@ from obs import conventions as c
 from obs.config import Config, default_config_path, load_config
 from obs.dashboards import all_queries
 from obs.dashboards.sli import objectives
+from obs.procs import free_port
 
 from .conftest import require_binary
 
@@ -131,12 +131,6 @@ def _openmetrics(config: Config, t0: int) -> Iterator[str]:
     yield "# EOF"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _get(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(url, timeout=10) as r:
         data: dict[str, Any] = json.loads(r.read())
@@ -159,7 +153,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
         capture_output=True,
     )
     (root / "prometheus.yml").write_text("global: {}\n", encoding="utf-8")
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     log_path = root / "prometheus.log"
     with log_path.open("wb") as log:

@@ -21,9 +21,10 @@ from obs.demo.options import LOCAL_MAX_MODEL_LEN
 from obs.demo.prometheus import Alert, write_config
 from obs.demo.stack import descendants, pid_alive
 from obs.demo.workload import CLASSES, LiveView, load_demo_mix, write_lanes, write_mix
-from obs.engine.server import VllmServer, group_alive
+from obs.engine.server import VllmServer
 from obs.loadgen.plan import Arrivals, bounded, iter_plan
 from obs.loadgen.records import Record
+from obs.procs import group_alive
 from tests.conftest import require_binary
 
 LANES = load_config(default_config_path()).lane_names

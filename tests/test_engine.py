@@ -24,7 +24,7 @@ from obs.engine import (
     engine_home,
     ensure_engine,
 )
-from obs.engine.server import group_alive, port_in_use
+from obs.procs import group_alive, port_in_use
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 

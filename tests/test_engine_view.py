@@ -13,7 +13,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from obs.engine import EnginePaths, VllmServer
-from obs.sidecar.testing import OtlpReceiver, SidecarProcess, free_port
+from obs.procs import free_port
+from obs.sidecar.testing import OtlpReceiver, SidecarProcess
 
 from .conftest import SidecarFactory
 

@@ -22,8 +22,10 @@ from obs.config import load_config
 from obs.dashboards import all_queries
 from obs.demo.prometheus import PrometheusProcess, find_prometheus
 from obs.demo.prometheus import write_config as write_prometheus_config
-from obs.engine import LlamaServer, VllmServer, free_port
+from obs.engine import LlamaServer, VllmServer
+from obs.procs import free_port
 from obs.sidecar.testing import SidecarProcess
+from tests.support import chat_body
 
 from . import probes
 from .conftest import SidecarFactory, require_binary
@@ -66,12 +68,7 @@ def mixed(
 
 
 def _chat(url: str, headers: dict[str, str] | None = None) -> None:
-    body = {
-        "model": "tiny",
-        "messages": [{"role": "user", "content": "def fibonacci(n):"}],
-        "max_tokens": 6,
-        "stream": True,
-    }
+    body = chat_body("def fibonacci(n):", 6, stream=True)
     httpx.post(url + CHAT, json=body, headers=headers, timeout=60).raise_for_status()
 
 

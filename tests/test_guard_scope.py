@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import uvicorn
 
+from obs.procs import free_port, wait_http
 from obs.sidecar.guard import Guard
 from obs.sidecar.limits import Limits
-from obs.sidecar.testing import free_port, wait_http
 
 from .rawhttp import read_response
 

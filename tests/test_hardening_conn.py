@@ -14,7 +14,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from obs.sidecar.testing import SidecarProcess, free_port
+from obs.procs import free_port
+from obs.sidecar.testing import SidecarProcess
 
 from .conftest import SidecarFactory
 from .probes import metric, rss_bytes

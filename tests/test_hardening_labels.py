@@ -7,8 +7,8 @@ from pathlib import Path
 import httpx
 
 from obs import conventions as c
+from obs.procs import free_port
 from obs.sidecar.engine_scrape import read_state
-from obs.sidecar.testing import free_port
 
 from .conftest import SidecarFactory
 from .probes import label_values, samples

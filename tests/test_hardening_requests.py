@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from obs import conventions as c
-from obs.sidecar.testing import SidecarProcess, free_port
+from obs.procs import free_port
+from obs.sidecar.testing import SidecarProcess
 
 from .conftest import SidecarFactory
 from .probes import HealthProbe, metric

@@ -17,7 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from obs.sidecar.testing import OtlpReceiver, SidecarProcess, free_port
+from obs.procs import free_port
+from obs.sidecar.testing import OtlpReceiver, SidecarProcess
 from obs.sidecar.testing import llm_request_export as export
 
 from .conftest import SidecarFactory

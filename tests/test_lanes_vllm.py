@@ -34,6 +34,7 @@ from obs.demo.workload import write_lanes
 from obs.engine import EnginePaths, LlamaServer, VllmServer
 from obs.loadgen.records import read_records
 from obs.sidecar.testing import SidecarProcess
+from tests.support import chat_body
 
 from . import probes
 from .conftest import SidecarFactory
@@ -99,15 +100,6 @@ def _lane(name: str, pool: str = "p", **admission: Any) -> dict[str, Any]:
     }
 
 
-def _chat(text: str, max_tokens: int = 8, **extra: Any) -> dict[str, Any]:
-    return {
-        "model": "tiny",
-        "messages": [{"role": "user", "content": text}],
-        "max_tokens": max_tokens,
-        **extra,
-    }
-
-
 LONG = {"ignore_eos": True}  # with max_tokens 1900: seconds of generation
 
 
@@ -139,7 +131,7 @@ class Holder:
     def __init__(self, sc: SidecarProcess, lane: str, headers: dict[str, str]) -> None:
         opts = [(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)]
         self.client = httpx.Client(transport=httpx.HTTPTransport(socket_options=opts), timeout=60)
-        body = _chat(f"hold {uuid.uuid4().hex}", 1900, stream=True, **LONG)
+        body = chat_body(f"hold {uuid.uuid4().hex}", 1900, stream=True, **LONG)
         req = self.client.build_request(
             "POST", sc.url + CHAT, json=body, headers={"x-lane": lane, **headers}
         )
@@ -254,12 +246,12 @@ def test_concurrency_and_queue_limits_reject_past_their_bounds_only(
     lane = _lane("a", max_concurrency=2, max_queue=1, queue_timeout_s=60)
     sc = sidecar(config=_config(tmp_path, lane_pools, [lane]), traces=False)
     with _holding(sc, "a", 1):
-        assert _post(sc, "a", _chat("under the bound")).status_code == 200
+        assert _post(sc, "a", chat_body("under the bound")).status_code == 200
     with _holding(sc, "a", 2) as holders, ThreadPoolExecutor(1) as ex:
-        queued = ex.submit(_post, sc, "a", _chat("waits in the queue"))
+        queued = ex.submit(_post, sc, "a", chat_body("waits in the queue"))
         _wait_queued(sc, "a", 1)
         rid = uuid.uuid4().hex
-        r = _post(sc, "a", _chat("one too many"), **{"x-request-id": rid})
+        r = _post(sc, "a", chat_body("one too many"), **{"x-request-id": rid})
         _assert_rejected(r, 429, c.QUEUE_FULL)
         ev = _event(sc, rid)
         assert (ev["status"], ev["rejection_reason"], ev["http_status"]) == (
@@ -284,7 +276,7 @@ def test_queue_timeout_rejects_after_the_wait_and_the_event_shows_it(
     sc = sidecar(config=cfg, traces=False)
     with _holding(sc, "a", 1):
         rid = uuid.uuid4().hex
-        r = _post(sc, "a", _chat("times out"), **{"x-request-id": rid})
+        r = _post(sc, "a", chat_body("times out"), **{"x-request-id": rid})
         _assert_rejected(r, 429, c.QUEUE_TIMEOUT)
     ev = _event(sc, rid)
     assert (ev["status"], ev["rejection_reason"]) == (c.REJECTED, c.QUEUE_TIMEOUT)
@@ -303,11 +295,11 @@ def test_prompt_cap_and_token_budget_refuse_with_413(
         [_lane("a", max_prompt_tokens=100, token_budget=600)],
     )
     sc = sidecar(config=cfg, traces=False)
-    assert _post(sc, "a", _chat("x " * 100, max_tokens=8)).status_code == 200  # ~50 tokens
-    r = _post(sc, "a", _chat("y " * 400, max_tokens=8))  # ~200 tokens
+    assert _post(sc, "a", chat_body("x " * 100, max_tokens=8)).status_code == 200  # ~50 tokens
+    r = _post(sc, "a", chat_body("y " * 400, max_tokens=8))  # ~200 tokens
     _assert_rejected(r, 413, c.PROMPT_TOO_LONG)
     assert "at most 100" in r.json()["error"]["message"]
-    r = _post(sc, "a", _chat("z " * 100, max_tokens=1000))
+    r = _post(sc, "a", chat_body("z " * 100, max_tokens=1000))
     _assert_rejected(r, 413, c.OVER_TOKEN_BUDGET)
     assert _rejections(sc) == {("a", c.PROMPT_TOO_LONG): 1, ("a", c.OVER_TOKEN_BUDGET): 1}
     statuses = Counter((ev["status"], ev["rejection_reason"]) for ev in sc.wait_events(3))
@@ -329,7 +321,7 @@ def test_token_budget_queues_until_tokens_in_flight_free(
     )
     sc = sidecar(config=cfg, traces=False)
     rid = uuid.uuid4().hex
-    body = _chat("needs 600 tokens", max_tokens=600)
+    body = chat_body("needs 600 tokens", max_tokens=600)
     with _holding(sc, "a", 1) as holders, ThreadPoolExecutor(1) as ex:  # ~1905 of 2400
         waiting = ex.submit(_post, sc, "a", body, **{"x-request-id": rid})
         _wait_queued(sc, "a", 1)
@@ -353,9 +345,9 @@ def test_tenant_fair_share_refuses_the_tenant_holding_its_share(
     sc = sidecar(config=cfg, traces=False)
     with _holding(sc, "a", 2, **{"x-tenant": "big"}) as holders, ThreadPoolExecutor(1) as ex:
         rid = uuid.uuid4().hex
-        r = _post(sc, "a", _chat("more for big"), **{"x-tenant": "big", "x-request-id": rid})
+        r = _post(sc, "a", chat_body("more for big"), **{"x-tenant": "big", "x-request-id": rid})
         _assert_rejected(r, 429, c.TENANT_SHARE)
-        other = ex.submit(_post, sc, "a", _chat("small's turn"), **{"x-tenant": "small"})
+        other = ex.submit(_post, sc, "a", chat_body("small's turn"), **{"x-tenant": "small"})
         _wait_queued(sc, "a", 1)
         holders[0].release()
         assert other.result().status_code == 200
@@ -379,7 +371,7 @@ def test_vllm_503_load_shedding_is_counted_as_engine_queue_full(
     shed: list[httpx.Response] = []
     for attempt in range(5):
         with ThreadPoolExecutor(burst) as ex:
-            bodies = [_chat(f"burst {attempt}.{i}", 800, **LONG) for i in range(burst)]
+            bodies = [chat_body(f"burst {attempt}.{i}", 800, **LONG) for i in range(burst)]
             results = list(ex.map(lambda b: _post(sc, "a", b), bodies))
         codes.update(r.status_code for r in results)
         shed += [r for r in results if r.status_code == 503]
@@ -406,7 +398,7 @@ def test_pool_unavailable_answers_503_and_counts_the_reason(
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
     cfg = _config(tmp_path, {"p": [dead]}, [_lane("a")])
     sc = sidecar(config=cfg, traces=False)
-    r = _post(sc, "a", _chat("anyone?"))
+    r = _post(sc, "a", chat_body("anyone?"))
     assert r.status_code == 503 and r.headers["retry-after"] == "1"
     (ev,) = sc.wait_events(1)
     assert (ev["status"], ev["rejection_reason"]) == (c.ERROR, c.POOL_UNAVAILABLE)
@@ -423,7 +415,7 @@ def _read_stream(sc: SidecarProcess, lane: str, rid: str, bytes_per_s: float | N
     a small window: what it has not read stays on the sidecar's side.
     """
     opts = [(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)] if bytes_per_s else []
-    body = _chat(f"slow {rid}", 300, stream=True, **LONG)
+    body = chat_body(f"slow {rid}", 300, stream=True, **LONG)
     headers = {"x-lane": lane, "x-request-id": rid}
     out = b""
     with (
@@ -447,7 +439,7 @@ def _fast_lane_run(sc: SidecarProcess, n: int) -> list[str]:
 
 
 def _read_stream_short(sc: SidecarProcess, rid: str, i: int) -> None:
-    body = _chat(f"quick question {i} {rid}", 32, stream=True)
+    body = chat_body(f"quick question {i} {rid}", 32, stream=True)
     headers = {"x-lane": "fast", "x-request-id": rid}
     with httpx.stream("POST", sc.url + CHAT, json=body, headers=headers, timeout=60) as r:
         assert r.status_code == 200
@@ -501,7 +493,7 @@ def test_abort_policy_ends_a_stream_whose_client_falls_behind(
     sc = sidecar(config=_config(tmp_path, {"p": [vllm.url]}, lanes), traces=False)
     rid = uuid.uuid4().hex
     opts = [(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)]
-    body = _chat(f"never read {rid}", 1900, stream=True, **LONG)
+    body = chat_body(f"never read {rid}", 1900, stream=True, **LONG)
     headers = {"x-lane": "a", "x-request-id": rid}
     with (
         httpx.Client(transport=httpx.HTTPTransport(socket_options=opts), timeout=60) as cl,
@@ -592,10 +584,10 @@ def test_hashed_api_keys_map_to_tenants_and_gate_the_sidecar(
     cfg.write_text(cfg.read_text() + hashed)
     sc = sidecar(config=cfg, traces=False)
     for auth in ({}, {"authorization": "Bearer sk-wrong"}, {"authorization": "Basic x"}):
-        r = _post(sc, "a", _chat("who am I?"), **auth)
+        r = _post(sc, "a", chat_body("who am I?"), **auth)
         assert r.status_code == 401, r.text
         assert r.json()["error"]["type"] == "AuthenticationError"
-    r = _post(sc, "a", _chat("who am I?"), authorization=f"Bearer {key}")
+    r = _post(sc, "a", chat_body("who am I?"), authorization=f"Bearer {key}")
     assert r.status_code == 200, r.text
     events = sc.wait_events(4)
     assert [(ev["status"], ev["error_class"], ev["tenant"]) for ev in events] == [

@@ -15,8 +15,9 @@ from obs.events import Event
 from obs.exporters.otel import OtlpSettings, SpanExporter
 from obs.exporters.otlp_proto import attributes
 from obs.phases import Clock
+from obs.procs import free_port
 from obs.record import Finished
-from obs.sidecar.testing import OtlpReceiver, free_port
+from obs.sidecar.testing import OtlpReceiver
 from obs.tracecontext import new_ids
 from tests.probes import EventCounts
 

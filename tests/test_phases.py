@@ -52,3 +52,26 @@ def test_percentile_nearest_rank() -> None:
     assert percentile(vals, 0.95) == 95
     assert percentile(vals, 1.0) == 100
     assert percentile([], 0.5) == 0
+
+
+@given(
+    st.lists(st.integers(min_value=1, max_value=10**6), min_size=5, max_size=5),
+    st.integers(min_value=0, max_value=3),
+)
+def test_a_request_that_ends_early_charges_the_rest_to_its_current_phase(
+    gaps: list[int], reached: int
+) -> None:
+    """Ended after ``reached`` boundaries: the phases before are the gaps, the time left is
+    the current phase's, and no later phase gets any."""
+    marks = [sum(gaps[: i + 1]) for i in range(4)]  # dispatched, first_up, first_sent, last_up
+    kept = marks[:reached] + [0] * (4 - reached)
+    end = sum(gaps)
+    clock = Clock(0, kept[0], kept[1], kept[2], kept[3], end)
+    phases = clock.phases_ns()
+    order = list(phases)
+    current = clock.current_phase()
+    assert current == order[reached]
+    assert [phases[p] for p in order[:reached]] == gaps[:reached]
+    assert phases[current] == end - (marks[reached - 1] if reached else 0)
+    assert all(phases[p] == 0 for p in order[reached + 1 :])
+    assert percentile(sorted(phases.values()), 1.0) == max(phases.values())

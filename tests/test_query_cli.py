@@ -27,53 +27,60 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     return rc, out.out, out.err
 
 
-@pytest.fixture
-def log(tmp_path: Path) -> str:
-    return str(write_jsonl(tmp_path / "events.jsonl", mixed_events()))
-
-
-def test_summary_json_has_one_record_per_lane(log, capsys):
+def test_summary_json_has_one_record_per_lane(mixed_log_path, capsys):
     """--format json prints the per-lane records with raw numbers."""
-    rc, out, _ = run(["summary", log, "--format", "json"], capsys)
+    rc, out, _ = run(["summary", mixed_log_path, "--format", "json"], capsys)
     assert rc == 0
     rows = json.loads(out)
     assert [r["lane"] for r in rows] == ["rag", "batch", "chat", "canary"]
     assert rows[0]["requests"] == 7 and rows[0]["error_rate"] == pytest.approx(1 / 7, abs=1e-6)
 
 
-def test_summary_table_and_markdown_put_lanes_in_columns(log, capsys):
+def test_summary_table_and_markdown_put_lanes_in_columns(mixed_log_path, capsys):
     """Table and markdown output are transposed: one column per lane, one row per metric."""
-    _, table, _ = run(["summary", log], capsys)
+    _, table, _ = run(["summary", mixed_log_path], capsys)
     header = table.splitlines()[0].split()
     assert header == ["lane", "rag", "batch", "chat", "canary"]
     assert any(line.startswith("goodput_ratio") for line in table.splitlines())
-    _, md, _ = run(["summary", log, "--format", "markdown"], capsys)
+    _, md, _ = run(["summary", mixed_log_path, "--format", "markdown"], capsys)
     assert md.splitlines()[0] == "| lane | rag | batch | chat | canary |"
     assert md.splitlines()[1].startswith("| --- |")
 
 
-def test_csv_output_parses_back(log, capsys):
+def test_csv_output_parses_back(mixed_log_path, capsys):
     """--format csv is a header plus one row per result row."""
-    _, out, _ = run(["slowest", log, "--by", "ttft", "-n", "3", "--format", "csv"], capsys)
+    _, out, _ = run(
+        ["slowest", mixed_log_path, "--by", "ttft", "-n", "3", "--format", "csv"], capsys
+    )
     rows = list(csv.DictReader(io.StringIO(out)))
     assert len(rows) == 3
     assert float(rows[0]["ttft_ms"]) >= float(rows[1]["ttft_ms"]) >= float(rows[2]["ttft_ms"])
 
 
-def test_filters_apply_on_the_command_line(log, capsys):
+def test_filters_apply_on_the_command_line(mixed_log_path, capsys):
     """--lane and --status narrow the events every command sees."""
     _, out, _ = run(
-        ["slowest", log, "--lane", "chat", "--status", "error,rejected", "--format", "json"], capsys
+        [
+            "slowest",
+            mixed_log_path,
+            "--lane",
+            "chat",
+            "--status",
+            "error,rejected",
+            "--format",
+            "json",
+        ],
+        capsys,
     )
     rows = json.loads(out)
     assert {(r["lane"], r["status"]) for r in rows} == {("chat", "error"), ("chat", "rejected")}
 
 
-def test_show_prints_fields_and_waterfall_or_json(log, capsys):
+def test_show_prints_fields_and_waterfall_or_json(mixed_log_path, capsys):
     """show prints the event and its waterfall; --format json gives event and phase spans."""
-    _, out, _ = run(["show", "req-0003", log], capsys)
+    _, out, _ = run(["show", "req-0003", mixed_log_path], capsys)
     assert "request_id" in out and "req-0003" in out and "decode" in out
-    _, out, _ = run(["show", "req-0003", log, "--format", "json"], capsys)
+    _, out, _ = run(["show", "req-0003", mixed_log_path, "--format", "json"], capsys)
     doc = json.loads(out)
     assert doc["event"]["request_id"] == "req-0003"
     assert [p["phase"] for p in doc["phases"]] == [
@@ -85,14 +92,14 @@ def test_show_prints_fields_and_waterfall_or_json(log, capsys):
     ]
 
 
-def test_timeline_and_compare_run(log, capsys):
+def test_timeline_and_compare_run(mixed_log_path, capsys):
     """timeline and compare (one log, two windows) print their tables."""
-    _, out, _ = run(["timeline", log, "--interval", "2m", "--format", "json"], capsys)
+    _, out, _ = run(["timeline", mixed_log_path, "--interval", "2m", "--format", "json"], capsys)
     assert sum(r["requests"] for r in json.loads(out)) == 28
     _, out, _ = run(
         [
             "compare",
-            log,
+            mixed_log_path,
             "--before",
             "2025-06-02T12:00..2025-06-02T12:04",
             "--after",
@@ -116,22 +123,22 @@ def test_malformed_lines_warn_on_stderr(tmp_path: Path, capsys):
     assert "skipped 1 malformed line" in err and "truncated last line" in err
 
 
-def test_bad_arguments_exit_2_with_a_message(log, capsys):
+def test_bad_arguments_exit_2_with_a_message(mixed_log_path, capsys):
     """An unknown status or a missing file is a one-line error and exit status 2."""
-    assert main(["query", "summary", log, "--status", "done"]) == 2
+    assert main(["query", "summary", mixed_log_path, "--status", "done"]) == 2
     assert "unknown status 'done'" in capsys.readouterr().err
-    assert main(["query", "summary", log + ".missing"]) == 2
+    assert main(["query", "summary", mixed_log_path + ".missing"]) == 2
     assert "no such file" in capsys.readouterr().err
-    assert main(["query", "compare", log]) == 2
+    assert main(["query", "compare", mixed_log_path]) == 2
     assert "--before" in capsys.readouterr().err
 
 
-def test_report_and_export_commands_write_files(log, tmp_path: Path, capsys):
+def test_report_and_export_commands_write_files(mixed_log_path, tmp_path: Path, capsys):
     """report writes report.html and PNGs; export writes a Parquet dataset."""
-    rc, _, err = run(["report", log, "--out", str(tmp_path / "rep")], capsys)
+    rc, _, err = run(["report", mixed_log_path, "--out", str(tmp_path / "rep")], capsys)
     assert rc == 0 and "report.html" in err
     assert (tmp_path / "rep" / "report.html").exists()
-    rc, out, _ = run(["export", log, "--out", str(tmp_path / "ds")], capsys)
+    rc, out, _ = run(["export", mixed_log_path, "--out", str(tmp_path / "ds")], capsys)
     assert rc == 0 and "wrote 28 events" in out
     _, out, _ = run(["summary", str(tmp_path / "ds"), "--format", "json"], capsys)
     assert sum(r["requests"] for r in json.loads(out)) == 28
@@ -149,11 +156,11 @@ def test_cli_start_does_not_import_heavy_libraries():
     assert out.stdout.strip() == "[]"
 
 
-def test_summary_path_does_not_import_pandas_or_matplotlib(log):
+def test_summary_path_does_not_import_pandas_or_matplotlib(mixed_log_path):
     """The summary command runs without pandas or matplotlib (cold-start cost)."""
     code = (
         "import sys; from obs.cli import main;"
-        f"main(['query', 'summary', {log!r}, '--format', 'csv']);"
+        f"main(['query', 'summary', {mixed_log_path!r}, '--format', 'csv']);"
         "print(sorted(m for m in ('pandas', 'matplotlib') if m in sys.modules), file=sys.stderr)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

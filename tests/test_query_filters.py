@@ -8,8 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from obs.durations import parse_duration, parse_time
 from obs.errors import InputError
-from obs.query.filters import Filters, parse_duration, parse_time
+from obs.query.filters import Filters
 from obs.query.progress import Progress
 from obs.query.table import Table, render
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -13,21 +12,11 @@ from obs.events import Event
 from obs.query.aggregate import summary
 from obs.query.filters import Filters
 from obs.query.scan import Scan
-from obs.query.testing import T0, mixed_events, write_jsonl
+from obs.query.testing import T0, write_jsonl
+from tests.support import pct
 
 CONFIG = load_config(default_config_path())
 PHASES = ("queue", "prefill", "first_token", "decode", "stream")
-
-
-def pct(values: list[float], q: float) -> float | None:
-    """Reference percentile: linear interpolation between the closest ranks."""
-    v = sorted(values)
-    if not v:
-        return None
-    h = (len(v) - 1) * q
-    lo = math.floor(h)
-    hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (h - lo) * (v[hi] - v[lo])
 
 
 def ttft_value(e: Event) -> float | None:
@@ -97,12 +86,6 @@ def expected_lane(events: list[Event], lane: str) -> dict[str, Any]:
     return out
 
 
-@pytest.fixture
-def log(tmp_path: Path) -> tuple[Path, list[Event]]:
-    events = mixed_events()
-    return write_jsonl(tmp_path / "events.jsonl", events), events
-
-
 def rows_by(table, key: str = "lane") -> dict[str, dict[str, Any]]:
     return {r[key]: r for r in table.records()}
 
@@ -117,25 +100,25 @@ def assert_matches(got: dict[str, Any], want: dict[str, Any]) -> None:
             assert got[k] == v, k
 
 
-def test_summary_matches_direct_computation_per_lane(log):
+def test_summary_matches_direct_computation_per_lane(mixed_log):
     """Counts, rates, phase/TTFT/TPOT/ITL percentiles, SLOs and goodput equal plain Python."""
-    path, events = log
+    path, events = mixed_log
     got = rows_by(summary(Scan([str(path)]), CONFIG))
     assert set(got) == {"chat", "rag", "batch", "canary"}
     for lane in got:
         assert_matches(got[lane], expected_lane(events, lane))
 
 
-def test_summary_rows_follow_config_order_then_unknown_lanes(log):
+def test_summary_rows_follow_config_order_then_unknown_lanes(mixed_log):
     """Lanes come in config order, lanes the config lacks after them."""
-    path, _ = log
+    path, _ = mixed_log
     lanes = summary(Scan([str(path)]), CONFIG).values("lane")
     assert lanes == ["rag", "batch", "chat", "canary"]
 
 
-def test_non_streamed_requests_are_judged_on_e2e(log):
+def test_non_streamed_requests_are_judged_on_e2e(mixed_log):
     """A non-streamed ok request meets the TTFT SLO iff its e2e is within the threshold."""
-    path, events = log
+    path, events = mixed_log
     chat = rows_by(summary(Scan([str(path)]), CONFIG))["chat"]
     values = [(e, v) for e in events if e.lane == "chat" and (v := ttft_value(e)) is not None]
     judged = [e for e, _ in values]
@@ -145,9 +128,9 @@ def test_non_streamed_requests_are_judged_on_e2e(log):
     assert chat["ttft_attainment"] == pytest.approx(met / len(judged))
 
 
-def test_slo_verdicts_compare_attainment_with_objectives(log):
+def test_slo_verdicts_compare_attainment_with_objectives(mixed_log):
     """*_slo_met is attainment >= objective; slo_met needs all met; batch has no latency SLO."""
-    path, _ = log
+    path, _ = mixed_log
     got = rows_by(summary(Scan([str(path)]), CONFIG))
     chat = got["chat"]
     assert chat["ttft_slo_ms"] == 500.0 and chat["ttft_objective"] == 0.95
@@ -159,9 +142,9 @@ def test_slo_verdicts_compare_attainment_with_objectives(log):
     assert got["canary"]["slo_met"] is None
 
 
-def test_summary_by_pool_judges_each_request_against_its_own_lane(log):
+def test_summary_by_pool_judges_each_request_against_its_own_lane(mixed_log):
     """--by pool aggregates per pool while SLO judgments still use each request's lane."""
-    path, events = log
+    path, events = mixed_log
     got = rows_by(summary(Scan([str(path)]), CONFIG, by="pool"), "pool")
     assert set(got) == {"interactive", "bulk"}
     lanes = {"interactive": ("chat", "rag", "canary"), "bulk": ("batch",)}
@@ -173,9 +156,9 @@ def test_summary_by_pool_judges_each_request_against_its_own_lane(log):
         assert got[pool]["e2e_p95_ms"] == pytest.approx(pct([e.e2e_ms for e in ev], 0.95), abs=1e-3)
 
 
-def test_status_filter_switches_latency_population(log):
+def test_status_filter_switches_latency_population(mixed_log):
     """With --status, percentiles describe the selected requests instead of the ok ones."""
-    path, events = log
+    path, events = mixed_log
     got = rows_by(summary(Scan([str(path)], Filters.parse(status=["error"])), CONFIG))
     assert set(got) == {"chat", "rag"}
     chat_err = [e.prefill_ms for e in events if e.lane == "chat" and e.status == "error"]
@@ -196,9 +179,9 @@ def test_status_filter_switches_latency_population(log):
         ),
     ],
 )
-def test_filters_select_the_same_events_as_direct_filtering(log, filters, keep):
+def test_filters_select_the_same_events_as_direct_filtering(mixed_log, filters, keep):
     """Lane, tenant, model, pool and time-window filters keep exactly the matching events."""
-    path, events = log
+    path, events = mixed_log
     kept = [e for e in events if keep(e)]
     got = rows_by(summary(Scan([str(path)], filters), CONFIG))
     assert sum(r["requests"] for r in got.values()) == len(kept)
@@ -206,18 +189,18 @@ def test_filters_select_the_same_events_as_direct_filtering(log, filters, keep):
         assert_matches(row, expected_lane(kept, lane))
 
 
-def test_relative_since_is_measured_from_now(log):
+def test_relative_since_is_measured_from_now(mixed_log):
     """--since 5m counts back from the current time (injectable for tests)."""
-    path, events = log
+    path, events = mixed_log
     now = T0.replace(minute=10)
     f = Filters.parse(since="5m", now=now)
     got = summary(Scan([str(path)], f), CONFIG)
     assert sum(got.values("requests")) == sum(e.ts[11:19] >= "12:05:00" for e in events)
 
 
-def test_no_matching_events_gives_an_empty_table(log):
+def test_no_matching_events_gives_an_empty_table(mixed_log):
     """A filter that matches nothing yields no rows, not an error."""
-    path, _ = log
+    path, _ = mixed_log
     assert len(summary(Scan([str(path)], Filters.parse(lane=["nope"])), CONFIG)) == 0
 
 
@@ -235,9 +218,9 @@ def test_events_without_a_lane_group_under_null(tmp_path: Path):
     assert table.values("e2e_p50_ms") == [3.0, 2.0, 7.0, 5.0]
 
 
-def test_grouping_by_an_outcome_field_describes_every_request(log):
+def test_grouping_by_an_outcome_field_describes_every_request(mixed_log):
     """--by error_class (or status) groups failures; percentiles cover all of a group's requests."""
-    path, events = log
+    path, events = mixed_log
     got = rows_by(summary(Scan([str(path)]), CONFIG, by="error_class"), "error_class")
     classes = {e.error_class for e in events}
     assert set(got) == classes

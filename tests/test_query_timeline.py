@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -13,19 +12,10 @@ from obs.errors import InputError
 from obs.query.filters import Filters
 from obs.query.intervals import auto_interval, timeline
 from obs.query.scan import Scan
-from obs.query.testing import event, mixed_events, ts, write_jsonl
+from obs.query.testing import event, ts, write_jsonl
+from tests.support import pct
 
 CONFIG = load_config(default_config_path())
-
-
-def pct(values: list[float], q: float) -> float | None:
-    v = sorted(values)
-    if not v:
-        return None
-    h = (len(v) - 1) * q
-    lo = math.floor(h)
-    hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (h - lo) * (v[hi] - v[lo])
 
 
 def bucket(e_ts: str, seconds: int) -> datetime:
@@ -34,15 +24,9 @@ def bucket(e_ts: str, seconds: int) -> datetime:
     return epoch + timedelta(seconds=(int((t - epoch).total_seconds()) // seconds) * seconds)
 
 
-@pytest.fixture
-def log(tmp_path: Path):
-    events = mixed_events()
-    return str(write_jsonl(tmp_path / "events.jsonl", events)), events
-
-
-def test_timeline_matches_hand_bucketing(log):
+def test_timeline_matches_hand_bucketing(mixed_log):
     """Per 2-minute interval: requests, rps, rates and percentiles equal a direct computation."""
-    path, events = log
+    path, events = mixed_log
     table = timeline(Scan([path]), CONFIG, interval="2m")
     got = {r["start"]: r for r in table.records()}
     want: dict[datetime, list] = {}
@@ -65,9 +49,9 @@ def test_timeline_matches_hand_bucketing(log):
         assert row["e2e_p95_ms"] == pytest.approx(pct(ok_e2e, 0.95), abs=1e-3)
 
 
-def test_timeline_by_lane_splits_each_interval(log):
+def test_timeline_by_lane_splits_each_interval(mixed_log):
     """--by lane gives one row per interval and lane, counts adding up to the interval's."""
-    path, events = log
+    path, events = mixed_log
     table = timeline(Scan([path]), CONFIG, interval="5m", by="lane")
     for rec in table.records():
         n = sum(1 for e in events if e.lane == rec["lane"] and bucket(e.ts, 300) == rec["start"])
@@ -91,17 +75,17 @@ def test_automatic_interval_keeps_at_most_100_buckets():
     assert auto_interval(timedelta(0)) == 1
 
 
-def test_auto_interval_uses_the_filter_window_when_given(log):
+def test_auto_interval_uses_the_filter_window_when_given(mixed_log):
     """With --since and --until the interval is chosen from that window (no extra pass)."""
-    path, _ = log
+    path, _ = mixed_log
     f = Filters.parse(since="2025-06-02T12:00:00", until="2025-06-02T12:10:00")
     starts = timeline(Scan([path], f), CONFIG).values("start")
     assert (starts[1] - starts[0]) == timedelta(seconds=10)
 
 
-def test_bad_interval_is_an_input_error(log):
+def test_bad_interval_is_an_input_error(mixed_log):
     """Sub-second or malformed intervals are refused with a message."""
-    path, _ = log
+    path, _ = mixed_log
     with pytest.raises(InputError):
         timeline(Scan([path]), CONFIG, interval="500ms")
     with pytest.raises(InputError):

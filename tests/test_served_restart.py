@@ -24,7 +24,8 @@ from obs import conventions as c
 from obs.config import default_config_path, load_config
 from obs.dashboards.build import render
 from obs.demo.prometheus import PrometheusProcess, find_prometheus, host_port
-from obs.engine import EnginePaths, VllmServer, free_port
+from obs.engine import EnginePaths, VllmServer
+from obs.procs import free_port
 from obs.sidecar.testing import SidecarProcess
 
 from . import probes

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 
 from obs import conventions as c
-from obs.sidecar.testing import free_port
+from obs.procs import free_port
 
 from . import probes
 from .conftest import SidecarFactory

@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from obs.engine import VllmServer
-from obs.sidecar.testing import free_port, wait_http
+from obs.procs import free_port, wait_http
 
 pytestmark = pytest.mark.engine
 

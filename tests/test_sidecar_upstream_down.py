@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from obs.engine import VllmServer
-from obs.sidecar.testing import free_port
+from obs.procs import free_port
 
 from .conftest import SidecarFactory
 from .forwarder import Forwarder

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from obs.demo.stack import pid_alive
-from obs.engine.server import group_alive
+from obs.procs import group_alive
 from obs.sweep.profile import SHIPPED, resolve
 
 SWEEP_TIMEOUT_S = 3600

@@ -20,6 +20,7 @@ import uvloop
 
 from obs.engine import VllmServer
 from obs.sidecar.upstream import ConnectFailed, Response, Upstream, UpstreamError
+from tests.support import chat_body
 
 pytestmark = pytest.mark.engine
 
@@ -28,14 +29,7 @@ JSON = {"content-type": "application/json"}
 
 
 def _chat(stream: bool, max_tokens: int = 24) -> bytes:
-    body: dict[str, Any] = {
-        "model": "tiny",
-        "messages": [{"role": "user", "content": "count to ten"}],
-        "max_tokens": max_tokens,
-        "ignore_eos": True,
-        "stream": stream,
-    }
-    return orjson.dumps(body)
+    return orjson.dumps(chat_body("count to ten", max_tokens, ignore_eos=True, stream=stream))
 
 
 def _run(fn: Callable[[Upstream], Awaitable[Any]], **kwargs: Any) -> Any:

@@ -16,9 +16,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from obs import conventions as c
 from obs.engine import VllmServer
-from obs.sidecar.testing import SidecarProcess, free_port
+from obs.procs import free_port
+from obs.sidecar.testing import SidecarProcess
 from obs.sidecar.worker_metrics import merge_pages
 from tests.conftest import SidecarFactory
+from tests.support import chat_body
 
 pytestmark = pytest.mark.engine
 
@@ -29,7 +31,7 @@ N = 24
 def _chat(url: str, i: int) -> str:
     """One request on its own connection (the kernel spreads connections over workers)."""
     rid = f"w-{i}-{time.monotonic_ns()}"
-    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    body = chat_body("hi", 4)
     with httpx.Client(timeout=60) as client:
         r = client.post(url + CHAT, json=body, headers={"x-request-id": rid})
     assert r.status_code == 200, r.text

@@ -1,7 +1,7 @@
 """A real Prometheus for the demo and the live-stack tests: its config, the process on
 loopback (``obs.demo.service``), its alerts and rules.
 
-Stdlib only (plus PyYAML). The process runs in its own session, so a Ctrl-C in the
+The process runs (``obs.procs``) in its own session, so a Ctrl-C in the
 terminal reaches the demo (which still reads the alerts) and not Prometheus directly.
 """
 

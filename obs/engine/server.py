@@ -1,26 +1,19 @@
 """Start and stop a real ``vllm serve`` on 127.0.0.1, by process group.
 
-Stdlib only. The server runs in its own session (process group), so stopping it
-also reaches the engine-core processes vLLM spawns, and a Ctrl-C in the caller's
-terminal does not hit vLLM directly.
+The server runs through ``obs.procs.ManagedProcess``: in its own session
+(process group), so stopping it also reaches the engine-core processes vLLM spawns,
+and a Ctrl-C in the caller's terminal does not hit vLLM directly.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
-import socket
-import subprocess
 import tempfile
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO
 
 from obs.engine.setup import (
     EngineError,
@@ -29,12 +22,19 @@ from obs.engine.setup import (
     engine_python,
     launcher_path,
 )
+from obs.procs import (
+    HOST,
+    LOG_TAIL_LINES,
+    ManagedProcess,
+    NotReady,
+    free_port,
+    http_status,
+    port_in_use,
+    signal_group,
+)
 
-HOST = "127.0.0.1"
 DEFAULT_STARTUP_TIMEOUT_S = 180.0
 DEFAULT_STOP_TIMEOUT_S = 15.0
-_POLL_INTERVAL_S = 0.25
-_LOG_TAIL_LINES = 40
 
 # Flags every server gets: loopback only, fast start (no torch.compile), and the prefix
 # cache with cached-token counts in responses.
@@ -94,8 +94,7 @@ class VllmServer:
         self._startup_timeout_s = startup_timeout_s
         self._stop_timeout_s = stop_timeout_s
 
-        self._process: subprocess.Popen[bytes] | None = None
-        self._log_file: IO[bytes] | None = None
+        self._process: ManagedProcess | None = None
         self._log_path: Path | None = None
         self._scratch: Path | None = None
         self._startup_s: float | None = None
@@ -174,28 +173,29 @@ class VllmServer:
 
         self._scratch = Path(tempfile.mkdtemp(prefix="vllm-obs-server-"))
         self._log_path = self._requested_log_path or self._scratch / "vllm.log"
-        self._log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log_file = self._log_path.open("wb")
-        started = time.monotonic()
+        process = ManagedProcess(
+            self.LABEL,
+            self.command(),
+            log_path=self._log_path,
+            env=self._environment(self._scratch / "vllm-cache"),
+        )
         try:
-            self._process = subprocess.Popen(
-                self.command(),
-                stdin=subprocess.DEVNULL,
-                stdout=self._log_file,
-                stderr=subprocess.STDOUT,
-                env=self._environment(self._scratch / "vllm-cache"),
-                start_new_session=True,
-            )
+            process.start()
         except OSError as exc:
             self._cleanup()
             raise ServerError(f"cannot launch {self._python}: {exc}") from exc
-
+        self._process = process
+        health = f"{self.url}/health"
         try:
-            self._wait_healthy(started)
+            self._startup_s = process.wait_ready(
+                lambda: http_status(health) == 200, self._startup_timeout_s, f"{health} was healthy"
+            )
+        except NotReady as exc:
+            self.kill()
+            raise ServerError(str(exc)) from None
         except BaseException:
             self.kill()
             raise
-        self._startup_s = time.monotonic() - started
         return self
 
     def stop(self) -> int | None:
@@ -210,30 +210,18 @@ class VllmServer:
         process = self._process
         if process is None:
             return None
-        deadline = time.monotonic() + self._stop_timeout_s
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            self._signal_group(signal.SIGCONT)  # a paused server cannot act on SIGTERM
-            try:
-                process.wait(timeout=self._stop_timeout_s)
-            except subprocess.TimeoutExpired:
-                self._signal_group(signal.SIGKILL)
-                process.wait()
-        self._signal_group(signal.SIGTERM)  # stragglers, if any
-        self._reap_group(deadline)
+        status = process.stop(self._stop_timeout_s)
         self._cleanup()
-        return process.returncode
+        return status
 
     def kill(self) -> int | None:
         """SIGKILL the whole process group at once (a crash, for fault tests)."""
         process = self._process
         if process is None:
             return None
-        self._signal_group(signal.SIGKILL)
-        process.wait()
-        self._reap_group(deadline=time.monotonic() + 5.0)
+        status = process.kill()
         self._cleanup()
-        return process.returncode
+        return status
 
     def pause(self) -> None:
         """SIGSTOP the process group: connections hang, nothing answers."""
@@ -251,17 +239,13 @@ class VllmServer:
 
     def wait(self, timeout: float | None = None) -> int:
         """Block until the server process exits; raises TimeoutExpired on timeout."""
-        return self._require_process().wait(timeout)
+        popen = self._require_process().popen
+        assert popen is not None
+        return popen.wait(timeout)
 
-    def log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         """The last ``lines`` lines of the server log ('' if there is none)."""
-        if self._log_path is None:
-            return ""
-        try:
-            text = self._log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return "" if self._process is None else self._process.log_tail(lines)
 
     def __enter__(self) -> VllmServer:
         return self.start()
@@ -310,92 +294,15 @@ class VllmServer:
             env.pop("VLLM_CPU_KVCACHE_SPACE", None)
         return env
 
-    def _wait_healthy(self, started: float) -> None:
-        process = self._require_process()
-        deadline = started + self._startup_timeout_s
-        health = f"{self.url}/health"
-        while True:
-            status = process.poll()
-            if status is not None:
-                raise ServerError(
-                    f"{self.LABEL} exited with status {status} before becoming healthy.\n"
-                    f"Log ({self._log_path}), last lines:\n{self.log_tail()}"
-                )
-            if _http_status(health) == 200:
-                return
-            if time.monotonic() >= deadline:
-                raise ServerError(
-                    f"{self.LABEL} was not healthy at {health} within "
-                    f"{self._startup_timeout_s:.0f} s.\n"
-                    f"Log ({self._log_path}), last lines:\n{self.log_tail()}"
-                )
-            time.sleep(_POLL_INTERVAL_S)
-
     def _signal_group(self, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self._require_process().pid, sig)
+        signal_group(self._require_process().pid, sig)
 
-    def _reap_group(self, deadline: float) -> None:
-        """Wait for the rest of the group (engine processes) to go; SIGKILL at the deadline."""
-        pgid = self._require_process().pid
-        while group_alive(pgid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if group_alive(pgid):
-            self._signal_group(signal.SIGKILL)
-            give_up = time.monotonic() + 5.0
-            while group_alive(pgid) and time.monotonic() < give_up:
-                time.sleep(0.05)
-
-    def _require_process(self) -> subprocess.Popen[bytes]:
+    def _require_process(self) -> ManagedProcess:
         if self._process is None:
             raise ServerError("server not started")
         return self._process
 
     def _cleanup(self) -> None:
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)  # the cache, and the default log
             self._scratch = None
-
-
-def free_port(host: str = HOST) -> int:
-    """A TCP port that is free on ``host`` right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def port_in_use(port: int, host: str = HOST) -> bool:
-    """True if something accepts TCP connections on ``host:port``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(1.0)
-        return sock.connect_ex((host, port)) == 0
-
-
-def group_alive(pgid: int) -> bool:
-    """True if any non-zombie process is still in process group ``pgid``."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        # After the command name: state, ppid, pgrp, ...
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            return True
-    return False
-
-
-def _http_status(url: str, timeout_s: float = 2.0) -> int | None:
-    # Loopback only: never route through a configured HTTP proxy.
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(url, timeout=timeout_s) as response:
-            status: int = response.status
-            return status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except (urllib.error.URLError, OSError):
-        return None

@@ -216,8 +216,8 @@ def _timeline(args: argparse.Namespace) -> int:
 
 
 def _window(text: str | None) -> tuple[Any, Any] | None:
+    from obs.durations import parse_time
     from obs.errors import InputError
-    from obs.query.filters import parse_time
 
     if text is None:
         return None

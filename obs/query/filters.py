@@ -9,55 +9,19 @@ quoted, never interpolated raw.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 from obs.conventions import OUTCOMES
+from obs.durations import parse_time
 from obs.errors import InputError
 from obs.query.dialect import DUCKDB, Dialect
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)\s*$")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-
-
-def parse_duration(text: str) -> timedelta:
-    """``30m`` -> 30 minutes. Units: ms, s, m, h, d, w."""
-    m = _DURATION.match(text)
-    if not m:
-        raise InputError(f"{text!r} is not a duration like 90s, 30m, 2h or 1d")
-    return timedelta(seconds=float(m.group(1)) * _UNIT_S[m.group(2)])
-
-
-def parse_time(text: str, now: datetime | None = None) -> datetime:
-    """An absolute ISO time or a relative one (``2h`` = two hours before ``now``), naive UTC."""
-    text = text.strip()
-    if _DURATION.match(text):
-        now = now or datetime.now(UTC)
-        return _naive_utc(now) - parse_duration(text)
-    try:
-        t = datetime.fromisoformat(text.replace("Z", "+00:00").replace(" ", "T", 1))
-    except ValueError:
-        raise InputError(
-            f"{text!r} is not a time: use ISO 8601 (2025-06-02T14:30, 2025-06-02T14:30:00Z) "
-            "or a relative duration (30m, 2h, 1d ago)"
-        ) from None
-    return _naive_utc(t)
-
-
-def _naive_utc(t: datetime) -> datetime:
-    return t.astimezone(UTC).replace(tzinfo=None) if t.tzinfo else t
 
 
 def sql_str(value: str) -> str:
     """A SQL string literal."""
     return "'" + value.replace("'", "''") + "'"
-
-
-def sql_ts(t: datetime) -> str:
-    """A SQL TIMESTAMP literal (naive UTC)."""
-    return f"TIMESTAMP '{t.isoformat(sep=' ')}'"
 
 
 def _values(items: Iterable[str] | None) -> tuple[str, ...]:

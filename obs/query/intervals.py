@@ -13,10 +13,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from obs.config import Config
+from obs.durations import parse_duration
 from obs.errors import InputError
 from obs.query import slo
 from obs.query.aggregate import aggregates, derive, latency_condition, pct_label
-from obs.query.filters import parse_duration
 from obs.query.scan import SRC, Source
 from obs.query.schema import GROUP_BY
 from obs.query.table import Table

@@ -1,0 +1,87 @@
+"""What an OpenAI-API request or streamed chunk says: its prompt text, whether it carries output.
+
+Pure, one home for both sides of the wire: the lane classifier (prompt size), the
+sidecar's text capture and prefix fingerprint (prompt text), the sidecar's stream
+classifier and the load generator's chunk parser (output), so that the client's and
+the sidecar's TTFT end at the same chunk.
+
+Prompt text: a chat request's messages' ``content`` (a string, or a list of parts
+of which only the ``text`` parts count: an image part has no text), or a
+completion's ``prompt`` (a string or a list of strings; token ids have no text).
+
+A choice *carries output* when it has a finish reason, or its delta has non-empty
+``content``, ``reasoning_content`` (vLLM's reasoning parsers), ``reasoning``,
+``tool_calls`` or ``function_call``, or (completions) non-empty ``text``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+# Delta keys whose non-empty value is generated output (about one token each).
+OUTPUT_DELTA_KEYS = ("content", "reasoning_content", "reasoning", "tool_calls", "function_call")
+
+
+def content_texts(content: Any) -> Iterator[str]:
+    """The text of one message's ``content``: the string, or each ``text`` part's text."""
+    if isinstance(content, str):
+        yield content
+    elif isinstance(content, list):  # [{"type": "text", "text": ...}, {"type": "image_url"...}]
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                yield part["text"]
+
+
+def messages(body: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """The chat messages that are objects; None when the body has no ``messages`` list."""
+    msgs = body.get("messages")
+    return [m for m in msgs if isinstance(m, dict)] if isinstance(msgs, list) else None
+
+
+def prompt_strings(body: Mapping[str, Any]) -> list[str] | None:
+    """A completion's prompt as strings (token ids left out); None when there is no prompt."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return [prompt]
+    if isinstance(prompt, list):
+        return [p for p in prompt if isinstance(p, str)]
+    return None
+
+
+def prompt_text(body: Mapping[str, Any]) -> str:
+    """A chat request's messages as ``role: text`` lines, or a completion's prompt lines."""
+    msgs = messages(body)
+    if msgs is not None:
+        lines = []
+        for m in msgs:
+            role = m.get("role") if isinstance(m.get("role"), str) else "?"
+            lines += [f"{role}: {t}" for t in content_texts(m.get("content"))]
+        return "\n".join(lines)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and not all(isinstance(p, str) for p in prompt):
+        return ""  # token ids: no text
+    return "\n".join(prompt_strings(body) or [])
+
+
+def prefix_text(body: Mapping[str, Any]) -> str | None:
+    """The text a prompt starts with, for a prefix fingerprint: the messages' text run
+    together, or a string prompt; None when the request has neither."""
+    msgs = body.get("messages")
+    if isinstance(msgs, list) and msgs and isinstance(msgs[0], dict):
+        return "".join(t for m in messages(body) or [] for t in content_texts(m.get("content")))
+    prompt = body.get("prompt")
+    return prompt if isinstance(prompt, str) else None
+
+
+def choice_carries_output(choice: Mapping[str, Any]) -> bool:
+    """The choice has a finish reason or generated output (see the module docstring)."""
+    return choice.get("finish_reason") is not None or choice_has_text(choice)
+
+
+def choice_has_text(choice: Mapping[str, Any]) -> bool:
+    """The choice carries generated text, reasoning or a tool call (not just a finish)."""
+    delta = choice.get("delta")
+    if isinstance(delta, dict):
+        return any(delta.get(k) for k in OUTPUT_DELTA_KEYS)
+    return bool(choice.get("text"))

@@ -1,0 +1,46 @@
+"""Helpers the tests share (one copy each): request bodies, reference statistics, JSON walks.
+
+Fixtures live in ``conftest.py`` (``mixed_log`` among them); free ports come from
+``obs.procs.free_port``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+MODEL = "tiny"  # the served model name of the engine fixtures
+
+
+def chat_body(text: str = "hi", max_tokens: int = 8, **extra: Any) -> dict[str, Any]:
+    """A chat completions request for the tiny model: one user message, then ``extra``."""
+    return {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": max_tokens,
+        **extra,
+    }
+
+
+def pct(values: list[float], q: float) -> float | None:
+    """Reference percentile: linear interpolation between the closest ranks (None if empty)."""
+    v = sorted(values)
+    if not v:
+        return None
+    h = (len(v) - 1) * q
+    lo = math.floor(h)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (h - lo) * (v[hi] - v[lo])
+
+
+def strings(obj: object) -> Iterator[str]:
+    """Every string value in a JSON-like tree (dict values and list items, depth first)."""
+    if isinstance(obj, str):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from strings(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from strings(v)

@@ -1,0 +1,136 @@
+"""obs.openai_api: one reading of prompts and output for lanes, capture, fingerprint, loadgen.
+
+The reasoning-model frames below are written by hand: the tiny CPU models this project
+runs have no reasoning parser, so no real engine here emits ``reasoning_content``.
+Their shape is vLLM's (``delta.reasoning_content`` before ``delta.content``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from hypothesis import given
+from hypothesis import strategies as st
+
+from obs.lanes import estimate_prompt_tokens
+from obs.loadgen.measure import Measurement
+from obs.loadgen.sse import parse_chunk
+from obs.openai_api import choice_carries_output, prefix_text, prompt_text
+from obs.sidecar.payloads import fingerprint
+from obs.sidecar.sse import StreamState, classify, classify_parsed
+
+IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+
+
+def _frame(choice: dict[str, Any]) -> bytes:
+    obj = {"id": "c", "object": "chat.completion.chunk", "model": "m", "choices": [choice]}
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+def _delta(**delta: Any) -> dict[str, Any]:
+    return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+
+
+def test_prompt_text_reads_multimodal_parts_by_their_text() -> None:
+    """Chat content parts count by their text; image parts add nothing."""
+    body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, IMAGE]}]}
+    assert prompt_text(body) == "user: hi"
+    assert prefix_text(body) == "hi"
+
+
+def test_fingerprint_hashes_text_not_the_python_repr_of_parts() -> None:
+    """A multimodal message fingerprints like the same text sent as a string."""
+    parts = {"messages": [{"role": "user", "content": [{"type": "text", "text": "hello"}, IMAGE]}]}
+    plain = {"messages": [{"role": "user", "content": "hello"}]}
+    other_image = {
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hello"}]}],
+    }
+    assert fingerprint(parts) == fingerprint(plain) == fingerprint(other_image)
+    assert fingerprint({"prompt": [1, 2, 3]}) is None
+
+
+def test_capture_and_lanes_read_the_same_prompt_text() -> None:
+    """The captured prompt and the lane estimate read the same text of a request."""
+    body = {
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "x" * 400}, IMAGE]},
+        ]
+    }
+    text = prompt_text(body)
+    assert text == "system: be brief\nuser: " + "x" * 400
+    # 8 characters of role and template per message, ~4 characters a token.
+    assert estimate_prompt_tokens(body) == (len("be brief") + 400 + 2 * 8) // 4
+
+
+def test_completion_prompts_as_strings_and_token_ids() -> None:
+    """A list of strings is text; token ids are no text but count in the estimate."""
+    assert prompt_text({"prompt": ["a", "b"]}) == "a\nb"
+    assert prompt_text({"prompt": [1, 2]}) == ""
+    assert estimate_prompt_tokens({"prompt": [1, 2, 3, 4]}) == 4
+
+
+REASONING_STREAM = [
+    _frame(_delta(role="assistant", content="")),
+    _frame(_delta(reasoning_content="Let me")),
+    _frame(_delta(reasoning_content=" think")),
+    _frame(_delta(content="Hi")),
+    _frame({"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}),
+]
+
+
+def test_client_and_sidecar_ttft_end_at_the_same_chunk_on_a_reasoning_model() -> None:
+    """The load generator and the sidecar both take the first reasoning chunk as first output."""
+    state = StreamState()
+    sidecar = [classify(f, state)[0] for f in REASONING_STREAM]
+    m = Measurement(start_ns=0)
+    client = []
+    for t, f in enumerate(REASONING_STREAM, start=1):
+        chunk = parse_chunk(f[6:].strip())
+        assert chunk is not None
+        m.chunk(chunk, t)
+        client.append(chunk.output)
+    assert sidecar == client == [False, True, True, True, True]
+    assert m.first_ns == 2  # the first reasoning chunk, not the first content chunk
+    assert state.output_frames == m.output_chunks == 4
+
+
+_text = st.one_of(st.none(), st.just(""), st.text(max_size=5))
+_deltas = st.fixed_dictionaries(
+    {},
+    optional={
+        "role": st.just("assistant"),
+        "content": _text,
+        "reasoning_content": _text,
+        "reasoning": _text,
+        "tool_calls": st.one_of(
+            st.just([]), st.just([{"index": 0, "function": {"arguments": "{"}}])
+        ),
+        "function_call": st.one_of(st.none(), st.just({"name": "f", "arguments": ""})),
+    },
+)
+_choices = st.one_of(
+    st.builds(
+        lambda d, fr: {"index": 0, "delta": d, "logprobs": None, "finish_reason": fr},
+        _deltas,
+        st.sampled_from([None, "stop", "length", "tool_calls"]),
+    ),
+    st.builds(
+        lambda t, fr: {"index": 0, "text": t, "logprobs": None, "finish_reason": fr},
+        _text,
+        st.sampled_from([None, "stop"]),
+    ),
+)
+
+
+@given(_choices)
+def test_sidecar_and_loadgen_agree_on_every_chunk(choice: dict[str, Any]) -> None:
+    """For any one-choice chunk, the sidecar (fast and parsed) and the client agree on output."""
+    frame = _frame(choice)
+    chunk = parse_chunk(frame[6:].strip())
+    assert chunk is not None
+    expected = choice_carries_output(choice)
+    assert chunk.output == expected
+    assert classify(frame, StreamState())[0] == expected
+    assert classify_parsed(frame, StreamState())[0] == expected
