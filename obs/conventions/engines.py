@@ -1,0 +1,46 @@
+"""The engines' own metric names that the adapters read or the dashboards query."""
+
+from __future__ import annotations
+
+from typing import Final
+
+# vLLM's own metrics (as of 0.32) that the sidecar reads or the dashboards query.
+VLLM_KV_CACHE_USAGE: Final = "vllm:kv_cache_usage_perc"
+VLLM_RUNNING: Final = "vllm:num_requests_running"
+VLLM_WAITING: Final = "vllm:num_requests_waiting"
+VLLM_PREFIX_QUERIES: Final = "vllm:prefix_cache_queries_total"
+VLLM_PREFIX_HITS: Final = "vllm:prefix_cache_hits_total"
+VLLM_PREEMPTIONS: Final = "vllm:num_preemptions_total"
+VLLM_QUEUE_TIME: Final = "vllm:request_queue_time_seconds"
+VLLM_PREFILL_TIME: Final = "vllm:request_prefill_time_seconds"
+VLLM_DECODE_TIME: Final = "vllm:request_decode_time_seconds"
+VLLM_TTFT: Final = "vllm:time_to_first_token_seconds"
+VLLM_ITL: Final = "vllm:inter_token_latency_seconds"
+VLLM_METRICS: Final = (
+    VLLM_KV_CACHE_USAGE,
+    VLLM_RUNNING,
+    VLLM_WAITING,
+    VLLM_PREFIX_QUERIES,
+    VLLM_PREFIX_HITS,
+    VLLM_PREEMPTIONS,
+    VLLM_QUEUE_TIME,
+    VLLM_PREFILL_TIME,
+    VLLM_DECODE_TIME,
+    VLLM_TTFT,
+    VLLM_ITL,
+)
+
+# Other engines' own metrics that their adapters read (see obs.engines): SGLang's
+# python/sglang/srt/metrics/collector.py, llama.cpp's tools/server/server-task.cpp
+# (served with --metrics), TGI's router/src/server.rs and backends/v3/src.
+SGLANG_TOKEN_USAGE: Final = "sglang:token_usage"
+SGLANG_RUNNING: Final = "sglang:num_running_reqs"
+SGLANG_WAITING: Final = "sglang:num_queue_reqs"
+SGLANG_PROMPT_TOKENS: Final = "sglang:prompt_tokens_total"
+SGLANG_CACHED_TOKENS: Final = "sglang:cached_tokens_total"
+LLAMACPP_PROCESSING: Final = "llamacpp:requests_processing"
+LLAMACPP_DEFERRED: Final = "llamacpp:requests_deferred"
+LLAMACPP_PROMPT_TOKENS: Final = "llamacpp:prompt_tokens_total"
+LLAMACPP_CACHED_TOKENS: Final = "llamacpp:prompt_tokens_cached_total"
+TGI_BATCH_SIZE: Final = "tgi_batch_current_size"
+TGI_QUEUE_SIZE: Final = "tgi_queue_size"

@@ -1,0 +1,74 @@
+"""Label names and the label values the project bounds: phases, outcomes, rejection reasons,
+token sources, finish reasons."""
+
+from __future__ import annotations
+
+from typing import Final
+
+NAMESPACE: Final = "vllm_obs"
+
+# Label names.
+LANE: Final = "lane"
+POOL: Final = "pool"
+REPLICA: Final = "replica"
+MODEL: Final = "model"
+PHASE: Final = "phase"
+OUTCOME: Final = "outcome"
+FINISH_REASON: Final = "finish_reason"
+REASON: Final = "reason"
+ERROR_CLASS: Final = "error_class"
+EXPORTER: Final = "exporter"
+RESULT: Final = "result"
+LIMIT: Final = "limit"
+ENGINE: Final = "engine"
+FINGERPRINT: Final = "fingerprint"
+CHANGED: Final = "changed"
+OLD: Final = "old"
+NEW: Final = "new"
+CONFIG_HASH: Final = "config_hash"
+CONFIG_VERSION: Final = "config_version"
+
+# The five request phases, in order (see obs.phases).
+PHASES: Final = ("queue", "prefill", "first_token", "decode", "stream")
+
+# Request outcomes: the ``outcome`` label and the event's ``status`` field.
+OK: Final = "ok"  # answered by the pool with a 2xx and relayed in full
+ERROR: Final = "error"  # failed for a server-side reason (upstream error, timeout, relay fault)
+CLIENT_ERROR: Final = "client_error"  # the pool answered 4xx: the request was bad
+REJECTED: Final = "rejected"  # refused by the sidecar's admission policy
+DISCONNECTED: Final = "client_disconnect"  # the client went away before the end
+OUTCOMES: Final = (OK, ERROR, CLIENT_ERROR, REJECTED, DISCONNECTED)
+# Outcomes that count against availability: only failures that are the service's fault.
+BAD_OUTCOMES: Final = (ERROR,)
+
+# Admission rejection reasons: the ``reason`` label of admission_rejections and the
+# event's ``rejection_reason``. The HTTP status each answers with is in obs.sidecar.admission.
+QUEUE_FULL: Final = "queue_full"  # 429: the lane's queue holds max_queue requests already
+QUEUE_TIMEOUT: Final = "queue_timeout"  # 429: waited queue_timeout_s without a slot
+TENANT_SHARE: Final = "tenant_share"  # 429: the tenant holds its fair share of a full lane
+PROMPT_TOO_LONG: Final = "prompt_too_long"  # 413: estimated prompt over max_prompt_tokens
+OVER_TOKEN_BUDGET: Final = "over_token_budget"  # 413: prompt + max_tokens over token_budget
+POOL_UNAVAILABLE: Final = "pool_unavailable"  # 503: no replica of the pool accepts connections
+ENGINE_QUEUE_FULL: Final = "engine_queue_full"  # 503 from vLLM itself (--max-num-queued-reqs)
+REJECTION_REASONS: Final = (
+    QUEUE_FULL,
+    QUEUE_TIMEOUT,
+    TENANT_SHARE,
+    PROMPT_TOO_LONG,
+    OVER_TOKEN_BUDGET,
+    POOL_UNAVAILABLE,
+    ENGINE_QUEUE_FULL,
+)
+
+# Where an event's token counts came from: the event's ``tokens_source``.
+TOKENS_FROM_USAGE: Final = "usage"  # the pool's usage object (exact)
+TOKENS_COUNTED: Final = "counted"  # no usage: output frames relayed, one token each (see events)
+TOKENS_FROM_ENGINE: Final = "engine"  # no usage frame: the engine's joined span (exact)
+
+OVERFLOW_LABEL: Final = "other"
+MAX_MODEL_LABELS: Final = 32
+# finish_reason label values: OpenAI's and vLLM's; anything else a pool sends is "other".
+FINISH_REASONS: Final = (
+    "stop", "length", "tool_calls", "function_call", "content_filter", "abort", "error",
+    "repetition", "none",
+)  # fmt: skip

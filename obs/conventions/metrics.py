@@ -1,0 +1,279 @@
+"""The sidecar's own metrics: one ``Metric`` per exported family, with its labels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from obs.conventions.labels import (
+    CHANGED,
+    CONFIG_HASH,
+    CONFIG_VERSION,
+    ENGINE,
+    ERROR_CLASS,
+    EXPORTER,
+    FINGERPRINT,
+    FINISH_REASON,
+    LANE,
+    LIMIT,
+    MODEL,
+    NAMESPACE,
+    NEW,
+    OLD,
+    OUTCOME,
+    PHASE,
+    POOL,
+    REASON,
+    REPLICA,
+    RESULT,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """One exported metric: its full name, type, help text and label names."""
+
+    name: str
+    kind: str  # counter | histogram | gauge
+    help: str
+    labels: tuple[str, ...]
+
+    @property
+    def series(self) -> tuple[str, ...]:
+        """The sample names Prometheus stores for this metric."""
+        if self.kind == "counter":
+            return (f"{self.name}_total",)
+        if self.kind == "histogram":
+            return (f"{self.name}_bucket", f"{self.name}_sum", f"{self.name}_count")
+        return (self.name,)
+
+
+def _m(name: str, kind: str, help_: str, *labels: str) -> Metric:
+    return Metric(f"{NAMESPACE}_{name}", kind, help_, labels)
+
+
+LP = (LANE, POOL)
+
+REQUESTS = _m(
+    "requests",
+    "counter",
+    "Requests finished by the sidecar, by outcome and finish reason.",
+    *LP,
+    MODEL,
+    OUTCOME,
+    FINISH_REASON,
+)
+REQUEST_DURATION = _m(
+    "request_duration_seconds", "histogram", "End-to-end time seen by the sidecar.", *LP
+)
+PHASE_DURATION = _m(
+    "phase_duration_seconds",
+    "histogram",
+    "Time spent in each request phase (queue, prefill, first_token, decode, stream).",
+    *LP,
+    PHASE,
+)
+TTFT = _m(
+    "ttft_seconds",
+    "histogram",
+    "Time to first token: request received to first output byte handed to the client.",
+    *LP,
+)
+TPOT = _m(
+    "tpot_seconds",
+    "histogram",
+    "Time per output token after the first: (last - first token) / (output tokens - 1).",
+    *LP,
+)
+ITL = _m("itl_seconds", "histogram", "Gaps between consecutive output chunks from the pool.", *LP)
+STREAM_BLOCKED = _m(
+    "stream_blocked_seconds",
+    "histogram",
+    "Time the relay spent blocked writing to a slow client, per request.",
+    *LP,
+)
+PROMPT_TOKENS = _m("prompt_tokens", "counter", "Prompt tokens, as the pool reported.", *LP)
+CACHED_TOKENS = _m("cached_tokens", "counter", "Prompt tokens served from the prefix cache.", *LP)
+COMPLETION_TOKENS = _m("completion_tokens", "counter", "Output tokens relayed.", *LP)
+ADMISSION_REJECTIONS = _m(
+    "admission_rejections",
+    "counter",
+    "Requests refused by the lane's admission policy, by reason (every lane and reason from 0).",
+    LANE,
+    REASON,
+)
+UPSTREAM_ERRORS = _m(
+    "upstream_errors", "counter", "Failures talking to the pool, by error class.", *LP, ERROR_CLASS
+)
+CLIENT_DISCONNECTS = _m(
+    "client_disconnects", "counter", "Clients that went away before the response ended.", *LP
+)
+IN_FLIGHT = _m("in_flight_requests", "gauge", "Requests dispatched to the pool, per lane.", LANE)
+QUEUED = _m("queued_requests", "gauge", "Requests waiting for admission, per lane.", LANE)
+LANE_INFO = _m(
+    "lane_info", "gauge", "Always 1: maps each lane to its pool (join on pool).", LANE, POOL
+)
+
+# Per-pool engine state, read from each replica's /metrics at scrape time.
+POOL_UP = _m(
+    "pool_up", "gauge", "1 if the replica's /metrics answered at the last scrape.", POOL, REPLICA
+)
+POOL_KV_CACHE_USAGE = _m(
+    "pool_kv_cache_usage_ratio", "gauge", "KV cache usage (0-1) of the replica.", POOL, REPLICA
+)
+POOL_RUNNING = _m(
+    "pool_requests_running", "gauge", "Requests running in the replica's engine.", POOL, REPLICA
+)
+POOL_WAITING = _m(
+    "pool_requests_waiting", "gauge", "Requests waiting in the replica's engine.", POOL, REPLICA
+)
+POOL_PREFIX_QUERIES = _m(
+    "pool_prefix_cache_queries",
+    "counter",
+    "Prompt tokens looked up in the replica's prefix cache.",
+    POOL,
+    REPLICA,
+)
+POOL_PREFIX_HITS = _m(
+    "pool_prefix_cache_hits",
+    "counter",
+    "Prompt tokens found in the replica's prefix cache.",
+    POOL,
+    REPLICA,
+)
+POOL_PREEMPTIONS = _m(
+    "pool_preemptions", "counter", "Requests preempted by the replica's engine.", POOL, REPLICA
+)
+POOL_ENGINE_INFO = _m(
+    "pool_engine_info",
+    "gauge",
+    "Always 1: the engine serving the replica (vllm, sglang, llamacpp, tgi, or unknown).",
+    POOL,
+    REPLICA,
+    ENGINE,
+)
+# What each replica runs and the sidecar's own config (obs.served; docs/runbook.md "After a
+# tuning change"). The info series also carries one label per setting the engine reports
+# (obs.served.SETTING_KEYS), and none for a setting it does not.
+POOL_SETTINGS_INFO = _m(
+    "pool_settings_info",
+    "gauge",
+    "Always 1: the engine, version and settings the replica reports, and their fingerprint "
+    "(events' settings_fingerprint); one label per reported setting.",
+    POOL,
+    REPLICA,
+    ENGINE,
+    FINGERPRINT,
+)
+POOL_SETTINGS_CHANGED = _m(
+    "pool_settings_changed_timestamp_seconds",
+    "gauge",
+    "Unix time the replica last came back with other settings: what changed, old and new "
+    "values (one series per replica: its last change).",
+    POOL,
+    REPLICA,
+    CHANGED,
+    OLD,
+    NEW,
+)
+CONFIG_INFO = _m(
+    "config_info",
+    "gauge",
+    "Always 1: the lanes config the sidecar runs, as a short hash (events' "
+    "config_fingerprint) and the config's version.",
+    CONFIG_HASH,
+    CONFIG_VERSION,
+)
+
+# The sidecar's own health.
+EVENTS_WRITTEN = _m("events_written", "counter", "Request events written by an exporter.", EXPORTER)
+EVENTS_DROPPED = _m(
+    "events_dropped",
+    "counter",
+    "Request events an exporter could not write (queue full or I/O error).",
+    EXPORTER,
+    REASON,
+)
+EXPORTER_FAILURES = _m(
+    "exporter_failures", "counter", "Exceptions raised inside an exporter.", EXPORTER
+)
+ENGINE_SPANS = _m(
+    "engine_spans",
+    "counter",
+    "Engine request spans received (vLLM llm_request, SGLang, TGI), by join result: "
+    "joined, late (its event was already written without the engine view), rejected "
+    "(a number out of range, or no timing), or unknown (not a request the sidecar sent "
+    "to a tracing pool).",
+    RESULT,
+)
+EVENT_LOOP_LAG = _m(
+    "event_loop_lag_seconds",
+    "histogram",
+    "How late the sidecar's event loop ran a timer (sampled every 100 ms): time a request "
+    "arriving then waited for the relay before it was even read.",
+)
+# Sampling period of EVENT_LOOP_LAG and its buckets (a 2-core machine shows ~0.1 ms idle).
+EVENT_LOOP_LAG_PERIOD_S: Final = 0.1
+EVENT_LOOP_LAG_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+# Lag above which the relay itself is the bottleneck: the alert's default and the panel's line.
+EVENT_LOOP_LAG_MAX_S: Final = 0.05
+# Hardening (obs.sidecar.guard, obs.sidecar.traces; docs/security.md).
+CONNECTION_LIMITS = _m(
+    "connection_limits",
+    "counter",
+    "Client connections or requests cut by a sidecar limit, by limit (every limit from 0).",
+    LIMIT,
+)
+CLIENT_CONNECTIONS = _m(
+    "client_connections", "gauge", "Client connections open on the relay's port."
+)
+TRACE_EXPORTS_REFUSED = _m(
+    "trace_exports_refused",
+    "counter",
+    "OTLP exports refused on /v1/traces, by reason (every reason from 0).",
+    REASON,
+)
+REJECTED_EVENTS_SKIPPED = _m(
+    "rejected_events_skipped",
+    "counter",
+    "Events of refused requests (401, 4xx before a lane) not written: over the record's rate.",
+)
+
+ALL_METRICS: Final = (
+    REQUESTS,
+    REQUEST_DURATION,
+    PHASE_DURATION,
+    TTFT,
+    TPOT,
+    ITL,
+    STREAM_BLOCKED,
+    PROMPT_TOKENS,
+    CACHED_TOKENS,
+    COMPLETION_TOKENS,
+    ADMISSION_REJECTIONS,
+    UPSTREAM_ERRORS,
+    CLIENT_DISCONNECTS,
+    IN_FLIGHT,
+    QUEUED,
+    LANE_INFO,
+    POOL_UP,
+    POOL_KV_CACHE_USAGE,
+    POOL_RUNNING,
+    POOL_WAITING,
+    POOL_PREFIX_QUERIES,
+    POOL_PREFIX_HITS,
+    POOL_PREEMPTIONS,
+    POOL_ENGINE_INFO,
+    POOL_SETTINGS_INFO,
+    POOL_SETTINGS_CHANGED,
+    CONFIG_INFO,
+    EVENTS_WRITTEN,
+    EVENTS_DROPPED,
+    EXPORTER_FAILURES,
+    ENGINE_SPANS,
+    EVENT_LOOP_LAG,
+    CONNECTION_LIMITS,
+    CLIENT_CONNECTIONS,
+    TRACE_EXPORTS_REFUSED,
+    REJECTED_EVENTS_SKIPPED,
+)
