@@ -13,7 +13,6 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -41,7 +40,7 @@ from obs.sidecar.payloads import (
     wants_usage,
 )
 from obs.sidecar.pools import PoolSet, Replica
-from obs.sidecar.request import Request
+from obs.sidecar.request import Plan, Request
 from obs.sidecar.streaming import relay_stream, relay_whole
 from obs.sidecar.types import Message, Receive, Scope, Send
 from obs.sidecar.upstream import ConnectFailed, Response, Upstream, UpstreamError
@@ -58,19 +57,6 @@ _BODY = "http.response.body"
 # buffer, then the error frame) may take to reach a slow client before the process exits.
 SHUTDOWN_FLUSH_S = 5.0
 SHUTDOWN_MESSAGE = "the sidecar shut down before the request finished (--shutdown-grace ended)"
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """What the request side decided: the lane and its gate, the admission cost, and what
-    goes to the pool (the client's headers, the body as sent, whether usage was injected)."""
-
-    lane: Lane
-    gate: LaneGate
-    cost: int
-    headers: dict[str, str]
-    raw: bytes
-    inject: bool
 
 
 class Relay:

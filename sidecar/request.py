@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
+from obs.config import Lane
 from obs.events import Event
 from obs.phases import Clock
 from obs.sidecar.admission import LaneGate, Ticket
@@ -14,6 +16,19 @@ from obs.sidecar.upstream import Response
 from obs.tracecontext import TraceIds
 
 MAX_GAPS = 100_000  # inter-token gaps kept per request (an endless stream stays bounded)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What the request side decided: the lane and its gate, the admission cost, and what
+    goes to the pool (the client's headers, the body as sent, whether usage was injected)."""
+
+    lane: Lane
+    gate: LaneGate
+    cost: int
+    headers: dict[str, str]
+    raw: bytes
+    inject: bool
 
 
 class GapList(list[int]):

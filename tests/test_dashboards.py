@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -15,14 +12,15 @@ import pytest
 import yaml
 
 from obs import conventions as c
-from obs.config import Config, default_config_path, load_config, parse_config, single_upstream
-from obs.dashboards import all_queries, render, substitute
+from obs.config import Config
+from obs.dashboards import render
 from obs.dashboards.build import iter_panels
-from obs.dashboards.variables import DEFAULT_VALUES, referenced
+from obs.dashboards.variables import referenced
 from obs.promql import metric_names
 from tests.support import strings
 
-from .conftest import IN_CI, require_binary
+from .conftest import IN_CI
+from .dashboards_support import CONFIGS, UIDS, board_exprs, board_variables
 
 ROOT = Path(__file__).resolve().parents[1]
 # vLLM 0.32's real /metrics output: a copy in the repository if there is one, else the shared one.
@@ -33,14 +31,6 @@ VLLM_REFERENCES = (
 )
 RULES_DIR = ROOT / "deploy" / "prometheus" / "rules"
 WIDTH = 24
-UIDS = {
-    "vllm-obs-overview",
-    "vllm-obs-lane",
-    "vllm-obs-pools",
-    "vllm-obs-admission",
-    "vllm-obs-slo",
-}
-
 # -- names ---------------------------------------------------------------------------------
 
 
@@ -54,39 +44,6 @@ def variable_query_names(query: str) -> set[str]:
 # -- fixtures ----------------------------------------------------------------------------------
 
 
-def _custom_config() -> Config:
-    """One lane with unusual burn windows and a latency SLO that is not a default bucket."""
-    return parse_config(
-        {
-            "pools": [
-                {"name": "gpu", "replicas": ["http://127.0.0.1:9"], "kv_cache_usage_max": 0.8}
-            ],
-            "lanes": [
-                {
-                    "name": "solo",
-                    "pool": "gpu",
-                    "slo": {
-                        "ttft": {"threshold_ms": 333, "objective": 0.9},
-                        "cache_hit_ratio_min": 0.4,
-                        "burn_windows": [
-                            {"severity": "page", "long": "2h", "short": "10m", "factor": 9},
-                            {"severity": "ticket", "long": "4d", "short": "8h", "factor": 1.5},
-                        ],
-                    },
-                }
-            ],
-            "default_lane": "solo",
-        }
-    )
-
-
-CONFIGS = {
-    "default": load_config(default_config_path()),
-    "single-upstream": single_upstream("http://127.0.0.1:8001"),
-    "custom": _custom_config(),
-}
-
-
 @pytest.fixture(params=sorted(CONFIGS), scope="module")
 def config(request: pytest.FixtureRequest) -> Config:
     """Each config the dashboards are checked against."""
@@ -97,16 +54,6 @@ def config(request: pytest.FixtureRequest) -> Config:
 def boards(config: Config) -> dict[str, dict[str, Any]]:
     """The rendered dashboards of that config."""
     return render(config)
-
-
-def _exprs(board: dict[str, Any]) -> Iterator[str]:
-    for panel in iter_panels(board):
-        for target in panel.get("targets", []):
-            yield target["expr"]
-
-
-def _variables(board: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {v["name"]: v for v in board["templating"]["list"]}
 
 
 # -- valid for import --------------------------------------------------------------------------
@@ -154,7 +101,7 @@ def test_grid_positions_fit_and_do_not_overlap(boards: dict[str, dict[str, Any]]
 def test_datasource_references_are_defined(boards: dict[str, dict[str, Any]]) -> None:
     """Every querying panel and target uses a datasource variable the dashboard defines."""
     for uid, board in boards.items():
-        variables = _variables(board)
+        variables = board_variables(board)
         refs: list[dict[str, Any]] = []
         for panel in iter_panels(board):
             if panel.get("targets"):
@@ -172,10 +119,12 @@ def test_datasource_references_are_defined(boards: dict[str, dict[str, Any]]) ->
 def test_template_variables_used_are_defined_and_used(boards: dict[str, dict[str, Any]]) -> None:
     """Every $variable a dashboard refers to is defined there, and every one defined is used."""
     for uid, board in boards.items():
-        defined = set(_variables(board))
+        defined = set(board_variables(board))
         body = {k: v for k, v in board.items() if k != "templating"}
         used_in_body = {n for s in strings(body) for n in referenced(s)}
-        used_in_vars = {n for v in _variables(board).values() for n in referenced(str(v["query"]))}
+        used_in_vars = {
+            n for v in board_variables(board).values() for n in referenced(str(v["query"]))
+        }
         used = {n for n in used_in_body | used_in_vars if not n.startswith("__")}
         assert used <= defined, f"{uid}: undefined variables {sorted(used - defined)}"
         assert defined <= used, f"{uid}: unused variables {sorted(defined - used)}"
@@ -244,10 +193,10 @@ def test_every_metric_is_in_conventions_or_vllm_reference(
     allowed = _allowed_names(config)
     for uid, board in boards.items():
         names: set[str] = set()
-        for expr in _exprs(board):
+        for expr in board_exprs(board):
             assert metric_names(expr), f"{uid}: no metric in {expr!r}"
             names |= metric_names(expr)
-        for var in _variables(board).values():
+        for var in board_variables(board).values():
             if var["type"] == "query":
                 names |= variable_query_names(var["query"])
         assert names <= allowed, f"{uid}: unknown names {sorted(names - allowed)}"
@@ -259,7 +208,7 @@ def test_vllm_names_the_dashboards_use_are_real() -> None:
     used = {
         n
         for board in render(CONFIGS["default"]).values()
-        for expr in _exprs(board)
+        for expr in board_exprs(board)
         for n in metric_names(expr)
         if n.startswith("vllm:")
     }
@@ -277,7 +226,7 @@ def test_latency_slo_thresholds_are_exporter_buckets(config: Config) -> None:
     les = {
         le
         for board in render(config).values()
-        for e in _exprs(board)
+        for e in board_exprs(board)
         for le in re.findall(r'le="([^"]+)"', e)
     }
     assert les <= bounds, sorted(les - bounds)
@@ -300,7 +249,7 @@ def test_recording_rules_used_are_generated() -> None:
     used = {
         n
         for board in render(CONFIGS["default"]).values()
-        for expr in _exprs(board)
+        for expr in board_exprs(board)
         for n in metric_names(expr)
         if n.startswith(f"{c.RULE_PREFIX}:")
     }
@@ -308,128 +257,3 @@ def test_recording_rules_used_are_generated() -> None:
 
 
 # -- what the dashboards show ------------------------------------------------------------------
-
-
-def _panel(board: dict[str, Any], title: str) -> dict[str, Any]:
-    return next(p for p in iter_panels(board) if p["title"] == title)
-
-
-def test_slo_panels_follow_the_config() -> None:
-    """The SLO dashboard plots each burn window and draws every factor as a threshold line."""
-    board = render(CONFIGS["custom"])["vllm-obs-slo"]
-    burn = _panel(board, "solo ttft: burn rate")
-    assert [t["expr"] for t in burn["targets"]] == [
-        f'{c.burn_rate_rule(w)}{{lane="solo", slo="ttft"}}' for w in ("2h", "4d")
-    ]
-    steps = burn["fieldConfig"]["defaults"]["thresholds"]["steps"]
-    assert [s["value"] for s in steps] == [None, 1.5, 9.0]
-    assert burn["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"]["mode"] != "off"
-    budget = _panel(board, "solo ttft: budget left")
-    assert budget["targets"][0]["expr"] == (
-        f'{c.ERROR_BUDGET_REMAINING_RULE}{{lane="solo", slo="ttft"}}'
-    )
-    titles = {p["title"] for p in iter_panels(board)}
-    assert not any(t.startswith("solo tpot") or t.startswith("solo availability") for t in titles)
-
-
-def test_default_slo_dashboard_has_a_row_per_lane_with_slos() -> None:
-    """Each default lane with an SLO gets a row with budget and burn panels per declared SLO."""
-    config = CONFIGS["default"]
-    board = render(config)["vllm-obs-slo"]
-    titles = {p["title"] for p in iter_panels(board)}
-    for lane in config.lanes:
-        for kind in c.SLO_KINDS:
-            declared = getattr(lane.slo, kind) is not None
-            assert (f"{lane.name} {kind}: burn rate" in titles) is declared, (lane.name, kind)
-    steps = _panel(board, "chat ttft: burn rate")["fieldConfig"]["defaults"]["thresholds"]["steps"]
-    assert [s["value"] for s in steps] == [None, 1.0, 3.0, 6.0, 14.4]
-
-
-def test_pool_thresholds_come_from_the_config() -> None:
-    """KV usage and cache-hit panels draw the pools' and lanes' limits from the config."""
-    board = render(CONFIGS["custom"])["vllm-obs-pools"]
-    kv = _panel(board, "KV cache usage")["fieldConfig"]["defaults"]["thresholds"]["steps"]
-    assert [s["value"] for s in kv] == [None, 0.8]
-    hit = _panel(board, "Prefix-cache hit ratio by pool")
-    assert [s["value"] for s in hit["fieldConfig"]["defaults"]["thresholds"]["steps"]] == [
-        None,
-        0.4,
-    ]
-
-
-def test_lane_drilldown_stacks_the_five_phases() -> None:
-    """The drill-down's stacked panel is the mean of each phase, per phase label."""
-    board = render(CONFIGS["default"])["vllm-obs-lane"]
-    panel = _panel(board, "Mean time per phase (stacked)")
-    assert panel["fieldConfig"]["defaults"]["custom"]["stacking"]["mode"] == "normal"
-    (target,) = panel["targets"]
-    assert f"sum by ({c.PHASE})" in target["expr"]
-    assert c.PHASE_DURATION.name + "_sum" in target["expr"]
-    lane_var = _variables(board)["lane"]
-    assert lane_var["multi"] is False
-    assert lane_var["current"]["value"] == CONFIGS["default"].default_lane
-    heat = _panel(board, "TTFT heatmap")
-    assert heat["type"] == "heatmap" and heat["targets"][0]["format"] == "heatmap"
-
-
-def test_goodput_takes_the_smallest_of_ok_and_each_latency_sli() -> None:
-    """Goodput per lane is min(ok rate, rate within each latency threshold) of that lane."""
-    board = render(CONFIGS["default"])["vllm-obs-overview"]
-    targets = {t["legendFormat"]: t["expr"] for t in _panel(board, "Goodput by lane")["targets"]}
-    assert set(targets) == set(CONFIGS["default"].lane_names)
-    chat = targets["chat"]
-    assert chat.startswith("min(")
-    assert 'outcome="ok"' in chat and 'le="0.5"' in chat and 'le="0.05"' in chat
-    assert "le=" not in targets["batch"]  # availability only
-
-
-# -- all_queries -------------------------------------------------------------------------------
-
-
-def test_all_queries_fill_in_every_variable() -> None:
-    """all_queries returns runnable PromQL: no template variables are left."""
-    queries = all_queries(CONFIGS["default"])
-    assert {q.uid for q in queries} == UIDS
-    assert len(queries) == sum(1 for b in render(CONFIGS["default"]).values() for _ in _exprs(b))
-    for uid, title, expr in queries:
-        assert "$" not in expr, (uid, title, expr)
-    assert any('lane=~".*"' in q.expr and "[5m]" in q.expr for q in queries)
-
-
-def test_all_queries_raw_and_overrides() -> None:
-    """raw=True keeps the panels' variables; values= overrides the defaults per variable."""
-    raw = all_queries(CONFIGS["default"], raw=True)
-    assert any("$lane" in q.expr for q in raw)
-    chat = all_queries(CONFIGS["default"], values={"lane": "chat", "__rate_interval": "1m"})
-    assert any('lane=~"chat"' in q.expr and "[1m]" in q.expr for q in chat)
-
-
-def test_substitute_forms_and_unknown_variables() -> None:
-    """substitute fills $x, ${x} and ${x:fmt} and names a variable it has no value for."""
-    assert substitute('a{l=~"$lane",p=~"${pool}",m=~"${model:regex}"}[$__rate_interval]') == (
-        'a{l=~".*",p=~".*",m=~".*"}[5m]'
-    )
-    assert DEFAULT_VALUES["lane"] == ".*"
-    with pytest.raises(KeyError, match=r"\$tenant"):
-        substitute('x{t="$tenant"}')
-
-
-@pytest.mark.prometheus
-def test_every_panel_query_parses_in_promtool(tmp_path: Path) -> None:
-    """Each query all_queries returns is valid PromQL to Prometheus's own parser."""
-    promtool = require_binary("promtool")
-    queries = all_queries(CONFIGS["default"]) + all_queries(CONFIGS["custom"])
-    rules = [{"record": f"dashboard_check:q{i}", "expr": q.expr} for i, q in enumerate(queries)]
-    path = tmp_path / "queries.yml"
-    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}))
-    result = subprocess.run(
-        [promtool, "check", "rules", str(path)], capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_cli_module_does_not_import_grafanalib() -> None:
-    """Building the vllm-obs parser does not load grafanalib (it loads in the handler)."""
-    code = "import sys, obs.dashboards.cli; print('grafanalib' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
