@@ -195,3 +195,26 @@ def mixed_log(tmp_path: Path) -> tuple[str, list[Event]]:
 def mixed_log_path(mixed_log: tuple[str, list[Event]]) -> str:
     """The path of the ``mixed_log`` event log."""
     return mixed_log[0]
+
+
+# ---- a second engine with vLLM's own admission limit (tests/test_lanes_*.py) ------------
+
+VLLM_B_QUEUE_CAP = 3  # vllm_b's --max-num-queued-reqs
+
+
+@pytest.fixture(scope="session")
+def vllm_b(
+    engine_paths: EnginePaths, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[VllmServer]:
+    """A second real engine: 64 MiB of KV cache, at most 3 unfinished requests."""
+    server = VllmServer(
+        engine_paths.model_dir,
+        kv_cache_bytes=64 << 20,
+        extra_args=("--max-num-queued-reqs", str(VLLM_B_QUEUE_CAP)),
+        log_path=tmp_path_factory.mktemp("vllm-b") / "vllm.log",
+        python=engine_paths.python,
+        launcher=engine_paths.launcher,
+    )
+    server.start()
+    yield server
+    server.stop()
