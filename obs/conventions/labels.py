@@ -5,6 +5,51 @@ from __future__ import annotations
 
 from typing import Final
 
+__all__ = [
+    "BAD_OUTCOMES",
+    "CHANGED",
+    "CLIENT_ERROR",
+    "CONFIG_HASH",
+    "CONFIG_VERSION",
+    "DISCONNECTED",
+    "ENGINE",
+    "ENGINE_QUEUE_FULL",
+    "ERROR",
+    "ERROR_CLASS",
+    "EXPORTER",
+    "FINGERPRINT",
+    "FINISH_REASON",
+    "FINISH_REASONS",
+    "LANE",
+    "LIMIT",
+    "MAX_MODEL_LABELS",
+    "MODEL",
+    "NAMESPACE",
+    "NEW",
+    "OK",
+    "OLD",
+    "OUTCOME",
+    "OUTCOMES",
+    "OVERFLOW_LABEL",
+    "OVER_TOKEN_BUDGET",
+    "PHASE",
+    "PHASES",
+    "POOL",
+    "POOL_UNAVAILABLE",
+    "PROMPT_TOO_LONG",
+    "QUEUE_FULL",
+    "QUEUE_TIMEOUT",
+    "REASON",
+    "REJECTED",
+    "REJECTION_REASONS",
+    "REPLICA",
+    "RESULT",
+    "TENANT_SHARE",
+    "TOKENS_COUNTED",
+    "TOKENS_FROM_ENGINE",
+    "TOKENS_FROM_USAGE",
+]
+
 NAMESPACE: Final = "vllm_obs"
 
 # Label names.
