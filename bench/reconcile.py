@@ -28,7 +28,7 @@ from bench.procs import vllm_and_sidecar
 from obs import conventions as c
 from obs.engine import VllmServer
 from obs.sidecar.testing import SidecarProcess
-from tests.probes import samples
+from tests.support.probes import samples
 
 MSGS: Any = [{"role": "user", "content": "def fibonacci(n):"}]
 PROMPT_LIST = ["import os\n", "def main():"]

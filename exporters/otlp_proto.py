@@ -9,7 +9,7 @@ bytes directly costs a tenth of that (``python -m bench.exporter_cost``).
 
 Only the messages and fields the sidecar emits are written; field numbers are
 those of ``opentelemetry/proto/trace/v1/trace.proto`` (v1.x, stable).
-``tests/test_otel_export.py`` decodes the output with ``opentelemetry-proto``.
+``tests/exporters/test_otel_export.py`` decodes the output with ``opentelemetry-proto``.
 """
 
 from __future__ import annotations

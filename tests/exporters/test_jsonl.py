@@ -1,0 +1,124 @@
+"""The JSONL event exporter: whole lines, owner-only files, rotation, and failures counted."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+from obs.events import Event
+from obs.exporters.jsonl import JsonlExporter
+from obs.phases import Clock
+from obs.record import Finished
+from obs.tracecontext import new_ids
+from tests.support.probes import EventCounts
+
+
+def _finished(i: int) -> Finished:
+    return Finished(Event(request_id=f"r{i}"), Clock(received=0, end=1), 0, new_ids(None))
+
+
+def test_every_event_is_one_whole_line_after_shutdown(tmp_path: Path) -> None:
+    """Each export becomes exactly one parseable line, all flushed at shutdown."""
+    counts = EventCounts()
+    exp = JsonlExporter(tmp_path / "ev.jsonl", counters=counts)
+    for i in range(1000):
+        exp.export(_finished(i))
+    exp.force_flush()
+    exp.shutdown()
+    lines = (tmp_path / "ev.jsonl").read_bytes().splitlines()
+    assert [orjson.loads(line)["request_id"] for line in lines] == [f"r{i}" for i in range(1000)]
+    assert counts.written == 1000
+
+
+def test_event_file_is_owner_only(tmp_path: Path) -> None:
+    """The event log is created with mode 0600."""
+    exp = JsonlExporter(tmp_path / "ev.jsonl")
+    exp.export(_finished(0))
+    exp.shutdown()
+    assert stat.S_IMODE(os.stat(tmp_path / "ev.jsonl").st_mode) == 0o600
+
+
+def test_rotation_keeps_backups_and_loses_nothing(tmp_path: Path) -> None:
+    """Past max_bytes the log rotates to .1, .2...; no event is lost across rotations."""
+    exp = JsonlExporter(tmp_path / "ev.jsonl", max_bytes=20_000, backups=50)
+    for i in range(300):
+        exp.export(_finished(i))
+        if i % 50 == 0:
+            exp.force_flush()
+    exp.shutdown()
+    files = sorted(tmp_path.glob("ev.jsonl*"))
+    assert len(files) > 2
+    ids = [orjson.loads(x)["request_id"] for f in files for x in f.read_bytes().splitlines()]
+    assert sorted(ids) == sorted(f"r{i}" for i in range(300))
+    # A file is rotated once it passes max_bytes; it may exceed it by at most one batch.
+    assert all(f.stat().st_size <= 20_000 + 60_000 for f in files)
+
+
+def test_unwritable_directory_counts_drops_and_keeps_running(tmp_path: Path) -> None:
+    """When the log cannot be written, events are counted as dropped; export never raises."""
+    target = tmp_path / "file-not-dir"
+    target.write_text("x")
+    counts = EventCounts()
+    exp = JsonlExporter(target / "ev.jsonl", counters=counts)
+    for i in range(10):
+        exp.export(_finished(i))
+    exp.force_flush()
+    exp.shutdown()
+    assert counts.dropped.get("io_error") == 10
+    assert counts.written == 0
+
+
+def test_rotation_never_lets_a_file_pass_its_limit(tmp_path: Path) -> None:
+    """One 2,000-event batch against a 200 kB limit: every file stays within it (item 14)."""
+    exp = JsonlExporter(tmp_path / "ev.jsonl", max_bytes=200_000, backups=50)
+    for i in range(2000):
+        exp.export(_finished(i))
+    exp.shutdown()
+    files = sorted(tmp_path.glob("ev.jsonl*"))
+    assert len(files) > 2
+    assert all(f.stat().st_size <= 200_000 for f in files)
+    ids = [orjson.loads(x)["request_id"] for f in files for x in f.read_bytes().splitlines()]
+    assert sorted(ids) == sorted(f"r{i}" for i in range(2000))
+
+
+_FULL_DISK = """
+import resource, sys
+from obs.events import Event
+from obs.exporters.jsonl import JsonlExporter
+from obs.phases import Clock
+from obs.record import Finished
+from obs.tracecontext import new_ids
+
+def f(i):
+    return Finished(Event(request_id=f"r{i}"), Clock(received=0, end=1), 0, new_ids(None))
+
+exp = JsonlExporter(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_FSIZE, (50_000, resource.RLIM_INFINITY))
+for i in range(1000):
+    exp.export(f(i))
+exp.force_flush()
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+for i in range(1000, 1005):
+    exp.export(f(i))
+exp.shutdown()
+"""
+
+
+def test_a_short_write_leaves_no_torn_line(tmp_path: Path) -> None:
+    """A disk that takes half a line (file size limit): cut back, later events whole (item 14).
+
+    The full disk is a file size limit (RLIMIT_FSIZE) on a child process: the same short
+    write and EFBIG a full disk gives, without a disk to fill.
+    """
+    path = tmp_path / "ev.jsonl"
+    subprocess.run([sys.executable, "-c", _FULL_DISK, str(path)], check=True, timeout=60)
+    data = path.read_bytes()
+    assert data.endswith(b"\n")
+    ids = [orjson.loads(line)["request_id"] for line in data.splitlines()]
+    assert ids[-5:] == [f"r{i}" for i in range(1000, 1005)]
+    assert len(ids) == len(set(ids))

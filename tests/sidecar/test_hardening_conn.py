@@ -1,0 +1,129 @@
+"""The relay port's connection limits, tried with raw sockets as an attacker would (issue 22).
+
+Every case runs against a real sidecar process; none needs a pool to answer (the
+requests are cut before one is reached), so the upstream is a closed port.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from obs.procs import free_port
+from obs.sidecar.testing import SidecarProcess
+from tests.conftest import SidecarFactory
+from tests.support.probes import metric, rss_bytes
+from tests.support.rawhttp import closed_within, connect, exchange, status, trickle
+
+LIMITS = "vllm_obs_connection_limits_total"
+SHORT_LIMITS = (
+    "--header-timeout", "1", "--body-timeout", "1", "--idle-timeout", "1",
+    "--max-connections", "20",
+)  # fmt: skip
+
+
+@pytest.fixture
+def guarded(sidecar: SidecarFactory) -> Iterator[SidecarProcess]:
+    """A sidecar with short timeouts and few connections, in front of a closed port."""
+    yield sidecar(
+        f"http://127.0.0.1:{free_port()}",
+        args=SHORT_LIMITS,
+        traces=False,
+    )
+
+
+def test_huge_header_is_refused_with_431_after_one_read(guarded: SidecarProcess) -> None:
+    """A 32 MB header value is answered 431 at once and never held (item 4 and 12)."""
+    head = b"GET /health HTTP/1.1\r\nhost: x\r\nx-big: "
+    t0 = time.monotonic()
+    with connect(guarded.port) as s:
+        try:
+            s.sendall(head)
+            for _ in range(32):
+                s.sendall(b"a" * (1 << 20))
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        try:
+            answer = s.recv(4096)
+        except ConnectionResetError:
+            answer = b""
+    assert time.monotonic() - t0 < 5
+    assert status(answer) in (0, 431)  # 0: reset before the answer could be read
+    assert rss_bytes(guarded.pid) < 200 << 20
+    assert metric(guarded.url, LIMITS, limit="header_bytes") >= 1
+    assert exchange(guarded.port, head + b"a" * (100 << 10) + b"\r\n\r\n").startswith(
+        b"HTTP/1.1 431"
+    )
+
+
+def test_too_many_headers_and_a_long_request_line_are_refused(guarded: SidecarProcess) -> None:
+    """500 headers get 431 and a 10 kB request target 414 (item 4), each counted."""
+    many = b"".join(b"x-%d: a\r\n" % i for i in range(500))
+    assert (
+        status(exchange(guarded.port, b"GET /health HTTP/1.1\r\nhost: x\r\n" + many + b"\r\n"))
+        == 431
+    )
+    long_line = b"GET /" + b"a" * 10_000 + b" HTTP/1.1\r\nhost: x\r\n\r\n"
+    assert status(exchange(guarded.port, long_line)) == 414
+    assert metric(guarded.url, LIMITS, limit="header_count") == 1
+    assert metric(guarded.url, LIMITS, limit="request_line") == 1
+
+
+def test_connection_without_a_request_is_closed_after_the_idle_timeout(
+    guarded: SidecarProcess,
+) -> None:
+    """A connection that never sends a byte is closed after --idle-timeout (item 5)."""
+    with connect(guarded.port) as s:
+        waited = closed_within(s, 5)
+    assert waited is not None and waited < 3
+    assert metric(guarded.url, LIMITS, limit="idle_timeout") >= 1
+
+
+def test_slowloris_headers_get_408_after_the_header_timeout(guarded: SidecarProcess) -> None:
+    """One header byte every 0.3 s is cut with 408 after --header-timeout (item 5)."""
+    with connect(guarded.port) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n")
+        assert trickle(s, b"x", 6) < 4
+        answer = b""
+        with contextlib.suppress(ConnectionResetError):
+            answer = s.recv(4096)
+    assert status(answer) in (0, 408)
+    assert metric(guarded.url, LIMITS, limit="header_timeout") == 1
+
+
+def test_slow_body_is_cut_after_the_body_timeout(guarded: SidecarProcess) -> None:
+    """A body trickling in a byte at a time is cut with 408 after --body-timeout (item 5)."""
+    with connect(guarded.port) as s:
+        s.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json"
+            b"\r\ncontent-length: 1000\r\n\r\n{"
+        )
+        assert trickle(s, b" ", 6) < 4
+    assert metric(guarded.url, LIMITS, limit="body_timeout") == 1
+
+
+def test_connections_past_the_maximum_get_503_and_health_still_answers(
+    guarded: SidecarProcess,
+) -> None:
+    """With --max-connections 20 held open, the next is answered 503 and counted (item 5)."""
+    held: list[socket.socket] = []
+    try:
+        for _ in range(20):
+            held.append(connect(guarded.port))
+        for s in held:  # keep them past the idle timeout's reach: each starts a request
+            s.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n")
+        time.sleep(0.2)
+        with connect(guarded.port) as extra:
+            answer = extra.recv(4096)
+        assert status(answer) == 503
+    finally:
+        for s in held:
+            s.close()
+    time.sleep(0.3)
+    assert httpx.get(guarded.url + "/health", timeout=5).status_code == 200
+    assert metric(guarded.url, LIMITS, limit="max_connections") == 1

@@ -1,0 +1,164 @@
+"""The record tells the truth where only a precise fault shows it (scripted pool).
+
+A real vLLM sends these cases only now and then (a loaded API server delivering a
+whole answer in one read, a client closing between ``[DONE]`` and the body's last
+chunk), so each is scripted here read by read with ``ScriptedUpstream`` to make it
+happen every time. ``test_record_truth_vllm`` covers the same rules on a real engine.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from obs import conventions as c
+from obs.sidecar.testing import SidecarProcess
+from tests.conftest import SidecarFactory
+from tests.support.probes import DONE_FRAME, metric
+from tests.support.scripted_upstream import Script, ScriptedUpstream
+
+CHAT = "/v1/chat/completions"
+FP = "vllm-0.32.0-ce866d06"
+
+
+def frame(obj: Any) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def chunk(content: str, finish: str | None = None) -> bytes:
+    """A vLLM chat token frame (as in the reference capture)."""
+    choice = {"index": 0, "delta": {"content": content}, "logprobs": None, "finish_reason": finish}
+    return frame({"id": "chatcmpl-x", "object": "chat.completion.chunk", "choices": [choice]})
+
+
+def usage_frame(prompt: int, completion: int) -> bytes:
+    usage = {"prompt_tokens": prompt, "completion_tokens": completion}
+    return frame({"id": "chatcmpl-x", "choices": [], "usage": usage, "system_fingerprint": FP})
+
+
+def answer(tokens: int) -> list[bytes]:
+    """A whole streamed answer of ``tokens`` tokens with usage, as vLLM sends it."""
+    body = [chunk("a") for _ in range(tokens - 1)] + [chunk("a", "length")]
+    return [*body, usage_frame(5, tokens), DONE_FRAME]
+
+
+@pytest.fixture
+def upstream() -> Iterator[ScriptedUpstream]:
+    """The scripted pool (no real vLLM can be made to send these cases on demand)."""
+    with ScriptedUpstream() as fake:
+        yield fake
+
+
+def stream(sc: SidecarProcess, rid: str, **extra: Any) -> httpx.Response:
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "stream": True}
+    return httpx.post(
+        sc.url + CHAT, json={**body, **extra}, headers={"X-Request-Id": rid}, timeout=30
+    )
+
+
+def event(sc: SidecarProcess, rid: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        for ev in sc.events():
+            if ev["request_id"] == rid:
+                return ev
+        time.sleep(0.05)
+    raise AssertionError(f"no event for {rid}")
+
+
+def test_client_closing_after_done_is_a_delivered_stream(
+    upstream: ScriptedUpstream, sidecar: SidecarFactory
+) -> None:
+    """A client that closes after reading [DONE] (as the openai SDK does) got it all: ok."""
+    sc = sidecar(upstream.url, traces=False)
+    rid = uuid.uuid4().hex
+    # The pool ends its body 1 s after [DONE]: the client is long gone by then.
+    upstream.scripts[rid] = Script(pieces=answer(4), end_delay_s=1.0)
+    raw = (
+        f"POST {CHAT} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        f"x-request-id: {rid}\r\ncontent-length: {{n}}\r\n\r\n"
+    )
+    body = json.dumps({"model": "tiny", "messages": [], "stream": True}).encode()
+    with socket.create_connection(("127.0.0.1", sc.port), timeout=10) as s:
+        s.sendall(raw.format(n=len(body)).encode() + body)
+        got = b""
+        while DONE_FRAME not in got:
+            got += s.recv(65536)
+    ev = event(sc, rid)
+    assert (ev["status"], ev["error_class"], ev["http_status"]) == (c.OK, None, 200)
+    assert (ev["completion_tokens"], ev["tokens_source"]) == (4, c.TOKENS_FROM_USAGE)
+
+
+def test_answer_in_one_read_has_no_cadence(
+    upstream: ScriptedUpstream, sidecar: SidecarFactory
+) -> None:
+    """A whole answer in one read: TPOT and ITL null, the burst flagged, no histogram sample."""
+    sc = sidecar(upstream.url, traces=False)
+    spread, burst = uuid.uuid4().hex, uuid.uuid4().hex
+    upstream.scripts[spread] = Script(pieces=answer(6), gap_s=0.05)
+    upstream.scripts[burst] = Script(pieces=answer(6), burst=True)
+    assert stream(sc, spread).status_code == 200
+    ev = event(sc, spread)
+    assert ev["burst_chunks"] == 1 and ev["tpot_ms"] > 0 and ev["itl_p50_ms"] > 0
+    tpot_before = metric(sc.url, c.TPOT.series[2])
+    itl_before = metric(sc.url, c.ITL.series[2])
+    assert stream(sc, burst).status_code == 200
+    ev = event(sc, burst)
+    assert ev["burst_chunks"] == 6 and ev["output_chunks"] == 6
+    assert ev["tpot_ms"] is None and ev["itl_p50_ms"] is None and ev["itl_max_ms"] is None
+    assert ev["completion_tokens"] == 6 and ev["ttft_ms"] is not None
+    assert metric(sc.url, c.TPOT.series[2]) == tpot_before
+    assert metric(sc.url, c.ITL.series[2]) == itl_before
+
+
+def test_streamed_error_reply_is_no_first_token(
+    upstream: ScriptedUpstream, sidecar: SidecarFactory
+) -> None:
+    """A 5xx JSON body to a streamed request: no TTFT, no output chunk, no TTFT sample."""
+    sc = sidecar(upstream.url, traces=False)
+    rid = uuid.uuid4().hex
+    err = b'{"error":{"message":"boom","type":"InternalServerError","code":500}}'
+    upstream.scripts[rid] = Script(status=500, content_type="application/json", pieces=[err])
+    ttft_before = metric(sc.url, c.TTFT.series[2])
+    r = stream(sc, rid)
+    assert (r.status_code, r.content) == (500, err)
+    ev = event(sc, rid)
+    assert (ev["status"], ev["ttft_ms"], ev["tpot_ms"], ev["output_chunks"]) == (
+        c.ERROR,
+        None,
+        None,
+        0,
+    )
+    assert metric(sc.url, c.TTFT.series[2]) == ttft_before
+
+
+def test_queue_starts_at_the_first_bytes_of_the_request(
+    upstream: ScriptedUpstream, sidecar: SidecarFactory
+) -> None:
+    """Time between the request's first bytes and its handler is the sidecar's queue."""
+    sc = sidecar(upstream.url, traces=False)
+    rid = uuid.uuid4().hex
+    upstream.scripts[rid] = Script(pieces=answer(2))
+    body = json.dumps({"model": "tiny", "messages": [], "stream": True}).encode()
+    head = (
+        f"host: x\r\ncontent-type: application/json\r\nx-request-id: {rid}\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", sc.port), timeout=10) as s:
+        s.sendall(f"POST {CHAT} HTTP/1.1\r\n".encode())  # the request has begun
+        time.sleep(0.4)
+        s.sendall(head + body)
+        while s.recv(65536):
+            pass
+    ev = event(sc, rid)
+    # The handler started 0.4 s after the first bytes (on a busy machine the read of those
+    # bytes can itself come a little late, hence 350).
+    assert ev["queue_ms"] >= 350 and ev["e2e_ms"] >= 350
+    assert metric(sc.url, c.EVENT_LOOP_LAG.series[2]) > 0  # the loop's lag is sampled too

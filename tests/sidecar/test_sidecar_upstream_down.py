@@ -1,0 +1,47 @@
+"""The sidecar when its pool is unreachable, and after the pool comes back."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from obs.engine import VllmServer
+from obs.procs import free_port
+from tests.conftest import SidecarFactory
+from tests.support.forwarder import Forwarder
+
+pytestmark = pytest.mark.engine
+
+BODY = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+def test_upstream_down_fails_fast_then_recovers(vllm: VllmServer, sidecar: SidecarFactory) -> None:
+    """Pool refusing connections: a fast OpenAI-style 503, recorded; then it serves again."""
+    fwd = Forwarder(vllm.port, free_port())
+    sc = sidecar(fwd.url, traces=False)
+    t0 = time.perf_counter()
+    r = httpx.post(sc.url + "/v1/chat/completions", json=BODY, timeout=10)
+    elapsed = time.perf_counter() - t0
+    assert r.status_code == 503 and elapsed < 1.0
+    assert r.headers["retry-after"] == "1"
+    err = r.json()["error"]
+    assert "unavailable" in err["message"] and err["type"] == "ServiceUnavailableError"
+    assert err["code"] == 503
+    fwd.start()
+    try:
+        r2 = httpx.post(sc.url + "/v1/chat/completions", json=BODY, timeout=30)
+        assert r2.status_code == 200
+        down, up = sc.wait_events(2)
+    finally:
+        fwd.stop()
+    assert (down["status"], down["error_class"], down["http_status"]) == (
+        "error",
+        "upstream_connect",
+        503,
+    )
+    assert down["error_phase"] == "queue"
+    assert up["status"] == "ok"
+    health = httpx.get(sc.url + "/health").json()
+    assert health["pools"]["default"][fwd.url] is True

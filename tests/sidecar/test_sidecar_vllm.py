@@ -1,0 +1,286 @@
+"""The sidecar in front of a real ``vllm serve`` (tiny model): relay fidelity and records."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+import uuid
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from obs.conventions import PHASES
+from obs.engine import VllmServer
+from obs.sidecar.testing import OtlpReceiver
+from tests.conftest import SidecarFactory, require_binary
+from tests.support import probes
+
+pytestmark = pytest.mark.engine
+
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+_CREATED = re.compile(rb'"created":\d+')
+
+
+def _body(route: str, stream: bool, usage: bool | None, max_tokens: int = 12) -> dict[str, Any]:
+    return probes.request_body(route, stream, usage, max_tokens)
+
+
+def _raw(base: str, route: str, body: dict[str, Any], request_id: str) -> tuple[int, bytes]:
+    r = httpx.post(base + route, json=body, headers={"X-Request-Id": request_id}, timeout=60)
+    return r.status_code, _CREATED.sub(b'"created":0', r.content)
+
+
+@pytest.mark.parametrize("route", [CHAT, COMPLETIONS])
+@pytest.mark.parametrize(
+    ("stream", "usage"), [(False, None), (True, None), (True, False), (True, True)]
+)
+def test_relay_is_byte_faithful(
+    vllm: VllmServer, sidecar: SidecarFactory, route: str, stream: bool, usage: bool | None
+) -> None:
+    """Through the sidecar a client receives exactly the bytes vLLM sends directly."""
+    sc = sidecar(vllm.url, traces=False)
+    body = _body(route, stream, usage)
+    rid = uuid.uuid4().hex
+    direct = _raw(vllm.url, route, body, rid)
+    relayed = _raw(sc.url, route, body, rid)
+    assert relayed[0] == direct[0] == 200
+    assert relayed[1] == direct[1]
+    (event,) = sc.wait_events(1)
+    assert event["usage_injected"] is (stream and not usage)
+
+
+def test_openai_client_gets_same_content_and_usage_only_when_asked(
+    vllm: VllmServer, sidecar: SidecarFactory
+) -> None:
+    """The official client sees the same text and usage exactly when it asked for usage."""
+    sc = sidecar(vllm.url, traces=False)
+    direct = openai.OpenAI(base_url=vllm.url + "/v1", api_key="x", max_retries=0)
+    relayed = openai.OpenAI(base_url=sc.url + "/v1", api_key="x", max_retries=0)
+    msgs: Any = [{"role": "user", "content": "class Foo:"}]
+    for client_pair in ((direct, relayed),):
+        outs = []
+        for client in client_pair:
+            chat = client.chat.completions.create(
+                model="tiny", messages=msgs, max_tokens=10, temperature=0
+            )
+            comp = client.completions.create(
+                model="tiny", prompt="import re", max_tokens=10, temperature=0
+            )
+            plain = list(
+                client.chat.completions.create(
+                    model="tiny", messages=msgs, max_tokens=10, temperature=0, stream=True
+                )
+            )
+            with_usage = list(
+                client.chat.completions.create(
+                    model="tiny",
+                    messages=msgs,
+                    max_tokens=10,
+                    temperature=0,
+                    stream=True,
+                    stream_options={"include_usage": True},
+                )
+            )
+            outs.append((chat, comp, plain, with_usage))
+        (d_chat, d_comp, d_plain, d_usage), (r_chat, r_comp, r_plain, r_usage) = outs
+        assert r_chat.choices[0].message.content == d_chat.choices[0].message.content
+        assert r_chat.usage == d_chat.usage
+        assert r_comp.choices[0].text == d_comp.choices[0].text
+        text = "".join(c.choices[0].delta.content or "" for c in r_plain if c.choices)
+        assert text == "".join(c.choices[0].delta.content or "" for c in d_plain if c.choices)
+        assert all(c.usage is None for c in r_plain)
+        assert r_usage[-1].usage is not None
+        assert r_usage[-1].usage == d_usage[-1].usage
+
+
+def _client_ttft_ms(client: httpx.Client, base: str, body: dict[str, Any], rid: str) -> float:
+    """TTFT as the client measures it: send to the first SSE frame carrying text."""
+    t0 = time.perf_counter()
+    with client.stream("POST", base + CHAT, json=body, headers={"X-Request-Id": rid}) as r:
+        ttft = None
+        for line in r.iter_lines():
+            if ttft is None and '"content":"' in line and '"content":""' not in line:
+                ttft = (time.perf_counter() - t0) * 1000
+    assert ttft is not None
+    return ttft
+
+
+def test_event_per_request_with_consistent_phases_ttft_and_tokens(
+    vllm: VllmServer, sidecar: SidecarFactory
+) -> None:
+    """One event per request; phases sum to e2e; TTFT matches the client's; tokens match usage."""
+    sc = sidecar(vllm.url, traces=False)
+    client_ttft: dict[str, float] = {}
+    with httpx.Client(timeout=60) as client:  # one warm keep-alive connection, as real clients
+        for _ in range(4):
+            rid = uuid.uuid4().hex
+            body = _body(CHAT, True, None, max_tokens=40)
+            client_ttft[rid] = _client_ttft_ms(client, sc.url, body, rid)
+    usage_ids = []
+    for route in (CHAT, COMPLETIONS):
+        rid = uuid.uuid4().hex
+        r = httpx.post(
+            sc.url + route, json=_body(route, False, None), headers={"X-Request-Id": rid}
+        )
+        usage_ids.append((rid, r.json()["usage"]))
+    events = sc.wait_events(6)
+    assert len(events) == 6
+    by_id = {e["request_id"]: e for e in events}
+    assert len(by_id) == 6
+    for e in events:
+        phases = [e[f"{p}_ms"] for p in PHASES]
+        assert all(p >= 0 for p in phases)
+        assert abs(sum(phases) - e["e2e_ms"]) <= 1.0
+        assert e["status"] == "ok" and e["http_status"] == 200
+    gaps = []
+    for rid, measured in client_ttft.items():
+        e = by_id[rid]
+        phases_ttft = e["queue_ms"] + e["prefill_ms"] + e["first_token_ms"]
+        assert e["ttft_ms"] == pytest.approx(phases_ttft, abs=0.01)
+        # The client cannot see the token before the sidecar sends it. The sidecar reads its clock
+        # just after the write returns; on this shared 2-core machine the scheduler can take the
+        # core between the two for a few ms (a real error, e.g. a clock read at the stream's end
+        # or after a drain, is tens of ms and more).
+        assert e["ttft_ms"] <= measured + 5.0
+        gaps.append(measured - e["ttft_ms"])
+        assert e["completion_tokens"] == 40 or e["finish_reason"] == "stop"
+    # The client's own TTFT adds only its send and parse time (a few ms on a quiet machine).
+    assert sorted(gaps)[len(gaps) // 2] < 10, gaps
+    for rid, usage in usage_ids:
+        e = by_id[rid]
+        assert e["prompt_tokens"] == usage["prompt_tokens"]
+        assert e["completion_tokens"] == usage["completion_tokens"]
+        assert e["ttft_ms"] is None
+
+
+def test_repeated_long_prefix_shows_cached_tokens(
+    vllm: VllmServer, sidecar: SidecarFactory
+) -> None:
+    """A long prompt sent twice is served from vLLM's prefix cache the second time."""
+    sc = sidecar(vllm.url, traces=False)
+    doc = " ".join(f"def function_{i}(x): return x * {i}" for i in range(150))
+    body = {"model": "tiny", "prompt": doc, "max_tokens": 2, "temperature": 0}
+    for _ in range(2):
+        assert httpx.post(sc.url + COMPLETIONS, json=body, timeout=60).status_code == 200
+    first, second = sc.wait_events(2)
+    assert first["prompt_tokens"] > 256
+    assert second["cached_tokens"] > 0 and second["cache_hit"] is True
+
+
+def test_trace_has_root_five_phases_and_vllm_span(
+    vllm: VllmServer, sidecar: SidecarFactory, otlp_receiver: OtlpReceiver
+) -> None:
+    """One trace per request: SERVER root, five phase children, vLLM's llm_request under it."""
+    sc = sidecar(vllm.url)
+    body = _body(CHAT, True, None, max_tokens=8)
+    assert httpx.post(sc.url + CHAT, json=body, timeout=60).status_code == 200
+    (event,) = sc.wait_events(1)
+    spans = otlp_receiver.wait_for(event["trace_id"], ["chat tiny", *PHASES, "llm_request"])
+    by_name = {s.name: s for s in spans}
+    root = by_name["chat tiny"]
+    assert root.kind == 2  # SERVER
+    assert root.span_id == event["span_id"]
+    assert root.attributes["gen_ai.request.model"] == "tiny"
+    assert root.attributes["gen_ai.operation.name"] == "chat"
+    assert root.attributes["gen_ai.usage.input_tokens"] == event["prompt_tokens"]
+    assert root.attributes["gen_ai.usage.output_tokens"] == event["completion_tokens"]
+    assert root.attributes["gen_ai.response.finish_reasons"] == [event["finish_reason"]]
+    assert root.attributes["vllm_obs.lane"] == "default"
+    for phase in PHASES:
+        assert by_name[phase].parent_span_id == root.span_id
+    assert (
+        sum(by_name[p].end_ns - by_name[p].start_ns for p in PHASES) == root.end_ns - root.start_ns
+    )
+    assert by_name["llm_request"].parent_span_id == root.span_id
+    assert len([s for s in spans if s.name == "chat tiny"]) == 1
+
+
+def test_metrics_pass_promtool_and_count_every_request(
+    vllm: VllmServer, sidecar: SidecarFactory
+) -> None:
+    """/metrics is valid for promtool, counts N requests in every histogram, shows pool state."""
+    promtool = require_binary("promtool")
+    sc = sidecar(vllm.url, traces=False, args=("--pool-poll-interval", "0.5"))
+    n_stream, n_plain = 3, 2
+    for i in range(n_stream + n_plain):
+        body = _body(CHAT, i < n_stream, None, max_tokens=5)
+        assert httpx.post(sc.url + CHAT, json=body, timeout=60).status_code == 200
+    sc.wait_events(n_stream + n_plain)
+    time.sleep(1.2)  # one pool poll
+    text = httpx.get(sc.url + "/metrics").text
+    check = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    s = probes.parse_samples(text)
+    n = n_stream + n_plain
+    assert sum(v for _, v in s["vllm_obs_requests_total"]) == n
+    assert sum(v for _, v in s["vllm_obs_request_duration_seconds_count"]) == n
+    for phase in PHASES:
+        assert (
+            sum(v for lb, v in s["vllm_obs_phase_duration_seconds_count"] if lb["phase"] == phase)
+            == n
+        )
+    assert sum(v for _, v in s["vllm_obs_ttft_seconds_count"]) == n_stream
+    (kv,) = s["vllm_obs_pool_kv_cache_usage_ratio"]
+    assert kv[0] == {"pool": "default", "replica": vllm.url} and 0 <= kv[1] <= 1
+    assert s["vllm_obs_pool_prefix_cache_queries_total"][0][1] > 0
+    assert "vllm_obs_pool_prefix_cache_hits_total" in s
+    assert s["vllm_obs_pool_up"][0][1] == 1
+
+
+def _leave_after_20_tokens(url: str, body: dict[str, Any]) -> float:
+    """Stream ``body`` and leave after about 20 tokens; return how long those took to arrive."""
+    started = time.monotonic()
+    with httpx.Client(timeout=60) as client, client.stream("POST", url, json=body) as r:
+        for i, _ in enumerate(r.iter_lines()):
+            if i == 40:
+                break
+    return time.monotonic() - started
+
+
+def test_client_disconnect_aborts_upstream(vllm: VllmServer, sidecar: SidecarFactory) -> None:
+    """A client leaving mid-stream makes vLLM stop generating at once; the event says so."""
+    sc = sidecar(vllm.url, traces=False)
+    max_tokens = 1900
+    body = _body(CHAT, True, None, max_tokens=max_tokens) | {"ignore_eos": True}
+    # On a starved 2-core machine vLLM's API server can fall behind its engine: it may hold a
+    # whole stream until generation ends (seen in CI: 40 lines after 3.5 s, the full
+    # generation), so the client cannot leave mid-stream, or notice the closed connection
+    # seconds late (seen once in a full local run: 4.25 s). Such attempts are retried; a
+    # sidecar that did not close the pool's connection would fail every one.
+    attempts = 0
+    took = stopped_after = 0.0
+    while attempts < 4:
+        attempts += 1
+        generated_before = probes.metric(vllm.url, "vllm:generation_tokens_total")
+        took = _leave_after_20_tokens(sc.url + CHAT, body)
+        if took >= 1.0:
+            time.sleep(1.0)
+            continue
+        left = time.monotonic()
+        while (
+            probes.metric(vllm.url, "vllm:num_requests_running") != 0
+            and time.monotonic() - left < 5
+        ):
+            time.sleep(0.05)
+        stopped_after = time.monotonic() - left
+        if stopped_after < 1.0:
+            break
+    else:
+        pytest.fail(
+            f"vLLM never streamed progressively and stopped at once in {attempts} attempts "
+            f"(last: first 20 tokens in {took:.1f} s, stopped {stopped_after:.2f} s after)"
+        )
+    time.sleep(1.0)  # vLLM's counters are published with a short delay
+    generated = probes.metric(vllm.url, "vllm:generation_tokens_total") - generated_before
+    assert generated < max_tokens / 2, f"vLLM generated {generated} of {max_tokens} tokens"
+    events = sc.wait_events(attempts)
+    event = events[-1]
+    assert event["status"] == "client_disconnect"
+    assert event["error_class"] == "client_disconnect"
+    assert event["error_phase"] == "decode"

@@ -1,0 +1,138 @@
+"""What the fuzz suites share (tests/sidecar/test_fuzz_requests.py, tests/sidecar/test_fuzz_upstream.py):
+hypothesis settings, JSON strategies, and the checks every example must pass: no crash
+logged, no traceback in a body, one well-typed event per request."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import fields
+from typing import Any
+
+import orjson
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+
+from obs.events import Event
+from obs.sidecar.testing import SidecarProcess
+
+CHAT = "/v1/chat/completions"
+# What the sidecar's own log must never contain: a request it could not handle.
+CRASH_MARKERS = ("relay_internal_error", "Exception in ASGI application", "exporter_failed")
+# The sidecar's error classes for a stream the pool answered 200 but did not finish.
+STREAM_FAILURES = {"upstream_protocol", "upstream_stream_error", "upstream_timeout"}
+
+FUZZ = settings(
+    max_examples=60,
+    deadline=None,
+    database=None,
+    derandomize=True,  # the same examples on every run: CI failures reproduce
+    report_multiple_bugs=False,  # shrink one failure, not all (each example is a real request)
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,  # one sidecar serves every example on purpose
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
+)
+
+
+JSON_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=30)
+)
+JSON_VALUES = st.recursive(
+    JSON_SCALARS,
+    lambda kids: (
+        st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def _allowed_types(annotation: str) -> tuple[type, ...]:
+    names = {"int": int, "str": str, "float": float, "bool": bool, "None": type(None)}
+    out: list[type] = []
+    for part in str(annotation).split(" | "):
+        out.append(names[part])
+        if part == "float":
+            out.append(int)  # JSON has one number type; 3 is a fine float
+    return tuple(out)
+
+
+FIELD_TYPES = {f.name: _allowed_types(str(f.type)) for f in fields(Event)}
+
+
+def assert_event_well_typed(event: dict[str, Any]) -> None:
+    """Every field of the event has the type the schema documents (no bools for ints)."""
+    assert set(event) == set(FIELD_TYPES), set(event) ^ set(FIELD_TYPES)
+    for name, value in event.items():
+        allowed = FIELD_TYPES[name]
+        ok = isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed)
+        assert ok, f"event field {name}={value!r} is not {allowed}"
+
+
+def log_size(sc: SidecarProcess) -> int:
+    return sc.log_path.stat().st_size if sc.log_path and sc.log_path.exists() else 0
+
+
+def assert_no_crash_logged(sc: SidecarProcess, since: int) -> None:
+    """The sidecar logged no failure of its own after byte ``since`` of its log."""
+    assert sc.log_path is not None
+    with sc.log_path.open("rb") as f:
+        f.seek(since)
+        new = f.read().decode(errors="replace")
+    for line in new.splitlines():
+        if any(marker in line for marker in CRASH_MARKERS):
+            last = line.replace("\\n", "\n").rstrip('"}').splitlines()[-1]
+            raise AssertionError(f"the sidecar failed on this input: {last}\n{line[:2000]}")
+
+
+def assert_no_traceback(body: bytes) -> None:
+    assert b"Traceback" not in body and b'File "' not in body, body[:500]
+
+
+class EventLog:
+    """Reads a sidecar's event log as it grows, keeping every event by request id."""
+
+    def __init__(self, sc: SidecarProcess) -> None:
+        assert sc.events_path is not None
+        self.path = sc.events_path
+        self.offset = 0
+        self.events: list[dict[str, Any]] = []
+
+    def _read(self) -> None:
+        if not self.path.exists():
+            return
+        with self.path.open("rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        whole = data[: data.rfind(b"\n") + 1]
+        self.offset += len(whole)
+        self.events += [orjson.loads(line) for line in whole.splitlines() if line.strip()]
+
+    def wait(self, n: int, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+        """Every event once there are at least ``n`` (or the timeout passed)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._read()
+            if len(self.events) >= n or time.monotonic() > deadline:
+                return self.events
+            time.sleep(0.005)
+
+    def one(self, request_id: str, timeout_s: float = 3.0) -> dict[str, Any]:
+        """The event of ``request_id``; fails unless exactly one is written."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._read()
+            mine = [e for e in self.events[-50:] if e["request_id"] == request_id]
+            if mine or time.monotonic() > deadline:
+                break
+            time.sleep(0.005)
+        assert mine, f"no event for request {request_id}"
+        time.sleep(0.01)
+        self._read()
+        mine = [e for e in self.events[-50:] if e["request_id"] == request_id]
+        assert len(mine) == 1, f"{len(mine)} events for one request"
+        return mine[0]
