@@ -115,6 +115,7 @@ def _read_stream_short(sc: SidecarProcess, rid: str, i: int) -> None:
 
 
 def _median(xs: list[float]) -> float:
+    assert xs, "no request measured it"
     return sorted(xs)[len(xs) // 2]
 
 
@@ -146,10 +147,13 @@ def test_slow_readers_leave_other_lanes_alone_and_show_their_lag(
     least_slow_lag = min(ev["stream_ms"] for ev in runs["slow readers"]["slow"])
     for ev in runs["fast readers"]["slow"]:
         assert ev["stream_ms"] < min(1500.0, least_slow_lag / 3), ev
-    # The other lane: TTFT and inter-token latency within noise of the run without them.
+    # The other lane: TTFT and inter-token latency within noise of the run without them. A
+    # stream whose output all came in one read has no ITL (null, docs/record.md): left out.
     for field, slack_ms in (("ttft_ms", 250.0), ("itl_p50_ms", 25.0)):
-        base = _median([ev[field] for ev in runs["fast readers"]["fast"]])
-        with_slow = _median([ev[field] for ev in runs["slow readers"]["fast"]])
+        base = _median([ev[field] for ev in runs["fast readers"]["fast"] if ev[field] is not None])
+        with_slow = _median(
+            [ev[field] for ev in runs["slow readers"]["fast"] if ev[field] is not None]
+        )
         assert with_slow <= 2 * base + slack_ms, (field, base, with_slow)
 
 
