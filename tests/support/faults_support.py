@@ -1,4 +1,4 @@
-"""What the fault suites share (tests/sidecar/test_faults_replica.py, tests/sidecar/test_faults_sidecar.py):
+"""What the fault suites share (tests/sidecar/test_faults_*.py):
 request bodies, a lanes config over the engines, a stream read on its own thread, and the
 checks every fault must pass."""
 

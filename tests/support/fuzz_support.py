@@ -1,4 +1,4 @@
-"""What the fuzz suites share (tests/sidecar/test_fuzz_requests.py, tests/sidecar/test_fuzz_upstream.py):
+"""What the fuzz suites share (tests/sidecar/test_fuzz_*.py):
 hypothesis settings, JSON strategies, and the checks every example must pass: no crash
 logged, no traceback in a body, one well-typed event per request."""
 

@@ -1,4 +1,4 @@
-"""What the lane suites share (tests/sidecar/test_lanes_vllm.py, tests/sidecar/test_lanes_admission.py):
+"""What the lane suites share (tests/sidecar/test_lanes_*.py):
 lanes configs over real engines, requests that hold a lane slot, and readers of the
 sidecar's gauges, rejections and events."""
 
