@@ -38,6 +38,10 @@ from obs.loadgen.sse import SSEParser, error_message, parse_chunk
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 NS = 1_000_000_000
+# Idle connections are dropped after this, below the 5 s the sidecar, uvicorn and vLLM keep
+# one: a request sent on a connection the server is closing at that moment is reset before
+# the server reads it (no answer, and no event on the server side to match the record).
+KEEPALIVE_S = 4.0
 
 OnRecord = Callable[[Record, Sequence[int]], None]
 
@@ -194,10 +198,13 @@ class Driver:
         """Send the planned requests; returns when all have ended."""
         s = self.settings
         timeout = aiohttp.ClientTimeout(total=s.request_timeout_s, sock_connect=s.connect_timeout_s)
-        fast = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout)
+        keep = KEEPALIVE_S
+        fast = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=keep), timeout=timeout
+        )
         slow = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(
-                limit=0, socket_factory=_small_rcvbuf(s.slow_rcvbuf_bytes)
+                limit=0, keepalive_timeout=keep, socket_factory=_small_rcvbuf(s.slow_rcvbuf_bytes)
             ),
             timeout=timeout,
             read_bufsize=self._rate.chunk_bytes,
