@@ -38,10 +38,7 @@ from obs.loadgen.sse import SSEParser, error_message, parse_chunk
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 NS = 1_000_000_000
-# Idle connections are dropped after this, below the 5 s the sidecar, uvicorn and vLLM keep
-# one: a request sent on a connection the server is closing at that moment is reset before
-# the server reads it (no answer, and no event on the server side to match the record).
-KEEPALIVE_S = 4.0
+KEEPALIVE_S = 4.0  # idle connections dropped after this: below the servers' 5 s (docs/load.md)
 
 OnRecord = Callable[[Record, Sequence[int]], None]
 
@@ -142,14 +139,17 @@ def _json(raw: bytes) -> object:
         return raw.decode("utf-8", "replace")
 
 
-def _small_rcvbuf(size: int) -> Callable[[Any], socket.socket]:
+def _connector(rcvbuf: int | None = None) -> aiohttp.TCPConnector:
+    """Idle connections kept ``KEEPALIVE_S``; with ``rcvbuf``, sockets with that receive buffer."""
+    if rcvbuf is None:
+        return aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
+
     def factory(addr_info: Any) -> socket.socket:
-        family, type_, proto = addr_info[0], addr_info[1], addr_info[2]
-        sock = socket.socket(family=family, type=type_, proto=proto)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
+        sock = socket.socket(family=addr_info[0], type=addr_info[1], proto=addr_info[2])
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         return sock
 
-    return factory
+    return aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S, socket_factory=factory)
 
 
 class Driver:
@@ -198,14 +198,9 @@ class Driver:
         """Send the planned requests; returns when all have ended."""
         s = self.settings
         timeout = aiohttp.ClientTimeout(total=s.request_timeout_s, sock_connect=s.connect_timeout_s)
-        keep = KEEPALIVE_S
-        fast = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=keep), timeout=timeout
-        )
+        fast = aiohttp.ClientSession(connector=_connector(), timeout=timeout)
         slow = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(
-                limit=0, keepalive_timeout=keep, socket_factory=_small_rcvbuf(s.slow_rcvbuf_bytes)
-            ),
+            connector=_connector(s.slow_rcvbuf_bytes),
             timeout=timeout,
             read_bufsize=self._rate.chunk_bytes,
         )
