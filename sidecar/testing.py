@@ -125,13 +125,13 @@ class SidecarProcess:
                 return evs
             time.sleep(0.05)
 
-    def wait_event(self, request_id: str, timeout_s: float = 10.0) -> dict[str, Any] | None:
-        """The event of ``request_id`` once it is on disk; None after ``timeout_s``."""
+    def events_of(self, request_id: str, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+        """The events of ``request_id`` once one is on disk; empty after ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         while True:
             found = [e for e in self.events() if e.get("request_id") == request_id]
             if found or time.monotonic() > deadline:
-                return found[0] if found else None
+                return found
             time.sleep(0.05)
 
     def log_tail(self, n: int = 4000) -> str:

@@ -23,11 +23,10 @@ import yaml
 from obs import conventions as c
 from obs.engine import LlamaServer, VllmServer
 from tests.conftest import VLLM_B_QUEUE_CAP, SidecarFactory
-from tests.support import chat_body
+from tests.support import chat_body, event_of
 from tests.support.lanes_support import (
     LONG,
     assert_rejected,
-    event_of,
     holding,
     lane_spec,
     lanes_config,

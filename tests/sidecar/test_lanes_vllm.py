@@ -29,11 +29,10 @@ from obs.loadgen.records import read_records
 from obs.sidecar.testing import SidecarProcess
 from tests.conftest import SidecarFactory
 from tests.loadgen.test_loadgen_engine import TINY_MIX
-from tests.support import chat_body, probes
+from tests.support import chat_body, event_of, probes
 from tests.support.lanes_support import (
     CHAT,
     LONG,
-    event_of,
     lane_spec,
     lanes_config,
     post_lane,

@@ -21,6 +21,7 @@ import pytest
 from obs import conventions as c
 from obs.sidecar.testing import SidecarProcess
 from tests.conftest import SidecarFactory
+from tests.support import event_of
 from tests.support.probes import DONE_FRAME, metric
 from tests.support.scripted_upstream import Script, ScriptedUpstream
 
@@ -63,16 +64,6 @@ def stream(sc: SidecarProcess, rid: str, **extra: Any) -> httpx.Response:
     )
 
 
-def event(sc: SidecarProcess, rid: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        for ev in sc.events():
-            if ev["request_id"] == rid:
-                return ev
-        time.sleep(0.05)
-    raise AssertionError(f"no event for {rid}")
-
-
 def test_client_closing_after_done_is_a_delivered_stream(
     upstream: ScriptedUpstream, sidecar: SidecarFactory
 ) -> None:
@@ -91,7 +82,7 @@ def test_client_closing_after_done_is_a_delivered_stream(
         got = b""
         while DONE_FRAME not in got:
             got += s.recv(65536)
-    ev = event(sc, rid)
+    ev = event_of(sc, rid)
     assert (ev["status"], ev["error_class"], ev["http_status"]) == (c.OK, None, 200)
     assert (ev["completion_tokens"], ev["tokens_source"]) == (4, c.TOKENS_FROM_USAGE)
 
@@ -105,12 +96,12 @@ def test_answer_in_one_read_has_no_cadence(
     upstream.scripts[spread] = Script(pieces=answer(6), gap_s=0.05)
     upstream.scripts[burst] = Script(pieces=answer(6), burst=True)
     assert stream(sc, spread).status_code == 200
-    ev = event(sc, spread)
+    ev = event_of(sc, spread)
     assert ev["burst_chunks"] == 1 and ev["tpot_ms"] > 0 and ev["itl_p50_ms"] > 0
     tpot_before = metric(sc.url, c.TPOT.series[2])
     itl_before = metric(sc.url, c.ITL.series[2])
     assert stream(sc, burst).status_code == 200
-    ev = event(sc, burst)
+    ev = event_of(sc, burst)
     assert ev["burst_chunks"] == 6 and ev["output_chunks"] == 6
     assert ev["tpot_ms"] is None and ev["itl_p50_ms"] is None and ev["itl_max_ms"] is None
     assert ev["completion_tokens"] == 6 and ev["ttft_ms"] is not None
@@ -129,7 +120,7 @@ def test_streamed_error_reply_is_no_first_token(
     ttft_before = metric(sc.url, c.TTFT.series[2])
     r = stream(sc, rid)
     assert (r.status_code, r.content) == (500, err)
-    ev = event(sc, rid)
+    ev = event_of(sc, rid)
     assert (ev["status"], ev["ttft_ms"], ev["tpot_ms"], ev["output_chunks"]) == (
         c.ERROR,
         None,
@@ -157,7 +148,7 @@ def test_queue_starts_at_the_first_bytes_of_the_request(
         s.sendall(head + body)
         while s.recv(65536):
             pass
-    ev = event(sc, rid)
+    ev = event_of(sc, rid)
     # The handler started 0.4 s after the first bytes (on a busy machine the read of those
     # bytes can itself come a little late, hence 350).
     assert ev["queue_ms"] >= 350 and ev["e2e_ms"] >= 350

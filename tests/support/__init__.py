@@ -10,6 +10,8 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+from obs.sidecar.testing import SidecarProcess
+
 MODEL = "tiny"  # the served model name of the engine fixtures
 
 
@@ -44,3 +46,10 @@ def strings(obj: object) -> Iterator[str]:
     elif isinstance(obj, list):
         for v in obj:
             yield from strings(v)
+
+
+def event_of(sc: SidecarProcess, request_id: str) -> dict[str, Any]:
+    """The event of ``request_id``, waiting up to 10 s for it to be on disk."""
+    mine = sc.events_of(request_id)
+    assert mine, f"no event for {request_id}"
+    return mine[0]

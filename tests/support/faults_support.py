@@ -143,12 +143,7 @@ def assert_clean_stream_error(stream: Stream) -> dict[str, Any]:
 
 def event_of(sc: SidecarProcess, request_id: str, timeout_s: float = 10) -> dict[str, Any]:
     """The one event of ``request_id``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        mine = [e for e in sc.events() if e["request_id"] == request_id]
-        if mine or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+    mine = sc.events_of(request_id, timeout_s)
     assert len(mine) == 1, f"{len(mine)} events for {request_id}"
     return mine[0]
 

@@ -141,13 +141,3 @@ def assert_rejected(r: httpx.Response, status: int, reason: str) -> None:
     if status == 429:
         assert int(r.headers["retry-after"]) >= 1
     assert reason  # the event carries it; checked by the caller
-
-
-def event_of(sc: SidecarProcess, request_id: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        for ev in sc.events():
-            if ev["request_id"] == request_id:
-                return ev
-        time.sleep(0.05)
-    raise AssertionError(f"no event for {request_id}")
