@@ -27,18 +27,21 @@ _INFO = c.CONFIG_INFO.name
 _HASH = c.CONFIG_HASH
 
 
-def config_changes(offset: str = "2m", seen: str = "1h") -> str:
+def config_changes(offset: str = "2m", seen: str = "1h", resolution: str = "15s") -> str:
     """PromQL: each config hash not run in the ``seen`` before it, with the one it replaced.
 
     A new hash shows for ``offset`` after its first scrape (longer than the annotation's
     step, so one evaluation sees it); none shows without an older hash to compare with.
+    The replaced hash is found at ``resolution`` (a subquery step, aligned to the clock): a
+    config live for less than that may be missed as the old one. Keep it at or above the
+    scrape interval.
     """
     new = (
         f"max by ({_HASH}, {c.CONFIG_VERSION}) ({_INFO}) unless on ({_HASH}) "
         f"max by ({_HASH}) (max_over_time({_INFO}[{seen}] offset {offset}))"
     )
     old = (
-        f"label_join(topk(1, max by ({_HASH}) (max_over_time(timestamp({_INFO})[{seen}:15s] "
+        f"label_join(topk(1, max by ({_HASH}) (max_over_time(timestamp({_INFO})[{seen}:{resolution}] "
         f"offset {offset})) unless on ({_HASH}) max by ({_HASH}) ({_INFO})), "
         f'"old_{_HASH}", ",", "{_HASH}")'
     )

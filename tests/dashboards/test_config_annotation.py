@@ -59,7 +59,8 @@ def test_config_annotation_only_for_another_config(
     def hashes(expr: str, start: float) -> list[dict[str, str]]:
         return [s["metric"] for s in prometheus.client.query_range(expr, start, time.time(), 1)]
 
-    query = config_changes(offset="3s", seen="1h")
+    # the test's Prometheus scrapes every second: the old config, live for ~12 s, is found at 1 s
+    query = config_changes(offset="3s", seen="1h", resolution="1s")
     run(same)
     prometheus = probes.prometheus_at(
         tmp_path, f"127.0.0.1:{port}", find_prometheus() or require_binary("prometheus")
