@@ -41,8 +41,8 @@ def config_changes(offset: str = "2m", seen: str = "1h", resolution: str = "15s"
         f"max by ({_HASH}) (max_over_time({_INFO}[{seen}] offset {offset}))"
     )
     old = (
-        f"label_join(topk(1, max by ({_HASH}) (max_over_time(timestamp({_INFO})[{seen}:{resolution}] "
-        f"offset {offset})) unless on ({_HASH}) max by ({_HASH}) ({_INFO})), "
+        f"label_join(topk(1, max by ({_HASH}) (max_over_time(timestamp({_INFO})"
+        f"[{seen}:{resolution}] offset {offset})) unless on ({_HASH}) max by ({_HASH}) ({_INFO})), "
         f'"old_{_HASH}", ",", "{_HASH}")'
     )
     return f"({new}) * on () group_left (old_{_HASH}) (0 * {old} + 1)"
