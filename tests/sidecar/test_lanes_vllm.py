@@ -1,4 +1,5 @@
-"""Lanes against two real `vllm serve` pools: routing, slow readers, prefix affinity, tenants.
+"""Lanes against two real `vllm serve` pools: routing, slow readers, prefix affinity, tenants
+(routing and slow readers also with a real llama.cpp pool as the second: a mixed config).
 
 The second engine (``vllm_b``, tests/conftest.py) has a small KV cache and vLLM's own
 admission limit. Requests that must hold a lane slot generate 1900 tokens with
@@ -43,15 +44,28 @@ pytestmark = pytest.mark.engine
 # ---- routing ----------------------------------------------------------------------------
 
 
+# The tiny GGUF model's tokenizer makes about 5 tokens of the 4 characters the load generator
+# counts as one: the bulk classes' prompts, shortened to fit llama-server's 2048-token slots.
+_LLAMA_BULK = ["long-prefill.prompt_tokens=[120,160]", "batch.prompt_tokens=[60,100]"]
+
+
+@pytest.mark.parametrize("bulk_engine", ["vllm_b", "llama"])
 def test_default_config_routes_the_six_classes_to_their_lanes_and_pools(
-    vllm: VllmServer, vllm_b: VllmServer, sidecar: SidecarFactory, tmp_path: Path
+    bulk_engine: str,
+    vllm: VllmServer,
+    sidecar: SidecarFactory,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
-    """The shipped lanes route each load-generator class to its lane and pool; metrics agree."""
-    config = write_lanes(tmp_path / "lanes.yaml", {"interactive": [vllm.url], "bulk": [vllm_b.url]})
+    """The shipped lanes route each load-generator class to its lane and pool; metrics agree,
+    with the bulk pool on a second vLLM or on llama.cpp (a mixed config, engine detected)."""
+    bulk: VllmServer = request.getfixturevalue(bulk_engine)
+    config = write_lanes(tmp_path / "lanes.yaml", {"interactive": [vllm.url], "bulk": [bulk.url]})
     sc = sidecar(config=tmp_path / "lanes.yaml", traces=False)
     args = ["load", "--url", sc.url, "--requests", "24", "--rate", "8", "--seed", "5"]
     args += ["--out", str(tmp_path / "records.jsonl"), "--no-progress"]
-    args += [a for s in TINY_MIX for a in ("--set", s)]
+    mix = TINY_MIX + (_LLAMA_BULK if bulk_engine == "llama" else [])
+    args += [a for s in mix for a in ("--set", s)]
     assert cli_main(args) == 0
     sent = {r.request_id: r.client_class for r in read_records(tmp_path / "records.jsonl")}
     expected = {lane.name: lane.pool for lane in config.lanes}
@@ -61,7 +75,9 @@ def test_default_config_routes_the_six_classes_to_their_lanes_and_pools(
         cls = sent[ev["request_id"]]
         assert ev["lane"] == cls, (cls, ev["lane"])
         assert ev["pool"] == expected[cls]
-        assert ev["replica"] == (vllm.url if expected[cls] == "interactive" else vllm_b.url)
+        assert ev["replica"] == (vllm.url if expected[cls] == "interactive" else bulk.url)
+        # vllm_b's own queue cap may refuse one (rejected, from the replica); else answered
+        assert ev["status"] == c.REJECTED or ev["completion_tokens"] > 0, ev
         seen[cls] += 1
     assert set(seen) == set(expected), seen
     series = probes.samples(sc.url)[c.REQUESTS.name + "_total"]
@@ -118,13 +134,21 @@ def _median(xs: list[float]) -> float:
     return sorted(xs)[len(xs) // 2]
 
 
+@pytest.mark.parametrize("slow_engine", ["vllm", "llama"])
 def test_slow_readers_leave_other_lanes_alone_and_show_their_lag(
-    vllm: VllmServer, sidecar: SidecarFactory, tmp_path: Path
+    slow_engine: str,
+    vllm: VllmServer,
+    sidecar: SidecarFactory,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
-    """Slow readers: the pool ends at its pace, the stream phase holds the lag, others unhurt."""
+    """Slow readers: the pool ends at its pace, the stream phase holds the lag, others unhurt;
+    also with the slow lane on a llama.cpp pool beside the fast lane's vLLM (a mixed config)."""
     slow: dict[str, Any] = {"buffer_bytes": 1 << 20, "policy": "wait"}
-    lanes = [lane_spec("slow", slow_client=slow), lane_spec("fast")]
-    sc = sidecar(config=lanes_config(tmp_path, {"p": [vllm.url]}, lanes), traces=False)
+    slow_pool = request.getfixturevalue(slow_engine)
+    pools = {"p": [vllm.url], "s": [slow_pool.url]}
+    lanes = [lane_spec("slow", pool="s", slow_client=slow), lane_spec("fast")]
+    sc = sidecar(config=lanes_config(tmp_path, pools, lanes), traces=False)
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for label, rate in (("fast readers", None), ("slow readers", 8000.0)):
         slow_ids = [uuid.uuid4().hex for _ in range(4)]
