@@ -7,7 +7,10 @@ the segment that completed the first output frame minus the moment the request
 was sent. The event's ``ttft_ms`` starts at the first bytes the sidecar read and
 ends when it handed the frame to the kernel; the difference is what the record
 misses (loopback transfer both ways, the accept). Prints median and p95 of the
-difference at each concurrency.
+difference at each concurrency, and, to tell where a large difference went: how many
+requests missed more than 50 ms, over how long a span of send times they were sent, and
+how many of the sidecar's event-loop lag samples (``vllm_obs_event_loop_lag_seconds``)
+in that run were above 100 ms (a stalled loop, rather than the kernel or the client).
 
     .venv/bin/python -m bench.ttft_truth --concurrency 1 8 --requests 200
 """
@@ -26,14 +29,18 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
 from bench.procs import vllm_and_sidecar
+from obs import conventions as c
 
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 CHAT = "/v1/chat/completions"
 
 
-def one_request(port: int, rid: str, max_tokens: int) -> float:
-    """Client TTFT in ms: send time to kernel arrival of the first output frame's end."""
+def one_request(port: int, rid: str, max_tokens: int) -> tuple[int, float]:
+    """(send time in ns, client TTFT in ms: send to kernel arrival of the first output)."""
     body = json.dumps(
         {
             "model": "tiny",
@@ -62,7 +69,7 @@ def one_request(port: int, rid: str, max_tokens: int) -> float:
                 first = _stamp(anc)
         if first is None:
             raise RuntimeError(f"no output in the response to {rid}: {got[:300]!r}")
-    return (first - sent) / 1e6
+    return sent, (first - sent) / 1e6
 
 
 def _stamp(anc: list[tuple[int, int, bytes]]) -> int:
@@ -73,8 +80,8 @@ def _stamp(anc: list[tuple[int, int, bytes]]) -> int:
     return time.time_ns()  # no stamp: the read's time (never seen on Linux loopback)
 
 
-def run(port: int, concurrency: int, n: int, max_tokens: int) -> dict[str, float]:
-    out: dict[str, float] = {}
+def run(port: int, concurrency: int, n: int, max_tokens: int) -> dict[str, tuple[int, float]]:
+    out: dict[str, tuple[int, float]] = {}
     lock = threading.Lock()
     todo = iter(range(n))
 
@@ -96,9 +103,49 @@ def run(port: int, concurrency: int, n: int, max_tokens: int) -> dict[str, float
     return out
 
 
+def stalls(port: int, above_s: float = 0.1) -> float:
+    """The sidecar's event-loop lag samples so far that were above ``above_s``."""
+    page = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    total = below = 0.0
+    for family in text_string_to_metric_families(page):
+        if family.name != c.EVENT_LOOP_LAG.name:
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_count"):
+                total += sample.value
+            elif sample.name.endswith("_bucket") and float(sample.labels["le"]) == above_s:
+                below += sample.value
+    return total - below
+
+
 def pct(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def wait_events(sc: Any, client: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    events: dict[str, dict[str, Any]] = {}
+    deadline = time.monotonic() + 30
+    while not all(r in events for r in client) and time.monotonic() < deadline:
+        events = {e["request_id"]: e for e in sc.events()}
+        time.sleep(0.3)
+    return events
+
+
+def summarize(
+    client: dict[str, tuple[int, float]], events: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    diff = {r: t - events[r]["ttft_ms"] for r, (_, t) in client.items() if r in events}
+    late = sorted(client[r][0] for r, d in diff.items() if d > 50)
+    return {
+        "requests": len(diff),
+        "client_ttft_p50_ms": statistics.median(t for _, t in client.values()),
+        "diff_p50_ms": statistics.median(diff.values()),
+        "diff_p95_ms": pct(list(diff.values()), 0.95),
+        "diff_max_ms": max(diff.values()),
+        "missed_over_50ms": len(late),
+        "their_send_span_ms": (late[-1] - late[0]) / 1e6 if late else 0.0,
+    }
 
 
 def main() -> int:
@@ -115,20 +162,10 @@ def main() -> int:
     with vllm_and_sidecar("vllm-obs-ttft-truth-", no_spans) as (_, sc, _work):
         run(sc.port, 1, 5, args.max_tokens)  # warm-up, not counted
         for conc in args.concurrency:
+            stalled_before = stalls(sc.port)
             client = run(sc.port, conc, args.requests, args.max_tokens)
-            events: dict[str, dict[str, Any]] = {}
-            deadline = time.monotonic() + 30
-            while not all(r in events for r in client) and time.monotonic() < deadline:
-                events = {e["request_id"]: e for e in sc.events()}
-                time.sleep(0.3)
-            diff = [t - events[r]["ttft_ms"] for r, t in client.items() if r in events]
-            results[str(conc)] = {
-                "requests": len(diff),
-                "client_ttft_p50_ms": statistics.median(client.values()),
-                "diff_p50_ms": statistics.median(diff),
-                "diff_p95_ms": pct(diff, 0.95),
-                "diff_max_ms": max(diff),
-            }
+            results[str(conc)] = summarize(client, wait_events(sc, client))
+            results[str(conc)]["loop_stalls_over_100ms"] = stalls(sc.port) - stalled_before
             print(f"[ttft-truth] c{conc}: {results[str(conc)]}", flush=True)
     print("| concurrency | requests | client TTFT p50 (ms) | client - event p50 (ms) | p95 | max |")
     print("|---|---|---|---|---|---|")
