@@ -29,11 +29,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import requests
-from prometheus_client.parser import text_string_to_metric_families
-
 from bench.procs import vllm_and_sidecar
 from obs import conventions as c
+from obs.sidecar.testing import SidecarProcess
+from tests.support.probes import metric
 
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 CHAT = "/v1/chat/completions"
@@ -103,19 +102,10 @@ def run(port: int, concurrency: int, n: int, max_tokens: int) -> dict[str, tuple
     return out
 
 
-def stalls(port: int, above_s: float = 0.1) -> float:
-    """The sidecar's event-loop lag samples so far that were above ``above_s``."""
-    page = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
-    total = below = 0.0
-    for family in text_string_to_metric_families(page):
-        if family.name != c.EVENT_LOOP_LAG.name:
-            continue
-        for sample in family.samples:
-            if sample.name.endswith("_count"):
-                total += sample.value
-            elif sample.name.endswith("_bucket") and float(sample.labels["le"]) == above_s:
-                below += sample.value
-    return total - below
+def stalls(url: str) -> float:
+    """The sidecar's event-loop lag samples so far that were above 100 ms."""
+    name = c.EVENT_LOOP_LAG.name
+    return metric(url, name + "_count") - metric(url, name + "_bucket", le="0.1")
 
 
 def pct(values: list[float], q: float) -> float:
@@ -123,13 +113,9 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-def wait_events(sc: Any, client: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    events: dict[str, dict[str, Any]] = {}
-    deadline = time.monotonic() + 30
-    while not all(r in events for r in client) and time.monotonic() < deadline:
-        events = {e["request_id"]: e for e in sc.events()}
-        time.sleep(0.3)
-    return events
+def wait_events(sc: SidecarProcess, total: int) -> dict[str, Any]:
+    """Every event by request id, once ``total`` are written (one per request sent)."""
+    return {e["request_id"]: e for e in sc.wait_events(total, timeout_s=30)}
 
 
 def summarize(
@@ -160,12 +146,13 @@ def main() -> int:
     results: dict[str, Any] = {}
     no_spans = {"OTEL_TRACES_EXPORTER": "none"}
     with vllm_and_sidecar("vllm-obs-ttft-truth-", no_spans) as (_, sc, _work):
-        run(sc.port, 1, 5, args.max_tokens)  # warm-up, not counted
+        sent = len(run(sc.port, 1, 5, args.max_tokens))  # warm-up, not counted
         for conc in args.concurrency:
-            stalled_before = stalls(sc.port)
+            stalled_before = stalls(sc.url)
             client = run(sc.port, conc, args.requests, args.max_tokens)
-            results[str(conc)] = summarize(client, wait_events(sc, client))
-            results[str(conc)]["loop_stalls_over_100ms"] = stalls(sc.port) - stalled_before
+            sent += len(client)
+            results[str(conc)] = summarize(client, wait_events(sc, sent))
+            results[str(conc)]["loop_stalls_over_100ms"] = stalls(sc.url) - stalled_before
             print(f"[ttft-truth] c{conc}: {results[str(conc)]}", flush=True)
     print("| concurrency | requests | client TTFT p50 (ms) | client - event p50 (ms) | p95 | max |")
     print("|---|---|---|---|---|---|")
