@@ -67,3 +67,50 @@ def test_a_long_branching_function_is_named(tmp_path: Path) -> None:
     path = tmp_path / "busy.py"
     path.write_text("def busy():\n" + body, encoding="utf-8")
     assert _long_functions(path, tmp_path) == ["busy.py:1 busy (84 lines)"]
+
+
+OUTSIDE_PREFIXES = ("/work/", "../shared", "shared/reference")
+
+
+def _paths_outside(path: Path, root: Path = ROOT) -> list[str]:
+    """Places that name a file outside the checkout: ``Path / ".."`` or a known outside prefix."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        up = (
+            isinstance(node, ast.BinOp)
+            and isinstance(node.op, ast.Div)
+            and isinstance(node.right, ast.Constant)
+            and node.right.value == ".."
+        )
+        outside = isinstance(node, ast.Constant) and (
+            isinstance(node.value, str) and node.value.startswith(OUTSIDE_PREFIXES)
+        )
+        if up or outside:
+            found.append(f"{path.relative_to(root)}:{getattr(node, 'lineno', 0)}")
+    return found
+
+
+def test_nothing_reads_a_path_outside_the_checkout() -> None:
+    """The package, tests and benchmarks read only files inside the repository (a clone has no
+    ../shared): a fixture they need is copied into tests/data."""
+    outside = [
+        f for path in _sources() if path.name != "test_house.py" for f in _paths_outside(path)
+    ]
+    assert not outside, "copy what these read into the repository: " + ", ".join(outside)
+
+
+@pytest.mark.parametrize(
+    ("source", "line"),
+    [
+        (
+            'from pathlib import Path\nP = Path(__file__).parents[2] / ".." / "shared" / "x.txt"\n',
+            2,
+        ),
+        ('P = "/work/shared/reference/vllm-0.32-cpu-metrics.txt"\n', 1),
+    ],
+)
+def test_a_path_outside_the_checkout_is_named(tmp_path: Path, source: str, line: int) -> None:
+    """Both ways the suite once read ../shared (a climb out of the tree, a fixed path) fail."""
+    path = tmp_path / "reads_outside.py"
+    path.write_text(source, encoding="utf-8")
+    assert _paths_outside(path, tmp_path) == [f"reads_outside.py:{line}"]

@@ -23,7 +23,7 @@ from obs.served import (
 from obs.sidecar.engine_scrape import page_settings as metrics_settings
 from obs.sidecar.worker_metrics import merge_pages
 
-REFERENCE = Path(__file__).parents[2] / ".." / "shared" / "reference" / "vllm-0.32-cpu-metrics.txt"
+REFERENCE = Path(__file__).parents[2] / "tests" / "data" / "vllm-0.32-cpu-metrics.txt"
 CACHE_LINE = (
     'vllm:cache_config_info{block_size="128",cache_dtype="auto",enable_prefix_caching="True",'
     'engine="0",kv_cache_size_tokens="1048576",num_cpu_blocks="None"} 1.0\n'

@@ -17,17 +17,12 @@ from obs.dashboards import render
 from obs.dashboards.build import iter_panels
 from obs.dashboards.variables import referenced
 from obs.promql import metric_names
-from tests.conftest import IN_CI
 from tests.support import strings
 from tests.support.dashboards_support import CONFIGS, UIDS, board_exprs, board_variables
 
 ROOT = Path(__file__).resolve().parents[2]
-# vLLM 0.32's real /metrics output: a copy in the repository if there is one, else the shared one.
-VLLM_REFERENCE_NAME = "vllm-0.32-cpu-metrics.txt"
-VLLM_REFERENCES = (
-    ROOT / "tests" / "data" / VLLM_REFERENCE_NAME,
-    Path("/work/shared/reference") / VLLM_REFERENCE_NAME,
-)
+# vLLM 0.32's real /metrics output, captured into the repository (tests/data/README.md).
+VLLM_REFERENCE = ROOT / "tests" / "data" / "vllm-0.32-cpu-metrics.txt"
 RULES_DIR = ROOT / "deploy" / "prometheus" / "rules"
 WIDTH = 24
 # -- names ---------------------------------------------------------------------------------
@@ -154,14 +149,8 @@ def test_trace_links_open_tempo_explore_with_traceql(boards: dict[str, dict[str,
 
 
 def _vllm_reference_series() -> set[str]:
-    path = next((p for p in VLLM_REFERENCES if p.is_file()), None)
-    if path is None:
-        msg = f"{VLLM_REFERENCE_NAME} not found (looked in {', '.join(map(str, VLLM_REFERENCES))})"
-        if IN_CI:
-            pytest.fail(msg)
-        pytest.skip(msg)
     names = set()
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in VLLM_REFERENCE.read_text(encoding="utf-8").splitlines():
         if line and not line.startswith("#"):
             names.add(re.match(r"[A-Za-z_:][\w:]*", line).group(0))  # type: ignore[union-attr]
     return names

@@ -19,12 +19,6 @@ from tests.conftest import require_binary
 from tests.support.dashboards_support import CONFIGS, UIDS, board_exprs, board_variables
 
 ROOT = Path(__file__).resolve().parents[2]
-# vLLM 0.32's real /metrics output: a copy in the repository if there is one, else the shared one.
-VLLM_REFERENCE_NAME = "vllm-0.32-cpu-metrics.txt"
-VLLM_REFERENCES = (
-    ROOT / "tests" / "data" / VLLM_REFERENCE_NAME,
-    Path("/work/shared/reference") / VLLM_REFERENCE_NAME,
-)
 RULES_DIR = ROOT / "deploy" / "prometheus" / "rules"
 WIDTH = 24
 
