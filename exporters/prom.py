@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from obs import conventions as c
-from obs.config import Config
+from obs.config import Config, Lane
 from obs.engine_metrics import EngineState
 from obs.record import Finished
 
@@ -61,6 +61,8 @@ class Metrics:
         self.rejections = _counter(c.ADMISSION_REJECTIONS, registry)
         self.upstream_errors = _counter(c.UPSTREAM_ERRORS, registry)
         self.disconnects = _counter(c.CLIENT_DISCONNECTS, registry)
+        self.arm_requests = _counter(c.LANE_ARM_REQUESTS, registry)
+        self.fallbacks = _counter(c.FALLBACKS, registry)
         self.in_flight = Gauge(
             c.IN_FLIGHT.name, c.IN_FLIGHT.help, c.IN_FLIGHT.labels, registry=registry
         )
@@ -88,10 +90,27 @@ class Metrics:
             # series at its burst value, and rate() (hence the rejection alert) never sees it.
             for reason in c.REJECTION_REASONS:
                 self.rejections.labels(lane.name, reason)
+            self._traffic_control(lane)
+
+    def _traffic_control(self, lane: Lane) -> None:
+        """A split lane's arms and a lane's fallbacks count from 0 (rate() sees the first)."""
+        if lane.split is not None:
+            for arm, _ in lane.arms:
+                for outcome in c.OUTCOMES:
+                    self.arm_requests.labels(lane.name, arm, outcome)
+        if lane.fallback is not None:
+            for pool, _ in lane.arms:
+                if pool != lane.fallback:
+                    for reason in c.FALLBACK_REASONS:
+                        self.fallbacks.labels(lane.name, pool, reason)
 
     # Exporter interface.
     def export(self, finished: Finished) -> None:
         ev = finished.event
+        if ev.arm is not None:
+            self.arm_requests.labels(ev.lane, ev.arm, ev.status).inc()
+        if ev.fallback_from is not None and ev.fallback_reason is not None:
+            self.fallbacks.labels(ev.lane, ev.fallback_from, ev.fallback_reason).inc()
         lp = (ev.lane, ev.pool)
         key = (
             *lp,

@@ -11,10 +11,20 @@ from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from obs.durations import seconds
 from obs.errors import ConfigError
+from obs.splits import Canary, with_baseline
 
 NAME_RE = r"^[a-z][a-z0-9_-]{0,39}$"
 Name = Annotated[str, Field(pattern=NAME_RE)]
@@ -113,15 +123,86 @@ class Match(_Model):
     max_max_tokens: PositiveInt | None = None
 
 
+class PriorityRule(_Model):
+    """Requests matching ``match`` get ``priority``."""
+
+    match: Match
+    priority: Annotated[int, Field(ge=0, le=9)]
+
+
+class Priority(_Model):
+    """A request's priority in its lane, 0-9 (obs.sidecar.priority): the ``header``'s digit,
+    else the tenant's, else the first matching rule's, else ``default``; a queued request
+    gains one level per ``aging_s`` seconds."""
+
+    header: Annotated[str, Field(pattern=r"^[A-Za-z0-9-]{1,64}$")] | None = "x-priority"
+    tenants: dict[Name, Annotated[int, Field(ge=0, le=9)]] = Field(default_factory=dict)
+    rules: list[PriorityRule] = Field(default_factory=list)
+    default: Annotated[int, Field(ge=0, le=9)] = 0
+    aging_s: PositiveFloat = 2.0
+
+
 class Lane(_Model):
     name: Name
+    # The lane's pool; with ``split`` it is filled in as the baseline arm (never give both).
     pool: Name
+    # Weighted arms: pool -> weight, in place of ``pool`` (obs.splits).
+    split: dict[Name, PositiveInt] | None = None
+    # Where a request goes when the lane's pool refuses it, answers 5xx or times out before
+    # its first byte (never once streaming started).
+    fallback: Name | None = None
+    canary: Canary | None = None
+    priority: Priority | None = None
     description: str = ""
     match: list[Match] = Field(default_factory=list)
     routing: Literal["least_outstanding", "prefix_affinity"] = "least_outstanding"
     admission: Admission = Admission()
     timeouts: Timeouts = Timeouts()
     slo: SLO = SLO()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_or_pool(cls, data: object) -> object:
+        return with_baseline(data)
+
+    @model_validator(mode="after")
+    def _canary_needs_split(self) -> Lane:
+        if self.canary is not None and self.split is None:
+            raise ValueError("canary: only a lane with a split has arms to judge")
+        if self.fallback is not None and self.split is None and self.fallback == self.pool:
+            raise ValueError(
+                f"fallback: pool {self.fallback!r} is the lane's own pool (a fallback loop)"
+            )
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        out: dict[str, object] = handler(self)
+        if self.split is not None:
+            out.pop("pool", None)  # implied by the split: dumps validate again
+        return out
+
+    @property
+    def arms(self) -> tuple[tuple[str, int], ...]:
+        """(pool, weight) of each arm, as configured; one arm of weight 1 without a split."""
+        return tuple(self.split.items()) if self.split else ((self.pool, 1),)
+
+    @property
+    def canaries(self) -> tuple[str, ...]:
+        """The arms judged against the baseline (``pool``): every arm but the baseline."""
+        return tuple(p for p, _ in self.arms if p != self.pool)
+
+    @property
+    def canary_policy(self) -> Canary:
+        return self.canary or Canary()
+
+    @property
+    def pools(self) -> tuple[str, ...]:
+        """Every pool the lane may send a request to: its arms, then its fallback."""
+        names = [p for p, _ in self.arms]
+        if self.fallback is not None and self.fallback not in names:
+            names.append(self.fallback)
+        return tuple(names)
 
 
 class HealthCheck(_Model):
@@ -215,11 +296,12 @@ class Config(_Model):
                 raise ValueError(f"duplicate {kind} name(s): {', '.join(dupes)}")
         pools = {p.name for p in self.pools}
         for lane in self.lanes:
-            if lane.pool not in pools:
-                raise ValueError(
-                    f"lane {lane.name!r} routes to unknown pool {lane.pool!r} "
-                    f"(pools: {', '.join(sorted(pools))})"
-                )
+            for pool in lane.pools:
+                if pool not in pools:
+                    raise ValueError(
+                        f"lane {lane.name!r} routes to unknown pool {pool!r} "
+                        f"(pools: {', '.join(sorted(pools))})"
+                    )
         if self.default_lane not in self.lane_names:
             raise ValueError(f"default_lane {self.default_lane!r} is not a lane")
         return self

@@ -64,6 +64,23 @@ class Event:
     lane: str = _f("Lane the request was classified into.", "default")
     pool: str = _f("Pool the lane routes to.", "default")
     replica: str | None = _f("Base URL of the pool replica that served the request.")
+    arm: str | None = _f(
+        "The arm of the lane's split the client's identity chose (a pool name; the pool "
+        "before any fallback); null when the lane has no split."
+    )
+    fallback_from: str | None = _f(
+        "The pool that refused, failed or timed out before the first byte when the lane's "
+        "fallback pool (`pool`) answered instead; null when no fallback happened."
+    )
+    fallback_reason: str | None = _f(
+        "Why the request fell back: unavailable (no replica accepted a connection), "
+        "server_error (the pool answered 5xx or 429) or timeout (no response within the "
+        "lane's first_token_s)."
+    )
+    priority: int | None = _f(
+        "The request's priority in its lane (0-9, higher admitted first), when the lane has a "
+        "priority policy: from the header, the tenant's setting, a rule, or the default."
+    )
     tenant: str | None = _f(
         "Tenant, when the lane config maps keys or a header to tenants (a header's value: at "
         "most 64 characters)."

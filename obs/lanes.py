@@ -85,3 +85,8 @@ class Classifier:
             if _matches(rule, a):
                 return lane
         return self.default
+
+
+def matches(rule: Match, a: RequestAttrs) -> bool:
+    """True when every attribute ``rule`` names matches the request (a priority rule too)."""
+    return _matches(rule, a)

@@ -11,12 +11,16 @@ lane's queue, or is refused at once with a reason:
 | ``tenant_share``    | 429    | the lane is full and the tenant holds its fair share    |
 | ``queue_full``      | 429    | ``max_queue`` requests are waiting already              |
 | ``queue_timeout``   | 429    | no slot within ``queue_timeout_s``                      |
+| ``lower_priority``  | 429    | the queue was full and a higher priority took the place |
 
 When a slot frees, the next request is the oldest one; with
 ``tenant_fair_share`` it is the oldest one of the tenant with the fewest
 requests in flight, so one busy tenant cannot starve the others. A request
 whose tokens do not fit the budget yet blocks those behind it (no overtaking),
-so large requests are not starved by a stream of small ones.
+so large requests are not starved by a stream of small ones. With a lane ``priority``
+policy the next request is the one of highest priority after aging
+(``obs.sidecar.priority``), and a full queue gives up its lowest-ranked request to a
+newcomer that ranks above it.
 
 All of this is plain bookkeeping on the event loop: no locks, and for a lane
 without limits only the in-flight counts (the gauges) are kept.
@@ -31,6 +35,7 @@ from dataclasses import dataclass, field
 
 from obs import conventions as c
 from obs.config import Admission, Lane
+from obs.sidecar import priority
 from obs.sidecar.errors import RelayError
 
 
@@ -56,6 +61,9 @@ class Ticket:
     tenant: str
     tokens: int
     waiter: asyncio.Future[bool] | None = field(default=None, repr=False)
+    priority: int = 0  # 0-9, higher first (obs.sidecar.priority), with a lane priority policy
+    queued_at: float = 0.0  # loop time it joined the queue (aging)
+    displaced: bool = False  # a request of higher priority took its place in a full queue
 
 
 class LaneGate:
@@ -75,6 +83,7 @@ class LaneGate:
                 }
             )
         a = self.policy
+        self.priority = lane.priority  # None: first come, first served
         self.limited = a.max_concurrency is not None or a.token_budget is not None
         self.in_flight = 0
         self.tokens = 0
@@ -127,7 +136,7 @@ class LaneGate:
                 429,
                 1,
             )
-        if len(self.queue) >= a.max_queue:
+        if len(self.queue) >= a.max_queue and not self._displace(ticket):
             raise Rejected(
                 c.QUEUE_FULL,
                 f"lane {self.lane!r} is at capacity and its queue is full ({a.max_queue} waiting)",
@@ -135,6 +144,7 @@ class LaneGate:
                 1,
             )
         ticket.waiter = asyncio.get_running_loop().create_future()
+        ticket.queued_at = asyncio.get_running_loop().time()
         self.queue.append(ticket)
         self.by_tenant[tenant] = self.by_tenant.get(tenant, 0) + 1
         try:
@@ -155,6 +165,14 @@ class LaneGate:
             else:
                 self._leave_queue(ticket)
             raise
+        if ticket.displaced:
+            raise Rejected(
+                c.LOWER_PRIORITY,
+                f"lane {self.lane!r} is at capacity and a request of higher priority took "
+                f"this one's place in its full queue (priority {ticket.priority})",
+                429,
+                1,
+            )
         return admitted
 
     def withdraw(self, ticket: Ticket) -> None:
@@ -201,7 +219,25 @@ class LaneGate:
             self._take(nxt, queued=True)
             nxt.waiter.set_result(True)
 
+    def _displace(self, ticket: Ticket) -> bool:
+        """With a priority policy, make room in the full queue by giving up its lowest-ranked
+        request if it ranks below ``ticket`` (that request is refused: lower_priority)."""
+        if self.priority is None or not self.queue:
+            return False
+        now = asyncio.get_running_loop().time()
+        victim = priority.displaced(self.queue, ticket.priority, now, self.priority.aging_s)
+        if victim is None or victim.waiter is None:
+            return False
+        self.queue.remove(victim)
+        self._drop_tenant(self.by_tenant, victim.tenant)
+        victim.displaced = True
+        victim.waiter.set_result(False)
+        return True
+
     def _next(self) -> Ticket:
+        if self.priority is not None:
+            now = asyncio.get_running_loop().time()
+            return priority.pick(self.queue, now, self.priority.aging_s)
         if not self.policy.tenant_fair_share:
             return self.queue[0]
         return min(self.queue, key=lambda t: self.running.get(t.tenant, 0))

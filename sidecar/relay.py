@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import orjson
@@ -25,6 +26,7 @@ from obs.events import Event
 from obs.lanes import Classifier, RequestAttrs, estimate_prompt_tokens
 from obs.record import Finished, fill_timings
 from obs.sidecar import errors as e
+from obs.sidecar import traffic
 from obs.sidecar.admission import LaneGate, Rejected, Ticket
 from obs.sidecar.auth import Tenants
 from obs.sidecar.bodies import MAX_JSON_ELEMENTS, MAX_MODEL_CHARS, BodyParser, ClientGone, read_body
@@ -42,6 +44,7 @@ from obs.sidecar.payloads import (
 from obs.sidecar.pools import PoolSet, Replica
 from obs.sidecar.request import Plan, Request
 from obs.sidecar.streaming import relay_stream, relay_whole
+from obs.sidecar.traffic import FallBack
 from obs.sidecar.types import Message, Receive, Scope, Send
 from obs.sidecar.upstream import ConnectFailed, Response, Upstream, UpstreamError
 from obs.tracecontext import new_ids
@@ -153,7 +156,8 @@ class Relay:
             body = await self.json.parse(raw)
         attrs = self._attrs(ev, headers, body)
         lane = self.classifier.classify(attrs)
-        ev.lane, ev.pool = lane.name, lane.pool
+        ev.lane = lane.name
+        traffic.place(ev, lane, headers, scope, attrs)  # pool (arm of a split), priority
         gate = self.gates[lane.name]
         cost = gate.check(attrs.prompt_tokens, ev.max_tokens)
         inject = False
@@ -216,7 +220,8 @@ class Relay:
         """Admit the request through its lane's gate, then try up to two replicas."""
         listener = asyncio.ensure_future(receive())
         listener.add_done_callback(lambda f: self._on_client_message(req, f))
-        ticket = req.ticket = Ticket(req.event.tenant or "", plan.cost)
+        ev = req.event
+        ticket = req.ticket = Ticket(ev.tenant or "", plan.cost, priority=ev.priority or 0)
         req.gate = plan.gate
         try:
             admitted = await plan.gate.admit(ticket)
@@ -235,11 +240,18 @@ class Relay:
                 listener.cancel()
 
     async def _route(self, req: Request, plan: Plan, send: Send) -> None:
+        """To the request's pool, then, if it refused, failed or timed out before the first
+        byte, to the lane's fallback pool (obs.sidecar.traffic)."""
+        await traffic.with_fallback(req, plan.lane, partial(self._route_pool, req, plan, send))
+
+    async def _route_pool(
+        self, req: Request, plan: Plan, send: Send, pool: str, may_fall_back: bool
+    ) -> None:
         ev, lane = req.event, plan.lane
-        up_headers = self._upstream_headers(req, plan.headers, lane.pool)
+        up_headers = self._upstream_headers(req, plan.headers, pool)
         last_err: Exception | None = None
         affinity = ev.prefix_fingerprint if lane.routing == "prefix_affinity" else None
-        candidates = self.pools.candidates(lane.pool, affinity)[:2]
+        candidates = self.pools.candidates(pool, affinity)[:2]
         for attempt, replica in enumerate(candidates):
             if req.disconnected:
                 return
@@ -262,16 +274,16 @@ class Relay:
                     req.clock.dispatched = 0
                     log.info("upstream_busy_failover", replica=replica.url)
                     continue
+                if may_fall_back and traffic.refused(resp.status):
+                    resp.release()  # nothing of it reached the client: to the fallback
+                    raise FallBack(c.FALLBACK_SERVER_ERROR)
                 req.response = resp
                 try:
                     await self._respond(req, resp, lane, plan.inject, send)
                 finally:
                     resp.release()
                 return
-        raise e.UpstreamUnavailable(
-            f"pool {lane.pool!r} is unavailable: no replica accepted a connection "
-            f"({last_err if last_err else 'no replicas'})"
-        )
+        raise traffic.unavailable(pool, last_err, may_fall_back)
 
     async def _post(
         self, replica: Replica, route: str, lane: Lane, raw: bytes, headers: dict[str, str]
@@ -287,7 +299,7 @@ class Relay:
         except ConnectFailed:
             raise  # the caller tries the next replica
         except UpstreamError as err:
-            raise e.UpstreamProtocol(f"pool {lane.pool!r} failed: {err}") from err
+            raise e.UpstreamProtocol(f"pool {replica.pool!r} failed: {err}") from err
 
     def _on_client_message(self, req: Request, fut: asyncio.Future[Message]) -> None:
         if fut.cancelled() or fut.exception() is not None:

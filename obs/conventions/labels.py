@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "ARM",
     "BAD_OUTCOMES",
     "CHANGED",
     "CLIENT_ERROR",
@@ -17,11 +18,16 @@ __all__ = [
     "ERROR",
     "ERROR_CLASS",
     "EXPORTER",
+    "FALLBACK_REASONS",
+    "FALLBACK_SERVER_ERROR",
+    "FALLBACK_TIMEOUT",
+    "FALLBACK_UNAVAILABLE",
     "FINGERPRINT",
     "FINISH_REASON",
     "FINISH_REASONS",
     "LANE",
     "LIMIT",
+    "LOWER_PRIORITY",
     "MAX_MODEL_LABELS",
     "MODEL",
     "NAMESPACE",
@@ -72,6 +78,7 @@ OLD: Final = "old"
 NEW: Final = "new"
 CONFIG_HASH: Final = "config_hash"
 CONFIG_VERSION: Final = "config_version"
+ARM: Final = "arm"  # the pool a split lane's arm sends to (bounded by the config's pools)
 
 # The five request phases, in order (see obs.phases).
 PHASES: Final = ("queue", "prefill", "first_token", "decode", "stream")
@@ -95,6 +102,8 @@ PROMPT_TOO_LONG: Final = "prompt_too_long"  # 413: estimated prompt over max_pro
 OVER_TOKEN_BUDGET: Final = "over_token_budget"  # 413: prompt + max_tokens over token_budget
 POOL_UNAVAILABLE: Final = "pool_unavailable"  # 503: no replica of the pool accepts connections
 ENGINE_QUEUE_FULL: Final = "engine_queue_full"  # 503 from vLLM itself (--max-num-queued-reqs)
+# 429: the lane's queue was full and a request of higher priority took this one's place.
+LOWER_PRIORITY: Final = "lower_priority"
 REJECTION_REASONS: Final = (
     QUEUE_FULL,
     QUEUE_TIMEOUT,
@@ -103,7 +112,15 @@ REJECTION_REASONS: Final = (
     OVER_TOKEN_BUDGET,
     POOL_UNAVAILABLE,
     ENGINE_QUEUE_FULL,
+    LOWER_PRIORITY,
 )
+
+# Why a request went to its lane's fallback pool: the event's ``fallback_reason`` and the
+# ``reason`` label of the fallbacks counter.
+FALLBACK_UNAVAILABLE: Final = "unavailable"  # no replica of the pool accepted a connection
+FALLBACK_SERVER_ERROR: Final = "server_error"  # the pool answered 5xx or 429
+FALLBACK_TIMEOUT: Final = "timeout"  # no response head within the lane's first_token_s
+FALLBACK_REASONS: Final = (FALLBACK_UNAVAILABLE, FALLBACK_SERVER_ERROR, FALLBACK_TIMEOUT)
 
 # Where an event's token counts came from: the event's ``tokens_source``.
 TOKENS_FROM_USAGE: Final = "usage"  # the pool's usage object (exact)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from obs.conventions.labels import (
+    ARM,
     CHANGED,
     CONFIG_HASH,
     CONFIG_VERSION,
@@ -45,8 +46,10 @@ __all__ = [
     "EVENT_LOOP_LAG_MAX_S",
     "EVENT_LOOP_LAG_PERIOD_S",
     "EXPORTER_FAILURES",
+    "FALLBACKS",
     "IN_FLIGHT",
     "ITL",
+    "LANE_ARM_REQUESTS",
     "LANE_INFO",
     "LP",
     "PHASE_DURATION",
@@ -157,6 +160,24 @@ IN_FLIGHT = _m("in_flight_requests", "gauge", "Requests dispatched to the pool, 
 QUEUED = _m("queued_requests", "gauge", "Requests waiting for admission, per lane.", LANE)
 LANE_INFO = _m(
     "lane_info", "gauge", "Always 1: maps each lane to its pool (join on pool).", LANE, POOL
+)
+LANE_ARM_REQUESTS = _m(
+    "lane_arm_requests",
+    "counter",
+    "Requests of a split lane by the arm its client's identity chose (the arm's pool, also "
+    "when a fallback pool answered), by outcome (every lane arm and outcome from 0).",
+    LANE,
+    ARM,
+    OUTCOME,
+)
+FALLBACKS = _m(
+    "fallbacks",
+    "counter",
+    "Requests the lane sent to its fallback pool, by the pool that failed them and why "
+    "(every lane, pool and reason from 0).",
+    LANE,
+    POOL,
+    REASON,
 )
 
 # Per-pool engine state, read from each replica's /metrics at scrape time.
@@ -301,6 +322,8 @@ ALL_METRICS: Final = (
     IN_FLIGHT,
     QUEUED,
     LANE_INFO,
+    LANE_ARM_REQUESTS,
+    FALLBACKS,
     POOL_UP,
     POOL_KV_CACHE_USAGE,
     POOL_RUNNING,

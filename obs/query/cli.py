@@ -122,6 +122,27 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--alpha", type=float, default=0.01, help="significance level (default 0.01)")
     p.set_defaults(handler=_compare)
 
+    p = sub.add_parser(
+        "canary",
+        help="a split lane's canary arm against its baseline: promote, hold or roll back",
+        description=(
+            "Compare each canary arm of a split lane (its lighter arms) with the baseline "
+            "arm (its heaviest) using the tests of `query compare`, and say promote, hold "
+            "or roll back by the lane's canary margins (default: p95 TTFT or TPOT more "
+            "than 15%% worse beyond noise, or availability below the lane's objective, "
+            "rolls back; fewer than min_requests per arm holds). See docs/lanes.md."
+        ),
+    )
+    _common(p)
+    _config_arg(p)
+    p.add_argument(
+        "--window",
+        metavar="DUR",
+        help="only the last DUR of the log (e.g. 1h), ending at its newest event",
+    )
+    p.add_argument("--alpha", type=float, default=0.01, help="significance level (default 0.01)")
+    p.set_defaults(handler=_canary)
+
     p = sub.add_parser("report", help="self-contained HTML report with plots")
     _common(p, fmt=False)
     _config_arg(p)
@@ -292,6 +313,28 @@ def _around_changes(args: argparse.Namespace) -> int:
         table = Table(table.columns, [h + r for h, r in zip(heads, shown.rows, strict=True)])
     _emit(render(table, args.format))
     _warn(scan)
+    return 0
+
+
+def _canary(args: argparse.Namespace) -> int:
+    from obs.errors import InputError
+    from obs.query.api import open_any
+    from obs.query.canary import canary, last_window, render_verdicts
+    from obs.query.scan import connect
+
+    lanes = _filters(args).lanes
+    if len(lanes) != 1:
+        raise InputError("canary: name one split lane with --lane LANE")
+    con = connect()
+    progress = _progress(args)
+
+    def scan(f: Any) -> Any:
+        return open_any(args.paths, f, progress, con)
+
+    filters = _filters(args)
+    if args.window:
+        filters = last_window(scan(filters), filters, args.window)
+    _emit(render_verdicts(canary(scan, filters, _config(args), lanes[0], args.alpha), args.format))
     return 0
 
 

@@ -10,7 +10,7 @@ quoted, never interpolated raw.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from obs.conventions import OUTCOMES
@@ -43,6 +43,7 @@ class Filters:
     models: tuple[str, ...] = ()
     tenants: tuple[str, ...] = ()
     statuses: tuple[str, ...] = field(default=())
+    arms: tuple[str, ...] = ()  # a split lane's arm (the event's ``arm``): query canary
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.statuses if s not in OUTCOMES]
@@ -77,9 +78,11 @@ class Filters:
 
     def with_window(self, since: datetime | None, until: datetime | None) -> Filters:
         """The same filters over another time window."""
-        return Filters(
-            since, until, self.lanes, self.pools, self.models, self.tenants, self.statuses
-        )
+        return replace(self, since=since, until=until)
+
+    def with_arm(self, lane: str, arm: str) -> Filters:
+        """The same filters over one arm of a split lane."""
+        return replace(self, lanes=(lane,), arms=(arm,))
 
     def to_sql(self, dialect: Dialect = DUCKDB) -> str:
         """A SQL condition over the event columns (true when nothing is filtered)."""
@@ -102,6 +105,7 @@ class Filters:
             ("model", self.models),
             ("tenant", self.tenants),
             ("status", self.statuses),
+            ("arm", self.arms),
         )
 
     def describe(self) -> str:

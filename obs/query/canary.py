@@ -1,0 +1,192 @@
+"""``canary``: each canary arm of a split lane against its baseline arm, and a verdict.
+
+The arms are compared with ``obs.query.comparison.compare`` (the same two-proportion and
+Mann-Whitney tests as ``query compare``: baseline as "before", canary as "after"), and
+the verdict follows the lane's ``canary`` margins (``obs.config.Canary``):
+
+* **roll back** when the canary's p95 TTFT or p95 TPOT is more than its margin worse than
+  the baseline's and the test says the shift is beyond noise, or its availability (the
+  share of its requests without a server-side error) is below the lane's objective;
+* **hold** when an arm has fewer than ``min_requests`` requests, or a p95 is over its
+  margin but not significantly (wait for more traffic);
+* **promote** otherwise.
+
+The generated canary alert (``obs.alerts.canary_rules``) fires on the same conditions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Final
+
+from obs.config import Config, Lane
+from obs.durations import seconds
+from obs.errors import InputError
+from obs.query.comparison import compare, for_display
+from obs.query.filters import Filters
+from obs.query.scan import Source
+from obs.query.table import Table, render, to_json
+
+PROMOTE: Final = "promote"
+HOLD: Final = "hold"
+ROLL_BACK: Final = "roll back"
+# (event timing, metric row of compare, margin field of obs.config.Canary)
+LATENCIES: Final = (
+    ("TTFT", "ttft_p95_ms", "ttft_p95_margin"),
+    ("TPOT", "tpot_p95_ms", "tpot_p95_margin"),
+)
+COLUMNS: Final = ["lane", "baseline", "canary", "metric", "baseline_value", "canary_value",
+                  "delta_pct", "p_value", "significant"]  # fmt: skip
+
+
+@dataclass(slots=True)
+class Verdict:
+    """One canary arm's verdict and the facts behind it."""
+
+    lane: str
+    baseline: str
+    canary: str
+    verdict: str
+    reasons: list[str] = field(default_factory=list)
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "lane": self.lane,
+            "baseline": self.baseline,
+            "canary": self.canary,
+            "verdict": self.verdict,
+            "reasons": self.reasons,
+            "metrics": [dict(zip(COLUMNS, r, strict=True)) for r in self.rows],
+        }
+
+
+def split_lane(config: Config, name: str) -> Lane:
+    """The lane ``name``, which must split its traffic; else an InputError that says so."""
+    if name not in config.lane_names:
+        raise InputError(
+            f"--lane {name!r} is not a lane of the config ({', '.join(config.lane_names)})"
+        )
+    lane = config.lane(name)
+    if lane.split is None:
+        raise InputError(f"lane {name!r} has no split: give it `split:` arms to compare")
+    return lane
+
+
+def canary(
+    open_scan: Callable[[Filters], Source],
+    filters: Filters,
+    config: Config,
+    lane_name: str,
+    alpha: float = 0.01,
+) -> list[Verdict]:
+    """The verdict of each canary arm of ``lane_name`` over the events ``filters`` select."""
+    lane = split_lane(config, lane_name)
+    base = open_scan(filters.with_arm(lane.name, lane.pool))
+    out = []
+    for arm in lane.canaries:
+        table = compare(base, open_scan(filters.with_arm(lane.name, arm)), config, alpha)
+        out.append(judge(lane, arm, _metrics(table, lane.name)))
+    return out
+
+
+def _metrics(table: Table, lane: str) -> dict[str, tuple[Any, ...]]:
+    """compare's rows of ``lane``, by metric: (before, after, delta, pct, test, p, sig)."""
+    return {r[1]: tuple(r[2:]) for r in table.rows if r[0] == lane}
+
+
+def judge(lane: Lane, arm: str, m: dict[str, tuple[Any, ...]]) -> Verdict:
+    """The verdict from compare's metrics of the two arms (pure: see the module doc)."""
+    policy = lane.canary_policy
+    v = Verdict(lane.name, lane.pool, arm, PROMOTE)
+    rollback, hold = [], []
+    n_base, n_arm = (int(x or 0) for x in m.get("requests", (0, 0))[:2])
+    v.rows.append(_row(v, "requests", m.get("requests")))
+    if min(n_base, n_arm) < policy.min_requests:
+        hold.append(
+            f"{n_base} baseline and {n_arm} canary requests: each arm needs "
+            f"{policy.min_requests} (canary.min_requests)"
+        )
+    for title, metric, margin_field in LATENCIES:
+        row = m.get(metric)
+        v.rows.append(_row(v, metric, row))
+        margin = getattr(policy, margin_field)
+        pct, p, sig = (row[3], row[5], row[6]) if row else (None, None, None)
+        if pct is None or pct <= margin:
+            continue
+        text = f"p95 {title} {pct * 100:+.0f}% vs the baseline (margin {margin * 100:g}%"
+        if sig:
+            rollback.append(f"{text}, p={p:.2g})")
+        else:
+            hold.append(f"{text}, not significant yet: p={'-' if p is None else f'{p:.2g}'})")
+    errors = m.get("error_rate")
+    v.rows.append(_row(v, "error_rate", errors))
+    objective = lane.slo.availability.objective if lane.slo.availability else None
+    if objective is not None and errors and errors[1] is not None and n_arm:
+        availability = 1 - errors[1]
+        if availability < objective:
+            rollback.append(
+                f"availability {availability * 100:.2f}% is below the lane's objective "
+                f"{objective * 100:g}%"
+            )
+    if rollback:
+        v.verdict, v.reasons = ROLL_BACK, rollback + hold
+    elif hold:
+        v.verdict, v.reasons = HOLD, hold
+    else:
+        v.reasons = ["within every margin" + ("" if objective is None else " and the objective")]
+    return v
+
+
+def _row(v: Verdict, metric: str, r: tuple[Any, ...] | None) -> tuple[Any, ...]:
+    b, a, _, pct, _, p, sig = r if r else (None,) * 7
+    return (v.lane, v.baseline, v.canary, metric, b, a, pct, p, sig)
+
+
+def as_table(verdicts: list[Verdict]) -> Table:
+    """Every verdict's metric rows, one table."""
+    return Table(list(COLUMNS), [r for v in verdicts for r in v.rows])
+
+
+def last_window(scan: Source, filters: Filters, window: str) -> Filters:
+    """``filters`` over the last ``window`` of the log (e.g. 1h), ending at its newest event."""
+    try:
+        length = timedelta(seconds=seconds(window))
+    except ValueError as e:
+        raise InputError(f"--window {window!r}: {e}") from e
+    ts = scan.dialect.ts_column
+    sql = f"SELECT max({ts}) AS ts FROM {scan.source} WHERE request_id IS NOT NULL"
+    newest = scan.run(sql).rows[0][0]
+    if newest is None:
+        return filters
+    end = newest + timedelta(microseconds=1)
+    return filters.with_window(end - length, end)
+
+
+def render_verdicts(verdicts: list[Verdict], fmt: str) -> str:
+    """The metric rows and, under them, each verdict with its reasons (json: one document)."""
+    if fmt == "json":
+        return to_json([v.to_dict() for v in verdicts])
+    table = as_table(verdicts)
+    if fmt in ("table", "markdown"):  # cells as ``query compare`` shows them
+        rows = [(r[0], r[3], r[4], r[5], None, r[6], None, r[7], r[8]) for r in table.rows]
+        shown = for_display(Table(["lane", "metric", "b", "a", "d", "pct", "t", "p", "s"], rows))
+        cells = [
+            (*r[:4], *t[2:4], t[5], *t[7:9]) for r, t in zip(table.rows, shown.rows, strict=True)
+        ]
+        table = Table(table.columns, cells)
+    out = render(table, fmt)
+    return out if fmt == "csv" else out + "\n" + describe(verdicts)
+
+
+def describe(verdicts: list[Verdict]) -> str:
+    """The verdict lines printed under the table."""
+    lines = []
+    for v in verdicts:
+        lines.append(
+            f"lane {v.lane}: canary {v.canary} vs baseline {v.baseline}: {v.verdict.upper()}"
+        )
+        lines += [f"  - {r}" for r in v.reasons]
+    return "\n".join(lines) + "\n"

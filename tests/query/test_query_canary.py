@@ -1,0 +1,128 @@
+"""``query canary``: a split lane's canary arm against its baseline, and the verdict."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from obs.cli import main as cli_main
+from obs.config import parse_config
+from obs.events import Event
+from obs.query.canary import HOLD, PROMOTE, ROLL_BACK, judge
+from obs.query.testing import event, ts, write_jsonl
+
+LANE = {
+    "name": "chat",
+    "split": {"stable": 95, "canary": 5},
+    "canary": {"min_requests": 100},
+    "slo": {"ttft": {"threshold_ms": 500}, "availability": {"objective": 0.99}},
+}
+
+
+def _config(tmp_path: Path) -> Path:
+    data = {
+        "pools": [
+            {"name": "stable", "replicas": ["http://127.0.0.1:1"]},
+            {"name": "canary", "replicas": ["http://127.0.0.1:2"]},
+        ],
+        "lanes": [LANE],
+        "default_lane": "chat",
+    }
+    path = tmp_path / "lanes.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def _arm(arm: str, n: int, slower: float, errors: int = 0, seed: int = 1) -> list[Event]:
+    """``n`` events of one arm; TTFT and TPOT ``slower`` times the baseline's distribution."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        ttft = rng.lognormvariate(5.0, 0.3) * slower  # ~150 ms median
+        fields: dict[str, Any] = {"lane": "chat", "pool": arm, "arm": arm, "ts": ts(i)}
+        if i < errors:
+            fields |= {"status": "error", "error_class": "upstream_status", "stream": True}
+            out.append(event(**fields))
+            continue
+        fields |= {"prefill_ms": ttft, "ttft_ms": ttft, "tpot_ms": rng.uniform(20, 30) * slower}
+        out.append(event(**fields, completion_tokens=50))
+    return out
+
+
+def _verdict(tmp_path: Path, events: list[Event], capsys: pytest.CaptureFixture[str]) -> Any:
+    log = write_jsonl(tmp_path / "events.jsonl", events)
+    args = ["query", "canary", str(log), "--lane", "chat", "--config", str(_config(tmp_path))]
+    assert cli_main([*args, "--no-progress", "--format", "json"]) == 0
+    (only,) = json.loads(capsys.readouterr().out)
+    assert cli_main([*args, "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert f"canary canary vs baseline stable: {only['verdict'].upper()}" in text
+    return only
+
+
+def test_a_canary_over_the_p95_margin_is_rolled_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A canary 30% slower than its baseline (beyond the 15% margin, significant): roll back,
+    naming TTFT and TPOT."""
+    got = _verdict(tmp_path, _arm("stable", 600, 1.0) + _arm("canary", 200, 1.3, seed=2), capsys)
+    assert got["verdict"] == ROLL_BACK, got
+    assert any("p95 TTFT" in r for r in got["reasons"]) and any("TPOT" in r for r in got["reasons"])
+    ttft = next(m for m in got["metrics"] if m["metric"] == "ttft_p95_ms")
+    assert ttft["delta_pct"] > 0.15 and ttft["significant"] is True
+
+
+def test_a_canary_within_the_margin_is_promoted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A canary 5% slower (inside the 15% margin) with no errors: promote."""
+    got = _verdict(tmp_path, _arm("stable", 600, 1.0) + _arm("canary", 200, 1.05, seed=2), capsys)
+    assert got["verdict"] == PROMOTE, got
+
+
+def test_a_canary_below_the_availability_objective_is_rolled_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A canary as fast as the baseline but failing 5% of requests (objective 99%): roll back."""
+    events = _arm("stable", 600, 1.0) + _arm("canary", 200, 1.0, errors=10, seed=2)
+    got = _verdict(tmp_path, events, capsys)
+    assert got["verdict"] == ROLL_BACK and "availability" in got["reasons"][0], got
+
+
+def test_a_canary_with_too_few_requests_is_held(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Fewer canary requests than min_requests: hold, whatever the latencies say."""
+    got = _verdict(tmp_path, _arm("stable", 600, 1.0) + _arm("canary", 40, 1.0, seed=2), capsys)
+    assert got["verdict"] == HOLD and "min_requests" in got["reasons"][0], got
+
+
+def test_judge_holds_a_shift_over_the_margin_that_is_not_significant() -> None:
+    """p95 over the margin without significance is hold, not roll back (pure judge)."""
+    lane = parse_config(
+        {
+            "pools": [{"name": n, "replicas": ["http://127.0.0.1:1"]} for n in ("a", "b")],
+            "lanes": [{"name": "l", "split": {"a": 9, "b": 1}, "canary": {"min_requests": 1}}],
+            "default_lane": "l",
+        }
+    ).lane("l")
+    m = {
+        "requests": (500, 500, 0, 0.0, None, None, None),
+        "ttft_p95_ms": (100.0, 130.0, 30.0, 0.3, "mann-whitney", 0.2, False),
+    }
+    v = judge(lane, "b", m)
+    assert v.verdict == HOLD and "not significant" in v.reasons[0], v
+
+
+def test_canary_refuses_a_lane_without_a_split(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--lane naming a lane with one pool is a clear error, not a traceback."""
+    log = write_jsonl(tmp_path / "e.jsonl", [event(lane="chat")])
+    assert cli_main(["query", "canary", str(log), "--lane", "chat", "--no-progress"]) != 0
+    assert "has no split" in capsys.readouterr().err
