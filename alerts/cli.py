@@ -10,7 +10,8 @@ DESCRIPTION = """\
 Write Prometheus recording and alerting rules for the lanes/SLO config:
 one slo-<lane>.rules.yml per lane with SLOs (SLI error ratios, burn rates,
 error budget, multi-window burn-rate alerts) and health.rules.yml (KV cache,
-prefix cache, admission, queue wait, pool health, exporters). With --tests,
+prefix cache, admission, queue wait, pool health, exporters), and, for lanes
+with a split, canary.rules.yml (VllmObsCanaryRollback). With --tests,
 also write promtool unit tests for every alert (run: promtool test rules
 DIR/*.test.yml). Files generated before that a new run no longer produces
 are removed; other files in the directories are left alone.

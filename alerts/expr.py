@@ -11,6 +11,7 @@ from obs import promexpr as p
 # Re-exported: the rule generators build on the shared blocks through this one module.
 from obs.promexpr import agg as agg
 from obs.promexpr import eq as eq
+from obs.promexpr import increase as increase
 from obs.promexpr import num as num
 from obs.promexpr import one_of as one_of
 from obs.promexpr import positive as positive

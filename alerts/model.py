@@ -93,6 +93,7 @@ HEALTH_POLICY: Final = {
     c.ALERT_EVENTS_DROPPED: Policy("ticket", "10m"),
     c.ALERT_EXPORTER_FAILING: Policy("ticket", "10m"),
     c.ALERT_EVENT_LOOP_LAG_HIGH: Policy("ticket", "10m"),
+    c.ALERT_CANARY_ROLLBACK: Policy("ticket", "10m"),
 }
 
 
@@ -114,6 +115,20 @@ class HealthThresholds:
 
 
 @dataclass(frozen=True, slots=True)
+class CanaryArm:
+    """One canary arm of a split lane, judged against the lane's baseline arm."""
+
+    lane: str
+    baseline: str
+    canary: str
+    ttft_p95_margin: float
+    tpot_p95_margin: float
+    min_requests: int
+    window: str
+    availability_objective: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class AlertModel:
     """Everything the rule generators need, and nothing else."""
 
@@ -122,6 +137,7 @@ class AlertModel:
     pools: tuple[PoolHealth, ...]
     thresholds: HealthThresholds = field(default_factory=HealthThresholds)
     runbook_url: str = RUNBOOK_PATH
+    canaries: tuple[CanaryArm, ...] = ()  # split lanes' canary arms (obs.alerts.canary_rules)
 
     def lane_slis(self, lane: str) -> tuple[SLI, ...]:
         """The SLIs of one lane, in ``SLO_KINDS`` order."""
@@ -160,7 +176,28 @@ def build_model(
         )
         for lane in config.lanes
     )
-    return AlertModel(slis, lanes, pools, th, runbook_url)
+    return AlertModel(slis, lanes, pools, th, runbook_url, _canaries(config))
+
+
+def _canaries(config: Config) -> tuple[CanaryArm, ...]:
+    out = []
+    for lane in config.lanes:
+        policy = lane.canary_policy
+        objective = lane.slo.availability.objective if lane.slo.availability else None
+        for arm in lane.canaries:
+            out.append(
+                CanaryArm(
+                    lane.name,
+                    lane.pool,
+                    arm,
+                    policy.ttft_p95_margin,
+                    policy.tpot_p95_margin,
+                    policy.min_requests,
+                    policy.window,
+                    objective,
+                )
+            )
+    return tuple(out)
 
 
 def _slis(lane: Lane) -> list[SLI]:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from .canary_rules import canary_groups
 from .health_rules import health_groups
 from .model import AlertModel
 from .slo_rules import lane_groups
 
 RuleFile = dict[str, Any]
 HEALTH_FILE = "health.rules.yml"
+CANARY_FILE = "canary.rules.yml"  # only for a config with split lanes
 
 
 def slo_file(lane: str) -> str:
@@ -18,9 +20,13 @@ def slo_file(lane: str) -> str:
 
 
 def rule_files(model: AlertModel) -> dict[str, RuleFile]:
-    """One file per lane with SLOs, then the health rules; in a stable order."""
+    """One file per lane with SLOs, then the health rules (and the canary rules of split
+    lanes); in a stable order."""
     files = {slo_file(lane): {"groups": lane_groups(model, lane)} for lane in model.slo_lanes}
     files[HEALTH_FILE] = {"groups": health_groups(model)}
+    canary = canary_groups(model)
+    if canary:
+        files[CANARY_FILE] = {"groups": canary}
     return files
 
 

@@ -10,6 +10,7 @@ from obs.config import Config
 from . import expr as e
 from . import links
 from . import variables as v
+from .arms import add_arms
 from .panels import Grid, Query, dashboard, heatmap, timeseries
 
 UID = links.LANE_UID
@@ -215,6 +216,7 @@ def build(config: Config) -> Dashboard:
     _tokens(grid)
     _slow_readers(grid)
     _outcomes(grid)
+    add_arms(grid)
     return dashboard(
         UID,
         "vllm-obs / Lane",
