@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -61,7 +62,7 @@ def describe(config: object) -> str:
         if a.tenant_fair_share:
             lim.append("tenant_fair_share")
         lim.append(f"slow_client={a.slow_client.policy}@{a.slow_client.buffer_bytes}B")
-        lines.append(f"  {lane.name} -> pool {lane.pool} (routing {lane.routing})")
+        lines.append(f"  {lane.name} -> {_targets(lane)} (routing {lane.routing})")
         for rule in lane.match:
             cond = " and ".join(f"{k}={v}" for k, v in rule.model_dump(exclude_none=True).items())
             lines.append(f"    match: {cond}")
@@ -147,3 +148,17 @@ def run_hash_key(args: argparse.Namespace) -> int:
     print("auth:\n  api_keys:")
     print(f"    - sha256: {digest}\n      tenant: {args.tenant}")
     return 0
+
+
+def _targets(lane: Any) -> str:
+    """``pool P``, or ``split a 95 / b 5 (sticky by api_key)``, then any fallback."""
+    if lane.split is None:
+        out = f"pool {lane.pool}"
+    else:
+        arms = " / ".join(f"{p} {w}" for p, w in lane.arms)
+        out = f"split {arms} (baseline {lane.pool}, sticky by {lane.canary_policy.sticky})"
+    if lane.fallback is not None:
+        out += f", fallback {lane.fallback}"
+    if lane.priority is not None:
+        out += ", priority"
+    return out

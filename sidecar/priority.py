@@ -51,9 +51,8 @@ def effective(t: Queued, now: float, aging_s: float) -> float:
 
 def pick(queue: Sequence[T], now: float, aging_s: float) -> T:
     """The ticket to admit next: highest effective priority, the oldest on a tie."""
-    best = queue[0]
-    best_rank = effective(best, now, aging_s)
-    for t in queue[1:]:
+    best, best_rank = queue[0], float("-inf")
+    for t in queue:  # a deque: no slicing
         rank = effective(t, now, aging_s)
         if rank > best_rank:
             best, best_rank = t, rank
