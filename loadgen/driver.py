@@ -8,10 +8,9 @@ request starts after the duration; requests in flight then run to completion.
 Agent turns go in order, each ``think_s`` after the previous one ended; a failed
 turn ends its conversation.
 
-Slow readers get their own connection pool with a small socket receive buffer
-and a small aiohttp read buffer, and read at their configured rate: the client's
-buffers fill, the TCP window closes, and the server's writes block, as with a
-real slow client.
+Slow readers get their own connection pool with a small socket receive buffer and a
+small aiohttp read buffer, and read at their configured rate: the client's buffers fill,
+the TCP window closes, and the server's writes block, as with a real slow client.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ import orjson
 from obs.errors import ObsError
 from obs.loadgen.measure import Measurement
 from obs.loadgen.mix import Mix, RequestOptions
-from obs.loadgen.plan import Arrivals, PlannedRequest, sessions
+from obs.loadgen.plan import SESSION_HEADER, Arrivals, PlannedRequest, sessions
 from obs.loadgen.prompts import PromptBuilder
 from obs.loadgen.records import Record
 from obs.loadgen.sse import SSEParser, error_message, parse_chunk
@@ -279,6 +278,7 @@ class Driver:
                 **self._headers,
                 "X-Request-Id": f"{self.settings.run_id}-{req.index:06d}",
                 "X-Client-Class": self._mix.header_value(req.client_class),
+                SESSION_HEADER: f"{self.settings.run_id}-{req.session}",
             }
             slow = req.client_class == "slow-stream"
             session = self._sessions["slow" if slow else "fast"]

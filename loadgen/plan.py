@@ -69,6 +69,11 @@ class Arrivals:
         return self.concurrency is not None
 
 
+# Sent with every request as RUN_ID-SESSION: one conversation's identity (a split lane sticky
+# by tenant, with auth.tenant_header naming this header, keeps each session on one arm).
+SESSION_HEADER = "X-Vllm-Obs-Session"
+
+
 @dataclass(frozen=True, slots=True)
 class PlannedRequest:
     """One request to send. Lengths are tokens; text comes from the prompt builder."""
