@@ -20,9 +20,9 @@ from pathlib import Path
 
 import yaml
 
-from obs.demo.options import LOCAL_MAX_MODEL_LEN, LOCAL_POOLS
+from obs.demo.options import LOCAL_POOLS
+from obs.demo.stack import local_pools
 from obs.demo.workload import write_lanes
-from obs.engine import VllmServer
 from obs.engine.setup import ensure_engine
 
 RESULT = Path(__file__).parent / "results" / "canary_walkthrough.txt"
@@ -59,18 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     assert len(weights) == 2, "--weights BASELINE,CANARY"
     args.out.mkdir(parents=True, exist_ok=True)
     paths = ensure_engine(progress=lambda m: print(f"[engine] {m}", flush=True))
-    servers = [
-        VllmServer(
-            paths.model_dir,
-            max_model_len=LOCAL_MAX_MODEL_LEN,
-            kv_cache_bytes=spec.kv_cache_bytes,
-            extra_args=spec.vllm_args,
-            log_path=args.out / f"vllm-{spec.name}.log",
-            python=paths.python,
-            launcher=paths.launcher,
-        )
-        for spec in LOCAL_POOLS
-    ]
+    servers = local_pools(paths, args.out)
     try:
         for s in servers:
             s.start()

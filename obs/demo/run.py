@@ -24,7 +24,7 @@ from typing import Any, TextIO
 
 from obs.config import Config, load_config
 from obs.demo import results, workload
-from obs.demo.options import LOCAL_MAX_MODEL_LEN, LOCAL_POOLS, SCRAPE_INTERVAL_S, DemoOptions
+from obs.demo.options import LOCAL_POOLS, SCRAPE_INTERVAL_S, DemoOptions
 from obs.demo.prometheus import (
     Alert,
     PrometheusProcess,
@@ -32,7 +32,7 @@ from obs.demo.prometheus import (
     prometheus_version,
     write_config,
 )
-from obs.demo.stack import Stack, start_servers
+from obs.demo.stack import Stack, local_pools, start_servers
 from obs.errors import ObsError
 
 PROMETHEUS = "Prometheus"
@@ -203,20 +203,7 @@ class Demo:
             return [], {p.name: list(p.replicas) for p in config.pools}
         if opts.upstream is not None:
             return [], {p.name: [opts.upstream] for p in LOCAL_POOLS}
-        from obs.engine import VllmServer
-
-        servers = [
-            VllmServer(
-                paths.model_dir,
-                max_model_len=LOCAL_MAX_MODEL_LEN,
-                kv_cache_bytes=spec.kv_cache_bytes,
-                extra_args=spec.vllm_args,
-                log_path=self.out / "logs" / f"vllm-{spec.name}.log",
-                python=paths.python,
-                launcher=paths.launcher,
-            )
-            for spec in LOCAL_POOLS
-        ]
+        servers = local_pools(paths, self.out / "logs")
         return servers, {s.name: [v.url] for s, v in zip(LOCAL_POOLS, servers, strict=True)}
 
     def _write_config(self, pools: dict[str, list[str]]) -> Config:

@@ -16,7 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from obs.demo.options import LOCAL_MAX_MODEL_LEN, LOCAL_POOLS
 from obs.engine.server import ServerError, VllmServer
+from obs.engine.setup import EnginePaths
 from obs.procs import group_alive
 
 WAIT_POLL_S = 0.2
@@ -159,3 +161,19 @@ def _abort_start(server: VllmServer, finished: threading.Event) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
         finished.wait(max(0.0, deadline - time.monotonic()))
+
+
+def local_pools(paths: EnginePaths, log_dir: Path) -> list[VllmServer]:
+    """The demo's local vLLM pools (``LOCAL_POOLS``, in order), not started yet."""
+    return [
+        VllmServer(
+            paths.model_dir,
+            max_model_len=LOCAL_MAX_MODEL_LEN,
+            kv_cache_bytes=spec.kv_cache_bytes,
+            extra_args=spec.vllm_args,
+            log_path=log_dir / f"vllm-{spec.name}.log",
+            python=paths.python,
+            launcher=paths.launcher,
+        )
+        for spec in LOCAL_POOLS
+    ]
