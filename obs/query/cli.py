@@ -126,11 +126,12 @@ def add_parser(subparsers: Any) -> None:
         "canary",
         help="a split lane's canary arm against its baseline: promote, hold or roll back",
         description=(
-            "Compare each canary arm of a split lane (its lighter arms) with the baseline "
-            "arm (its heaviest) using the tests of `query compare`, and say promote, hold "
-            "or roll back by the lane's canary margins (default: p95 TTFT or TPOT more "
-            "than 15%% worse beyond noise, or availability below the lane's objective, "
-            "rolls back; fewer than min_requests per arm holds). See docs/lanes.md."
+            "Compare each canary arm of the split lane named by --lane (its lighter arms) "
+            "with the baseline arm (its heaviest) using the tests of `query compare`, and "
+            "say promote, hold or roll back by the lane's canary margins (default: p95 TTFT "
+            "or TPOT more than 15% worse beyond noise, or availability below the lane's "
+            "objective, rolls back; fewer than min_requests per arm holds). See "
+            "docs/lanes.md."
         ),
     )
     _common(p)
