@@ -28,7 +28,7 @@ from obs.engine.setup import ensure_engine
 RESULT = Path(__file__).parent / "results" / "canary_walkthrough.txt"
 
 
-def _split_config(path: Path, urls: dict[str, list[str]], weights: tuple[int, int]) -> None:
+def split_config(path: Path, urls: dict[str, list[str]], weights: tuple[int, int]) -> None:
     write_lanes(path, urls)
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     chat = next(lane for lane in data["lanes"] if lane["name"] == "chat")
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             s.start()
         urls = {spec.name: [s.url] for spec, s in zip(LOCAL_POOLS, servers, strict=True)}
         config = args.out / "split.yaml"
-        _split_config(config, urls, (weights[0], weights[1]))
+        split_config(config, urls, (weights[0], weights[1]))
         vo = [sys.executable, "-m", "obs.cli"]
         log: list[str] = []
         demo = args.out / "demo"
