@@ -95,6 +95,16 @@ class LaneGate:
     def queued(self) -> int:
         return len(self.queue)
 
+    @property
+    def needs_prompt_tokens(self) -> bool:
+        """Whether this lane's limits, or its priority rules, read the prompt's size."""
+        a, rules = self.policy, self.priority.rules if self.priority else []
+        return (
+            a.max_prompt_tokens is not None
+            or a.token_budget is not None
+            or any(r.match.min_prompt_tokens or r.match.max_prompt_tokens for r in rules)
+        )
+
     def check(self, prompt_tokens: int | None, max_tokens: int | None) -> int:
         """Refuse at once what can never be admitted; returns the request's token cost."""
         a = self.policy

@@ -93,8 +93,7 @@ class Relay:
         self.tenants = Tenants(config.auth)
         self.running: set[asyncio.Task[Any]] = set()  # handlers, for shutdown to wait on
         self.needs_prompt_tokens = classifier.needs_prompt_tokens or any(
-            g.policy.max_prompt_tokens is not None or g.policy.token_budget is not None
-            for g in self.gates.values()
+            g.needs_prompt_tokens for g in self.gates.values()
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

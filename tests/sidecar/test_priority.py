@@ -124,3 +124,15 @@ def test_the_gate_admits_higher_priorities_first_and_displaces_the_lowest() -> N
         mid.cancel()
 
     asyncio.run(scenario())
+
+
+def test_a_priority_rule_on_prompt_size_makes_the_lane_estimate_it() -> None:
+    """A rule on prompt tokens needs the estimate (the relay computes it only when asked)."""
+    plain = LaneGate(_lane())
+    spec = {"name": "l", "pool": "p", "priority": {"rules": [
+        {"match": {"max_prompt_tokens": 100}, "priority": 9}]}}  # fmt: skip
+    sized = LaneGate(Lane.model_validate(spec))
+    assert not plain.needs_prompt_tokens and sized.needs_prompt_tokens
+    assert sized.priority is not None
+    short = RequestAttrs("/v1/chat/completions", "m", False, {}, None, 8, 50)
+    assert pr.resolve(sized.priority, {}, short) == 9
