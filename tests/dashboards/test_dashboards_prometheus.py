@@ -51,6 +51,7 @@ FIXED = {
     c.NEW: ["prefix_caching=true"],
     c.CONFIG_HASH: ["0a1b2c3d"],
     c.CONFIG_VERSION: ["1"],
+    c.ARM: ["interactive", "bulk"],  # a split lane's arms (pools of the default config)
 }
 VLLM_BUCKETS = (0.01, 0.1, 1.0, 10.0)
 
