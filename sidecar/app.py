@@ -21,7 +21,7 @@ import structlog
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import choose_encoder
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from obs import conventions as c
@@ -222,12 +222,15 @@ class SidecarApp:
             return JSONResponse(body)
 
         @api.get("/metrics")
-        async def metrics() -> Response:
+        async def metrics(request: Request) -> Response:
             if self.settings.metrics_address is not None:
                 host, port = self.settings.metrics_address
                 return _error(NotFound(f"metrics are served on {host}:{port}"))
-            data = await asyncio.to_thread(generate_latest, self.exposition)
-            return Response(data, media_type=CONTENT_TYPE_LATEST)
+            # OpenMetrics (with the latency exemplars) when the scraper asks for it, as
+            # Prometheus does; the text format otherwise.
+            encode, content_type = choose_encoder(request.headers.get("accept", ""))
+            data = await asyncio.to_thread(encode, self.exposition)
+            return Response(data, headers={"content-type": content_type})
 
         @api.get("/v1/models")
         async def models(request: Request) -> Response:

@@ -16,6 +16,7 @@ __all__ = [
     "ENGINE_QUEUE_FULL",
     "ERROR",
     "ERROR_CLASS",
+    "EXEMPLAR_TRACE_ID",
     "EXPORTER",
     "FINGERPRINT",
     "FINISH_REASON",
@@ -53,6 +54,8 @@ __all__ = [
 NAMESPACE: Final = "vllm_obs"
 
 # Label names.
+# The exemplar label holding a request's trace id (Grafana's exemplarTraceIdDestinations name).
+EXEMPLAR_TRACE_ID: Final = "trace_id"
 LANE: Final = "lane"
 POOL: Final = "pool"
 REPLICA: Final = "replica"

@@ -38,6 +38,7 @@ __all__ = [
     "CONFIG_INFO",
     "CONNECTION_LIMITS",
     "ENGINE_SPANS",
+    "EXEMPLAR_METRICS",
     "EVENTS_DROPPED",
     "EVENTS_WRITTEN",
     "EVENT_LOOP_LAG",
@@ -130,6 +131,9 @@ TPOT = _m(
     "Time per output token after the first: (last - first token) / (output tokens - 1).",
     *LP,
 )
+# The histograms whose samples carry the request's trace id as an exemplar (label
+# ``EXEMPLAR_TRACE_ID``): the latency panels of these show points that open the trace.
+EXEMPLAR_METRICS = (TTFT, TPOT, REQUEST_DURATION)
 ITL = _m("itl_seconds", "histogram", "Gaps between consecutive output chunks from the pool.", *LP)
 STREAM_BLOCKED = _m(
     "stream_blocked_seconds",
