@@ -22,8 +22,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.openmetrics import parser as openmetrics_parser
 from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.samples import Exemplar
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Exemplar
 
 from obs import conventions as c
 from obs.procs import loopback_session

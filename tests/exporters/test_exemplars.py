@@ -1,16 +1,16 @@
 """Exemplars: the latency histograms carry the request's trace id in the OpenMetrics exposition,
-and the ``--workers`` merge keeps them (a fresh registry; pages as prometheus_client writes them)."""
+and the ``--workers`` merge keeps them (fresh registries, pages as prometheus_client writes)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
 from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
 
 from obs import conventions as c
 from obs.config import Config, parse_config
