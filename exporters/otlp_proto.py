@@ -8,7 +8,10 @@ and held the GIL against the event loop in the batch thread. Writing the
 bytes directly costs a tenth of that (``python -m bench.exporter_cost``).
 
 Only the messages and fields the sidecar emits are written; field numbers are
-those of ``opentelemetry/proto/trace/v1/trace.proto`` (v1.x, stable).
+those of ``opentelemetry/proto/trace/v1/trace.proto`` (v1.x, stable). The root's attributes
+follow the GenAI conventions at the version ``obs.conventions.genai`` pins; with ``latest``
+(``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental``) the names that version renamed
+are no longer written under their old names.
 ``tests/exporters/test_otel_export.py`` decodes the output with ``opentelemetry-proto``.
 """
 
@@ -16,6 +19,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
+from urllib.parse import urlsplit
 
 from obs import conventions as c
 from obs.conventions import OK, PHASES
@@ -121,12 +126,24 @@ def _span(
     return _field(b"\x12", b"".join(body))
 
 
-def _root_attributes(f: Finished) -> dict[str, AttrValue]:
+@lru_cache(maxsize=256)
+def server_address(replica: str) -> tuple[str, int] | None:
+    """``server.address`` and ``server.port`` of a replica's base URL (None if it has no host)."""
+    try:
+        parts = urlsplit(replica)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None
+    return (parts.hostname, port) if parts.hostname else None
+
+
+def _root_attributes(f: Finished, latest: bool) -> dict[str, AttrValue]:
     ev = f.event
-    attrs: dict[str, AttrValue] = {
-        c.ATTR_OPERATION: f.operation,
-        c.ATTR_SYSTEM: "vllm",
-        c.ATTR_PROVIDER: "vllm",
+    attrs: dict[str, AttrValue] = {c.ATTR_OPERATION: f.operation}
+    if not latest:
+        attrs[c.ATTR_SYSTEM] = c.PROVIDER
+    attrs |= {
+        c.ATTR_PROVIDER: c.PROVIDER,
         c.ATTR_LANE: ev.lane,
         c.ATTR_POOL: ev.pool,
         c.ATTR_REQUEST_ID: ev.request_id,
@@ -141,7 +158,6 @@ def _root_attributes(f: Finished) -> dict[str, AttrValue]:
         c.ATTR_OUTPUT_TOKENS: ev.completion_tokens,
         c.ATTR_CACHED_INPUT_TOKENS: ev.cached_tokens,
         c.ATTR_HTTP_STATUS: ev.http_status,
-        c.ATTR_SERVER_ADDRESS: ev.replica,
         c.ATTR_ERROR_TYPE: ev.error_class,
         c.ATTR_TENANT: ev.tenant,
         c.ATTR_TTFT_MS: ev.ttft_ms,
@@ -152,6 +168,12 @@ def _root_attributes(f: Finished) -> dict[str, AttrValue]:
     for k, v in optional.items():
         if v is not None:
             attrs[k] = v
+    if ev.replica and (address := server_address(ev.replica)):
+        attrs[c.ATTR_SERVER_ADDRESS], attrs[c.ATTR_SERVER_PORT] = address
+    if ev.model and ev.status == OK:  # vLLM answers under the served model name asked for
+        attrs[c.ATTR_RESPONSE_MODEL] = ev.model
+    if ev.stream and ev.ttft_ms is not None:
+        attrs[c.ATTR_TIME_TO_FIRST_CHUNK] = ev.ttft_ms / 1000
     attrs[c.ATTR_REQUEST_STREAM] = ev.stream
     if ev.finish_reason:
         attrs[c.ATTR_FINISH_REASONS] = [ev.finish_reason]
@@ -162,10 +184,11 @@ _PHASE_NAMES = {p: _field(b"\x2a", p.encode()) for p in PHASES}
 _PHASE_ATTR_FIELDS = {p: _field(b"\x4a", _key_value(c.ATTR_PHASE, p)) for p in PHASES}
 
 
-def request_spans(f: Finished) -> bytes:
+def request_spans(f: Finished, latest: bool = False) -> bytes:
     """The request's root span and one span per phase, each a ``ScopeSpans.spans`` entry.
 
     Child span ids are drawn here. Whether the trace is sampled is the caller's check.
+    ``latest``: the latest GenAI conventions only (no ``gen_ai.system``).
     """
     ids = f.ids
     ev, clock = f.event, f.clock
@@ -175,7 +198,7 @@ def request_spans(f: Finished) -> bytes:
     failed = ev.status != OK
     error = (ev.error_class or ev.status) if failed else None
     name = f"{f.operation} {ev.model}" if ev.model else f.operation
-    root_attrs = b"".join(_field(b"\x4a", kv) for kv in attributes(_root_attributes(f)))
+    root_attrs = b"".join(_field(b"\x4a", kv) for kv in attributes(_root_attributes(f, latest)))
     out = [
         _span(
             trace_id,
