@@ -45,11 +45,11 @@ class Query:
     instant: bool = False
 
 
-@attr.s
-class ExemplarTarget(Target):  # type: ignore[misc]
-    """A Prometheus target that also asks for the series' exemplars (grafanalib has no field)."""
+class ExemplarTarget(Target):
+    """A Prometheus target that can also ask for the series' exemplars (grafanalib has no
+    field for it): set ``exemplar`` after building it."""
 
-    exemplar: bool = attr.ib(default=False)
+    exemplar = False
 
     def to_json_data(self) -> dict[str, Any]:
         data: dict[str, Any] = super().to_json_data()
@@ -63,9 +63,8 @@ def _targets(
 ) -> list[Target]:
     """One target per query; with ``exemplars``, the first one also fetches the exemplars
     (trace ids) of the histogram it reads, drawn as points that open the trace."""
-    return [
+    targets = [
         ExemplarTarget(
-            exemplar=exemplars and i == 0,
             expr=q.expr,
             legendFormat=q.legend,
             refId=chr(ord("A") + i),
@@ -76,6 +75,9 @@ def _targets(
         )
         for i, q in enumerate(queries)
     ]
+    if exemplars and targets:
+        targets[0].exemplar = True
+    return targets
 
 
 def _steps(steps: Steps) -> list[dict[str, Any]]:

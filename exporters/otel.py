@@ -34,7 +34,7 @@ from opentelemetry.sdk.resources import Resource
 
 from obs import conventions as c
 from obs.exporters.jsonl import EventCounters
-from obs.exporters.otlp_http import OtlpPost, OtlpSettings, endpoint_from_env
+from obs.exporters.otlp_http import OtlpPost, OtlpSettings, default_resource, endpoint_from_env
 from obs.exporters.otlp_proto import AttrValue, export_request, request_spans
 from obs.record import Finished
 
@@ -64,9 +64,12 @@ class SpanExporter:
     ) -> None:
         self.settings = settings
         self._counters = counters
-        res = resource or Resource.create({"service.name": "vllm-obs-sidecar"})
         # Resource values are the SDK-validated kinds the encoder writes (str, bool, int, ...).
-        self._resource: dict[str, AttrValue] = cast(dict[str, AttrValue], dict(res.attributes))
+        self._resource: dict[str, AttrValue] = (
+            default_resource()
+            if resource is None
+            else cast(dict[str, AttrValue], dict(resource.attributes))
+        )
         self._queue: deque[Finished] = deque()
         self._max_queued = max(1, settings.max_queue_spans // SPANS_PER_REQUEST)
         self._batch = max(1, settings.max_batch_spans // SPANS_PER_REQUEST)
@@ -75,9 +78,8 @@ class SpanExporter:
         self._asked = 0  # flush generations asked for / completed
         self._flushed = 0
         self._stopping = False
-        self._failing = False
         self._latest = c.latest_genai(os.environ)  # OTEL_SEMCONV_STABILITY_OPT_IN
-        self._post = OtlpPost(settings, lambda: self._stopping and self._failing)
+        self._post = OtlpPost(settings, self.name, lambda: self._stopping, counters)
         self._thread = threading.Thread(target=self._run, name="vllm-obs-otlp", daemon=True)
         self._thread.start()
 
@@ -134,18 +136,7 @@ class SpanExporter:
             log.error("otlp_encode_failed", error=repr(e))
             self._dropped("encode_error", len(batch))
             return
-        error = self._post(body)
-        if error is None:
-            if self._counters is not None:
-                self._counters.event_written(self.name, len(batch))
-            if self._failing:
-                log.info("otlp_export_recovered", endpoint=self.settings.endpoint)
-            self._failing = False
-            return
-        self._dropped("export_error", len(batch))
-        if not self._failing:
-            log.warning("otlp_export_failed", endpoint=self.settings.endpoint, error=error)
-        self._failing = True
+        self._post.send(body, len(batch))
 
     def _dropped(self, reason: str, n: int) -> None:
         if self._counters is not None:

@@ -14,13 +14,17 @@ import gzip
 import os
 import random
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Final, Literal, Protocol, cast
 
 import requests
 import structlog
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.util.re import parse_env_headers
+
+from obs.exporters.otlp_proto import AttrValue
 
 log = structlog.get_logger("vllm_obs.otlp")
 
@@ -42,6 +46,17 @@ _BATCH: Final = {
     "traces": "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
     "logs": "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE",
 }
+
+
+def default_resource() -> dict[str, AttrValue]:
+    """The resource of everything this process sends: ``OTEL_SERVICE_NAME`` and
+    ``OTEL_RESOURCE_ATTRIBUTES`` (service name ``vllm-obs-sidecar`` by default), and a
+    ``service.instance.id`` unique to the process unless those set one: each ``--workers``
+    process sends its own cumulative metric streams, which must not collide."""
+    res = Resource.create({"service.name": "vllm-obs-sidecar"})
+    attrs = cast(dict[str, AttrValue], dict(res.attributes))  # the SDK-validated kinds
+    attrs.setdefault("service.instance.id", str(uuid.uuid4()))
+    return attrs
 
 
 def endpoint_from_env(signal: Signal = "traces", *, generic: bool = True) -> str | None:
@@ -127,14 +142,55 @@ class OtlpSettings:
         )
 
 
+class Counters(Protocol):
+    def event_written(self, exporter: str, n: int) -> None: ...
+
+    def event_dropped(self, exporter: str, reason: str, n: int) -> None: ...
+
+
 class OtlpPost:
     """POSTs protobuf bodies to one endpoint with retries (call it from one thread)."""
 
-    def __init__(self, settings: OtlpSettings, giving_up: Callable[[], bool]) -> None:
-        """``giving_up()``: True when a retry should not wait (shutting down while failing)."""
+    def __init__(
+        self,
+        settings: OtlpSettings,
+        exporter: str,
+        stopping: Callable[[], bool],
+        counters: Counters | None = None,
+    ) -> None:
+        """``stopping()``: True once the exporter shuts down (a failing collector then gets no
+        more retries); ``counters`` count the events each ``send`` carried."""
         self.settings = settings
-        self._giving_up = giving_up
+        self.exporter = exporter
+        self.failing = False
+        self._stopping = stopping
+        self._counters = counters
         self._session = requests.Session()
+
+    def send(self, body: bytes, events: int) -> bool:
+        """POST ``body`` (holding ``events`` events): counted written or dropped, and a failure
+        streak logged once, at its start and at its end."""
+        error = self(body)
+        if error is None:
+            if self._counters is not None and events:
+                self._counters.event_written(self.exporter, events)
+            if self.failing:
+                log.info(
+                    "otlp_export_recovered", exporter=self.exporter, endpoint=self.settings.endpoint
+                )
+            self.failing = False
+            return True
+        if self._counters is not None and events:
+            self._counters.event_dropped(self.exporter, "export_error", events)
+        if not self.failing:
+            log.warning(
+                "otlp_export_failed",
+                exporter=self.exporter,
+                endpoint=self.settings.endpoint,
+                error=error,
+            )
+        self.failing = True
+        return False
 
     def __call__(self, body: bytes) -> str | None:
         """None when the collector took ``body``, else why not (after the retries)."""
@@ -164,7 +220,7 @@ class OtlpPost:
             except requests.RequestException as e:
                 error = f"{type(e).__name__}: {e}"
             pause = backoff * random.uniform(0.8, 1.2)
-            if self._giving_up() or time.monotonic() + pause >= deadline:
+            if (self._stopping() and self.failing) or time.monotonic() + pause >= deadline:
                 return error
             time.sleep(pause)
             backoff *= 2

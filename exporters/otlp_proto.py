@@ -244,3 +244,50 @@ def export_request(resource: Mapping[str, AttrValue], spans: Iterable[bytes]) ->
     )
     scope_spans = _field(b"\x12", scope + b"".join(spans))
     return _field(b"\x0a", res + scope_spans)
+
+
+# --- Log records (opentelemetry/proto/logs/v1/logs.proto) -------------------------------------
+
+EVENT_NAME = "vllm_obs.request"
+# SeverityNumber: INFO for a served request, WARN for one refused or cut short, ERROR for one
+# that failed in the pool or the relay.
+_SEVERITY = {OK: (9, b"INFO"), c.ERROR: (17, b"ERROR")}
+_WARN = (13, b"WARN")
+_EVENT_NAME_FIELD = _field(b"\x62", EVENT_NAME.encode())  # LogRecord.event_name (12)
+
+
+def log_record(f: Finished) -> bytes:
+    """The request's event as one ``LogRecord``, framed as ``ScopeLogs.log_records`` (2).
+
+    Every event field that has a value is an attribute under the field's own name (the JSONL
+    event's keys, so a pipeline reads both alike); the record's trace context is the request's
+    trace and the sidecar's root span.
+    """
+    ev, ids = f.event, f.ids
+    severity, text = _SEVERITY.get(ev.status, _WARN)
+    attrs = {k: v for k, v in ev.to_dict().items() if v is not None}
+    body = [
+        b"\x09",  # time_unix_nano (1): when the request was received
+        _FIXED64.pack(f.wall_start_ns),
+        b"\x59",  # observed_time_unix_nano (11): when it ended
+        _FIXED64.pack(f.wall_ns(f.clock.end or f.clock.received)),
+        b"\x10",
+        _varint(severity),
+        _field(b"\x1a", text),
+        *(_field(b"\x32", kv) for kv in attributes(attrs)),
+        b"\x45",  # flags (8, fixed32): the W3C trace flags
+        struct.pack("<I", 1 if ids.sampled else 0),
+        _field(b"\x4a", ids.trace_id.to_bytes(16, "big")),
+        _field(b"\x52", ids.span_id.to_bytes(8, "big")),
+        _EVENT_NAME_FIELD,
+    ]
+    return _field(b"\x12", b"".join(body))
+
+
+def export_logs_request(resource: Mapping[str, AttrValue], records: Iterable[bytes]) -> bytes:
+    """An ``ExportLogsServiceRequest``: one resource, the sidecar's scope, these records."""
+    res = _field(b"\x0a", b"".join(_field(b"\x0a", kv) for kv in attributes(resource)))
+    scope = _field(
+        b"\x0a", _field(b"\x0a", SCOPE_NAME.encode()) + _field(b"\x12", SCOPE_VERSION.encode())
+    )
+    return _field(b"\x0a", res + _field(b"\x12", scope + b"".join(records)))

@@ -30,6 +30,9 @@ from obs.exporters.base import Exporter, Fanout
 from obs.exporters.clickhouse import start_exporter
 from obs.exporters.jsonl import JsonlExporter
 from obs.exporters.otel import OtlpSettings, SpanExporter
+from obs.exporters.otlp_http import default_resource
+from obs.exporters.otlp_logs import LogRecordExporter
+from obs.exporters.otlp_metrics import GenAiMetricsExporter
 from obs.exporters.prom import Metrics, PoolStateCollector
 from obs.exporters.served import ServedCollector
 from obs.lanes import Classifier
@@ -277,11 +280,26 @@ def _exporters(
         exporters.append(jsonl)
     if otlp is not None:
         exporters.append(SpanExporter(otlp, counters=metrics))
+    exporters += _otlp_metrics_and_logs(settings, metrics)
     if settings.clickhouse is not None:
         worker = settings.worker.index if settings.worker else 0
         exporters.append(start_exporter(settings.clickhouse, settings.events_path, worker, metrics))
     exporters.append(metrics)
     return exporters, jsonl
+
+
+def _otlp_metrics_and_logs(settings: Settings, metrics: Metrics) -> list[Exporter]:
+    """The GenAI metrics and the events as log records over OTLP, where an endpoint is set
+    (a flag, or the signal's own variable: the generic endpoint alone turns neither on)."""
+    out: list[Exporter] = []
+    resource = default_resource()
+    m = OtlpSettings.from_env(settings.otlp_metrics_endpoint, "metrics", generic=False)
+    if m is not None:
+        out.append(GenAiMetricsExporter(m, settings.config, resource=resource, counters=metrics))
+    logs = OtlpSettings.from_env(settings.otlp_logs_endpoint, "logs", generic=False)
+    if logs is not None:
+        out.append(LogRecordExporter(logs, resource=resource, counters=metrics))
+    return out
 
 
 def create_app(

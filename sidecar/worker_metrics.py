@@ -11,7 +11,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -92,7 +92,7 @@ def merge_pages(pages: Sequence[str], retired: Sequence[str] = ()) -> list[Metri
                 key = (s.name, tuple(sorted(s.labels.items())))
                 if s.exemplar is not None and not dead:
                     seen = exemplars.get(key)
-                    if seen is None or (s.exemplar.timestamp or 0) > (seen.timestamp or 0):
+                    if seen is None or _when(s.exemplar) > _when(seen):
                         exemplars[key] = s.exemplar
                 old = vals.get(key)
                 if old is None:
@@ -107,7 +107,11 @@ def merge_pages(pages: Sequence[str], retired: Sequence[str] = ()) -> list[Metri
     return list(families.values())
 
 
-def _families(page: str) -> Iterator[Metric]:
+def _when(exemplar: Exemplar) -> float:
+    return 0.0 if exemplar.timestamp is None else float(exemplar.timestamp)
+
+
+def _families(page: str) -> Iterable[Metric]:
     """A page's families: OpenMetrics (ends with ``# EOF``, exemplars kept) or the text format."""
     if page.rstrip().endswith("# EOF"):
         return openmetrics_parser.text_string_to_metric_families(page)
