@@ -4,7 +4,9 @@ and the ``--workers`` merge keeps them (fresh registries, pages as prometheus_cl
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
+import yaml
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric
@@ -14,6 +16,9 @@ from prometheus_client.registry import Collector
 
 from obs import conventions as c
 from obs.config import Config, parse_config
+from obs.dashboards.build import iter_panels
+from obs.dashboards.build import render as render_dashboards
+from obs.demo.prometheus import PrometheusProcess, write_config
 from obs.events import Event
 from obs.exporters.prom import Metrics
 from obs.phases import Clock
@@ -114,3 +119,39 @@ class _Pages(Collector):
 
     def collect(self) -> Iterable[Metric]:
         return merge_pages(self.pages)
+
+
+def test_generated_prometheus_config_and_command_store_exemplars(tmp_path: Path) -> None:
+    """The Prometheus config the demo and live stack write sizes the exemplar ring, and the
+    process they start turns exemplar storage on."""
+    path = write_config(
+        tmp_path / "prometheus.yml",
+        sidecar_url="http://127.0.0.1:8000",
+        pools={"small": ["http://127.0.0.1:8001"]},
+        rules_dir=tmp_path,
+        interval_s=1,
+    )
+    config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert config["storage"]["exemplars"]["max_exemplars"] > 0
+    process = PrometheusProcess("prometheus", path, tmp_path / "data", tmp_path / "log", 9)
+    assert "--enable-feature=exemplar-storage" in process.command()
+
+
+def test_latency_panels_ask_for_exemplars_once_per_panel() -> None:
+    """The overview's and lane drill-down's TTFT, TPOT and end-to-end quantile panels fetch
+    exemplars on their first target only; no other panel does."""
+    boards = render_dashboards(CONFIG)
+    asking = {
+        (uid, p["title"]): [t.get("exemplar", False) for t in p["targets"]]
+        for uid, board in boards.items()
+        for p in iter_panels(board)
+        if any(t.get("exemplar") for t in p.get("targets", []))
+    }
+    assert set(asking) == {
+        ("vllm-obs-overview", "TTFT p50 / p95 / p99 by lane"),
+        ("vllm-obs-overview", "TPOT p50 / p95 / p99 by lane"),
+        ("vllm-obs-overview", "End-to-end p50 / p95 / p99 by lane"),
+        ("vllm-obs-lane", "TTFT p50 / p95 / p99"),
+        ("vllm-obs-lane", "TPOT p50 / p95 / p99"),
+    }
+    assert all(flags[0] and not any(flags[1:]) for flags in asking.values())
