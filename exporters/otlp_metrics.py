@@ -91,6 +91,7 @@ class GenAiMetricsExporter(BatchingExporter[Item]):
         self._next_export = time.monotonic() + settings.schedule_delay_s
         self._exported = threading.Event()
         self._export_now = False
+        self._changed = False  # observations since the last export
         # cumulative: a failed export loses nothing, the next one carries the same counts
         self._post = OtlpPost(settings, self.name, lambda: self._stopping)
         self._start()
@@ -139,6 +140,7 @@ class GenAiMetricsExporter(BatchingExporter[Item]):
 
     # The thread.
     def _write_batch(self, items: list[Item]) -> None:
+        self._changed = True
         for attrs, duration, ttft, tpot, prompt, completion in items:
             self._observe(c.GENAI_REQUEST_DURATION, attrs, duration)
             if ttft is not None:
@@ -163,11 +165,12 @@ class GenAiMetricsExporter(BatchingExporter[Item]):
             self._export()
 
     def _on_stop(self) -> None:
-        self._export()
+        if self._changed:  # else the last export (often force_flush's, just before) holds all
+            self._export()
 
     def _export(self) -> None:
         now = self._export_now
-        self._export_now = False
+        self._export_now = self._changed = False
         self._next_export = time.monotonic() + self.settings.schedule_delay_s
         if self._series:
             self._post.send(self._encode(), 0)

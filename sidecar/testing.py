@@ -231,7 +231,7 @@ class OtlpReceiver:
         self._server.shutdown()
         self._server.server_close()
 
-    def points_of(self, metric: str, **attrs: str) -> list[ReceivedPoint]:
+    def points_of(self, metric: str, **attrs: object) -> list[ReceivedPoint]:
         """Points of ``metric`` received so far whose attributes include ``attrs``."""
         with self._lock:
             return [
