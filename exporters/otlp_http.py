@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Final, Literal, Protocol, cast
 
 import requests
@@ -48,15 +49,21 @@ _BATCH: Final = {
 }
 
 
-def default_resource() -> dict[str, AttrValue]:
-    """The resource of everything this process sends: ``OTEL_SERVICE_NAME`` and
-    ``OTEL_RESOURCE_ATTRIBUTES`` (service name ``vllm-obs-sidecar`` by default), and a
-    ``service.instance.id`` unique to the process unless those set one: each ``--workers``
-    process sends its own cumulative metric streams, which must not collide."""
+@cache
+def _resource() -> dict[str, AttrValue]:
     res = Resource.create({"service.name": "vllm-obs-sidecar"})
     attrs = cast(dict[str, AttrValue], dict(res.attributes))  # the SDK-validated kinds
     attrs.setdefault("service.instance.id", str(uuid.uuid4()))
     return attrs
+
+
+def default_resource() -> dict[str, AttrValue]:
+    """The resource of everything this process sends: ``OTEL_SERVICE_NAME`` and
+    ``OTEL_RESOURCE_ATTRIBUTES`` (service name ``vllm-obs-sidecar`` by default), and a
+    ``service.instance.id`` unique to the process unless those set one: each ``--workers``
+    process sends its own cumulative metric streams, which must not collide. One per process
+    (a fork, as ``--workers`` makes, has not built it yet: the supervisor sends nothing)."""
+    return dict(_resource())
 
 
 def endpoint_from_env(signal: Signal = "traces", *, generic: bool = True) -> str | None:

@@ -1,10 +1,10 @@
 """Prometheus metrics: per lane/pool histograms and counters, engine state per pool.
 
 Every name comes from ``obs.conventions``. Histograms get every SLO threshold
-of the config as an exact bucket bound. The TTFT, TPOT and end-to-end histograms carry the
-request's trace id as an exemplar (``{trace_id="..."}``, shown in the OpenMetrics exposition
-only) when its trace is sampled, so a latency panel links to the one slow request's trace.
-Per-pool engine state is read at
+of the config as an exact bucket bound. The TTFT, TPOT and end-to-end histograms
+carry the request's trace id as an exemplar (``{trace_id="..."}``, in the
+OpenMetrics exposition only) when its trace is sampled, so a latency panel links
+to the one slow request's trace. Per-pool engine state is read at
 scrape time from the last snapshot the pool monitor took (a custom
 ``Collector``), never fetched inside a scrape and never refilled by handlers.
 """
