@@ -169,13 +169,13 @@ class GenAiMetricsExporter(BatchingExporter[Item]):
             self._export()
 
     def _export(self) -> None:
-        now = self._export_now
+        # Any export that starts after force_flush saw its requests aggregated holds them
+        # (one thread aggregates and exports in turn): each one tells a waiting flush.
         self._export_now = self._changed = False
         self._next_export = time.monotonic() + self.settings.schedule_delay_s
         if self._series:
             self._post.send(self._encode(), 0)
-        if now:
-            self._exported.set()
+        self._exported.set()
 
     def _encode(self) -> bytes:
         req = ExportMetricsServiceRequest()
