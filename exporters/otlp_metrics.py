@@ -38,9 +38,13 @@ from obs.record import Finished
 log = structlog.get_logger("vllm_obs.otlp_metrics")
 
 Attrs = tuple[tuple[str, AttrValue], ...]
-# One request's observations: its attributes, then seconds (or None) per latency metric and
-# its input and output tokens.
-Item = tuple[Attrs, float, float | None, float | None, int | None, int | None]
+# What a request's attributes derive from: operation, lane, pool, model, replica, status,
+# error class.
+Key = tuple[str, str, str, str | None, str | None, str, str | None]
+# One request's observations: its key, then seconds (or None) per latency metric and its
+# input and output tokens.
+Item = tuple[Key, float, float | None, float | None, int | None, int | None]
+MAX_KEYS = 4096
 CUMULATIVE = AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
 WAKE_ITEMS = 512
 
@@ -87,6 +91,7 @@ class GenAiMetricsExporter(BatchingExporter[Item]):
         self._counters = counters
         self._model = c.BoundedLabel(tuple(p.model for p in config.pools if p.model))
         self._series: dict[tuple[str, Attrs], _Histogram] = {}
+        self._attrs: dict[Key, Attrs] = {}
         self._start_ns = time.time_ns()
         self._next_export = time.monotonic() + settings.schedule_delay_s
         self._exported = threading.Event()
@@ -96,33 +101,42 @@ class GenAiMetricsExporter(BatchingExporter[Item]):
         self._post = OtlpPost(settings, self.name, lambda: self._stopping)
         self._start()
 
-    # On the event loop: the attributes and values of one request, no aggregation.
+    # On the event loop: the request's raw fields, nothing computed.
     def _item(self, finished: Finished) -> Item:
         ev = finished.event
-        model = self._model(ev.model) if ev.model else None
-        attrs: list[tuple[str, AttrValue]] = [
-            (c.ATTR_OPERATION, finished.operation),
-            (c.ATTR_PROVIDER, c.PROVIDER),
-            (c.ATTR_LANE, ev.lane),
-            (c.ATTR_POOL, ev.pool),
-        ]
-        if model is not None:
-            attrs.append((c.ATTR_REQUEST_MODEL, model))
-            if ev.status == c.OK:
-                attrs.append((c.ATTR_RESPONSE_MODEL, model))
-        if ev.replica and (address := server_address(ev.replica)):
-            attrs += ((c.ATTR_SERVER_ADDRESS, address[0]), (c.ATTR_SERVER_PORT, address[1]))
-        if ev.status != c.OK:
-            attrs.append((c.ATTR_ERROR_TYPE, ev.error_class or ev.status))
-        ok = ev.status == c.OK
         return (
-            tuple(attrs),
+            (finished.operation, ev.lane, ev.pool, ev.model, ev.replica, ev.status, ev.error_class),
             ev.e2e_ms / 1000,
-            ev.ttft_ms / 1000 if ok and ev.ttft_ms is not None else None,
-            ev.tpot_ms / 1000 if ok and ev.tpot_ms is not None else None,
+            ev.ttft_ms / 1000 if ev.status == c.OK and ev.ttft_ms is not None else None,
+            ev.tpot_ms / 1000 if ev.status == c.OK and ev.tpot_ms is not None else None,
             ev.prompt_tokens,
             ev.completion_tokens,
         )
+
+    def _attributes(self, key: Key) -> Attrs:
+        """The data point attributes of a request (on the thread; cached per distinct key)."""
+        attrs = self._attrs.get(key)
+        if attrs is not None:
+            return attrs
+        operation, lane, pool, model, replica, status, error_class = key
+        out: list[tuple[str, AttrValue]] = [
+            (c.ATTR_OPERATION, operation),
+            (c.ATTR_PROVIDER, c.PROVIDER),
+            (c.ATTR_LANE, lane),
+            (c.ATTR_POOL, pool),
+        ]
+        if model:
+            out.append((c.ATTR_REQUEST_MODEL, self._model(model)))
+            if status == c.OK:
+                out.append((c.ATTR_RESPONSE_MODEL, self._model(model)))
+        if replica and (address := server_address(replica)):
+            out += ((c.ATTR_SERVER_ADDRESS, address[0]), (c.ATTR_SERVER_PORT, address[1]))
+        if status != c.OK:
+            out.append((c.ATTR_ERROR_TYPE, error_class or status))
+        if len(self._attrs) >= MAX_KEYS:  # client-chosen models: keep the cache bounded
+            self._attrs.clear()
+        attrs = self._attrs[key] = tuple(out)
+        return attrs
 
     def force_flush(self, timeout_s: float = 10.0) -> bool:
         """Aggregate what is queued and export every series now."""
@@ -141,7 +155,8 @@ class GenAiMetricsExporter(BatchingExporter[Item]):
     # The thread.
     def _write_batch(self, items: list[Item]) -> None:
         self._changed = True
-        for attrs, duration, ttft, tpot, prompt, completion in items:
+        for key, duration, ttft, tpot, prompt, completion in items:
+            attrs = self._attributes(key)
             self._observe(c.GENAI_REQUEST_DURATION, attrs, duration)
             if ttft is not None:
                 self._observe(c.GENAI_TIME_TO_FIRST_TOKEN, attrs, ttft)
