@@ -8,8 +8,9 @@ loop. This measures, per exporter on its own, for a typical streamed request
             delays other streams; includes waiting for the GIL while an
             exporter's own thread holds it, so it is noisy on a busy machine)
   total     process CPU per request, background threads included (the JSONL
-            writer thread; the span batcher encoding protobuf and posting it
-            to a real OTLP/HTTP receiver in another process)
+            writer thread; the span, GenAI metrics and log record batchers
+            encoding protobuf and posting it to a real OTLP/HTTP receiver in
+            another process)
 
     .venv/bin/python -m bench.exporter_cost --requests 20000
 """
@@ -34,6 +35,8 @@ from obs.config import single_upstream
 from obs.events import Event
 from obs.exporters.jsonl import JsonlExporter
 from obs.exporters.otel import OtlpSettings, SpanExporter
+from obs.exporters.otlp_logs import LogRecordExporter
+from obs.exporters.otlp_metrics import GenAiMetricsExporter
 from obs.exporters.prom import Metrics
 from obs.phases import Clock
 from obs.procs import free_port
@@ -125,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
 
     metrics = Metrics(single_upstream("http://127.0.0.1:8001"), CollectorRegistry())
     results["metrics"] = measure("metrics", metrics.export, lambda: None, n)
+    # the same without the trace-id exemplars on TTFT, TPOT and end-to-end: what they cost
+    bare = Metrics(single_upstream("http://127.0.0.1:8001"), CollectorRegistry(), exemplars=False)
+    results["metrics_no_exemplars"] = measure("no exemplars", bare.export, lambda: None, n)
 
     jsonl = JsonlExporter(work / "events.jsonl")
     results["events"] = measure("events", jsonl.export, jsonl.force_flush, n)
@@ -146,6 +152,16 @@ def main(argv: list[str] | None = None) -> int:
         spans = SpanExporter(settings)
         results["spans"] = measure("spans", spans.export, spans.force_flush, n)
         spans.shutdown()
+        base = f"http://127.0.0.1:{port}"
+        config = single_upstream("http://127.0.0.1:8001")
+        resource = {"service.name": "vllm-obs-bench"}
+        genai = GenAiMetricsExporter(OtlpSettings(f"{base}/v1/metrics"), config, resource=resource)
+        results["genai_metrics"] = measure("genai_metrics", genai.export, genai.force_flush, n)
+        genai.shutdown()
+        logs_settings = OtlpSettings(f"{base}/v1/logs", max_queue_spans=2 * n)
+        logs = LogRecordExporter(logs_settings, resource=resource)
+        results["log_records"] = measure("log_records", logs.export, logs.force_flush, n)
+        logs.shutdown()
     finally:
         receiver.terminate()
         receiver.wait(10)

@@ -79,7 +79,14 @@ def _latency(grid: Grid) -> None:
         ("ITL p50 / p95 / p99", c.ITL, "Gaps between consecutive output chunks from the pool."),
     ):
         grid.add(
-            timeseries(title, _quantiles(metric), unit="s", description=what, links=trace),
+            timeseries(
+                title,
+                _quantiles(metric),
+                unit="s",
+                description=what,
+                links=trace,
+                exemplars=metric in c.EXEMPLAR_METRICS,
+            ),
             8,
             8,
         )

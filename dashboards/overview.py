@@ -121,6 +121,7 @@ def _latency(grid: Grid) -> None:
                 unit="s",
                 description=what,
                 links=[links.slower_lane_traces("${__field.labels.lane}"), links.lane_drilldown()],
+                exemplars=True,
             ),
             12,
             8,

@@ -45,9 +45,26 @@ class Query:
     instant: bool = False
 
 
-def _targets(queries: Sequence[Query], fmt: str = "time_series") -> list[Target]:
-    return [
-        Target(
+class ExemplarTarget(Target):
+    """A Prometheus target that can also ask for the series' exemplars (grafanalib has no
+    field for it): set ``exemplar`` after building it."""
+
+    exemplar = False
+
+    def to_json_data(self) -> dict[str, Any]:
+        data: dict[str, Any] = super().to_json_data()
+        if self.exemplar:
+            data["exemplar"] = True
+        return data
+
+
+def _targets(
+    queries: Sequence[Query], fmt: str = "time_series", *, exemplars: bool = False
+) -> list[Target]:
+    """One target per query; with ``exemplars``, the first one also fetches the exemplars
+    (trace ids) of the histogram it reads, drawn as points that open the trace."""
+    targets = [
+        ExemplarTarget(
             expr=q.expr,
             legendFormat=q.legend,
             refId=chr(ord("A") + i),
@@ -58,6 +75,9 @@ def _targets(queries: Sequence[Query], fmt: str = "time_series") -> list[Target]
         )
         for i, q in enumerate(queries)
     ]
+    if exemplars and targets:
+        targets[0].exemplar = True
+    return targets
 
 
 def _steps(steps: Steps) -> list[dict[str, Any]]:
@@ -75,10 +95,12 @@ def timeseries(
     links: Sequence[dict[str, Any]] = (),
     max_: int | None = None,
     no_value: str | None = None,
+    exemplars: bool = False,
 ) -> TimeSeries:
     """A time series panel; ``thresholds`` are drawn as dashed lines.
 
-    ``no_value`` is the text the panel shows when its query returns no series.
+    ``no_value`` is the text the panel shows when its query returns no series; ``exemplars``
+    shows the trace-id exemplars of the histogram the first query reads.
     """
     defaults: dict[str, Any] = {}
     if links:
@@ -89,7 +111,7 @@ def timeseries(
         title=title,
         description=description,
         dataSource=PROMETHEUS,
-        targets=_targets(queries),
+        targets=_targets(queries, exemplars=exemplars),
         unit=unit,
         fillOpacity=60 if stack else 10,
         stacking={"mode": "normal", "group": "A"} if stack else {},

@@ -8,7 +8,10 @@ and held the GIL against the event loop in the batch thread. Writing the
 bytes directly costs a tenth of that (``python -m bench.exporter_cost``).
 
 Only the messages and fields the sidecar emits are written; field numbers are
-those of ``opentelemetry/proto/trace/v1/trace.proto`` (v1.x, stable).
+those of ``opentelemetry/proto/trace/v1/trace.proto`` (v1.x, stable). The root's attributes
+follow the GenAI conventions at the version ``obs.conventions.genai`` pins; with ``latest``
+(``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental``) the names that version renamed
+are no longer written under their old names.
 ``tests/exporters/test_otel_export.py`` decodes the output with ``opentelemetry-proto``.
 """
 
@@ -16,6 +19,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
+from urllib.parse import urlsplit
 
 from obs import conventions as c
 from obs.conventions import OK, PHASES
@@ -121,12 +126,24 @@ def _span(
     return _field(b"\x12", b"".join(body))
 
 
-def _root_attributes(f: Finished) -> dict[str, AttrValue]:
+@lru_cache(maxsize=256)
+def server_address(replica: str) -> tuple[str, int] | None:
+    """``server.address`` and ``server.port`` of a replica's base URL (None if it has no host)."""
+    try:
+        parts = urlsplit(replica)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None
+    return (parts.hostname, port) if parts.hostname else None
+
+
+def _root_attributes(f: Finished, latest: bool) -> dict[str, AttrValue]:
     ev = f.event
-    attrs: dict[str, AttrValue] = {
-        c.ATTR_OPERATION: f.operation,
-        c.ATTR_SYSTEM: "vllm",
-        c.ATTR_PROVIDER: "vllm",
+    attrs: dict[str, AttrValue] = {c.ATTR_OPERATION: f.operation}
+    if not latest:
+        attrs[c.ATTR_SYSTEM] = c.PROVIDER
+    attrs |= {
+        c.ATTR_PROVIDER: c.PROVIDER,
         c.ATTR_LANE: ev.lane,
         c.ATTR_POOL: ev.pool,
         c.ATTR_REQUEST_ID: ev.request_id,
@@ -141,7 +158,6 @@ def _root_attributes(f: Finished) -> dict[str, AttrValue]:
         c.ATTR_OUTPUT_TOKENS: ev.completion_tokens,
         c.ATTR_CACHED_INPUT_TOKENS: ev.cached_tokens,
         c.ATTR_HTTP_STATUS: ev.http_status,
-        c.ATTR_SERVER_ADDRESS: ev.replica,
         c.ATTR_ERROR_TYPE: ev.error_class,
         c.ATTR_TENANT: ev.tenant,
         c.ATTR_TTFT_MS: ev.ttft_ms,
@@ -152,6 +168,12 @@ def _root_attributes(f: Finished) -> dict[str, AttrValue]:
     for k, v in optional.items():
         if v is not None:
             attrs[k] = v
+    if ev.replica and (address := server_address(ev.replica)):
+        attrs[c.ATTR_SERVER_ADDRESS], attrs[c.ATTR_SERVER_PORT] = address
+    if ev.model and ev.status == OK:  # vLLM answers under the served model name asked for
+        attrs[c.ATTR_RESPONSE_MODEL] = ev.model
+    if ev.stream and ev.ttft_ms is not None:
+        attrs[c.ATTR_TIME_TO_FIRST_CHUNK] = ev.ttft_ms / 1000
     attrs[c.ATTR_REQUEST_STREAM] = ev.stream
     if ev.finish_reason:
         attrs[c.ATTR_FINISH_REASONS] = [ev.finish_reason]
@@ -162,10 +184,11 @@ _PHASE_NAMES = {p: _field(b"\x2a", p.encode()) for p in PHASES}
 _PHASE_ATTR_FIELDS = {p: _field(b"\x4a", _key_value(c.ATTR_PHASE, p)) for p in PHASES}
 
 
-def request_spans(f: Finished) -> bytes:
+def request_spans(f: Finished, latest: bool = False) -> bytes:
     """The request's root span and one span per phase, each a ``ScopeSpans.spans`` entry.
 
     Child span ids are drawn here. Whether the trace is sampled is the caller's check.
+    ``latest``: the latest GenAI conventions only (no ``gen_ai.system``).
     """
     ids = f.ids
     ev, clock = f.event, f.clock
@@ -175,7 +198,7 @@ def request_spans(f: Finished) -> bytes:
     failed = ev.status != OK
     error = (ev.error_class or ev.status) if failed else None
     name = f"{f.operation} {ev.model}" if ev.model else f.operation
-    root_attrs = b"".join(_field(b"\x4a", kv) for kv in attributes(_root_attributes(f)))
+    root_attrs = b"".join(_field(b"\x4a", kv) for kv in attributes(_root_attributes(f, latest)))
     out = [
         _span(
             trace_id,
@@ -221,3 +244,50 @@ def export_request(resource: Mapping[str, AttrValue], spans: Iterable[bytes]) ->
     )
     scope_spans = _field(b"\x12", scope + b"".join(spans))
     return _field(b"\x0a", res + scope_spans)
+
+
+# --- Log records (opentelemetry/proto/logs/v1/logs.proto) -------------------------------------
+
+EVENT_NAME = "vllm_obs.request"
+# SeverityNumber: INFO for a served request, WARN for one refused or cut short, ERROR for one
+# that failed in the pool or the relay.
+_SEVERITY = {OK: (9, b"INFO"), c.ERROR: (17, b"ERROR")}
+_WARN = (13, b"WARN")
+_EVENT_NAME_FIELD = _field(b"\x62", EVENT_NAME.encode())  # LogRecord.event_name (12)
+
+
+def log_record(f: Finished) -> bytes:
+    """The request's event as one ``LogRecord``, framed as ``ScopeLogs.log_records`` (2).
+
+    Every event field that has a value is an attribute under the field's own name (the JSONL
+    event's keys, so a pipeline reads both alike); the record's trace context is the request's
+    trace and the sidecar's root span.
+    """
+    ev, ids = f.event, f.ids
+    severity, text = _SEVERITY.get(ev.status, _WARN)
+    attrs = {k: v for k, v in ev.to_dict().items() if v is not None}
+    body = [
+        b"\x09",  # time_unix_nano (1): when the request was received
+        _FIXED64.pack(f.wall_start_ns),
+        b"\x59",  # observed_time_unix_nano (11): when it ended
+        _FIXED64.pack(f.wall_ns(f.clock.end or f.clock.received)),
+        b"\x10",
+        _varint(severity),
+        _field(b"\x1a", text),
+        *(_field(b"\x32", kv) for kv in attributes(attrs)),
+        b"\x45",  # flags (8, fixed32): the W3C trace flags
+        struct.pack("<I", 1 if ids.sampled else 0),
+        _field(b"\x4a", ids.trace_id.to_bytes(16, "big")),
+        _field(b"\x52", ids.span_id.to_bytes(8, "big")),
+        _EVENT_NAME_FIELD,
+    ]
+    return _field(b"\x12", b"".join(body))
+
+
+def export_logs_request(resource: Mapping[str, AttrValue], records: Iterable[bytes]) -> bytes:
+    """An ``ExportLogsServiceRequest``: one resource, the sidecar's scope, these records."""
+    res = _field(b"\x0a", b"".join(_field(b"\x0a", kv) for kv in attributes(resource)))
+    scope = _field(
+        b"\x0a", _field(b"\x0a", SCOPE_NAME.encode()) + _field(b"\x12", SCOPE_VERSION.encode())
+    )
+    return _field(b"\x0a", res + _field(b"\x12", scope + b"".join(records)))

@@ -1,7 +1,10 @@
 """Prometheus metrics: per lane/pool histograms and counters, engine state per pool.
 
 Every name comes from ``obs.conventions``. Histograms get every SLO threshold
-of the config as an exact bucket bound. Per-pool engine state is read at
+of the config as an exact bucket bound. The TTFT, TPOT and end-to-end histograms
+carry the request's trace id as an exemplar (``{trace_id="..."}``, in the
+OpenMetrics exposition only) when its trace is sampled, so a latency panel links
+to the one slow request's trace. Per-pool engine state is read at
 scrape time from the last snapshot the pool monitor took (a custom
 ``Collector``), never fetched inside a scrape and never refilled by handlers.
 """
@@ -44,8 +47,11 @@ class Metrics:
 
     name = "prometheus"
 
-    def __init__(self, config: Config, registry: CollectorRegistry) -> None:
+    def __init__(
+        self, config: Config, registry: CollectorRegistry, *, exemplars: bool = True
+    ) -> None:
         self.registry = registry
+        self.exemplars = exemplars
         lat = c.merged_buckets(c.LATENCY_BUCKETS, config.slo_thresholds_s("ttft"))
         tok = c.merged_buckets(c.TOKEN_LATENCY_BUCKETS, config.slo_thresholds_s("tpot"))
         self.requests = _counter(c.REQUESTS, registry)
@@ -125,7 +131,9 @@ class Metrics:
         s = self._series.get(lp)
         if s is None:
             s = self._series[lp] = _Series(self, lp)
-        s.duration.observe(ev.e2e_ms / 1000)
+        ids = finished.ids
+        ex = {c.EXEMPLAR_TRACE_ID: ids.trace_id_hex} if self.exemplars and ids.sampled else None
+        s.duration.observe(ev.e2e_ms / 1000, ex)
         if ev.rejection_reason:
             self.rejections.labels(ev.lane, ev.rejection_reason).inc()
         if ev.status == c.REJECTED:
@@ -133,9 +141,9 @@ class Metrics:
         for child, ns in zip(s.phases, finished.clock.phases_ns().values(), strict=True):
             child.observe(ns / NS)
         if ev.ttft_ms is not None:
-            s.ttft.observe(ev.ttft_ms / 1000)
+            s.ttft.observe(ev.ttft_ms / 1000, ex)
         if ev.tpot_ms is not None:
-            s.tpot.observe(ev.tpot_ms / 1000)
+            s.tpot.observe(ev.tpot_ms / 1000, ex)
         if finished.itl_ns:
             self.itl.observe_many(lp, finished.itl_ns)
         if ev.stream:

@@ -23,6 +23,7 @@ COMMANDS = (
     "obs.loadgen.cli",
     "obs.alerts.cli",
     "obs.dashboards.cli",
+    "obs.kube_cli",
     "obs.query.cli",
     "obs.clickhouse_cli",
     "obs.engine.cli",

@@ -70,6 +70,13 @@ class PrometheusAPI:
         result: list[Series] = data["result"]
         return result
 
+    def exemplars(self, expr: str, start: float, end: float) -> list[dict[str, Any]]:
+        """Exemplars of the series ``expr`` selects: one ``{"seriesLabels", "exemplars":
+        [{"labels", "value", "timestamp"}]}`` per series (needs exemplar storage)."""
+        params: dict[str, str | float] = {"query": expr, "start": start, "end": end}
+        result: list[dict[str, Any]] = self.get("query_exemplars", params)
+        return result
+
 
 def _vector(data: Any) -> list[Series]:
     if data["resultType"] == "scalar":  # e.g. vector(1) folded by the engine: keep one shape

@@ -21,7 +21,7 @@ import structlog
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import choose_encoder
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from obs import conventions as c
@@ -30,6 +30,9 @@ from obs.exporters.base import Exporter, Fanout
 from obs.exporters.clickhouse import start_exporter
 from obs.exporters.jsonl import JsonlExporter
 from obs.exporters.otel import OtlpSettings, SpanExporter
+from obs.exporters.otlp_http import default_resource
+from obs.exporters.otlp_logs import LogRecordExporter
+from obs.exporters.otlp_metrics import GenAiMetricsExporter
 from obs.exporters.prom import Metrics, PoolStateCollector
 from obs.exporters.served import ServedCollector
 from obs.lanes import Classifier
@@ -222,12 +225,15 @@ class SidecarApp:
             return JSONResponse(body)
 
         @api.get("/metrics")
-        async def metrics() -> Response:
+        async def metrics(request: Request) -> Response:
             if self.settings.metrics_address is not None:
                 host, port = self.settings.metrics_address
                 return _error(NotFound(f"metrics are served on {host}:{port}"))
-            data = await asyncio.to_thread(generate_latest, self.exposition)
-            return Response(data, media_type=CONTENT_TYPE_LATEST)
+            # OpenMetrics (with the latency exemplars) when the scraper asks for it, as
+            # Prometheus does; the text format otherwise.
+            encode, content_type = choose_encoder(request.headers.get("accept", ""))
+            data = await asyncio.to_thread(encode, self.exposition)
+            return Response(data, headers={"content-type": content_type})
 
         @api.get("/v1/models")
         async def models(request: Request) -> Response:
@@ -274,11 +280,26 @@ def _exporters(
         exporters.append(jsonl)
     if otlp is not None:
         exporters.append(SpanExporter(otlp, counters=metrics))
+    exporters += _otlp_metrics_and_logs(settings, metrics)
     if settings.clickhouse is not None:
         worker = settings.worker.index if settings.worker else 0
         exporters.append(start_exporter(settings.clickhouse, settings.events_path, worker, metrics))
     exporters.append(metrics)
     return exporters, jsonl
+
+
+def _otlp_metrics_and_logs(settings: Settings, metrics: Metrics) -> list[Exporter]:
+    """The GenAI metrics and the events as log records over OTLP, where an endpoint is set
+    (a flag, or the signal's own variable: the generic endpoint alone turns neither on)."""
+    out: list[Exporter] = []
+    resource = default_resource()
+    m = OtlpSettings.from_env(settings.otlp_metrics_endpoint, "metrics", generic=False)
+    if m is not None:
+        out.append(GenAiMetricsExporter(m, settings.config, resource=resource, counters=metrics))
+    logs = OtlpSettings.from_env(settings.otlp_logs_endpoint, "logs", generic=False)
+    if logs is not None:
+        out.append(LogRecordExporter(logs, resource=resource, counters=metrics))
+    return out
 
 
 def create_app(

@@ -60,6 +60,20 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "(default: from OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT; no traces if unset)",
     )
     p.add_argument(
+        "--otlp-metrics-endpoint",
+        metavar="URL",
+        help="send the OpenTelemetry GenAI metrics (gen_ai.server.time_to_first_token, ...) to "
+        "this OTLP/HTTP endpoint, e.g. http://127.0.0.1:4318/v1/metrics (default: from "
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT; none if unset)",
+    )
+    p.add_argument(
+        "--otlp-logs-endpoint",
+        metavar="URL",
+        help="also send each request's event as an OTLP log record to this OTLP/HTTP endpoint, "
+        "e.g. http://127.0.0.1:4318/v1/logs (default: from OTEL_EXPORTER_OTLP_LOGS_ENDPOINT; "
+        "none if unset)",
+    )
+    p.add_argument(
         "--pool-poll-interval",
         type=float,
         default=5.0,
@@ -181,6 +195,8 @@ def run(args: argparse.Namespace) -> int:
         events_max_bytes=int(args.events_max_mb * (1 << 20)),
         events_backups=args.events_backups,
         otlp_endpoint=args.otlp_endpoint,
+        otlp_metrics_endpoint=_url(args.otlp_metrics_endpoint, "--otlp-metrics-endpoint"),
+        otlp_logs_endpoint=_url(args.otlp_logs_endpoint, "--otlp-logs-endpoint"),
         pool_poll_interval_s=args.pool_poll_interval,
         shutdown_grace_s=args.shutdown_grace,
         log_level=args.log_level,
@@ -198,6 +214,22 @@ def run(args: argparse.Namespace) -> int:
         **hardening_cli.settings_kwargs(args),
     )
     return serve(settings)
+
+
+def _url(value: str | None, flag: str) -> str | None:
+    """``value`` if it is an http(s) URL with a host (None stays None)."""
+    from urllib.parse import urlsplit
+
+    from obs.errors import ConfigError
+
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(
+            f"{flag}: {value!r} is not an http(s) URL, e.g. http://127.0.0.1:4318/v1/metrics"
+        )
+    return value
 
 
 def _address(value: str) -> tuple[str, int]:

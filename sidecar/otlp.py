@@ -1,4 +1,5 @@
-"""OTLP/HTTP trace payloads: decoding the spans the sidecar receives (protobuf)."""
+"""OTLP/HTTP payloads: decoding the spans the sidecar receives, and (for tests and users'
+receivers) the metrics and log records it sends (protobuf)."""
 
 from __future__ import annotations
 
@@ -78,6 +79,99 @@ def spans_of(req: Any) -> list[ReceivedSpan]:
                         scope=ss.scope.name,
                         attributes={kv.key: _any_value(kv.value) for kv in s.attributes},
                         resource=resource,
+                    )
+                )
+    return out
+
+
+@dataclass
+class ReceivedPoint:
+    """One histogram data point of an OTLP metrics export."""
+
+    metric: str
+    unit: str
+    attributes: dict[str, Any]
+    count: int
+    sum: float
+    bucket_counts: list[int]
+    explicit_bounds: list[float]
+    temporality: int
+    resource: dict[str, Any] = field(default_factory=dict)
+
+
+def decode_metrics(body: bytes) -> list[ReceivedPoint]:
+    """The histogram points of one ``ExportMetricsServiceRequest`` (other kinds are skipped)."""
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+        ExportMetricsServiceRequest,
+    )
+
+    req = ExportMetricsServiceRequest()
+    req.ParseFromString(body)
+    out = []
+    for rm in req.resource_metrics:
+        resource = {kv.key: _any_value(kv.value) for kv in rm.resource.attributes}
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                for p in m.histogram.data_points:
+                    out.append(
+                        ReceivedPoint(
+                            metric=m.name,
+                            unit=m.unit,
+                            attributes={kv.key: _any_value(kv.value) for kv in p.attributes},
+                            count=p.count,
+                            sum=p.sum,
+                            bucket_counts=list(p.bucket_counts),
+                            explicit_bounds=list(p.explicit_bounds),
+                            temporality=m.histogram.aggregation_temporality,
+                            resource=resource,
+                        )
+                    )
+    return out
+
+
+@dataclass
+class ReceivedLog:
+    """One log record of an OTLP logs export."""
+
+    event_name: str
+    time_ns: int
+    observed_ns: int
+    severity_number: int
+    severity_text: str
+    trace_id: str
+    span_id: str
+    flags: int
+    body: Any
+    attributes: dict[str, Any] = field(default_factory=dict)
+    resource: dict[str, Any] = field(default_factory=dict)
+    scope: str = ""
+
+
+def decode_logs(body: bytes) -> list[ReceivedLog]:
+    """The log records of one ``ExportLogsServiceRequest``."""
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+    req = ExportLogsServiceRequest()
+    req.ParseFromString(body)
+    out = []
+    for rl in req.resource_logs:
+        resource = {kv.key: _any_value(kv.value) for kv in rl.resource.attributes}
+        for sl in rl.scope_logs:
+            for r in sl.log_records:
+                out.append(
+                    ReceivedLog(
+                        event_name=r.event_name,
+                        time_ns=r.time_unix_nano,
+                        observed_ns=r.observed_time_unix_nano,
+                        severity_number=r.severity_number,
+                        severity_text=r.severity_text,
+                        trace_id=r.trace_id.hex(),
+                        span_id=r.span_id.hex(),
+                        flags=r.flags,
+                        body=_any_value(r.body) if r.HasField("body") else None,
+                        attributes={kv.key: _any_value(kv.value) for kv in r.attributes},
+                        resource=resource,
+                        scope=sl.scope.name,
                     )
                 )
     return out

@@ -20,6 +20,8 @@ class Settings:
     events_max_bytes: int = 256 << 20
     events_backups: int = 10
     otlp_endpoint: str | None = None  # None: the standard OTEL_* variables decide
+    otlp_metrics_endpoint: str | None = None  # GenAI metrics; None: OTEL_..._METRICS_ENDPOINT
+    otlp_logs_endpoint: str | None = None  # events as log records; None: OTEL_..._LOGS_ENDPOINT
     pool_poll_interval_s: float = 5.0
     max_body_bytes: int = 32 << 20
     shutdown_grace_s: float = 30.0

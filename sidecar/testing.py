@@ -3,8 +3,9 @@
 ``SidecarProcess`` runs ``vllm-obs sidecar`` as a real subprocess on a free
 loopback port (an ``obs.procs.ManagedProcess``) and stops it by PID, reaping its
 process group (the workers of ``--workers``). ``OtlpReceiver`` is a real OTLP/HTTP
-(protobuf) endpoint in a thread that decodes every span it receives, so a
-test can assert on what the sidecar and vLLM actually exported.
+(protobuf) endpoint in a thread that decodes every span, metric point and log record it
+receives (``/v1/traces``, ``/v1/metrics``, ``/v1/logs``), so a test can assert on what the
+sidecar and vLLM actually exported.
 """
 
 from __future__ import annotations
@@ -23,10 +24,19 @@ from typing import Any
 import orjson
 
 from obs.procs import ManagedProcess, free_port, read_tail, wait_http
-from obs.sidecar.otlp import ReceivedSpan, decode_traces
+from obs.sidecar.otlp import (
+    ReceivedLog,
+    ReceivedPoint,
+    ReceivedSpan,
+    decode_logs,
+    decode_metrics,
+    decode_traces,
+)
 
 __all__ = [
     "OtlpReceiver",
+    "ReceivedLog",
+    "ReceivedPoint",
     "ReceivedSpan",
     "SidecarProcess",
     "llm_request_export",
@@ -146,12 +156,18 @@ class SidecarProcess:
 
 
 class OtlpReceiver:
-    """A real OTLP/HTTP traces endpoint on 127.0.0.1 that keeps what it receives."""
+    """A real OTLP/HTTP endpoint on 127.0.0.1 (traces, metrics, logs) that keeps what it
+    receives; ``url`` is its traces URL, ``base`` what ``OTEL_EXPORTER_OTLP_ENDPOINT`` takes."""
 
     def __init__(self, port: int | None = None) -> None:
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}/v1/traces"
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.url = f"{self.base}/v1/traces"
+        self.metrics_url = f"{self.base}/v1/metrics"
+        self.logs_url = f"{self.base}/v1/logs"
         self.spans: list[ReceivedSpan] = []
+        self.points: list[ReceivedPoint] = []  # every histogram point of every metrics export
+        self.logs: list[ReceivedLog] = []
         self.raw: list[bytes] = []
         self.headers: list[dict[str, str]] = []  # each accepted POST's headers, lower-cased
         self.refuse: list[int] = []  # statuses to answer the next POSTs with (a fault, for tests)
@@ -173,16 +189,28 @@ class OtlpReceiver:
                     return
                 if self.headers.get("content-encoding") == "gzip":
                     body = gzip.decompress(body)
+                path = self.path.split("?")[0]
+                points: list[ReceivedPoint] = []
+                logs: list[ReceivedLog] = []
+                spans: list[ReceivedSpan] = []
                 try:
-                    spans = decode_traces(body)
+                    if path == "/v1/metrics":
+                        points = decode_metrics(body)
+                    elif path == "/v1/logs":
+                        logs = decode_logs(body)
+                    else:
+                        spans = decode_traces(body)
                 except Exception:
                     self.send_response(400)
                     self.send_header("content-length", "0")
                     self.end_headers()
                     return
                 with receiver._lock:
-                    receiver.raw.append(body)
+                    if path not in ("/v1/metrics", "/v1/logs"):
+                        receiver.raw.append(body)  # raw trace exports only
                     receiver.spans.extend(spans)
+                    receiver.points.extend(points)
+                    receiver.logs.extend(logs)
                     receiver.headers.append({k.lower(): v for k, v in self.headers.items()})
                 self.send_response(200)
                 self.send_header("content-type", "application/x-protobuf")
@@ -202,6 +230,20 @@ class OtlpReceiver:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+    def points_of(self, metric: str, **attrs: object) -> list[ReceivedPoint]:
+        """Points of ``metric`` received so far whose attributes include ``attrs``."""
+        with self._lock:
+            return [
+                p
+                for p in self.points
+                if p.metric == metric and all(p.attributes.get(k) == v for k, v in attrs.items())
+            ]
+
+    def logs_of(self, **attrs: object) -> list[ReceivedLog]:
+        """Log records received so far whose attributes include ``attrs``."""
+        with self._lock:
+            return [r for r in self.logs if all(r.attributes.get(k) == v for k, v in attrs.items())]
 
     def trace(self, trace_id: str) -> list[ReceivedSpan]:
         with self._lock:

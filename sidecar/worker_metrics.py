@@ -1,5 +1,8 @@
 """Metrics across ``--workers`` processes: each worker's own page, saved and served privately,
-merged at every scrape into one exposition (the rules: ``obs.sidecar.workers``' docstring)."""
+merged at every scrape into one exposition (the rules: ``obs.sidecar.workers``' docstring).
+
+Workers write their pages in OpenMetrics so the latency histograms' exemplars survive the
+merge: a bucket's merged exemplar is the most recent of the workers' for that bucket."""
 
 from __future__ import annotations
 
@@ -8,16 +11,19 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import requests
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics import exposition as openmetrics
+from prometheus_client.openmetrics import parser as openmetrics_parser
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Exemplar
 
 from obs import conventions as c
 from obs.procs import loopback_session
@@ -47,7 +53,7 @@ class WorkerSlot:
     def own_page(self, registry: CollectorRegistry) -> bytes:
         """This worker's page, saved before it is returned (replaced in one step)."""
         with _SAVE_LOCK:
-            page = generate_latest(registry)
+            page = openmetrics.generate_latest(registry)
             path = self.page_path(self.index)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_bytes(page)
@@ -71,8 +77,9 @@ def merge_pages(pages: Sequence[str], retired: Sequence[str] = ()) -> list[Metri
     """
     families: dict[str, Metric] = {}
     values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+    exemplars: dict[tuple[str, tuple[tuple[str, str], ...]], Exemplar] = {}
     for page, dead in [(p, False) for p in pages] + [(p, True) for p in retired]:
-        for fam in text_string_to_metric_families(page):
+        for fam in _families(page):
             if dead and (fam.type not in COUNTING or fam.name.startswith(TAKEN_ONCE_PREFIXES)):
                 continue
             merged = families.get(fam.name)
@@ -83,6 +90,10 @@ def merge_pages(pages: Sequence[str], retired: Sequence[str] = ()) -> list[Metri
             vals = values[fam.name]
             for s in fam.samples:
                 key = (s.name, tuple(sorted(s.labels.items())))
+                if s.exemplar is not None and not dead:
+                    seen = exemplars.get(key)
+                    if seen is None or _when(s.exemplar) > _when(seen):
+                        exemplars[key] = s.exemplar
                 old = vals.get(key)
                 if old is None:
                     vals[key] = s.value
@@ -91,9 +102,20 @@ def merge_pages(pages: Sequence[str], retired: Sequence[str] = ()) -> list[Metri
                 elif not once:
                     vals[key] = old + s.value
     for name, fam in families.items():
-        for (sample, labels), value in values[name].items():
-            fam.add_sample(sample, dict(labels), value)
+        for key, value in values[name].items():
+            fam.add_sample(key[0], dict(key[1]), value, exemplar=exemplars.get(key))
     return list(families.values())
+
+
+def _when(exemplar: Exemplar) -> float:
+    return 0.0 if exemplar.timestamp is None else float(exemplar.timestamp)
+
+
+def _families(page: str) -> Iterable[Metric]:
+    """A page's families: OpenMetrics (ends with ``# EOF``, exemplars kept) or the text format."""
+    if page.rstrip().endswith("# EOF"):
+        return openmetrics_parser.text_string_to_metric_families(page)
+    return text_string_to_metric_families(page)
 
 
 class MergedMetrics(Collector):
@@ -143,7 +165,7 @@ def serve_private_metrics(
         def do_GET(self) -> None:
             body = slot.own_page(registry)
             self.send_response(200)
-            self.send_header("content-type", "text/plain; version=0.0.4")
+            self.send_header("content-type", openmetrics.CONTENT_TYPE_LATEST)
             self.send_header("content-length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

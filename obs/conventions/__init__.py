@@ -4,7 +4,7 @@ Exporters, dashboards and alert rules import names from here and nowhere
 else; a test checks that every generated PromQL expression names only metrics
 defined in this module (or vLLM's own, listed in ``VLLM_METRICS``).
 
-The names live in submodules by kind (labels, metrics, engines, buckets, rules, spans);
+The names live in submodules by kind (labels, metrics, engines, buckets, rules, spans, genai);
 import them from here: ``from obs import conventions as c``.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from obs.conventions.buckets import *  # noqa: F403
 from obs.conventions.engines import *  # noqa: F403
+from obs.conventions.genai import *  # noqa: F403
 from obs.conventions.labels import *  # noqa: F403
 from obs.conventions.metrics import *  # noqa: F403
 from obs.conventions.rules import *  # noqa: F403

@@ -17,6 +17,7 @@ __all__ = [
     "ENGINE_QUEUE_FULL",
     "ERROR",
     "ERROR_CLASS",
+    "EXEMPLAR_TRACE_ID",
     "EXPORTER",
     "FALLBACK_REASONS",
     "FALLBACK_SERVER_ERROR",
@@ -59,6 +60,8 @@ __all__ = [
 NAMESPACE: Final = "vllm_obs"
 
 # Label names.
+# The exemplar label holding a request's trace id (Grafana's exemplarTraceIdDestinations name).
+EXEMPLAR_TRACE_ID: Final = "trace_id"
 LANE: Final = "lane"
 POOL: Final = "pool"
 REPLICA: Final = "replica"

@@ -45,6 +45,7 @@ __all__ = [
     "EVENT_LOOP_LAG_BUCKETS",
     "EVENT_LOOP_LAG_MAX_S",
     "EVENT_LOOP_LAG_PERIOD_S",
+    "EXEMPLAR_METRICS",
     "EXPORTER_FAILURES",
     "FALLBACKS",
     "IN_FLIGHT",
@@ -133,6 +134,9 @@ TPOT = _m(
     "Time per output token after the first: (last - first token) / (output tokens - 1).",
     *LP,
 )
+# The histograms whose samples carry the request's trace id as an exemplar (label
+# ``EXEMPLAR_TRACE_ID``): the latency panels of these show points that open the trace.
+EXEMPLAR_METRICS = (TTFT, TPOT, REQUEST_DURATION)
 ITL = _m("itl_seconds", "histogram", "Gaps between consecutive output chunks from the pool.", *LP)
 STREAM_BLOCKED = _m(
     "stream_blocked_seconds",

@@ -12,7 +12,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 import yaml
@@ -20,6 +20,12 @@ import yaml
 from obs.demo.service import ServiceProcess
 from obs.promapi import PrometheusAPI
 from obs.promapi import PrometheusError as PrometheusError
+
+# Exemplars kept in memory (a ring shared by all series): the sidecar's TTFT, TPOT and
+# end-to-end histograms carry each request's trace id. Prometheus 2.x and 3.x also need the
+# ``exemplar-storage`` feature flag (``EXEMPLAR_FLAG``) to store them.
+EXEMPLAR_STORAGE: Final = {"exemplars": {"max_exemplars": 100_000}}
+EXEMPLAR_FLAG: Final = "--enable-feature=exemplar-storage"
 
 
 def find_prometheus() -> str | None:
@@ -57,9 +63,11 @@ def write_config(
 ) -> Path:
     """A Prometheus config scraping the sidecar (job ``vllm-obs-sidecar``) and every pool
     replica (job ``vllm``, label ``pool``), as the compose stack does, and loading the
-    generated rules; alerts go to ``alertmanager_url`` when given."""
+    generated rules; alerts go to ``alertmanager_url`` when given. Exemplar storage is on
+    (with ``PrometheusProcess``' feature flag) so latency panels link to traces."""
     config: dict[str, Any] = {
         "global": {"scrape_interval": f"{interval_s}s", "evaluation_interval": f"{interval_s}s"},
+        "storage": EXEMPLAR_STORAGE,
         "rule_files": [str(rules_dir.resolve() / "*.yml")],
         "scrape_configs": [
             {
@@ -103,6 +111,7 @@ class PrometheusProcess(ServiceProcess):
             f"--storage.tsdb.path={self.data_dir}",
             f"--web.listen-address=127.0.0.1:{self.port}",
             "--storage.tsdb.retention.time=7d",
+            EXEMPLAR_FLAG,
         ]
 
     @property

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from obs import conventions as c
 from obs.config import default_config_path, load_config
 from tests.conftest import require_binary
 from tests.support import strings
@@ -246,6 +247,16 @@ def test_grafana_provisions_the_generated_dashboards_and_datasources() -> None:
             if isinstance(v, dict) and "datasourceUid" in v
         ]
         assert set(refs) <= set(by_uid), ds["name"]
+
+
+def test_exemplars_are_stored_and_link_to_tempo() -> None:
+    """Prometheus runs with exemplar storage (flag and ring size) and the Prometheus datasource
+    links the exemplars' trace_id label to the Tempo datasource."""
+    assert "--enable-feature=exemplar-storage" in SERVICES["prometheus"]["command"]
+    assert PROMETHEUS["storage"]["exemplars"]["max_exemplars"] > 0
+    by_uid = {ds["uid"]: ds for ds in DATASOURCES["datasources"]}
+    (link,) = by_uid["prometheus"]["jsonData"]["exemplarTraceIdDestinations"]
+    assert link["name"] == c.EXEMPLAR_TRACE_ID and by_uid[link["datasourceUid"]]["type"] == "tempo"
 
 
 def test_traces_flow_vllm_to_sidecar_to_tempo() -> None:

@@ -1,4 +1,6 @@
-"""The Kubernetes example: vLLM and the sidecar in one pod, ports and paths consistent."""
+"""The Kubernetes package's pool pod (deploy/k8s/base): vLLM and the sidecar in one pod, ports
+and paths consistent with each overlay's lanes config (the rendered package:
+test_k8s_kustomize.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,11 @@ import yaml
 
 from obs.config import parse_config
 
-MANIFEST = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "vllm-with-sidecar.yaml"
+K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
+MANIFEST = K8S / "base" / "pool.yaml"
 DOCS = {d["kind"]: d for d in yaml.safe_load_all(MANIFEST.read_text(encoding="utf-8")) if d}
+OVERLAYS = sorted(p.parent for p in K8S.glob("overlays/*/kustomization.yaml"))
+LANES = {o.name: yaml.safe_load((o / "lanes.yaml").read_text(encoding="utf-8")) for o in OVERLAYS}
 POD = DOCS["Deployment"]["spec"]["template"]
 CONTAINERS = {c["name"]: c for c in POD["spec"]["containers"]}
 
@@ -28,24 +33,28 @@ def _ports(container: dict[str, Any]) -> dict[str, int]:
     return {p["name"]: p["containerPort"] for p in container["ports"]}
 
 
-def test_manifest_has_the_config_the_deployment_and_the_service() -> None:
-    """The file parses into a ConfigMap, a Deployment and a Service; the lanes config is valid."""
-    assert set(DOCS) == {"ConfigMap", "Deployment", "Service"}
-    config = parse_config(yaml.safe_load(DOCS["ConfigMap"]["data"]["lanes.yaml"]), "configmap")
-    assert config.default_lane in config.lane_names
+def test_manifest_has_the_deployment_and_the_service_and_overlays_their_config() -> None:
+    """The pod file parses into a Deployment and a Service; each overlay's lanes config is
+    valid and names its pool."""
+    assert set(DOCS) == {"Deployment", "Service"}
+    assert [o.name for o in OVERLAYS] == ["bulk", "interactive"]
+    for pool, data in LANES.items():
+        config = parse_config(data, f"overlays/{pool}/lanes.yaml")
+        assert config.default_lane in config.lane_names
+        assert [p.name for p in config.pools] == [pool]
     assert set(CONTAINERS) == {"vllm", "sidecar"}
 
 
 def test_sidecar_reaches_vllm_in_the_same_pod() -> None:
     """Every replica URL is localhost on the port vLLM listens on and declares."""
-    config = parse_config(yaml.safe_load(DOCS["ConfigMap"]["data"]["lanes.yaml"]))
     vllm = CONTAINERS["vllm"]
     port = int(_flag(_args(vllm), "--port"))
     assert port == _ports(vllm)["engine"]
-    for pool in config.pools:
-        for url in pool.replicas:
-            parts = urlsplit(url)
-            assert (parts.hostname, parts.port) == ("127.0.0.1", port), url
+    for data in LANES.values():
+        for pool in parse_config(data).pools:
+            for url in pool.replicas:
+                parts = urlsplit(url)
+                assert (parts.hostname, parts.port) == ("127.0.0.1", port), url
 
 
 def test_sidecar_listens_where_the_pod_says() -> None:
@@ -59,12 +68,19 @@ def test_sidecar_listens_where_the_pod_says() -> None:
 
 
 def test_vllm_sends_spans_to_the_sidecar_otlp_port() -> None:
-    """vLLM's --otlp-traces-endpoint is the sidecar's OTLP port on localhost."""
-    endpoint = urlsplit(_flag(_args(CONTAINERS["vllm"]), "--otlp-traces-endpoint"))
-    assert endpoint.hostname == "127.0.0.1"
-    assert endpoint.port == _ports(CONTAINERS["sidecar"])["otlp"]
-    args = _args(CONTAINERS["vllm"])
-    assert "--enable-prefix-caching" in args and "--enable-prompt-tokens-details" in args
+    """vLLM's --otlp-traces-endpoint is the sidecar's OTLP port on localhost, and its port the
+    declared one, in the base and in each overlay's flags (which replace the base's)."""
+    patches = [
+        yaml.safe_load((o / "vllm.yaml").read_text("utf-8"))["spec"]["template"]["spec"]
+        for o in OVERLAYS
+    ]
+    for vllm in [CONTAINERS["vllm"], *(p["containers"][0] for p in patches)]:
+        args = _args(vllm)
+        endpoint = urlsplit(_flag(args, "--otlp-traces-endpoint"))
+        assert endpoint.hostname == "127.0.0.1"
+        assert endpoint.port == _ports(CONTAINERS["sidecar"])["otlp"]
+        assert int(_flag(args, "--port")) == _ports(CONTAINERS["vllm"])["engine"]
+        assert "--enable-prefix-caching" in args and "--enable-prompt-tokens-details" in args
 
 
 def test_config_map_is_mounted_where_the_sidecar_reads_it() -> None:
@@ -75,8 +91,11 @@ def test_config_map_is_mounted_where_the_sidecar_reads_it() -> None:
     mounts = {m["mountPath"]: m["name"] for m in sidecar["volumeMounts"]}
     config_path = Path(_flag(args, "--config"))
     config_volume = volumes[mounts[str(config_path.parent)]]
-    assert config_volume["configMap"]["name"] == DOCS["ConfigMap"]["metadata"]["name"]
-    assert config_path.name in DOCS["ConfigMap"]["data"]
+    for overlay in OVERLAYS:  # the overlay generates the ConfigMap the volume names
+        kustomization = yaml.safe_load((overlay / "kustomization.yaml").read_text("utf-8"))
+        (generator,) = kustomization["configMapGenerator"]
+        assert config_volume["configMap"]["name"] == generator["name"]
+        assert config_path.name in generator["files"]
     assert str(Path(_flag(args, "--events")).parent) in mounts
 
 

@@ -7,11 +7,13 @@ minute and a half), then each test checks one promise against what really happen
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 import pytest
 import yaml
 
@@ -31,6 +33,7 @@ from tests.support.live_stack import (
     SCRAPE_S,
     LiveStack,
 )
+from tests.support.probes import wait_for
 
 F = TypeVar("F", bound=Callable[..., Any])
 OPERATIONAL = ("vllm-obs-overview", "vllm-obs-lane", "vllm-obs-pools", "vllm-obs-admission")
@@ -227,3 +230,40 @@ def _iso(t: float) -> str:
     from datetime import UTC, datetime
 
     return datetime.fromtimestamp(t, UTC).isoformat()
+
+
+@live
+def test_latency_exemplars_in_prometheus_are_traces_the_sidecar_exported(stack: LiveStack) -> None:
+    """/metrics answers OpenMetrics with trace-id exemplars; Prometheus stores them for TTFT,
+    TPOT and end-to-end, and every trace id it returns is one of the exported traces."""
+    assert stack.prometheus is not None and stack.sidecar is not None
+    accept = {"accept": "application/openmetrics-text;version=1.0.0,text/plain;q=0.5"}
+    page = httpx.get(stack.sidecar.url + "/metrics", headers=accept, timeout=10)
+    assert page.headers["content-type"].startswith("application/openmetrics-text")
+    assert f'# {{{c.EXEMPLAR_TRACE_ID}="' in page.text
+    exported = {s.trace_id for s in stack.otlp.spans}
+    for metric in c.EXEMPLAR_METRICS:
+        found = stack.prometheus.client.exemplars(
+            f"{metric.name}_bucket", stack.started - 60, time.time()
+        )
+        ids = {e["labels"][c.EXEMPLAR_TRACE_ID] for series in found for e in series["exemplars"]}
+        assert ids, f"no exemplar of {metric.name}"
+        assert ids <= exported, (metric.name, sorted(ids - exported)[:3])
+
+
+@live
+def test_genai_metrics_and_event_log_records_reach_the_otlp_receiver(stack: LiveStack) -> None:
+    """gen_ai.server.time_to_first_token arrives over OTLP; each event arrives as a log record
+    carrying its request's trace id."""
+    assert stack.sidecar is not None
+    ttft = stack.otlp.points_of(c.GENAI_TIME_TO_FIRST_TOKEN.name)
+    assert ttft and max(p.count for p in ttft) > 0
+    assert ttft[-1].explicit_bounds == list(c.GENAI_TIME_TO_FIRST_TOKEN.buckets)
+    events = {e["request_id"]: e["trace_id"] for e in stack.sidecar.events()}
+
+    def logged() -> dict[str, str]:
+        got = {r.attributes["request_id"]: r.trace_id for r in stack.otlp.logs}
+        return got if set(events) <= set(got) else {}
+
+    got = wait_for("every event as a log record", logged, timeout_s=20)
+    assert events and all(got[rid] == trace for rid, trace in events.items() if trace)

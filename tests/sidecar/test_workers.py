@@ -12,6 +12,9 @@ import httpx
 import orjson
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from obs import conventions as c
@@ -93,6 +96,18 @@ def test_two_workers_share_the_port_and_every_scrape_counts_every_request(
         assert _total(s, f"{c.IN_FLIGHT.name}") == 0
         up = [v for (n, _), v in s.items() if n == c.POOL_UP.name]
         assert up == [1.0], "pool state is taken once, not summed"
+    # the merged OpenMetrics page keeps the workers' exemplars: trace ids of these requests
+    accept = {"accept": "application/openmetrics-text;version=1.0.0"}
+    page = httpx.get(sc.url + "/metrics", headers=accept, timeout=10).text
+    traces = {orjson.loads(x)["trace_id"] for x in lines}
+    exemplars = {
+        s.exemplar.labels[c.EXEMPLAR_TRACE_ID]
+        for fam in openmetrics_families(page)
+        if fam.name == c.REQUEST_DURATION.name
+        for s in fam.samples
+        if s.exemplar is not None
+    }
+    assert exemplars and exemplars <= traces
 
 
 def test_killed_worker_is_restarted_and_counters_do_not_go_back(

@@ -3,9 +3,10 @@
 Parts, all real and on 127.0.0.1 with free ports: two vLLM pools (the session's engine as
 ``interactive``, a second engine with a 4 MiB KV cache as ``bulk``), the sidecar with the
 default six lanes plus a ``limited`` lane (one request at a time, no queue), Prometheus
-scraping the sidecar and both pools every second and loading the rules that
-``vllm-obs alerts --max-for 0s --max-interval 2s`` generates, and Alertmanager delivering
-every alert to a webhook receiver.
+scraping the sidecar and both pools every second (exemplars stored) and loading the rules that
+``vllm-obs alerts --max-for 0s --max-interval 2s`` generates, Alertmanager delivering
+every alert to a webhook receiver, and an OTLP receiver taking the sidecar's spans, GenAI
+metrics and event log records.
 
 ``LiveStack.run`` drives the demo mix with ``vllm-obs load`` and, meanwhile, keeps the tiny-KV
 pool full of long requests until the KV alert is delivered, and sends bursts of concurrent
@@ -47,7 +48,7 @@ from obs.demo.workload import write_lanes, write_mix
 from obs.engine import EnginePaths, VllmServer
 from obs.loadgen.prompts import CharEstimate
 from obs.procs import free_port
-from obs.sidecar.testing import SidecarProcess
+from obs.sidecar.testing import OtlpReceiver, SidecarProcess
 
 KV_CACHE_BYTES = 4 << 20  # 4096 tokens of the tiny model: 31 blocks of 128 tokens on CPU
 LIMITED = "limited"
@@ -110,6 +111,7 @@ class LiveStack:
     prometheus: PrometheusProcess | None = None
     sidecar: SidecarProcess | None = None
     webhook: WebhookReceiver = field(default_factory=WebhookReceiver)
+    otlp: OtlpReceiver = field(default_factory=OtlpReceiver)
     config: Config | None = None
     started: float = 0.0  # unix time Prometheus started scraping
     finished: float = 0.0
@@ -159,11 +161,20 @@ class LiveStack:
             self.root / "alertmanager.log",
             free_port(),
         ).start()
+        self.otlp.start()
         self.sidecar = SidecarProcess(
             config=self.lanes_path,
             events=self.root / "events.jsonl",
-            args=["--pool-poll-interval", "1"],  # also the poll's timeout
-            env={"OTEL_TRACES_EXPORTER": "none"},
+            # the poll interval is also the poll's timeout
+            args=["--pool-poll-interval", "1", "--otlp-logs-endpoint", self.otlp.logs_url],
+            env={
+                "OTEL_TRACES_EXPORTER": "otlp",
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": self.otlp.url,
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": self.otlp.metrics_url,
+                "OTEL_BSP_SCHEDULE_DELAY": "200",
+                "OTEL_BLRP_SCHEDULE_DELAY": "200",
+                "OTEL_METRIC_EXPORT_INTERVAL": "1000",
+            },
             log_path=self.root / "sidecar.log",
         ).start(timeout_s=60)
         prometheus_yml = write_prometheus_config(
@@ -206,6 +217,7 @@ class LiveStack:
             self.alertmanager.stop if self.alertmanager else None,
             self.bulk.stop if self.bulk else None,
             self.webhook.stop,
+            self.otlp.stop,
         ):
             if stop is not None:
                 with contextlib.suppress(Exception):

@@ -18,7 +18,7 @@ import orjson
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from obs.demo.prometheus import PrometheusProcess
+from obs.demo.prometheus import EXEMPLAR_STORAGE, PrometheusProcess
 from obs.procs import free_port
 
 T = TypeVar("T")
@@ -187,7 +187,11 @@ class HealthProbe:
 def prometheus_at(directory: Path, target: str, binary: str) -> PrometheusProcess:
     """A real Prometheus scraping ``target`` (host:port) every second; files in ``directory``."""
     scrape = {"job_name": "vllm-obs-sidecar", "static_configs": [{"targets": [target]}]}
-    config = {"global": {"scrape_interval": "1s"}, "scrape_configs": [scrape]}
+    config = {
+        "global": {"scrape_interval": "1s"},
+        "storage": EXEMPLAR_STORAGE,
+        "scrape_configs": [scrape],
+    }
     path = directory / "prometheus.yml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     data, log = directory / "prometheus", directory / "prometheus.log"
