@@ -220,7 +220,7 @@ class Pool(_Model):
     engine_traces: bool = False
     # Which engine serves the pool (obs.engines): its adapter maps the engine's /metrics to
     # the pool state; ``auto`` detects it from the metric names each replica exports.
-    engine: Literal["auto", "vllm", "sglang", "llamacpp", "tgi"] = "auto"
+    engine: Literal["auto", "vllm", "sglang", "llamacpp", "tgi", "sim"] = "auto"
     health: HealthCheck = HealthCheck()
     kv_cache_usage_max: Ratio = 0.9
 
@@ -243,6 +243,8 @@ class Pool(_Model):
     def _spans(self) -> Pool:
         if self.engine_traces and self.engine == "llamacpp":
             raise ValueError("engine_traces: llama.cpp's llama-server exports no spans")
+        if self.engine_traces and self.engine == "sim":
+            raise ValueError("engine_traces: the simulated replica exports no spans")
         return self
 
 

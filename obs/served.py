@@ -52,6 +52,7 @@ _VLLM_CACHE_LABELS: Final = {
 # Each engine's JSON page: (path, {setting: key path in the JSON}).
 SETTINGS_PAGES: Final[dict[str, tuple[str, dict[str, tuple[str, ...]]]]] = {
     "vllm": ("/version", {VERSION: ("version",)}),
+    "sim": ("/version", {VERSION: ("version",)}),
     "llamacpp": (
         "/props",
         {

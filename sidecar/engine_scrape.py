@@ -60,7 +60,7 @@ def read_state(engine: str, text: str) -> EngineState:
 
 def page_settings(engine: str, text: str) -> dict[str, str]:
     """The settings a replica's ``/metrics`` page states (vLLM's ``cache_config_info``)."""
-    if engine != "vllm":
+    if engine not in ("vllm", "sim"):  # the simulator states vLLM's cache_config_info
         return {}
     lines = wanted_lines(text, (VLLM_CACHE_CONFIG,))
     try:

@@ -217,7 +217,7 @@ POOL_PREEMPTIONS = _m(
 POOL_ENGINE_INFO = _m(
     "pool_engine_info",
     "gauge",
-    "Always 1: the engine serving the replica (vllm, sglang, llamacpp, tgi, or unknown).",
+    "Always 1: the engine serving the replica (vllm, sglang, llamacpp, tgi, sim, or unknown).",
     POOL,
     REPLICA,
     ENGINE,

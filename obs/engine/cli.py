@@ -1,4 +1,4 @@
-"""``vllm-obs engine setup`` and ``vllm-obs engine serve``.
+"""``vllm-obs engine setup``, ``vllm-obs engine serve`` and ``vllm-obs engine sim``.
 
 The project's top-level parser (``obs.cli``) calls :func:`add_parser`; each
 subcommand stores its handler as ``handler`` (``args.handler(args) -> int``), and
@@ -17,6 +17,7 @@ from types import FrameType
 from obs.engine.llamacpp_setup import ensure_llamacpp
 from obs.engine.server import ServerError, VllmServer
 from obs.engine.setup import HOME_ENV_VAR, engine_home, ensure_engine
+from obs.engine.sim import cli as sim_cli
 
 DEFAULT_PORT = 8000
 
@@ -134,6 +135,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="extra vllm serve arguments, after `--`",
     )
     serve.set_defaults(handler=_run_serve)
+    sim_cli.add_parser(commands)
 
 
 def _run_setup(args: argparse.Namespace) -> int:

@@ -1,6 +1,6 @@
 """Engine adapters: each engine's own ``/metrics`` mapped to the engine-neutral pool state.
 
-A pool names its engine in the config (``engine: vllm | sglang | llamacpp | tgi``)
+A pool names its engine in the config (``engine: vllm | sglang | llamacpp | tgi | sim``)
 or ``auto``, resolved from the metric-name prefix (``Adapter.prefix``) a replica's
 ``/metrics`` page carries. Pure: the edges (``obs.sidecar.engine_scrape``) parse
 the exposition and pass :class:`~obs.engine_metrics.Sums` in.
@@ -14,10 +14,11 @@ from obs.engine_metrics import STATE_FIELDS, EngineState
 from obs.engines.base import Adapter
 from obs.engines.llamacpp import LLAMACPP
 from obs.engines.sglang import SGLANG
+from obs.engines.sim import SIM
 from obs.engines.tgi import TGI
 from obs.engines.vllm import VLLM
 
-ADAPTERS: Final = {a.name: a for a in (VLLM, SGLANG, LLAMACPP, TGI)}
+ADAPTERS: Final = {a.name: a for a in (VLLM, SGLANG, LLAMACPP, TGI, SIM)}
 ENGINES: Final = tuple(ADAPTERS)
 AUTO: Final = "auto"
 UNKNOWN: Final = "unknown"

@@ -7,9 +7,10 @@ from obs.engine_metrics import EngineState, Sums
 from obs.engines.base import ENGINE_VIEW_FIELDS, Adapter
 
 
-def _read(s: Sums) -> EngineState:
+def read_v1(s: Sums, engine: str = "vllm") -> EngineState:
+    """The pool state from vLLM V1's metric names (a simulated replica uses them too)."""
     return EngineState(
-        engine="vllm",
+        engine=engine,
         # Several engine cores label their usage separately: report their mean.
         kv_cache_usage=s.mean(c.VLLM_KV_CACHE_USAGE),
         running=s.sum(c.VLLM_RUNNING),
@@ -23,7 +24,7 @@ def _read(s: Sums) -> EngineState:
 VLLM = Adapter(
     name="vllm",
     prefix="vllm:",
-    read=_read,
+    read=read_v1,
     wants=(
         c.VLLM_KV_CACHE_USAGE,
         c.VLLM_RUNNING,

@@ -172,7 +172,7 @@ def test_config_names_the_engine_field_on_a_bad_engine() -> None:
         "lanes": [{"name": "l", "pool": "a"}],
         "default_lane": "l",
     }
-    with pytest.raises(ConfigError, match=r"pools\.0\.engine: .*'llamacpp' or 'tgi'"):
+    with pytest.raises(ConfigError, match=r"pools\.0\.engine: .*'tgi' or 'sim'"):
         parse_config(config)
     config["pools"][0].pop("engine")
     assert parse_config(config).pools[0].engine == "auto"
@@ -186,6 +186,7 @@ def test_adapters_declare_exactly_what_their_mapping_reads() -> None:
         "sglang": ["kv_cache_usage", "prefix_hits", "prefix_queries", "running", "waiting"],
         "llamacpp": ["prefix_hits", "prefix_queries", "running", "waiting"],
         "tgi": ["running", "waiting"],
+        "sim": sorted(STATE_FIELDS),
     }
     for adapter in ADAPTERS.values():
         narrow = dataclasses.replace(adapter, wants=adapter.wants[:1])

@@ -1,0 +1,190 @@
+"""``vllm-obs engine sim``: a simulated vLLM replica on 127.0.0.1, in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from obs.engine.sim.engine import EngineConfig, SimEngine
+from obs.engine.sim.hardware import GPUS, MODELS, Calibration, perf_model
+from obs.engine.sim.scheduler import SchedulerConfig
+from obs.engine.sim.server import ServerConfig, create_app
+from obs.errors import ConfigError
+
+DESCRIPTION = """\
+Serve a simulated vLLM replica: vLLM's OpenAI routes, /metrics under vLLM's V1 names,
+and a step scheduler that obeys the vLLM flags below (token budget per step, batch
+size, chunked prefill, long-prefill cap, stream interval, prefix caching over a KV
+cache of N blocks with preemption). Each step lasts as long as a roofline model of
+the named GPU and model says (docs/sim.md). It is a model, not a measurement: its
+/version says "sim-GPU-MODEL", and a pool of it is configured with `engine: sim`.
+No GPU, no weights, little CPU. Stops on Ctrl-C or SIGTERM.
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class SimOptions:
+    host: str
+    port: int
+    server: ServerConfig
+    engine: EngineConfig
+    memory_utilization: float
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = commands.add_parser(
+        "sim",
+        help="serve a simulated vLLM replica (GPU-shaped timing, no GPU)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--gpu", default="H100", help=f"one of {', '.join(GPUS)} (default H100)")
+    p.add_argument(
+        "--model", default="llama-3.1-8b", help=f"one of {', '.join(MODELS)} (default %(default)s)"
+    )
+    p.add_argument(
+        "--served-model-name", metavar="NAME", help="model name in requests (default: --model)"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address (default %(default)s)")
+    p.add_argument("--port", type=int, default=8000, help="TCP port (default %(default)s)")
+    p.add_argument(
+        "--max-model-len", type=int, metavar="TOKENS", help="context length (default: 32768)"
+    )
+    p.add_argument("--max-num-batched-tokens", type=int, default=8192, metavar="N")
+    p.add_argument("--max-num-seqs", type=int, default=256, metavar="N")
+    p.add_argument(
+        "--long-prefill-token-threshold",
+        type=int,
+        default=0,
+        metavar="N",
+        help="cap one request's prefill chunk per step (0: no cap)",
+    )
+    p.add_argument(
+        "--enable-chunked-prefill",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="split long prefills over steps (default on, as vLLM V1)",
+    )
+    p.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="reuse cached prompt blocks (default on)",
+    )
+    p.add_argument(
+        "--stream-interval", type=int, default=1, metavar="N", help="tokens per streamed chunk"
+    )
+    p.add_argument("--block-size", type=int, default=16, metavar="TOKENS")
+    p.add_argument(
+        "--num-gpu-blocks-override",
+        type=int,
+        metavar="N",
+        help="KV cache blocks (default: what the GPU holds after the weights)",
+    )
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.9, metavar="SHARE")
+    p.add_argument(
+        "--max-num-partial-prefills",
+        type=int,
+        metavar="N",
+        help="accepted for vLLM compatibility; not modelled",
+    )
+    p.add_argument(
+        "--max-long-partial-prefills",
+        type=int,
+        metavar="N",
+        help="accepted for vLLM compatibility; not modelled",
+    )
+    p.add_argument(
+        "--default-output-tokens",
+        type=int,
+        default=128,
+        metavar="N",
+        help="reply length when a request sets no max_tokens (default %(default)s)",
+    )
+    p.add_argument(
+        "--speed",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help="run the modelled clock X times faster than real time (default 1)",
+    )
+    p.set_defaults(handler=run)
+
+
+def _positive(name: str, value: float | None) -> None:
+    if value is not None and value <= 0:
+        raise ConfigError(f"{name} must be positive, got {value}")
+
+
+def options(args: argparse.Namespace) -> SimOptions:
+    """The typed options; raises :class:`ConfigError` naming the bad flag."""
+    for flag in (
+        "max_model_len",
+        "max_num_batched_tokens",
+        "max_num_seqs",
+        "stream_interval",
+        "block_size",
+        "num_gpu_blocks_override",
+        "default_output_tokens",
+        "speed",
+    ):
+        _positive("--" + flag.replace("_", "-"), getattr(args, flag))
+    if args.long_prefill_token_threshold < 0:
+        raise ConfigError("--long-prefill-token-threshold must be >= 0")
+    if not 0 < args.gpu_memory_utilization <= 1:
+        raise ConfigError("--gpu-memory-utilization must be in (0, 1]")
+    if args.max_num_batched_tokens < args.max_num_seqs:
+        raise ConfigError(
+            f"--max-num-batched-tokens ({args.max_num_batched_tokens}) must be at least "
+            f"--max-num-seqs ({args.max_num_seqs})"
+        )
+    perf_model(args.gpu, args.model)  # names checked here, with their message
+    engine = EngineConfig(
+        scheduler=SchedulerConfig(
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            max_num_seqs=args.max_num_seqs,
+            long_prefill_token_threshold=args.long_prefill_token_threshold,
+            chunked_prefill=args.enable_chunked_prefill,
+        ),
+        model_name=args.served_model_name or args.model,
+        max_model_len=args.max_model_len or 32768,
+        block_size=args.block_size,
+        num_blocks=args.num_gpu_blocks_override,
+        prefix_caching=args.enable_prefix_caching,
+        stream_interval=args.stream_interval,
+        speed=args.speed,
+    )
+    server = ServerConfig(args.gpu, args.model.lower(), args.default_output_tokens)
+    return SimOptions(args.host, args.port, server, engine, args.gpu_memory_utilization)
+
+
+def build(opts: SimOptions) -> web.Application:
+    """The replica's app for ``opts`` (tests run it in process)."""
+    base = perf_model(opts.server.gpu, opts.server.model)
+    perf = type(base)(base.gpu, base.model, Calibration(memory_utilization=opts.memory_utilization))
+    return create_app(SimEngine(opts.engine, perf), opts.server)
+
+
+def run(args: argparse.Namespace) -> int:
+    opts = options(args)
+    app = build(opts)
+    print(
+        f"simulated vLLM ({opts.server.gpu}, {opts.server.model}) serving "
+        f"{opts.engine.model_name!r} at http://{opts.host}:{opts.port}/v1; Ctrl-C to stop",
+        flush=True,
+    )
+    signal.signal(signal.SIGTERM, _interrupt)
+    with contextlib.suppress(KeyboardInterrupt):
+        web.run_app(app, host=opts.host, port=opts.port, print=None, handle_signals=False)
+    return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+__all__ = ["SimOptions", "add_parser", "build", "options", "run"]

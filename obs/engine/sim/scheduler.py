@@ -1,0 +1,242 @@
+"""The simulated engine's scheduler: vLLM V1's step loop over a waiting queue and a running batch.
+
+Each step has a token budget (``--max-num-batched-tokens``). The running requests
+come first, in arrival order: each gets the tokens it still needs (the rest of its
+prompt, or one token while decoding), a prefill capped at
+``--long-prefill-token-threshold`` and at the budget left (chunked prefill). When the
+KV cache has no block for a request, the newest running request is preempted (its
+blocks freed, its tokens recomputed later), as vLLM's recompute preemption does.
+Then, if nothing was preempted, waiting requests join while the batch has fewer than
+``--max-num-seqs`` sequences and budget is left; a waiting request first reuses the
+cached blocks of its prompt's prefix. After a step, a request whose tokens are all
+computed samples one output token; it finishes at ``max_tokens``.
+
+Pure and clock-free: the caller times each step (obs.engine.sim.hardware) and says
+when it ended. ``decode_run`` lets a caller in virtual time advance many identical
+decode-only steps at once.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from obs.engine.sim.hardware import StepWork
+from obs.engine.sim.kvcache import Holding, KvCache
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """The vLLM flags the scheduler obeys (vLLM's V1 defaults for an online server)."""
+
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    long_prefill_token_threshold: int = 0  # 0: no cap below the budget
+    chunked_prefill: bool = True
+
+
+@dataclass(slots=True, eq=False)
+class SimRequest:
+    rid: str
+    prompt_tokens: int
+    max_tokens: int
+    block_hashes: Sequence[int] = ()
+    arrival_s: float = 0.0
+    owner: object = None  # whoever waits for its tokens (the server's stream, the replay)
+    computed: int = 0
+    output: int = 0
+    holding: Holding = field(default_factory=Holding)
+    scheduled_s: float | None = None  # first scheduled (end of the engine queue)
+    first_token_s: float | None = None
+    finished_s: float | None = None
+    preemptions: int = 0
+    prompt_counted: bool = False
+
+    @property
+    def total(self) -> int:
+        return self.prompt_tokens + self.output
+
+    @property
+    def done(self) -> bool:
+        return self.output >= self.max_tokens
+
+
+@dataclass(slots=True)
+class Batch:
+    items: list[tuple[SimRequest, int]]
+    work: StepWork
+    preempted: list[SimRequest]
+
+    @property
+    def decode_only(self) -> bool:
+        return all(n == 1 and r.computed + 1 == r.total for r, n in self.items)
+
+
+def _work(items: list[tuple[SimRequest, int]]) -> StepWork:
+    tokens, pairs, read = 0, 0.0, 0.0
+    for r, n in items:
+        tokens += n
+        pairs += n * (r.computed + n / 2)
+        read += r.computed + n
+    return StepWork(tokens, pairs, read)
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, kv: KvCache) -> None:
+        self.config = config
+        self.kv = kv
+        self.waiting: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []
+        self.preemptions = 0
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def add(self, req: SimRequest) -> None:
+        self.waiting.append(req)
+
+    def abort(self, req: SimRequest) -> None:
+        """Drop a request (its client left): its blocks go back."""
+        if req in self.running:
+            self.running.remove(req)
+        elif req in self.waiting:
+            self.waiting.remove(req)
+        self.kv.release(req.holding)
+
+    def schedule(self, now: float = 0.0) -> Batch:
+        """The next step's batch (possibly empty)."""
+        cfg, kv = self.config, self.kv
+        budget = cfg.max_num_batched_tokens
+        items: list[tuple[SimRequest, int]] = []
+        preempted: list[SimRequest] = []
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            n = self._chunk(req.total - req.computed, budget)
+            while not kv.grow(req.holding, req.computed + n):
+                victim = self.running.pop()
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is req:
+                    break
+            else:
+                items.append((req, n))
+                budget -= n
+                i += 1
+        while (
+            not preempted and self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs
+        ):
+            req = self.waiting[0]
+            hits = kv.lookup(req.block_hashes, req.total) if not req.holding.blocks else 0
+            cached = hits * kv.block_size
+            need = req.total - cached
+            if not cfg.chunked_prefill and need > budget:
+                break
+            kv.acquire(req.holding, req.block_hashes[:hits])
+            n = self._chunk(need, budget)
+            if not kv.grow(req.holding, cached + n):
+                kv.release(req.holding)
+                break
+            self.waiting.popleft()
+            kv.count(req.total, hits)
+            req.computed = cached
+            if req.scheduled_s is None:
+                req.scheduled_s = now
+            self.running.append(req)
+            items.append((req, n))
+            budget -= n
+        return Batch(items, _work(items), preempted)
+
+    def _chunk(self, n: int, budget: int) -> int:
+        threshold = self.config.long_prefill_token_threshold
+        if threshold and n > threshold:
+            n = threshold
+        return min(n, budget)
+
+    def _preempt(self, req: SimRequest) -> None:
+        self.kv.release(req.holding)
+        req.computed = 0
+        req.preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(req)
+
+    def complete(self, batch: Batch, now: float) -> tuple[list[SimRequest], list[SimRequest]]:
+        """The step ended at ``now``: (requests that sampled a token, requests finished)."""
+        emitted, finished = [], []
+        for req, n in batch.items:
+            req.computed += n
+            if not req.prompt_counted and req.computed >= req.prompt_tokens:
+                req.prompt_counted = True
+                self.prompt_tokens += req.prompt_tokens
+            self.kv.register(req.holding, req.block_hashes, req.computed)
+            if req.computed >= req.total:
+                req.output += 1
+                self.generation_tokens += 1
+                if req.first_token_s is None:
+                    req.first_token_s = now
+                emitted.append(req)
+                if req.done:
+                    finished.append(req)
+        self._finish(finished, now)
+        return emitted, finished
+
+    def _finish(self, finished: list[SimRequest], now: float) -> None:
+        if not finished:
+            return
+        gone = set(map(id, finished))
+        self.running = [r for r in self.running if id(r) not in gone]
+        for req in finished:
+            req.finished_s = now
+            self.kv.release(req.holding)
+
+    # ---- many decode steps at once (virtual time) -----------------------------------
+
+    def decode_run(self, batch: Batch, max_steps: int) -> int:
+        """How many steps like ``batch`` (all decodes, nothing waiting that could join)
+        can run back to back, at most ``max_steps``: until the first request finishes, or
+        fewer if the KV cache could not hold them. 1 when ``batch`` is not such a step."""
+        if max_steps <= 1 or not batch.decode_only or len(batch.items) != len(self.running):
+            return 1
+        if self.waiting and len(self.running) < self.config.max_num_seqs:
+            return 1
+        k = min(max_steps, min(r.max_tokens - r.output for r, _ in batch.items))
+        kv = self.kv
+        while k > 1:
+            extra = sum(
+                max(0, kv.blocks_for(r.computed + k) - r.holding.blocks) for r, _ in batch.items
+            )
+            if extra <= kv.free:
+                return k
+            k //= 2
+        return 1
+
+    def run_work(self, batch: Batch, steps: int) -> StepWork:
+        """The work of the middle step of ``steps`` decode steps like ``batch``."""
+        mid = (steps - 1) / 2
+        n = len(batch.items)
+        return StepWork(
+            batch.work.tokens,
+            batch.work.attention_pairs + n * mid,
+            batch.work.kv_read_tokens + n * mid,
+        )
+
+    def complete_run(
+        self, batch: Batch, steps: int, now: float
+    ) -> tuple[list[SimRequest], list[SimRequest]]:
+        """``steps`` decode steps like ``batch`` ended at ``now`` (see :meth:`decode_run`)."""
+        if steps == 1:
+            return self.complete(batch, now)
+        finished = []
+        for req, _ in batch.items:
+            self.kv.grow(req.holding, req.computed + steps)
+            req.computed += steps
+            req.output += steps
+            if req.done:
+                finished.append(req)
+        self.generation_tokens += steps * len(batch.items)
+        self._finish(finished, now)
+        return [r for r, _ in batch.items], finished

@@ -1,0 +1,34 @@
+"""The simulated vLLM replica (``vllm-obs engine sim``): vLLM's own names, marked ``sim``.
+
+Its ``/metrics`` page is vLLM V1's, so the mapping is vLLM's; only the engine name
+differs, so that a simulated pool is never mistaken for a real one: its pool state,
+``vllm_obs_pool_engine_info`` and the settings fingerprint every event carries say
+``sim``. ``engine: auto`` cannot tell the two apart (same prefix) and reads ``vllm``:
+configure a simulated pool with ``engine: sim``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from obs.engine_metrics import EngineState, Sums
+from obs.engines.vllm import VLLM, read_v1
+
+
+def _read(s: Sums) -> EngineState:
+    return read_v1(s, "sim")
+
+
+SIM = replace(
+    VLLM,
+    name="sim",
+    read=_read,
+    serve_flags="`vllm-obs engine sim` with the pool's vLLM flags (no spans)",
+    events={
+        "engine_view": "absent (the simulator exports no spans)",
+        "cached_tokens": "null (no prompt tokens details)",
+        "error_message": "`error.message` of its error body",
+        "cache_hit": "null (no prompt tokens details)",
+    },
+    tested="`vllm-obs engine sim` in process (tests/engines/test_sim_server.py)",
+)
