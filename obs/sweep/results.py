@@ -11,8 +11,13 @@ from obs.sweep.matrix import COLUMNS, Matrix, ProfileData, build
 
 if TYPE_CHECKING:
     from obs.sweep.options import SweepOptions
+    from obs.sweep.profile import Profile
     from obs.sweep.run import RunRecord
 
+SIMULATED_NOTE = (
+    "SIMULATED pools (vllm-obs engine sim, GPU-scale flags): a model of vLLM on the "
+    "named GPU, not a measurement (docs/sim.md)"
+)
 # Columns of the on-screen table (the files keep every column).
 SCREEN = tuple(
     c for c in COLUMNS if c not in ("pool", "good", "ttft_attainment", "tpot_attainment")
@@ -46,6 +51,12 @@ def profile_data(
     return data, notes
 
 
+def _pools(profile: Profile, engine: str) -> dict[str, str]:
+    if engine == "sim":
+        return {k: v.describe() for k, v in profile.gpu_pools().items()}
+    return {k: v.describe() for k, v in profile.engines.items()}
+
+
 def _pct(v: Any) -> str:
     return "-" if v is None else f"{v * 100:.1f}%"
 
@@ -70,6 +81,29 @@ def best_lines(matrix: Matrix, alpha: float) -> list[str]:
     return lines
 
 
+def system_lines(matrix: Matrix, alpha: float) -> list[str]:
+    """The whole-system verdict: each profile across all lanes, and the best overall."""
+    lines = [
+        f"  {r['profile']:<22} offered {r['offered']:>7}  accepted {_pct(r['accepted_share']):>6}"
+        f"  good {r['good']:>7} ({_pct(r['goodput_share'])} of offered)"
+        + ("" if r["goodput_rps"] is None else f"  {r['goodput_rps']:.2f} good/s")
+        for r in matrix.system
+    ]
+    b = matrix.best_overall
+    if b is None:
+        return [*lines, "  no profile had requests"]
+    head = f"  best overall: {b['best']} ({_pct(b['best_share'])} of offered requests good)"
+    if b["runner_up"] is None:
+        return [*lines, head]
+    p = b["p_value"]
+    verdict = "significant" if b["significant"] else f"NOT significant at alpha {alpha:g}"
+    return [
+        *lines,
+        f"{head} vs {b['runner_up']} ({_pct(b['runner_up_share'])}): "
+        f"p={'-' if p is None else f'{p:.2g}'}, {verdict}",
+    ]
+
+
 def text(matrix: Matrix, notes: list[str], opts: SweepOptions, wall_s: float, runs: int) -> str:
     table = matrix.table().select(list(SCREEN))
     parts = [
@@ -80,7 +114,12 @@ def text(matrix: Matrix, notes: list[str], opts: SweepOptions, wall_s: float, ru
         "",
         "Best gated goodput per lane (two-proportion z-test against the runner-up)",
         *best_lines(matrix, opts.alpha),
+        "",
+        "Whole system per profile (all lanes; good = ok and within its lane's gates)",
+        *system_lines(matrix, opts.alpha),
     ]
+    if opts.engine == "sim":
+        parts.insert(1, SIMULATED_NOTE)
     sig = [s for s in matrix.significance if s["metric"] == "goodput_ratio" and s["significant"]]
     parts += ["", f"Goodput differences from the baseline ({matrix.baseline}) beyond noise:"]
     parts += [
@@ -114,6 +153,8 @@ def write_results(
     (out / "significance.csv").write_text(render(sig, "csv"), encoding="utf-8")
     doc = {
         "command": opts.command,
+        "engine": opts.engine,
+        "simulated": opts.engine == "sim",
         "rounds": opts.rounds,
         "duration_s": opts.duration_s,
         "rate": opts.rate,
@@ -129,12 +170,14 @@ def write_results(
                 "rounds": len(d.events),
                 "load_s": round(d.wall_s, 3),
                 "verdict": matrix.verdicts[d.profile.name],
-                "pools": {k: v.describe() for k, v in d.profile.engines.items()},
+                "pools": _pools(d.profile, opts.engine),
             }
             for d in data
         },
         "rows": matrix.rows,
         "best": matrix.best,
+        "system": matrix.system,
+        "best_overall": matrix.best_overall,
         "significance": matrix.significance,
         "left_out": notes,
     }

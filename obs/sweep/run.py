@@ -120,7 +120,7 @@ class Sweep:
             raise SweepError(f"--out {self.out}: exists and is not a directory")
         self.out.mkdir(parents=True, exist_ok=True)
         self.say(f"[sweep] output folder: {self.out}")
-        paths = None if opts.external else self._setup_engine()
+        paths = None if opts.external or opts.engine == "sim" else self._setup_engine()
         mix_path = self._write_mix()
         mix = workload.load_demo_mix(mix_path, opts.mix_sets)
         names = [p.name for p in opts.profiles]
@@ -165,7 +165,10 @@ class Sweep:
     def _write_mix(self) -> Path | None:
         if self.opts.mix is not None:
             return self.opts.mix
-        return workload.write_mix(self.out / "mix.yaml", full_mix=False)
+        # Simulated GPU pools take the full six-class mix (8k-token prompts); the tiny
+        # CPU model, the demo mix cut to its 2048-token context.
+        full = self.opts.engine == "sim"
+        return workload.write_mix(self.out / "mix.yaml", full_mix=full)
 
     # --- one profile, one round ------------------------------------------------------
 
@@ -179,6 +182,11 @@ class Sweep:
         try:
             if self.opts.external:
                 replicas = self._external(profile)
+            elif self.opts.engine == "sim":
+                started = self._sim_pools(profile, folder, record)
+                if started is None:
+                    return record
+                replicas = started
             else:
                 started = self._local_pools(profile, folder, paths, record)
                 if started is None:
@@ -186,7 +194,7 @@ class Sweep:
                 replicas = started
             config = folder / "lanes.yaml"
             header = f"# vllm-obs sweep: profile {profile.name} ({profile.source}), round {rnd}\n"
-            data = profile.lanes_config(replicas)
+            data = profile.lanes_config(replicas, "sim" if self.opts.engine == "sim" else None)
             config.write_text(header + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
             url = self._sidecar(folder, record)
             if url is None:
@@ -239,6 +247,38 @@ class Sweep:
             record.message = "\n".join(str(e) for e in errors)
             return None
         self.say(f"[pools] {len(servers)} vLLM server(s) ready in {record.pools_start_s} s")
+        return replicas
+
+    def _sim_pools(
+        self, profile: Profile, folder: Path, record: RunRecord
+    ) -> dict[str, list[str]] | None:
+        """Start each pool's simulated replicas at GPU scale (the profile's ``gpu:`` blocks)."""
+        from obs.engine.sim.process import SimServer
+
+        assert self.stack is not None
+        replicas: dict[str, list[str]] = {}
+        t = time.monotonic()
+        for pool, flags in profile.gpu_pools().items():
+            replicas[pool] = []
+            for i in range(flags.replicas):
+                name = f"sim pool {pool}-{i}"
+                server = SimServer(
+                    flags.sim_args(), log_path=folder / "logs" / f"sim-{pool}-{i}.log"
+                )
+                self.stack.push(name, server.stop)
+                try:
+                    server.start()
+                except RuntimeError as e:
+                    record.status = "pool-failed"
+                    record.message = str(e)
+                    return None
+                finally:
+                    if server.process.popen is not None:
+                        self.stack.track(name, server.pid, group=True)
+                replicas[pool].append(server.url)
+                self.say(f"[pools] {pool}-{i}: {server.url}  {flags.describe()}")
+        self._track()
+        record.pools_start_s = round(time.monotonic() - t, 1)
         return replicas
 
     def _sidecar(self, folder: Path, record: RunRecord) -> str | None:

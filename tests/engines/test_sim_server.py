@@ -119,11 +119,14 @@ def test_errors_models_tokenize_and_n_choices_as_vllm_answers(sim: SimServer) ->
         unknown = h.post("/v1/completions", json={"model": "other", "prompt": "hi"})
         assert unknown.status_code == 404 and unknown.json()["error"]["param"] == "model"
         long = h.post("/v1/completions", json={"prompt": "hi", "max_tokens": 10**6})
-        assert long.status_code == 400 and "maximum context length" in long.json()["error"]["message"]
+        assert (
+            long.status_code == 400 and "maximum context length" in long.json()["error"]["message"]
+        )
         assert h.get("/v1/models").json()["data"][0]["id"] == MODEL
         assert h.post("/tokenize", json={"prompt": "one two three"}).json()["count"] == 3
         assert h.get("/health").status_code == 200
         assert h.get("/version").json()["version"].startswith("sim-")
+
     async def choices() -> openai.types.Completion:
         async with _client(sim.url) as client:
             return await client.completions.create(model=MODEL, prompt="hi", max_tokens=5, n=3)
