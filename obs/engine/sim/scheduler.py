@@ -52,6 +52,7 @@ class SimRequest:
     finished_s: float | None = None
     preemptions: int = 0
     prompt_counted: bool = False
+    cached_tokens: int = 0  # prompt tokens found in the prefix cache when first scheduled
 
     @property
     def total(self) -> int:
@@ -114,9 +115,16 @@ class Scheduler:
         items: list[tuple[SimRequest, int]] = []
         preempted: list[SimRequest] = []
         i = 0
+        bs = kv.block_size
         while i < len(self.running) and budget > 0:
             req = self.running[i]
-            n = self._chunk(req.total - req.computed, budget)
+            n = req.prompt_tokens + req.output - req.computed
+            if n == 1 and req.computed < req.holding.blocks * bs:  # a decode with room
+                items.append((req, 1))
+                budget -= 1
+                i += 1
+                continue
+            n = self._chunk(n, budget)
             while not kv.grow(req.holding, req.computed + n):
                 victim = self.running.pop()
                 self._preempt(victim)
@@ -146,6 +154,7 @@ class Scheduler:
             req.computed = cached
             if req.scheduled_s is None:
                 req.scheduled_s = now
+                req.cached_tokens = cached
             self.running.append(req)
             items.append((req, n))
             budget -= n
@@ -172,8 +181,9 @@ class Scheduler:
             if not req.prompt_counted and req.computed >= req.prompt_tokens:
                 req.prompt_counted = True
                 self.prompt_tokens += req.prompt_tokens
-            self.kv.register(req.holding, req.block_hashes, req.computed)
-            if req.computed >= req.total:
+            if len(req.holding.held) < len(req.block_hashes):
+                self.kv.register(req.holding, req.block_hashes, req.computed)
+            if req.computed >= req.prompt_tokens + req.output:
                 req.output += 1
                 self.generation_tokens += 1
                 if req.first_token_s is None:

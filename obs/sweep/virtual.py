@@ -1,0 +1,147 @@
+"""Virtual time for the stress replay: an asyncio loop whose clock jumps, and simulated replicas.
+
+:class:`VirtualLoop` is an ordinary asyncio event loop whose ``time()`` is a number it
+advances itself: when nothing is ready, the wait for the next timer takes no real
+time, the clock jumps to that timer. Code that runs on it (the sidecar's admission
+gates, their ``asyncio.wait_for`` queue timeouts) runs unchanged, in virtual seconds.
+
+:class:`VirtualReplica` drives one simulated engine (obs.engine.sim's scheduler and
+performance model) on that clock with timers: a step ends ``step_seconds`` after it
+began; runs of identical decode-only steps are taken in one timer and cut short
+when a request arrives (it joins at the next step boundary, as in the real engine).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import selectors
+from typing import Any
+
+from obs.engine.sim.hardware import PerfModel
+from obs.engine.sim.kvcache import KvCache
+from obs.engine.sim.scheduler import Batch, Scheduler, SchedulerConfig, SimRequest
+
+MAX_RUN_STEPS = 4096
+
+
+class _JumpSelector(selectors.DefaultSelector):
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop: VirtualLoop | None = None
+
+    def select(self, timeout: float | None = None) -> list[Any]:
+        ready = super().select(0)
+        if ready:
+            return ready
+        if timeout is None:
+            raise RuntimeError("virtual loop: nothing scheduled and nothing ready (deadlock)")
+        assert self.loop is not None
+        self.loop.now += timeout
+        return []
+
+
+class VirtualLoop(asyncio.SelectorEventLoop):
+    def __init__(self) -> None:
+        selector = _JumpSelector()
+        super().__init__(selector)
+        selector.loop = self
+        self.now = 0.0
+
+    def time(self) -> float:
+        return self.now
+
+
+class VirtualReplica:
+    """One simulated replica on a :class:`VirtualLoop`."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        perf: PerfModel,
+        config: SchedulerConfig,
+        block_size: int = 16,
+        num_blocks: int | None = None,
+    ) -> None:
+        self.loop = loop
+        self.perf = perf
+        self.kv = KvCache(num_blocks or perf.kv_blocks(block_size), block_size)
+        self.scheduler = Scheduler(config, self.kv)
+        self._batch: Batch | None = None
+        self._steps = 0
+        self._start = 0.0
+        self._dt = 0.0
+        self._handle: asyncio.TimerHandle | None = None
+        self.steps = 0
+
+    def submit(self, req: SimRequest) -> asyncio.Future[SimRequest]:
+        """Queue ``req``; the future is done when it finishes (or fails: ``owner`` says)."""
+        fut: asyncio.Future[SimRequest] = self.loop.create_future()
+        req.owner = fut
+        req.arrival_s = self.loop.time()
+        self.scheduler.add(req)
+        if self._batch is None:
+            self._next()
+        elif self._steps > 1:
+            self._cut()
+        return fut
+
+    def abort(self, req: SimRequest) -> None:
+        """Drop a request still in the engine (the sidecar gave up on it)."""
+        if req.finished_s is None:
+            if self._batch is not None and any(r is req for r, _ in self._batch.items):
+                self._cut_to_one_step()
+                req.max_tokens = min(req.max_tokens, req.output + 1)  # ends at the boundary
+                return
+            self.scheduler.abort(req)
+
+    def _cut(self) -> None:
+        """A request arrived during a run: end the run at the next step boundary."""
+        done = math.floor((self.loop.time() - self._start) / self._dt) + 1
+        if done < self._steps:
+            self._reschedule(done)
+
+    def _cut_to_one_step(self) -> None:
+        if self._steps > 1:
+            self._cut()
+
+    def _reschedule(self, steps: int) -> None:
+        assert self._handle is not None
+        self._handle.cancel()
+        self._steps = steps
+        self._handle = self.loop.call_at(self._start + steps * self._dt, self._end)
+
+    def _next(self) -> None:
+        s = self.scheduler
+        while s.busy:
+            now = self.loop.time()
+            batch = s.schedule(now)
+            if not batch.items:
+                self._refuse_stuck()
+                continue
+            steps = s.decode_run(batch, MAX_RUN_STEPS)
+            self._dt = self.perf.step_seconds(s.run_work(batch, steps))
+            self._batch, self._steps, self._start = batch, steps, now
+            self._handle = self.loop.call_at(now + steps * self._dt, self._end)
+            return
+        self._batch = None
+
+    def _end(self) -> None:
+        batch, steps = self._batch, self._steps
+        assert batch is not None
+        self.steps += steps
+        _, finished = self.scheduler.complete_run(batch, steps, self.loop.time())
+        for req in finished:
+            fut = req.owner
+            if isinstance(fut, asyncio.Future) and not fut.done():
+                fut.set_result(req)
+        self._next()
+
+    def _refuse_stuck(self) -> None:
+        s = self.scheduler
+        if s.running or not s.waiting:
+            return
+        req = s.waiting.popleft()
+        fut = req.owner
+        if isinstance(fut, asyncio.Future) and not fut.done():
+            fut.set_exception(RuntimeError("the request needs more KV cache than the replica has"))
