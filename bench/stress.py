@@ -39,20 +39,21 @@ SEED = 0
 
 def replay_one(name: str, requests: int, rate: float, events: Path) -> dict[str, Any]:
     """Replay ``requests`` of the plan on profile ``name``; its run record."""
-    t = time.monotonic()
+    started = time.monotonic()
     replay = Replay(resolve(name), load_mix(), events / f"{name}.jsonl.gz")
     result = replay.run(requests, rate, SEED)
-    record = {
+    real_s = time.monotonic() - started
+    record: dict[str, Any] = {
         "profile": name,
         "planned": requests,
         "sent": replay.sent,
         "events": result.requests,
         "virtual_s": round(result.virtual_s, 1),
         "engine_steps": result.engine_steps,
-        "real_s": round(time.monotonic() - t, 1),
+        "real_s": round(real_s, 1),
+        "real_ms_per_request": round(1000 * real_s / max(1, requests), 3),
         "rate": rate,
     }
-    record["real_ms_per_request"] = round(1000 * record["real_s"] / max(1, requests), 3)
     (events / f"{name}.run.json").write_text(json.dumps(record, indent=2) + "\n")
     return record
 

@@ -26,7 +26,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO
 
 from obs.config import Config, Lane
 from obs.engine.sim.api import TOKENS_PER_MESSAGE
@@ -89,7 +88,7 @@ class Replay:
         self.out = out
         self.sent = 0
         self.recorded = 0
-        self._writer: IO[bytes] | None = None
+        self._writer: gzip.GzipFile | None = None
 
     # ---- the run -------------------------------------------------------------------
 

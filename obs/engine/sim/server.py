@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import orjson
@@ -43,7 +44,7 @@ def create_app(engine: SimEngine, config: ServerConfig) -> web.Application:
     app.router.add_post("/v1/chat/completions", routes.chat)
     app.router.add_post("/v1/completions", routes.completions)
 
-    async def lifecycle(app: web.Application):  # type: ignore[no-untyped-def]
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         engine.start()
         yield
         await engine.stop()

@@ -1,0 +1,161 @@
+"""The simulated engine's pure core: the step scheduler, the block cache, the step-time model."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from obs.engine.sim.hardware import StepWork, perf_model
+from obs.engine.sim.kvcache import KvCache
+from obs.engine.sim.scheduler import Scheduler, SchedulerConfig, SimRequest
+
+H100 = perf_model("H100", "llama-3.1-8b")
+
+
+def _drain(s: Scheduler, limit: int = 100_000) -> list[int]:
+    """Run steps until idle; the token count of every step."""
+    sizes: list[int] = []
+    t = 0.0
+    while s.busy and len(sizes) < limit:
+        batch = s.schedule(t)
+        sizes.append(batch.work.tokens)
+        t += 0.01
+        s.complete(batch, t)
+    return sizes
+
+
+def test_budget_and_batch_size_are_never_exceeded() -> None:
+    """No step schedules more tokens than --max-num-batched-tokens or more sequences than
+    --max-num-seqs, and every request gets all its output."""
+    s = Scheduler(SchedulerConfig(max_num_batched_tokens=256, max_num_seqs=4), KvCache(10_000, 16))
+    reqs = [SimRequest(f"r{i}", 300 + i, 20) for i in range(10)]
+    for r in reqs:
+        s.add(r)
+    t = 0.0
+    while s.busy:
+        batch = s.schedule(t)
+        assert batch.work.tokens <= 256 and len(s.running) <= 4
+        t += 0.01
+        s.complete(batch, t)
+    assert all(r.output == 20 and r.finished_s is not None for r in reqs)
+
+
+def test_long_prefill_threshold_caps_one_request_per_step() -> None:
+    """A long prompt is prefilled in chunks of at most --long-prefill-token-threshold."""
+    s = Scheduler(SchedulerConfig(long_prefill_token_threshold=512), KvCache(10_000, 16))
+    s.add(SimRequest("long", 4000, 2))
+    assert max(_drain(s)) == 512
+
+
+def test_without_chunked_prefill_a_prompt_over_the_budget_waits_whole() -> None:
+    """With chunked prefill off, a waiting prompt that does not fit the budget left does not
+    start this step: the running decode runs alone."""
+    s = Scheduler(
+        SchedulerConfig(max_num_batched_tokens=1000, chunked_prefill=False), KvCache(10_000, 16)
+    )
+    s.add(SimRequest("a", 600, 50))
+    s.complete(s.schedule(), 0.01)
+    s.add(SimRequest("b", 600, 5))
+    batch = s.schedule()
+    assert [r.rid for r, _ in batch.items] == ["a", "b"]  # 1 + 600 fits in 1000
+    s2 = Scheduler(
+        SchedulerConfig(max_num_batched_tokens=500, chunked_prefill=False), KvCache(10_000, 16)
+    )
+    s2.add(SimRequest("a", 400, 50))
+    s2.complete(s2.schedule(), 0.01)
+    s2.add(SimRequest("b", 600, 5))
+    assert [r.rid for r, _ in s2.schedule().items] == ["a"]
+
+
+def test_a_shared_prefix_is_reused_block_by_block() -> None:
+    """The second request with the same leading blocks finds them cached and computes only
+    the rest; the counters say so in tokens."""
+    kv = KvCache(1000, 16)
+    s = Scheduler(SchedulerConfig(), kv)
+    hashes = [hash(("doc", i)) for i in range(10)]
+    s.add(SimRequest("a", 170, 2, hashes))
+    _drain(s)
+    b = SimRequest("b", 170, 2, hashes)
+    s.add(b)
+    first = s.schedule()
+    assert first.items == [(b, 170 - 160)]
+    assert b.cached_tokens == 160 and kv.hit_tokens == 160 and kv.query_tokens == 340
+
+
+def test_a_full_cache_preempts_the_newest_request_and_it_still_finishes() -> None:
+    """When the KV cache has no block left, the newest running request is preempted (counted),
+    recomputed later, and every request still gets all its output."""
+    s = Scheduler(SchedulerConfig(), KvCache(40, 16))
+    reqs = [SimRequest(f"r{i}", 100, 120) for i in range(3)]
+    for r in reqs:
+        s.add(r)
+    _drain(s)
+    assert s.preemptions > 0
+    assert all(r.output == 120 for r in reqs)
+    assert s.kv.free == s.kv.num_blocks
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 600), st.integers(1, 40), st.integers(0, 3)),
+        min_size=1,
+        max_size=12,
+    ),
+    st.integers(20, 200),
+    st.integers(16, 1024),
+    st.integers(1, 8),
+)
+def test_every_request_finishes_and_every_block_comes_back(
+    shapes: list[tuple[int, int, int]], blocks: int, budget: int, seqs: int
+) -> None:
+    """Whatever the prompts, prefixes, cache size and flags, requests that fit the cache all
+    finish with their full output, and afterwards every block is free again."""
+    kv = KvCache(blocks, 16)
+    s = Scheduler(SchedulerConfig(max_num_batched_tokens=max(budget, seqs), max_num_seqs=seqs), kv)
+    reqs = []
+    for i, (prompt, out, doc) in enumerate(shapes):
+        if kv.blocks_for(prompt + out) > blocks:
+            continue
+        hashes = [hash((doc, j)) for j in range(prompt // 16)]
+        reqs.append(SimRequest(f"r{i}", prompt, out, hashes))
+        s.add(reqs[-1])
+    _drain(s)
+    assert not s.busy
+    assert all(r.output == r.max_tokens for r in reqs)
+    assert kv.free == kv.num_blocks and kv.usage == 0.0
+
+
+def test_decode_runs_advance_like_single_steps() -> None:
+    """Many decode steps taken at once leave the requests where single steps would."""
+    a, b = (
+        Scheduler(SchedulerConfig(), KvCache(1000, 16)),
+        Scheduler(SchedulerConfig(), KvCache(1000, 16)),
+    )
+    for s in (a, b):
+        s.add(SimRequest("x", 50, 40))
+        s.add(SimRequest("y", 70, 30))
+        s.complete(s.schedule(), 0.0)
+    batch = a.schedule()
+    steps = a.decode_run(batch, 1000)
+    assert steps == 29  # until y (one token out of 30 already) finishes
+    a.complete_run(batch, steps, 1.0)
+    for _ in range(steps):
+        b.complete(b.schedule(), 1.0)
+    assert [(r.output, r.computed) for r in a.running] == [
+        (r.output, r.computed) for r in b.running
+    ]
+    assert a.kv.free == b.kv.free
+
+
+def test_step_time_is_memory_bound_for_decode_and_compute_bound_for_prefill() -> None:
+    """A batch of 8 decodes costs about one read of the weights; a 4096-token prefill costs
+    its FLOPs; both grow with the work."""
+    decode = H100.step_seconds(StepWork(8, 8 * 1000, 8 * 1000))
+    weights = H100.model.weight_bytes / (H100.gpu.bandwidth * H100.cal.mbu)
+    assert weights < decode < 1.2 * weights + H100.cal.step_overhead_s
+    prefill = H100.step_seconds(StepWork(4096, 4096 * 2048, 4096))
+    flops = 2 * H100.model.params * 4096 / (H100.gpu.flops * H100.cal.mfu)
+    assert prefill > flops > weights
+    assert H100.step_seconds(StepWork(16, 16 * 1000, 16 * 1000)) >= decode
+    assert H100.kv_blocks(16) > 10_000
