@@ -71,7 +71,9 @@ class Batch:
 
     @property
     def decode_only(self) -> bool:
-        return all(n == 1 and r.computed + 1 == r.total for r, n in self.items)
+        return self.work.tokens == len(self.items) and all(
+            r.computed + 1 == r.total for r, _ in self.items
+        )
 
 
 def _work(items: list[tuple[SimRequest, int]]) -> StepWork:
@@ -119,7 +121,8 @@ class Scheduler:
         while i < len(self.running) and budget > 0:
             req = self.running[i]
             n = req.prompt_tokens + req.output - req.computed
-            if n == 1 and req.computed < req.holding.blocks * bs:  # a decode with room
+            h = req.holding
+            if n == 1 and req.computed < (len(h.held) + h.private) * bs:  # a decode with room
                 items.append((req, 1))
                 budget -= 1
                 i += 1
@@ -209,9 +212,11 @@ class Scheduler:
         """How many steps like ``batch`` (all decodes, nothing waiting that could join)
         can run back to back, at most ``max_steps``: until the first request finishes, or
         fewer if the KV cache could not hold them. 1 when ``batch`` is not such a step."""
-        if max_steps <= 1 or not batch.decode_only or len(batch.items) != len(self.running):
+        if max_steps <= 1 or len(batch.items) != len(self.running):
             return 1
         if self.waiting and len(self.running) < self.config.max_num_seqs:
+            return 1
+        if not batch.decode_only:
             return 1
         k = min(max_steps, min(r.max_tokens - r.output for r, _ in batch.items))
         kv = self.kv
