@@ -19,8 +19,8 @@ PROFILES = ("single-balanced", "class-aware")
 @pytest.mark.slow
 def test_sim_sweep_writes_whole_system_rows_and_marks_pools_simulated(tmp_path: Path) -> None:
     """Each profile gets a whole-system row (offered, accepted share, good), the best profile
-    overall is named, the pools ran as ``engine: sim`` at their GPU-scale sizes, and the
-    per-lane rows are still there."""
+    overall is named, the pools ran as ``engine: sim`` at their GPU-scale sizes, the per-lane
+    rows are still there, and every request the client sent has its event (none lost)."""
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "obs.cli", "sweep", "--engine", "sim", "--short"]
     cmd += ["--duration", "3", "--set", "slow-stream.max_tokens=48", "--out", str(out)]
@@ -44,6 +44,9 @@ def test_sim_sweep_writes_whole_system_rows_and_marks_pools_simulated(tmp_path: 
         lanes_file = next((out / "runs" / name).glob("round-*/lanes.yaml"))
         pools = yaml.safe_load(lanes_file.read_text())["pools"]
         assert {p["engine"] for p in pools} == {"sim"}
+        events = (lanes_file.parent / "events.jsonl").read_text().splitlines()
+        sent = (lanes_file.parent / "load.jsonl").read_text().splitlines()
+        assert len(events) == len(sent) > 0
         gpu = resolve(name).gpu_pools()
         assert {p["name"]: len(p["replicas"]) for p in pools} == {
             k: v.replicas for k, v in gpu.items()

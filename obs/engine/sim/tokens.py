@@ -1,9 +1,11 @@
 """The simulator's tokenizer and its output text: words, not a model's vocabulary.
 
-A token is a word or a punctuation mark (``\\w+|[^\\w\\s]``), its id a CRC-32 of the
-text: enough for token counts that grow with the prompt and for prefix caching that
-sees two prompts with the same leading words as the same blocks. The output is a
-fixed cycle of words, one per token, so a reply of ``n`` tokens is always the same.
+A token is a run of at most four letters or digits, or a punctuation mark
+(``\\w{1,4}|[^\\w\\s]``: about four characters per token on English, as the load
+generator plans its lengths), its id a CRC-32 of the text: enough for token counts that
+grow with the prompt and for prefix caching that sees two prompts with the same leading
+words as the same blocks. The output is a fixed cycle of words, one per token, so a
+reply of ``n`` tokens is always the same.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import zlib
 from collections.abc import Sequence
 from typing import Final
 
-_TOKEN = re.compile(r"\w+|[^\w\s]")
+_TOKEN = re.compile(r"\w{1,4}|[^\w\s]")
 WORDS: Final = ("sim", "ulated", " token", "s", " flow", " from", " a", " model", ",", " not", " a")
 WORDS_CYCLE: Final = len(WORDS)
 
