@@ -13,7 +13,7 @@ from obs.engine.sim.engine import EngineConfig, SimEngine
 from obs.engine.sim.hardware import GPUS, MODELS, Calibration, perf_model
 from obs.engine.sim.scheduler import SchedulerConfig
 from obs.engine.sim.server import ServerConfig, create_app
-from obs.errors import ConfigError
+from obs.errors import ConfigError, ObsError
 
 DESCRIPTION = """\
 Serve a simulated vLLM replica: vLLM's OpenAI routes, /metrics under vLLM's V1 names,
@@ -172,14 +172,22 @@ def build(opts: SimOptions) -> web.Application:
 def run(args: argparse.Namespace) -> int:
     opts = options(args)
     app = build(opts)
-    print(
+    ready = (
         f"simulated vLLM ({opts.server.gpu}, {opts.server.model}) serving "
-        f"{opts.engine.model_name!r} at http://{opts.host}:{opts.port}/v1; Ctrl-C to stop",
-        flush=True,
+        f"{opts.engine.model_name!r} at http://{opts.host}:{opts.port}/v1; Ctrl-C to stop"
     )
     signal.signal(signal.SIGTERM, _interrupt)
-    with contextlib.suppress(KeyboardInterrupt):
-        web.run_app(app, host=opts.host, port=opts.port, print=None, handle_signals=False)
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            web.run_app(
+                app,
+                host=opts.host,
+                port=opts.port,
+                print=lambda _: print(ready, flush=True),
+                handle_signals=False,
+            )
+    except OSError as e:
+        raise ObsError(f"cannot serve on {opts.host}:{opts.port}: {e.strerror or e}") from e
     return 0
 
 
