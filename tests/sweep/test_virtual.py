@@ -1,0 +1,93 @@
+"""Virtual time for the stress replay (obs.sweep.virtual): the jumping clock, the sidecar's
+admission gate on it, and a simulated replica stepped by its timers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from obs.config import Admission, Lane
+from obs.engine.sim.hardware import StepWork, perf_model
+from obs.engine.sim.scheduler import SchedulerConfig, SimRequest
+from obs.sidecar.admission import LaneGate, Rejected, Ticket
+from obs.sweep.virtual import VirtualLoop, VirtualReplica
+
+H100 = perf_model("H100", "llama-3.1-8b")
+
+
+def test_an_hour_of_virtual_sleep_takes_no_real_time() -> None:
+    """Timers fire in order at their virtual times; the clock jumps instead of waiting."""
+    loop = VirtualLoop()
+    fired: list[tuple[str, float]] = []
+
+    async def sleeper(name: str, s: float) -> None:
+        await asyncio.sleep(s)
+        fired.append((name, loop.time()))
+
+    async def both() -> None:
+        await asyncio.gather(sleeper("late", 3600.0), sleeper("early", 1.5))
+
+    started = time.monotonic()
+    loop.run_until_complete(both())
+    loop.close()
+    assert fired == [("early", 1.5), ("late", 3600.0)]
+    assert time.monotonic() - started < 5
+
+
+def test_the_sidecars_queue_timeout_runs_in_virtual_seconds() -> None:
+    """A lane with one slot: the second request waits in the queue and is refused with
+    queue_timeout exactly when its virtual timeout passes; the third finds the queue full."""
+    lane = Lane(
+        name="l", pool="p", admission=Admission(max_concurrency=1, max_queue=1, queue_timeout_s=5)
+    )
+    gate = LaneGate(lane)
+    loop = VirtualLoop()
+    outcomes: dict[str, tuple[str, float]] = {}
+
+    async def one(name: str, at: float, hold: float) -> None:
+        await asyncio.sleep(at)
+        ticket = Ticket("t", 1)
+        try:
+            await gate.admit(ticket)
+        except Rejected as r:
+            outcomes[name] = (r.reason, loop.time())
+            return
+        await asyncio.sleep(hold)
+        gate.release(ticket)
+        outcomes[name] = ("ok", loop.time())
+
+    async def four() -> None:
+        await asyncio.gather(one("a", 0, 10), one("b", 1, 1), one("c", 2, 1), one("d", 12, 1))
+
+    loop.run_until_complete(four())
+    loop.close()
+    assert outcomes["a"] == ("ok", 10)
+    assert outcomes["b"] == ("queue_timeout", 6)
+    assert outcomes["c"][0] == "queue_full"
+    assert outcomes["d"] == ("ok", 13)
+
+
+def test_a_replica_takes_the_modelled_time_and_batches_a_second_request() -> None:
+    """One request alone: first token after one prefill step of the model, then one decode
+    step per token; a second request that arrives mid-run joins the batch and both finish."""
+    loop = VirtualLoop()
+    replica = VirtualReplica(loop, H100, SchedulerConfig())
+    a = SimRequest("a", 1000, 50)
+    b = SimRequest("b", 200, 10)
+
+    async def run() -> None:
+        fa = replica.submit(a)
+        await asyncio.sleep(0.2)
+        await replica.submit(b)
+        await fa
+
+    loop.run_until_complete(run())
+    loop.close()
+    prefill = H100.step_seconds(StepWork(1000, 1000 * 500, 1000))
+    assert a.first_token_s == pytest.approx(prefill)
+    assert a.output == 50 and b.output == 10
+    assert a.finished_s is not None and b.finished_s is not None
+    assert 0.2 < b.first_token_s < b.finished_s  # type: ignore[operator]
+    assert replica.kv.free == replica.kv.num_blocks
