@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from obs.sweep.options import SweepOptions
 
 BEST_COLUMNS = ("lane", "best", "best_share", "runner_up", "runner_up_share", "p_value")
+SYSTEM_COLUMNS = ("profile", "offered", "accepted_share", "good", "goodput_share", "goodput_rps")
 SIG_COLUMNS = ("profile", "lane", "metric", "before", "after", "delta", "test", "p_value")
 
 
@@ -101,6 +102,8 @@ def write_report(
         (out / f"{name}.png").write_bytes(png)
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     where = "pools given in the profiles" if opts.external else "local CPU vLLM pools"
+    if opts.engine == "sim":
+        where = "SIMULATED GPU pools (vllm-obs engine sim: a model, not a measurement)"
     parts = [
         "<h1>vllm-obs sweep: the profile matrix</h1>",
         f'<p class="meta">Generated {now} by <code>{html.escape(opts.command)}</code>: '
@@ -109,6 +112,16 @@ def write_report(
         f"{wall_s:.0f} s. Baseline for the tests: {html.escape(str(matrix.baseline))}.</p>",
         "<h2>Verdict per profile</h2>",
         html_table(_verdict_table(data, matrix)),
+        "<h2>Whole system per profile</h2>",
+        html_table(
+            Table(
+                list(SYSTEM_COLUMNS), [tuple(r[c] for c in SYSTEM_COLUMNS) for r in matrix.system]
+            )
+        ),
+        f'<p class="note">All lanes together: offered requests, the share accepted by '
+        f"admission, the good ones (ok and within their lane's gates). Best overall: "
+        f"{html.escape(str((matrix.best_overall or {}).get('best')))}, tested against the "
+        "runner-up as below.</p>",
         "<h2>Best gated goodput per lane</h2>",
         html_table(
             Table(list(BEST_COLUMNS), [tuple(b[c] for c in BEST_COLUMNS) for b in matrix.best])
