@@ -88,6 +88,7 @@ class Replay:
         self.out = out
         self.sent = 0
         self.recorded = 0
+        self.failures: list[BaseException | None] = []
         self._writer: gzip.GzipFile | None = None
 
     # ---- the run -------------------------------------------------------------------
@@ -103,11 +104,21 @@ class Replay:
             finally:
                 self._writer = None
                 self.loop.close()
+        if self.failures:
+            raise RuntimeError(f"the replay lost {len(self.failures)} request(s)") from (
+                self.failures[0]
+            )
         steps = sum(r.steps for r in self.replicas.values())
         return ReplayResult(self.profile.name, self.recorded, self.loop.now, steps, self.out)
 
     async def _feed(self, plan: Iterator[PlannedRequest]) -> None:
         tasks: set[asyncio.Task[None]] = set()
+
+        def done(task: asyncio.Task[None]) -> None:
+            tasks.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                self.failures.append(task.exception())
+
         for session, turns in itertools.groupby(plan, key=lambda p: p.session):
             turns_list = list(turns)
             delay = turns_list[0].offset_s - self.loop.time()
@@ -115,7 +126,7 @@ class Replay:
                 await asyncio.sleep(delay)
             task = self.loop.create_task(self._session(session, turns_list))
             tasks.add(task)
-            task.add_done_callback(tasks.discard)
+            task.add_done_callback(done)
         while tasks:
             await asyncio.gather(*list(tasks))
 

@@ -159,3 +159,22 @@ def test_step_time_is_memory_bound_for_decode_and_compute_bound_for_prefill() ->
     assert prefill > flops > weights
     assert H100.step_seconds(StepWork(16, 16 * 1000, 16 * 1000)) >= decode
     assert H100.kv_blocks(16) > 10_000
+
+
+def test_a_one_token_prefill_after_a_cache_hit_is_not_taken_for_a_decode() -> None:
+    """A prompt whose cached prefix leaves one token to compute gets its first token in a
+    single step, not folded into a run of decode steps."""
+    kv = KvCache(1000, 16)
+    s = Scheduler(SchedulerConfig(), kv)
+    hashes = [hash(("p", i)) for i in range(10)]
+    s.add(SimRequest("warm", 161, 1, hashes))
+    _drain(s)
+    s.add(SimRequest("long", 50, 100))
+    s.complete(s.schedule(), 0.0)
+    late = SimRequest("late", 161, 20, hashes)
+    s.add(late)
+    batch = s.schedule()
+    assert (late, 1) in batch.items and not batch.decode_only
+    assert s.decode_run(batch, 1000) == 1
+    s.complete_run(batch, 1, 1.0)
+    assert late.first_token_s == 1.0 and late.output == 1

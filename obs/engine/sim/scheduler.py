@@ -71,8 +71,9 @@ class Batch:
 
     @property
     def decode_only(self) -> bool:
+        # A request whose prefix-cache hit left one prompt token is not decoding yet.
         return self.work.tokens == len(self.items) and all(
-            r.computed + 1 == r.total for r, _ in self.items
+            r.output > 0 and r.computed + 1 == r.total for r, _ in self.items
         )
 
 
