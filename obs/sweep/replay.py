@@ -12,6 +12,7 @@ lane aborts the request as the relay does. Each request becomes one request even
 (obs.events), so the matrix comes from the query engine's goodput code, as for a
 real sweep. What is *not* replayed: HTTP, the relay's byte path, the exporters.
 
+Lanes with a traffic split, a fallback pool or priorities are refused (not replayed yet).
 Slow readers (``read_bytes_per_s``) hold their admission slot until they have read
 the whole answer (``SSE_BYTES_PER_TOKEN`` per token); the lane's slow-client buffer
 frees the pool at once, as the sidecar's does.
@@ -28,6 +29,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from obs.config import Config, Lane
+from obs.errors import ConfigError
 from obs.engine.sim.api import TOKENS_PER_MESSAGE
 from obs.engine.sim.hardware import perf_model
 from obs.engine.sim.scheduler import SchedulerConfig, SimRequest
@@ -82,6 +84,12 @@ class Replay:
         self.config: Config = profile.config.model_validate(
             profile.lanes_config(urls, engine="sim")
         )
+        for lane in self.config.lanes:
+            if lane.split or lane.fallback or lane.priority:
+                raise ConfigError(
+                    f"{profile.source}: lane {lane.name!r} has a traffic split, fallback or "
+                    "priority, which the stress replay does not replay (yet)"
+                )
         self.classifier = Classifier(self.config)
         self.gates = {lane.name: LaneGate(lane) for lane in self.config.lanes}
         self.pools = PoolSet(self.config)
