@@ -29,10 +29,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from obs.config import Config, Lane
-from obs.errors import ConfigError
 from obs.engine.sim.api import TOKENS_PER_MESSAGE
 from obs.engine.sim.hardware import perf_model
 from obs.engine.sim.scheduler import SchedulerConfig, SimRequest
+from obs.errors import ConfigError
 from obs.events import Event
 from obs.lanes import CHARS_PER_TOKEN, Classifier, RequestAttrs
 from obs.loadgen.mix import Mix
