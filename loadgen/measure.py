@@ -23,7 +23,7 @@ class Measurement:
         self.last_ns = 0
         self.gaps_ns: list[int] = []
         self.output_chunks = 0
-        self.content_chunks = 0
+        self.tokens = 0
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
         self.bytes_received = 0
@@ -45,7 +45,7 @@ class Measurement:
             self.gaps_ns.append(t_ns - self.last_ns)
         self.last_ns = t_ns
         self.output_chunks += 1
-        self.content_chunks += chunk.content
+        self.tokens += chunk.tokens
 
     def body(self, obj: dict[str, Any]) -> None:
         """A non-streamed response body."""
@@ -88,7 +88,7 @@ class Measurement:
         if used is not None:
             return used, "usage"
         if self.first_ns:
-            return self.content_chunks, "chunks"
+            return self.tokens, "chunks"
         return None, None
 
 

@@ -1,10 +1,10 @@
 """Server-sent events as vLLM's OpenAI API streams them, parsed incrementally. Pure.
 
 vLLM sends ``data: {json}\\n\\n`` per chunk (no ``event:`` or ``id:`` fields) and
-ends with ``data: [DONE]``. A chunk *carries output* when its first choice does
-by ``obs.openai_api.choice_carries_output`` (text, reasoning, a tool call or a
-finish reason): the test the sidecar uses for its first-token boundary, so the
-client's and the sidecar's TTFT measure to the same chunk.
+ends with ``data: [DONE]``. A chunk's tokens are its choices' by
+``obs.openai_api.choice_tokens`` (every token chunk, whatever its text; the role chunk
+none): the reading the sidecar uses for its first-token boundary and its token count,
+so the client's and the sidecar's TTFT end at the same chunk and count the same tokens.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from obs.openai_api import choice_carries_output, choice_has_text
+from obs.openai_api import choice_has_text, choice_tokens
 
 DONE = b"[DONE]"
 
@@ -52,8 +52,9 @@ class SSEParser:
 class Chunk:
     """What one streamed chunk told the client."""
 
-    output: bool = False  # text, reasoning, a tool call or a finish reason
-    content: bool = False  # non-empty text, reasoning or a tool call (about one token)
+    output: bool = False  # carries at least one generated token (its text may be empty)
+    content: bool = False  # non-empty text, reasoning or a tool call (visible output)
+    tokens: int = 0  # the generated tokens it carries (obs.openai_api.choice_tokens)
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     error: str | None = None
@@ -69,15 +70,17 @@ def parse_chunk(payload: bytes) -> Chunk | None:
     if isinstance(obj.get("error"), dict | str):
         return Chunk(error=error_message(obj))
     usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else None
-    choices = obj.get("choices") or []
-    if not choices or not isinstance(choices[0], dict):
+    choices = obj.get("choices")
+    choices = [c for c in choices if isinstance(c, dict)] if isinstance(choices, list) else []
+    if not choices:
         return Chunk(usage=usage)
-    choice = choices[0]
-    finish = choice.get("finish_reason")
+    finish = next((f for c in choices if isinstance(f := c.get("finish_reason"), str)), None)
+    tokens = sum(choice_tokens(c) for c in choices)
     return Chunk(
-        output=choice_carries_output(choice),
-        content=choice_has_text(choice),
-        finish_reason=finish if isinstance(finish, str) else None,
+        output=tokens > 0,
+        content=any(choice_has_text(c) for c in choices),
+        tokens=tokens,
+        finish_reason=finish,
         usage=usage,
     )
 

@@ -9,9 +9,23 @@ Prompt text: a chat request's messages' ``content`` (a string, or a list of part
 of which only the ``text`` parts count: an image part has no text), or a
 completion's ``prompt`` (a string or a list of strings; token ids have no text).
 
-A choice *carries output* when it has a finish reason, or its delta has non-empty
-``content``, ``reasoning_content`` (vLLM's reasoning parsers), ``reasoning``,
-``tool_calls`` or ``function_call``, or (completions) non-empty ``text``.
+A choice *carries output* when it carries at least one generated token
+(``choice_tokens``): the first such chunk ends TTFT on both sides. vLLM sends one
+chunk per token, whatever the token's text: a token that decodes to no text yet (part
+of a multi-byte character, a special token) comes as ``"content":""`` (chat) or
+``"text":""`` (completions), and counts. The chat role chunk (``"role":"assistant"``
+with empty content, one per choice, before any token) carries none. A chunk lists the
+tokens it carries when the client asked for them (``token_ids`` with vLLM's
+``return_token_ids``, ``logprobs``): several when vLLM merged outputs (its
+``--stream-interval``, or its API server falling behind the engine). Without a list a
+token chunk counts as one, so a count from chunks is exact or a lower bound.
+
+A choice *has text* when its delta has non-empty ``content``, ``reasoning_content``
+(vLLM's reasoning parsers), ``reasoning``, ``tool_calls`` or ``function_call``, or
+(completions) non-empty ``text``: the first visible output, not the first token.
+
+An error inside a stream (``{"error": {..., "code": 400}}``) is the client's when its
+code is a 4xx and the pool's otherwise (``error_code``).
 """
 
 from __future__ import annotations
@@ -75,8 +89,42 @@ def prefix_text(body: Mapping[str, Any]) -> str | None:
 
 
 def choice_carries_output(choice: Mapping[str, Any]) -> bool:
-    """The choice has a finish reason or generated output (see the module docstring)."""
-    return choice.get("finish_reason") is not None or choice_has_text(choice)
+    """The choice carries at least one generated token (see the module docstring)."""
+    return choice_tokens(choice) > 0
+
+
+def choice_tokens(choice: Mapping[str, Any]) -> int:
+    """How many generated tokens one streamed choice carries (see the module docstring)."""
+    listed = _listed_tokens(choice)
+    if listed:
+        return listed
+    if choice.get("finish_reason") is not None or choice_has_text(choice):
+        return 1
+    delta = choice.get("delta")
+    if isinstance(delta, dict):  # a token with no text yet; the role chunk carries none
+        return 1 if delta.get("content") == "" and not isinstance(delta.get("role"), str) else 0
+    return 1 if choice.get("text") == "" else 0
+
+
+def _listed_tokens(choice: Mapping[str, Any]) -> int:
+    """The tokens a choice lists (``token_ids``, or its logprobs' entries); 0 if none."""
+    ids = choice.get("token_ids")
+    if isinstance(ids, list) and ids:
+        return len(ids)
+    lp = choice.get("logprobs")
+    if isinstance(lp, dict):
+        entries = lp.get("content", lp.get("tokens"))  # chat, completions
+        if isinstance(entries, list):
+            return len(entries)
+    return 0
+
+
+def error_code(error: Any) -> int | None:
+    """The HTTP status an error object names (``code``, an int or digits), or None."""
+    code = error.get("code") if isinstance(error, dict) else None
+    if isinstance(code, str) and code.isdigit():
+        code = int(code)
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
 
 
 def choice_has_text(choice: Mapping[str, Any]) -> bool:

@@ -22,7 +22,7 @@ class Finished:
     ids: TraceIds
     itl_ns: list[int] = field(default_factory=list)
     operation: str = "chat"  # gen_ai.operation.name: chat, text_completion, embeddings, ...
-    first_read_chunks: int = 1  # output chunks that arrived with the first one (same read)
+    first_read_chunks: int = 1  # tokens that arrived with the first one (in the same read)
 
     def wall_ns(self, perf_ns: int) -> int:
         """A ``perf_counter_ns`` reading of this request converted to wall-clock ns."""

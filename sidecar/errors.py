@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import orjson
 
+from obs import conventions as c
 from obs.errors import ObsError
 
 
@@ -22,6 +23,10 @@ class RelayError(ObsError):
 
     def body(self) -> bytes:
         return error_body(self.message, self.type_, self.status, self.param)
+
+    def sse_frame(self) -> bytes:
+        """This error inside an already-started stream, then ``[DONE]``."""
+        return sse_error_frame(self.message, self.type_, self.status)
 
     def headers(self) -> list[tuple[bytes, bytes]]:
         h = [(b"content-type", b"application/json")]
@@ -95,6 +100,14 @@ class UpstreamProtocol(RelayError):
     status = 502
     type_ = "BadGatewayError"
     error_class = "upstream_protocol"
+
+
+def outcome(status: int | None) -> str:
+    """The event status of a failure answered with HTTP ``status`` (a response's, an error
+    frame's ``code``, the sidecar's own): a 4xx is the client's (``client_error``); a 5xx,
+    or an error that names no status, is the pool's or the sidecar's (``error``), the only
+    kind the availability SLO counts."""
+    return c.CLIENT_ERROR if status is not None and 400 <= status < 500 else c.ERROR
 
 
 def for_status(status: int, message: str) -> RelayError:

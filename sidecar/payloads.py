@@ -140,18 +140,20 @@ def _count(v: object) -> int | None:
 
 
 def apply_usage(ev: Event, state: StreamState) -> None:
-    """Token counts and finish reason of a stream, from its usage frame or its output frames.
+    """Token counts and finish reason of a stream, from its usage frame or its token frames.
 
     Without a usage frame (the client left, the pool failed, a multi-choice stream the
-    sidecar did not ask usage for), the output tokens are counted from the output frames
-    relayed: vLLM sends one frame per generated token (fewer when a token decodes to no
-    text yet), so the count is exact or a lower bound, and ``tokens_source`` says so.
+    sidecar did not ask usage for), the output tokens are counted from the token frames
+    relayed (``obs.openai_api.choice_tokens``): vLLM sends one frame per generated token,
+    whatever its text, and a frame that carries several lists them only when the client
+    asked (``token_ids``, ``logprobs``), so the count is exact or a lower bound, and
+    ``tokens_source`` says it was counted.
     """
     apply_usage_dict(ev, state.usage)
     if ev.completion_tokens is not None:
         ev.tokens_source = c.TOKENS_FROM_USAGE
-    elif state.output_frames:
-        ev.completion_tokens = state.output_frames
+    elif state.tokens:
+        ev.completion_tokens = state.tokens
         ev.tokens_source = c.TOKENS_COUNTED
     ev.output_chunks = state.output_frames
     ev.finish_reason = state.finish_reason

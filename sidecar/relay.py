@@ -321,8 +321,9 @@ class Relay:
         ev = req.event
         ev.http_status = resp.status
         is_sse = resp.headers.get("content-type", "").startswith("text/event-stream")
-        # A stream's length is what the relay writes (usage stripped, an error frame added).
-        sized = not (inject or (is_sse and resp.status < 400))
+        # A stream's length is what the relay writes (usage stripped, an error frame added);
+        # a whole body (an error status, a non-streamed answer) is relayed as it came.
+        sized = resp.status >= 400 or not is_sse
         out_headers = [
             (k.lower(), v)
             for k, v in resp.raw_headers
@@ -353,7 +354,7 @@ class Relay:
 
     async def _fail(self, req: Request, send: Send, err: e.RelayError) -> None:
         ev = req.event
-        ev.status = c.CLIENT_ERROR if err.status < 500 else c.ERROR
+        ev.status = e.outcome(err.status)
         if isinstance(err, Rejected):
             ev.status = c.REJECTED
             ev.rejection_reason = err.reason
@@ -365,8 +366,7 @@ class Relay:
         if req.started:
             if not req.done:
                 req.done = True
-                frame = e.sse_error_frame(err.message, err.type_, err.status)
-                await send({"type": _BODY, "body": frame, "more_body": False})
+                await send({"type": _BODY, "body": err.sse_frame(), "more_body": False})
             return
         ev.http_status = err.status
         req.started = req.done = True

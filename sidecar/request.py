@@ -84,7 +84,7 @@ class Request:
         # The stream's [DONE] frame was handed to the client: a disconnect after it is the client
         # closing a finished response (the openai SDK does), not leaving one.
         self.delivered = False
-        self.first_read_chunks = 0  # output frames that arrived in the first read (obs.record)
+        self.first_read_chunks = 0  # tokens that arrived in the first output read (obs.record)
         self.conn: ClientConn | None = None  # the client connection, under our server
         self.gate: LaneGate | None = None
         self.ticket: Ticket | None = None  # what the request holds (or waits for) of its lane

@@ -2,15 +2,17 @@
 
 vLLM writes ``data: {json}\\n\\n`` frames (no ``event:``/``id:`` lines) and ends
 with ``data: [DONE]``. The relay forwards frames byte for byte; it only needs
-to know whether a frame carries output, its finish reason and the usage.
+to know how many generated tokens a frame carries (``obs.openai_api.choice_tokens``:
+every token frame, whatever its text), its finish reason and the usage.
 
 Per token, that costs no JSON parse: a token frame is recognised by a few
 byte searches anchored on its ``"finish_reason":`` key (found from the end,
 where vLLM writes it), and the content key just before it. JSON escapes every
 quote inside a string, so a key pattern such as ``"content":"`` can never
 match inside generated text. Everything else (the usage frame, error frames,
-several choices in one frame, spaced or unknown shapes) takes the full orjson
-parse, which is also the reference the fast path is tested against.
+several choices in one frame, frames that list their tokens, spaced or unknown
+shapes) takes the full orjson parse, which is also the reference the fast path
+is tested against.
 
 When the client did not ask for ``stream_options.include_usage`` the sidecar
 asks for it anyway (it needs the token counts) and removes the usage frame
@@ -27,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from obs.openai_api import choice_carries_output
+from obs.openai_api import choice_tokens
 
 DONE = b"data: [DONE]"
 SEP = b"\n\n"
@@ -72,7 +74,8 @@ class FrameSplitter:
 class StreamState:
     """What the relay learned from the frames so far."""
 
-    output_frames: int = 0
+    output_frames: int = 0  # frames that carried at least one token
+    tokens: int = 0  # the tokens those frames carried
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
@@ -82,8 +85,8 @@ class StreamState:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def classify(frame: bytes, state: StreamState) -> tuple[bool, bool]:
-    """Update ``state`` from one frame; returns (carries_output, is_usage_frame)."""
+def classify(frame: bytes, state: StreamState) -> tuple[int, bool]:
+    """Update ``state`` from one frame; returns (tokens it carries, is_usage_frame)."""
     if frame.startswith(b"data: {"):
         fast = _classify_fast(frame, state)
         if fast is not None:
@@ -98,9 +101,12 @@ _INDEX = b'{"index":'
 _FP = b'"system_fingerprint":"'
 # How vLLM ends a token frame: nothing after the choice (no usage, no fingerprint).
 _PLAIN_END = b'"token_ids":null}]}\n\n'
+_LISTED = (b'"logprobs":{', b'"token_ids":[')  # the frame lists its tokens: count them parsed
+_EMPTY_CONTENT = b'"content":""'
+_EMPTY_TEXT = b'"text":""'
 
 
-def _classify_fast(frame: bytes, state: StreamState) -> tuple[bool, bool] | None:
+def _classify_fast(frame: bytes, state: StreamState) -> tuple[int, bool] | None:
     """vLLM's one-choice frame without usage, by byte search; None: parse it instead."""
     i = frame.rfind(_FINISH)
     if i < 0:
@@ -117,6 +123,8 @@ def _classify_fast(frame: bytes, state: StreamState) -> tuple[bool, bool] | None
         return None  # spaced or unusual JSON
     if frame.count(_INDEX, 0, i) != 1:
         return None  # several choices in one frame, or tool-call deltas (indexed too)
+    if frame.find(_LISTED[0], 0, i) >= 0 or frame.find(_LISTED[1], j) >= 0:
+        return None
     if not frame.endswith(_PLAIN_END):
         if frame.find(b'"usage":{', j) >= 0:
             return None  # usage on every frame (continuous_usage_stats)
@@ -125,42 +133,50 @@ def _classify_fast(frame: bytes, state: StreamState) -> tuple[bool, bool] | None
             end = frame.find(b'"', f)
             if end > f:
                 state.fingerprint = frame[f:end].decode()
-    if finish is not None:
-        if state.finish_reason is None:
-            state.finish_reason = finish
+    if finish is not None and state.finish_reason is None:
+        state.finish_reason = finish
+    if finish is not None or _has_text(frame, i):
         state.output_frames += 1
-        return True, False
+        state.tokens += 1
+        return 1, False
+    if frame.find(b'"delta":{', 0, i) >= 0:  # chat: a token with no text yet, or the role
+        token = frame.find(_EMPTY_CONTENT, 0, i) >= 0 and frame.find(b'"role":"', 0, i) < 0
+    else:
+        token = frame.find(_EMPTY_TEXT, 0, i) >= 0
+    state.output_frames += token
+    state.tokens += token
+    return int(token), False
+
+
+def _has_text(frame: bytes, i: int) -> bool:
+    """The choice ending before ``i`` has non-empty text, reasoning or a function call."""
     for key in _TEXT_KEYS:
         k = frame.rfind(key, 0, i)
         if k >= 0 and frame[k + len(key)] != 0x22:  # a non-empty string
-            state.output_frames += 1
-            return True, False
-    if frame.find(b'"function_call":{"', 0, i) >= 0:
-        state.output_frames += 1
-        return True, False
-    return False, False
+            return True
+    return frame.find(b'"function_call":{"', 0, i) >= 0
 
 
-def classify_parsed(frame: bytes, state: StreamState) -> tuple[bool, bool]:
+def classify_parsed(frame: bytes, state: StreamState) -> tuple[int, bool]:
     """``classify`` by a full JSON parse: any frame shape (the fast path's reference)."""
     if not frame.startswith(b"data: "):
-        return False, False
+        return 0, False
     payload = frame[6:].rstrip()
     if payload == b"[DONE]":
         state.done = True
-        return False, False
+        return 0, False
     try:
         obj = orjson.loads(payload)
     except orjson.JSONDecodeError:
         state.malformed += 1
-        return False, False
+        return 0, False
     if not isinstance(obj, dict):
         state.malformed += 1
-        return False, False
+        return 0, False
     if "error" in obj:
         err = obj["error"]
         state.error = err if isinstance(err, dict) else {"message": str(err)}
-        return False, False
+        return 0, False
     # A pool may send any JSON: only the expected types count, the rest is relayed untouched.
     choices = obj.get("choices")
     choices = [c for c in choices if isinstance(c, dict)] if isinstance(choices, list) else []
@@ -172,15 +188,16 @@ def classify_parsed(frame: bytes, state: StreamState) -> tuple[bool, bool]:
         state.fingerprint = fp
     is_usage = not choices and isinstance(usage, dict)
     if not choices:
-        return False, is_usage
+        return 0, is_usage
     for c in choices:
         fr = c.get("finish_reason")
         if isinstance(fr, str) and state.finish_reason is None:
             state.finish_reason = fr
-    out = any(choice_carries_output(c) for c in choices)
-    if out:
+    tokens = sum(choice_tokens(c) for c in choices)
+    if tokens:
         state.output_frames += 1
-    return out, is_usage
+        state.tokens += tokens
+    return tokens, is_usage
 
 
 def _finishes(frame: bytes) -> bool:

@@ -24,6 +24,7 @@ import time
 
 from obs import conventions as c
 from obs.config import SlowClient
+from obs.openai_api import error_code
 from obs.phases import ms
 from obs.sidecar import errors as e
 from obs.sidecar.client import ClientConn
@@ -49,7 +50,7 @@ class StreamSink:
     __slots__ = (
         "_wake", "abort_at", "aborted", "blocked", "burst", "conn", "deadline", "ended", "error",
         "first_read", "last_out", "limit", "paused_at", "pending", "pending_bytes", "read_chunks",
-        "req", "resp", "splitter", "state", "stripper",
+        "read_tokens", "req", "resp", "splitter", "state", "stripper",
     )  # fmt: skip
 
     def __init__(
@@ -69,7 +70,8 @@ class StreamSink:
         self.stripper = UsageStripper() if inject else None
         self.last_out = 0  # perf_counter_ns of the read that brought the last output frame
         self.read_chunks = 0  # output frames in that read
-        self.first_read = 0  # output frames in the first read that carried output
+        self.read_tokens = 0  # the tokens they carried
+        self.first_read = 0  # tokens in the first read that carried output
         self.burst = 0  # the most output frames that arrived in one read
         self.blocked = 0  # ns the relay waited on the client
         self.paused_at = 0  # the pool's connection is paused for a slow client since then
@@ -93,9 +95,9 @@ class StreamSink:
         stripper = self.stripper
         out: list[bytes] = []
         for frame in frames:
-            has_output, is_usage = classify(frame, state)
-            if has_output:
-                self._output_at(now)
+            tokens, is_usage = classify(frame, state)
+            if tokens:
+                self._output_at(now, tokens)
             if stripper is None:
                 out.append(frame)
             else:
@@ -127,8 +129,8 @@ class StreamSink:
             self.resp.pause_reading()
             conn.on_writable(self._writable)
 
-    def _output_at(self, now: int) -> None:
-        """An output frame arrived in the read at ``now``.
+    def _output_at(self, now: int, tokens: int) -> None:
+        """An output frame carrying ``tokens`` arrived in the read at ``now``.
 
         Frames of one read arrived together: the gaps between them were not seen, so a read
         gives one inter-token gap (from the previous read), not one per frame, and a stream
@@ -136,6 +138,7 @@ class StreamSink:
         """
         if now == self.last_out:
             self.read_chunks += 1
+            self.read_tokens += tokens
         else:
             if self.last_out:
                 self.req.itl.append(now - self.last_out)
@@ -144,10 +147,11 @@ class StreamSink:
                 self.deadline.first_output(now)
             self.last_out = now
             self.read_chunks = 1
+            self.read_tokens = tokens
         if self.read_chunks > self.burst:
             self.burst = self.read_chunks
         if len(self.req.itl) == 0:
-            self.first_read = self.read_chunks
+            self.first_read = self.read_tokens
 
     def _writable(self) -> None:
         if self.conn is not None:
@@ -213,8 +217,9 @@ async def relay_stream(
         ev.stream_blocked_ms = ms(sink.blocked)
         return
     if sink.error is not None and not req.disconnected:
-        stream_failed(req, state, deadline.expired or upstream_error(sink.error, "streaming"))
-        await end_stream_with_error(req, send)
+        err = deadline.expired or upstream_error(sink.error, "streaming")
+        stream_failed(req, state, err)
+        await end_stream_with_error(req, send, err)
         ev.stream_blocked_ms = ms(sink.blocked)
         return
     req.release()  # the pool is done with this request, whatever the client still has to read
@@ -227,10 +232,11 @@ async def relay_stream(
     if splitter.pending and state.done:  # bytes after [DONE]: the pool's, relayed as they are
         tail.append(splitter.pending)
     if not state.done and state.error is None:
-        stream_failed(req, state, e.UpstreamProtocol("the pool ended the stream without [DONE]"))
-        tail.append(e.sse_error_frame(ev.error_message or "", "BadGatewayError", 502))
-    elif state.error is not None:
-        ev.status = c.ERROR
+        err = e.UpstreamProtocol("the pool ended the stream without [DONE]")
+        stream_failed(req, state, err)
+        tail.append(err.sse_frame())
+    elif state.error is not None:  # the pool's error frame: a 4xx code is the client's mistake
+        ev.status = e.outcome(error_code(state.error))
         ev.error_class = "upstream_stream_error"
         ev.error_message = str(state.error.get("message", ""))[:300]
         ev.error_phase = clock.current_phase(upstream_done=True)
@@ -302,7 +308,7 @@ async def relay_whole(
         ev.error_class = "admission"
         ev.error_message = error_message(data)
     elif resp.status >= 400:
-        ev.status = c.CLIENT_ERROR if resp.status < 500 else c.ERROR
+        ev.status = e.outcome(resp.status)
         ev.error_class = "upstream_status"
         ev.error_message = error_message(data)
     elif ev.route in GENERATE_ROUTES:
@@ -338,16 +344,16 @@ async def _abort_slow_reader(req: Request, state: StreamState, send: Send, limit
 
 def stream_failed(req: Request, state: StreamState, err: e.RelayError) -> None:
     ev = req.event
-    ev.status = c.CLIENT_ERROR if err.status < 500 else c.ERROR  # a stalled client: its own
+    ev.status = e.outcome(err.status)  # a stalled client (408): its own
     ev.error_class = err.error_class
     ev.error_message = err.message
     ev.error_phase = req.clock.current_phase()
     apply_usage(ev, state)
 
 
-async def end_stream_with_error(req: Request, send: Send) -> None:
-    ev = req.event
+async def end_stream_with_error(req: Request, send: Send, err: e.RelayError) -> None:
+    """End a started stream with ``err``'s frame: its own type and code (an idle timeout's
+    504, a stalled client's 408, a broken pool's 502), as the event records it."""
     req.done = True
-    frame = e.sse_error_frame(ev.error_message or "upstream failed", "BadGatewayError", 502)
-    await send({"type": _BODY, "body": frame, "more_body": False})
+    await send({"type": _BODY, "body": err.sse_frame(), "more_body": False})
     req.clock.end = time.perf_counter_ns()

@@ -87,7 +87,7 @@ def test_tpot_is_never_negative_and_needs_two_reads(
 
 
 def test_usage_or_counted_tokens() -> None:
-    """The pool's usage is exact; without it the output chunks are counted and said so."""
+    """The pool's usage is exact; without it the tokens the frames carried are counted, said so."""
     ev = Event()
     apply_usage(ev, StreamState(output_frames=7, usage={"completion_tokens": 9}))
     assert (ev.completion_tokens, ev.tokens_source, ev.output_chunks) == (
@@ -96,8 +96,9 @@ def test_usage_or_counted_tokens() -> None:
         7,
     )
     ev = Event()
-    apply_usage(ev, StreamState(output_frames=7))
-    assert (ev.completion_tokens, ev.tokens_source, ev.prompt_tokens) == (7, c.TOKENS_COUNTED, None)
+    apply_usage(ev, StreamState(output_frames=7, tokens=8))
+    assert (ev.completion_tokens, ev.tokens_source, ev.prompt_tokens) == (8, c.TOKENS_COUNTED, None)
+    assert ev.output_chunks == 7
     ev = Event()
     apply_usage(ev, StreamState())
     assert (ev.completion_tokens, ev.tokens_source) == (None, None)

@@ -50,8 +50,8 @@ def test_chunks_of_the_capture_are_classified() -> None:
     """Role chunk: no output; token chunks: output; finish; usage chunk; [DONE] is None."""
     chunks = [parse_chunk(p) for p in SSEParser().feed(CAPTURE)]
     assert chunks[0] == Chunk()
-    assert chunks[1] == Chunk(output=True, content=True)
-    assert chunks[3] == Chunk(output=True, content=True, finish_reason="length")
+    assert chunks[1] == Chunk(output=True, content=True, tokens=1)
+    assert chunks[3] == Chunk(output=True, content=True, tokens=1, finish_reason="length")
     assert chunks[4] is not None and chunks[4].usage is not None
     assert chunks[4].usage["completion_tokens"] == 3 and chunks[5] is None
 
@@ -62,8 +62,9 @@ def test_completions_text_tool_calls_and_errors_are_recognised() -> None:
     tool = parse_chunk(b'{"choices":[{"delta":{"tool_calls":[{"index":0}]},"finish_reason":null}]}')
     finish = parse_chunk(b'{"choices":[{"delta":{},"finish_reason":"stop"}]}')
     err = parse_chunk(b'{"error":{"message":"boom","code":500}}')
-    assert text == Chunk(output=True, content=True) and tool == Chunk(output=True, content=True)
-    assert finish == Chunk(output=True, finish_reason="stop")
+    one = Chunk(output=True, content=True, tokens=1)
+    assert text == one and tool == one
+    assert finish == Chunk(output=True, tokens=1, finish_reason="stop")
     assert err == Chunk(error="boom")
     with pytest.raises(ValueError):
         parse_chunk(b"not json")
@@ -94,13 +95,22 @@ def test_measurement_computes_ttft_itl_tpot_and_tokens() -> None:
     assert m.gaps_ns == [10_000_000, 20_000_000]
 
 
-def test_measurement_without_usage_counts_content_chunks() -> None:
-    """Without usage, tokens are the chunks that carried text; a bare finish chunk is not one."""
+def test_measurement_without_usage_counts_the_tokens_chunks_carry() -> None:
+    """Without usage, tokens are what the token chunks carry, empty-text ones included."""
     m = Measurement(0)
-    for i, chunk in enumerate([Chunk(True, True), Chunk(True, True), Chunk(True, False, "stop")]):
+    frames = [
+        b'{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}',
+        b'{"choices":[{"index":0,"delta":{"content":""},"finish_reason":null}]}',
+        b'{"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null,"token_ids":[7,8]}]}',
+        b'{"choices":[{"index":0,"delta":{"content":""},"finish_reason":"stop"}]}',
+    ]
+    for i, payload in enumerate(frames):
+        chunk = parse_chunk(payload)
+        assert chunk is not None
         m.chunk(chunk, (i + 1) * 1_000_000)
     f = m.fields()
-    assert (f["completion_tokens"], f["tokens_source"], f["output_chunks"]) == (2, "chunks", 3)
+    assert (f["completion_tokens"], f["tokens_source"], f["output_chunks"]) == (4, "chunks", 3)
+    assert f["ttft_ms"] == 2.0  # the first token chunk, though its text is empty
 
 
 def test_measurement_of_a_whole_body_has_no_ttft() -> None:

@@ -133,8 +133,27 @@ _text = st.text(
     alphabet=st.sampled_from(['"', "\\", ":", ",", "{", "}", "a", " ", "\n", "é", "\u2028"]),
     max_size=30,
 ) | st.sampled_from(
-    ['"finish_reason":"stop"', '","finish_reason":"stop', '"content":"x', '"usage":{"a":1}']
+    [
+        "",
+        '"finish_reason":"stop"',
+        '","finish_reason":"stop',
+        '"content":"x',
+        '"usage":{"a":1}',
+        '"content":""',
+        '"text":""',
+        '"role":"',
+        '"token_ids":[1]',
+        '"logprobs":{',
+    ]
 )
+
+
+# Logprobs as vLLM writes them (chat, completions): one entry per token the frame carries.
+_LOGPROBS: list[Any] = [
+    {"content": [{"token": "a", "logprob": -1.0}, {"token": "", "logprob": -2.0}]},
+    {"content": None},
+    {"tokens": ["a"], "token_logprobs": [-1.0], "text_offset": [0], "top_logprobs": None},
+]
 
 
 @st.composite
@@ -146,7 +165,7 @@ def _frames(draw: st.DrawFn) -> bytes:
         if chat:
             delta: dict[str, Any] = {}
             if draw(st.booleans()):
-                delta["role"] = "assistant"
+                delta["role"] = draw(st.sampled_from(["assistant", "assistant", None]))
             key = draw(st.sampled_from(["content", "reasoning_content", "reasoning", "none"]))
             if key != "none":
                 delta[key] = draw(_text | st.none())
@@ -159,11 +178,11 @@ def _frames(draw: st.DrawFn) -> bytes:
             c["delta"] = delta
         else:
             c["text"] = draw(_text)
-        c["logprobs"] = None
+        c["logprobs"] = draw(st.sampled_from([None, None, None, *_LOGPROBS]))
         c["finish_reason"] = draw(st.sampled_from([None, None, None, "stop", "length", "a\\b"]))
         if c["finish_reason"] is not None:
             c["stop_reason"] = None
-        c["token_ids"] = None
+        c["token_ids"] = draw(st.sampled_from([None, None, None, [], [5], [5, 6, 7]]))
         choices.append(c)
     obj: dict[str, Any] = {"id": "chatcmpl-1", "object": "chunk", "model": "m", "choices": choices}
     if not choices or draw(st.integers(0, 5)) == 0:
@@ -178,7 +197,16 @@ def _frames(draw: st.DrawFn) -> bytes:
 
 
 def _state(s: StreamState) -> tuple[object, ...]:
-    return (s.output_frames, s.finish_reason, s.usage, s.error, s.done, s.fingerprint, s.malformed)
+    return (
+        s.output_frames,
+        s.tokens,
+        s.finish_reason,
+        s.usage,
+        s.error,
+        s.done,
+        s.fingerprint,
+        s.malformed,
+    )
 
 
 @settings(max_examples=1500, deadline=None)
