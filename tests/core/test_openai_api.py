@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from obs.lanes import estimate_prompt_tokens
 from obs.loadgen.measure import Measurement
 from obs.loadgen.sse import parse_chunk
-from obs.openai_api import choice_carries_output, prefix_text, prompt_text
+from obs.openai_api import choice_carries_output, choice_tokens, prefix_text, prompt_text
 from obs.sidecar.payloads import fingerprint
 from obs.sidecar.sse import StreamState, classify, classify_parsed
 
@@ -110,27 +110,61 @@ _deltas = st.fixed_dictionaries(
         "function_call": st.one_of(st.none(), st.just({"name": "f", "arguments": ""})),
     },
 )
+_logprobs = st.sampled_from(
+    [None, None, {"content": [{"token": ""}, {"token": "a"}]}, {"content": None}, {"tokens": ["a"]}]
+)
+_ids = st.sampled_from([None, None, [], [1], [1, 2, 3]])
 _choices = st.one_of(
     st.builds(
-        lambda d, fr: {"index": 0, "delta": d, "logprobs": None, "finish_reason": fr},
+        lambda d, fr, lp, ids: {
+            "index": 0,
+            "delta": d,
+            "logprobs": lp,
+            "finish_reason": fr,
+            "token_ids": ids,
+        },
         _deltas,
         st.sampled_from([None, "stop", "length", "tool_calls"]),
+        _logprobs,
+        _ids,
     ),
     st.builds(
-        lambda t, fr: {"index": 0, "text": t, "logprobs": None, "finish_reason": fr},
+        lambda t, fr, lp, ids: {
+            "index": 0,
+            "text": t,
+            "logprobs": lp,
+            "finish_reason": fr,
+            "token_ids": ids,
+        },
         _text,
         st.sampled_from([None, "stop"]),
+        _logprobs,
+        _ids,
     ),
 )
 
 
 @given(_choices)
 def test_sidecar_and_loadgen_agree_on_every_chunk(choice: dict[str, Any]) -> None:
-    """For any one-choice chunk, the sidecar (fast and parsed) and the client agree on output."""
+    """For any one-choice chunk, the sidecar (fast and parsed) and the client count the same
+    tokens, so both see output at the same chunk."""
     frame = _frame(choice)
     chunk = parse_chunk(frame[6:].strip())
     assert chunk is not None
-    expected = choice_carries_output(choice)
-    assert chunk.output == expected
+    expected = choice_tokens(choice)
+    assert (chunk.tokens, chunk.output) == (expected, expected > 0)
+    assert choice_carries_output(choice) == (expected > 0)
     assert classify(frame, StreamState())[0] == expected
     assert classify_parsed(frame, StreamState())[0] == expected
+
+
+def test_token_count_of_a_choice() -> None:
+    """Empty text is a token, the role frame none, a listed frame what it lists."""
+    assert choice_tokens(_delta(content="")) == 1
+    assert choice_tokens(_delta(role="assistant", content="")) == 0
+    assert choice_tokens(_delta(role=None, content="")) == 1  # SGLang's token frames
+    assert choice_tokens(_delta(content=None)) == 0
+    assert choice_tokens({"index": 0, "text": "", "finish_reason": None}) == 1
+    assert choice_tokens({**_delta(content="ab"), "token_ids": [4, 5]}) == 2
+    logprobs = {"content": [{"token": "a"}, {"token": "b"}, {"token": ""}]}
+    assert choice_tokens({**_delta(content="ab"), "logprobs": logprobs}) == 3

@@ -13,6 +13,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,7 +23,8 @@ from obs import conventions as c
 from obs.sidecar.testing import SidecarProcess
 from tests.conftest import SidecarFactory
 from tests.support import event_of
-from tests.support.probes import DONE_FRAME, metric
+from tests.support.faults_support import write_config
+from tests.support.probes import DONE_FRAME, frame_json, metric, sse_frames
 from tests.support.scripted_upstream import Script, ScriptedUpstream
 
 CHAT = "/v1/chat/completions"
@@ -153,3 +155,48 @@ def test_queue_starts_at_the_first_bytes_of_the_request(
     # bytes can itself come a little late, hence 350).
     assert ev["queue_ms"] >= 350 and ev["e2e_ms"] >= 350
     assert metric(sc.url, c.EVENT_LOOP_LAG.series[2]) > 0  # the loop's lag is sampled too
+
+
+def test_stream_silent_past_idle_s_ends_with_a_504_frame(
+    upstream: ScriptedUpstream, sidecar: SidecarFactory, tmp_path: Path
+) -> None:
+    """A pool silent mid-stream past idle_s: the client's error frame is the 504 the event says.
+
+    Scripted: a real vLLM goes silent mid-stream only when frozen, for an unpredictable while.
+    """
+    config = write_config(tmp_path / "lanes.yaml", [upstream.url], first_token_s=30, idle_s=0.5)
+    sc = sidecar(config=config, traces=False)
+    rid = uuid.uuid4().hex
+    upstream.scripts[rid] = Script(pieces=[chunk("a"), chunk("")], end_delay_s=5)
+    r = stream(sc, rid)
+    frames = sse_frames(r.content)
+    assert r.status_code == 200 and frames[-1] + b"\n\n" == DONE_FRAME
+    err = frame_json(frames[-2])["error"]
+    assert (err["type"], err["code"]) == ("GatewayTimeoutError", 504)
+    ev = event_of(sc, rid)
+    assert (ev["status"], ev["error_class"], ev["error_phase"]) == (
+        c.ERROR,
+        "upstream_timeout",
+        "decode",
+    )
+    assert (ev["completion_tokens"], ev["tokens_source"]) == (2, c.TOKENS_COUNTED)
+
+
+@pytest.mark.parametrize(("code", "status"), [(400, c.CLIENT_ERROR), (500, c.ERROR)])
+def test_error_frame_is_the_clients_or_the_pools_by_its_code(
+    upstream: ScriptedUpstream, sidecar: SidecarFactory, code: int, status: str
+) -> None:
+    """An error frame inside a stream: a 4xx code is the client's mistake, a 5xx the pool's.
+
+    Scripted for the 5xx: no real vLLM fails inside a stream on demand (its 4xx frame is
+    pinned on the real engine in test_record_tokens_vllm).
+    """
+    sc = sidecar(upstream.url, traces=False)
+    rid = uuid.uuid4().hex
+    err = frame({"error": {"message": "no", "type": "E", "param": None, "code": code}})
+    upstream.scripts[rid] = Script(pieces=[chunk("a"), err, DONE_FRAME])
+    r = stream(sc, rid)
+    assert r.status_code == 200 and err in r.content
+    ev = event_of(sc, rid)
+    assert (ev["status"], ev["error_class"]) == (status, "upstream_stream_error")
+    assert metric(sc.url, c.REQUESTS.series[0], outcome=status) == 1

@@ -12,6 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from obs import conventions as c
+from obs.openai_api import error_code
+from obs.sidecar import errors as e
 from obs.sidecar.sse import (
     SEP,
     FrameSplitter,
@@ -120,7 +123,7 @@ def test_splitter_matches_split_on_blank_lines(
     sp = FrameSplitter()
     got: list[bytes] = []
     prev = 0
-    for cut in [*sorted(c for c in cuts if c < len(stream)), len(stream)]:
+    for cut in [*sorted(x for x in cuts if x < len(stream)), len(stream)]:
         got += sp.feed(stream[prev:cut])
         prev = cut
     parts = stream.split(SEP)
@@ -226,3 +229,51 @@ def test_fast_classify_agrees_on_every_captured_frame() -> None:
         for frame in FrameSplitter().feed(section.rstrip(b"\n") + b"\n\n"):
             assert classify(frame, fast) == classify_parsed(frame, parsed)
             assert _state(fast) == _state(parsed)
+
+
+TOKEN_FRAMES = Path(__file__).resolve().parents[1] / "data" / "vllm-0.32-sse-token-frames.txt"
+
+
+def _token_sections() -> dict[str, list[bytes]]:
+    parts = re.split(rb"^### (.+)\n", TOKEN_FRAMES.read_bytes(), flags=re.M)
+    return {
+        parts[i].decode().split(" (")[0]: FrameSplitter().feed(parts[i + 1])
+        for i in range(1, len(parts) - 1, 2)
+    }
+
+
+@pytest.mark.parametrize(
+    ("section", "tokens", "frames"),
+    [
+        # The role frame carries no token; 23 frames of empty text and the last one do.
+        ("chat, stream, greedy tokens that decode to empty text", 24, 24),
+        ("completions, stream, greedy tokens that decode to empty text", 3, 3),
+        # --stream-interval 2: a first frame of one token, then one of two, listed in logprobs.
+        ("completions, stream, stream_interval 2 and logprobs 1", 3, 2),
+    ],
+)
+def test_every_token_frame_counts_whatever_its_text(section: str, tokens: int, frames: int) -> None:
+    """vLLM's token frames count with empty text too, and by the tokens a frame lists."""
+    state = StreamState()
+    for frame in _token_sections()[section]:
+        classify(frame, state)
+    assert (state.tokens, state.output_frames, state.finish_reason) == (tokens, frames, "length")
+
+
+def test_first_token_frame_is_the_first_with_empty_text() -> None:
+    """TTFT ends at the engine's first token frame, not at the first visible text."""
+    state = StreamState()
+    chat = _token_sections()["chat, stream, greedy tokens that decode to empty text"]
+    assert [classify(f, state)[0] for f in chat[:3]] == [0, 1, 1]
+
+
+def test_error_frame_code_says_whose_mistake() -> None:
+    """A 4xx error frame (vLLM's top_logprobs over its limit) is the client's; 5xx the pool's."""
+    state = StreamState()
+    for frame in _token_sections()["chat, stream, top_logprobs 100"]:
+        classify(frame, state)
+    assert e.outcome(error_code(state.error)) == c.CLIENT_ERROR
+    assert e.outcome(error_code({"message": "boom", "code": 500})) == c.ERROR
+    assert e.outcome(error_code({"message": "no code"})) == c.ERROR
+    assert e.outcome(error_code({"code": "404"})) == c.CLIENT_ERROR
+    assert e.outcome(error_code({"code": True})) == c.ERROR
