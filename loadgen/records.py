@@ -57,7 +57,7 @@ class Record:
     http_status: int | None = _f("HTTP status received; null when no response arrived.")
     error: str | None = _f("What went wrong (type and message; the server's error message).")
     ttft_ms: float | None = _f(
-        "Time to first token: sent to the first chunk carrying output read. Null if not streamed."
+        "Time to first token: sent to the first chunk carrying a token read. Null if not streamed."
     )
     itl_p50_ms: float | None = _f("Median gap between output chunks as read.")
     itl_p95_ms: float | None = _f("95th percentile of those gaps (nearest rank).")

@@ -45,13 +45,14 @@ class Event:
     )
     completion_tokens: int | None = _f(
         "Output tokens (all choices): from the pool's usage, or, when it sent none, counted "
-        "from the output chunks relayed, one token per chunk (vLLM sends a chunk per token, "
-        "fewer when a token decodes to no text yet: then a lower bound); see `tokens_source`."
+        "from the token chunks relayed, whatever their text (vLLM sends a chunk per token; "
+        "one that carries several counts as many as it lists in token_ids or logprobs, else "
+        "as one: then a lower bound); see `tokens_source`."
     )
     ttft_ms: float | None = _f(
-        "Time to first token: received to first output byte handed to the client "
-        "(= queue + prefill + first_token). Null for non-streamed requests and for error "
-        "replies (an error body is not a first token)."
+        "Time to first token: received to the engine's first token chunk handed to the "
+        "client, whatever its text (= queue + prefill + first_token). Null for non-streamed "
+        "requests and for error replies (an error body is not a first token)."
     )
     tpot_ms: float | None = _f(
         "Time per output token after the first, as produced by the pool: (last output "
@@ -114,14 +115,14 @@ class Event:
     max_tokens: int | None = _f("max_tokens (or max_completion_tokens) the client asked for.")
     e2e_ms: float = _f("End-to-end: received to last byte handed to the client.", 0.0)
     queue_ms: float = _f("Phase: received to dispatched to the pool.", 0.0)
-    prefill_ms: float = _f("Phase: dispatched to first upstream chunk carrying output.", 0.0)
+    prefill_ms: float = _f("Phase: dispatched to first upstream chunk carrying a token.", 0.0)
     first_token_ms: float = _f(
         "Phase: that chunk's arrival to its bytes handed to the client.", 0.0
     )
     decode_ms: float = _f("Phase: first token handed to the client to last upstream output.", 0.0)
     stream_ms: float = _f("Phase: last upstream output to last byte handed to the client.", 0.0)
     stream_blocked_ms: float = _f("Time the relay spent blocked writing to the client.", 0.0)
-    output_chunks: int = _f("Upstream chunks that carried output.", 0)
+    output_chunks: int = _f("Upstream chunks that carried at least one generated token.", 0)
     burst_chunks: int | None = _f(
         "The most output chunks that arrived in one read from the pool (1: each arrived on "
         "its own). Chunks of one read give no inter-token gap; a stream whose output all "
@@ -130,7 +131,7 @@ class Event:
     tokens_source: str | None = _f(
         "Where the token counts come from: usage (the pool's usage, exact), engine (no usage, "
         "but the engine's joined span reported them, exact) or counted (neither: "
-        "completion_tokens counted from output chunks, a lower bound; prompt_tokens null)."
+        "completion_tokens counted from token chunks, a lower bound; prompt_tokens null)."
     )
     itl_p50_ms: float | None = _f(
         "Median gap between reads that brought output, as they arrived upstream."

@@ -1,16 +1,18 @@
 """The five request phases, computed from monotonic timestamps.
 
 A relayed request passes six boundaries, each a ``time.perf_counter_ns``
-reading taken by the sidecar:
+reading taken by the sidecar's process (at the socket event that marks it; the
+engine's own times are vLLM's clock, in the event's ``engine_*`` fields):
 
 =============  =====================================================
 boundary       when
 =============  =====================================================
 received       the sidecar received the request
 dispatched     the request was sent to the pool (after admission, routing, connect)
-first_up       the first upstream chunk carrying output arrived
+first_up       the first upstream chunk carrying a generated token arrived (whatever
+               its text: ``obs.openai_api.choice_tokens``)
 first_sent     that chunk's bytes were handed to the client
-last_up        the last upstream chunk carrying output arrived
+last_up        the last upstream chunk carrying a token arrived
 end            the last byte was handed to the client (or the request ended)
 =============  =====================================================
 
