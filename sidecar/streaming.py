@@ -324,22 +324,11 @@ async def relay_whole(
 
 async def _abort_slow_reader(req: Request, state: StreamState, send: Send, limit: int) -> None:
     """The lane's ``abort`` policy: the client fell ``limit`` bytes behind; end its stream."""
-    ev = req.event
-    msg = f"the client fell more than {limit} bytes behind the stream; aborted (slow_client)"
-    ev.status = c.CLIENT_ERROR
-    ev.error_class = "slow_client"
-    ev.error_message = msg
-    ev.error_phase = req.clock.current_phase()
-    apply_usage(ev, state)
-    req.done = True
-    await send(
-        {
-            "type": _BODY,
-            "body": e.sse_error_frame(msg, "SlowClientError", 408),
-            "more_body": False,
-        }
+    err = e.SlowClientStalled(
+        f"the client fell more than {limit} bytes behind the stream; aborted (slow_client)"
     )
-    req.clock.end = time.perf_counter_ns()
+    stream_failed(req, state, err)
+    await end_stream_with_error(req, send, err)
 
 
 def stream_failed(req: Request, state: StreamState, err: e.RelayError) -> None:
