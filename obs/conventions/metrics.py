@@ -125,7 +125,7 @@ PHASE_DURATION = _m(
 TTFT = _m(
     "ttft_seconds",
     "histogram",
-    "Time to first token: request received to first output byte handed to the client.",
+    "Time to first token: request received to the first token chunk handed to the client.",
     *LP,
 )
 TPOT = _m(
