@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import report
+from bench import classify_cost, report
 from bench.peers import PEERS, start_peer
 from bench.procs import FakeVllm, Nginx, ProcStat, Scraper, Server
 from bench.vllm_bench import RunResult, Workload, run
@@ -351,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         f"\n{len(b.receiver.spans)} spans received over OTLP; events written: {counts}; "
         f"failed requests: {failed}"
     )
+    classify = classify_cost.measure()  # in process: the lane rules' CPU per request
+    print(classify_cost.summary_line(classify))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     doc = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
@@ -363,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": round_figures(runs),
         "spans_received": len(b.receiver.spans),
         "events_written": counts,
+        "classification": classify,
         "work_dir": str(work) if args.keep_work else None,
     }
     args.out.write_text(json.dumps(doc, indent=2) + "\n")

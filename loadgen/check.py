@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from obs.loadgen.confusion import Confusion, confusion
 from obs.loadgen.records import read_jsonl
 from obs.loadgen.summary import quantile
 
@@ -72,6 +73,7 @@ class CheckReport:
     token_diff: Distribution | None  # client - sidecar completion tokens, where both have them
     token_mismatches: tuple[Mismatch, ...]
     status_mismatches: tuple[Mismatch, ...]  # HTTP status
+    confusion: Confusion | None = None  # true class x lane (obs.loadgen.confusion)
 
     @property
     def ok(self) -> bool:
@@ -79,7 +81,9 @@ class CheckReport:
         return not self.missing_in_events and not self.missing_in_records
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "ok": self.ok}
+        out = {**asdict(self), "ok": self.ok}
+        out["confusion"] = self.confusion.to_dict() if self.confusion else None
+        return out
 
     def render(self) -> str:
         """A short plain-text report."""
@@ -104,6 +108,8 @@ class CheckReport:
         ):
             shown = ", ".join(f"{m.request_id} ({m.client} vs {m.sidecar})" for m in found[:5])
             lines.append(f"{label}: {len(found)}" + (f"  e.g. {shown}" if shown else ""))
+        if self.confusion is not None:
+            lines += ["lanes the classes landed in (requests):", self.confusion.render()]
         lines.append("OK" if self.ok else "FAILED: requests missing")
         return "\n".join(lines)
 
@@ -168,6 +174,7 @@ def check(records: Iterable[Mapping[str, Any]], events: Iterable[Mapping[str, An
         token_diff=Distribution.of(diffs("completion_tokens")),
         token_mismatches=tuple(tokens),
         status_mismatches=tuple(statuses),
+        confusion=confusion((r, e) for _, r, e in joined),
     )
 
 

@@ -45,6 +45,8 @@ class LoadOptions:
     check_wait_s: float
     dry_run: bool
     progress: bool
+    class_header: bool = True
+    clients: int = 0
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -137,6 +139,21 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="S",
         help=f"wait up to S for late events (default {DEFAULT_CHECK_WAIT_S:g})",
     )
+    p.add_argument(
+        "--no-class-header",
+        action="store_true",
+        help="send no X-Client-Class header: the sidecar must recognise each class from the "
+        "request and the client's behaviour (with --clients; docs/lanes.md)",
+    )
+    p.add_argument(
+        "--clients",
+        type=int,
+        default=0,
+        metavar="N",
+        help="send each class's sessions as N simulated clients, each with its own API key "
+        "(without --api-key) and one request at a time; 'load check' then splits each "
+        "slow-stream client's first request apart (default 0: one identity)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the plan as JSONL; send nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(handler=_run)
@@ -182,6 +199,8 @@ def options(args: argparse.Namespace) -> LoadOptions:
         raise ConfigError(f"--duration must be positive, got {args.duration}")
     if args.max_inflight < 1:
         raise ConfigError(f"--max-inflight must be >= 1, got {args.max_inflight}")
+    if args.clients < 0:
+        raise ConfigError(f"--clients must be >= 0, got {args.clients}")
     if args.timeout <= 0:
         raise ConfigError(f"--timeout must be positive, got {args.timeout}")
     duration = args.duration
@@ -210,6 +229,8 @@ def options(args: argparse.Namespace) -> LoadOptions:
         check_wait_s=args.check_wait,
         dry_run=args.dry_run,
         progress=not args.no_progress and sys.stderr.isatty(),
+        class_header=not args.no_class_header,
+        clients=args.clients,
     )
 
 

@@ -28,8 +28,9 @@ import aiohttp
 import orjson
 
 from obs.errors import ObsError
+from obs.loadgen.clients import Clients, build_body
 from obs.loadgen.measure import Measurement
-from obs.loadgen.mix import Mix, RequestOptions
+from obs.loadgen.mix import Mix
 from obs.loadgen.plan import SESSION_HEADER, Arrivals, PlannedRequest, sessions
 from obs.loadgen.prompts import PromptBuilder
 from obs.loadgen.records import Record
@@ -59,6 +60,8 @@ class DriverSettings:
     max_inflight: int = 1000
     api_key: str | None = None
     slow_rcvbuf_bytes: int = 4096  # SO_RCVBUF of slow readers' sockets
+    class_header: bool = True  # send X-Client-Class (obs.loadgen.clients)
+    clients: int = 0  # simulated clients per class, each its own key; 0: one identity
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,25 +91,6 @@ def api_root(base_url: str) -> str:
 
 def iso_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def build_body(
-    req: PlannedRequest, messages: list[dict[str, str]], model: str, options: RequestOptions
-) -> dict[str, Any]:
-    """The chat-completions request body."""
-    body: dict[str, Any] = {
-        "model": model,
-        "messages": messages,
-        "max_tokens": req.max_tokens,
-        "stream": req.stream,
-    }
-    if req.stream and options.include_usage:
-        body["stream_options"] = {"include_usage": True}
-    if options.ignore_eos:
-        body["ignore_eos"] = True
-    if options.temperature is not None:
-        body["temperature"] = options.temperature
-    return body
 
 
 def read_rate(mix: Mix) -> ReadRate:
@@ -176,6 +160,13 @@ class Driver:
         if settings.api_key:
             self._headers["Authorization"] = f"Bearer {settings.api_key}"
         self.model = settings.model or ""
+        self._clients = Clients(
+            mix,
+            settings.run_id,
+            class_header=settings.class_header,
+            clients=settings.clients,
+            api_key=bool(settings.api_key),
+        )
         self.sent = 0
         self.errors = 0
         self.inflight = 0
@@ -271,14 +262,15 @@ class Driver:
                 return
 
     async def _request(self, req: PlannedRequest, due_s: float) -> Record:
-        async with self._slots:
+        who = self._clients.client(req)
+        async with self._clients.turn(who), self._slots:
             # Prompt text is CPU work (and tokenizer calls): off the loop that times the streams.
             body = await asyncio.to_thread(self._body, req)
             headers = {
                 **self._headers,
                 "X-Request-Id": f"{self.settings.run_id}-{req.index:06d}",
-                "X-Client-Class": self._mix.header_value(req.client_class),
                 SESSION_HEADER: f"{self.settings.run_id}-{req.session}",
+                **self._clients.headers(req, who),
             }
             slow = req.client_class == "slow-stream"
             session = self._sessions["slow" if slow else "fast"]
@@ -315,6 +307,7 @@ class Driver:
                 self.inflight -= 1
             m.end_ns = self._clock()
         record = self._record(req, m, ts, due_s, http_status)
+        record.client = who
         self.sent += 1
         self.errors += record.status != "ok"
         self._on_record(record, m.gaps_ns)
@@ -322,19 +315,20 @@ class Driver:
 
     def _body(self, req: PlannedRequest) -> bytes:
         messages = self._prompts.messages(req)
-        return orjson.dumps(build_body(req, messages, self.model, self._mix.request))
+        tools = self._mix.classes.agent.tools
+        return orjson.dumps(build_body(req, messages, self.model, self._mix.request, tools))
 
     async def _read_stream(
         self, content: aiohttp.StreamReader, m: Measurement, rate: ReadRate | None
     ) -> None:
         parser = SSEParser()
         done = False
-        start = self._clock()
-        events = 0
+        due = self._clock()  # a slow link carries no credit across the server's silences
         while True:
             data = await (content.read(rate.chunk_bytes) if rate else content.readany())
             if not data:
                 break
+            due = max(due, self._clock())
             m.bytes_received += len(data)
             for payload in parser.feed(data):
                 chunk = parse_chunk(payload)
@@ -343,10 +337,11 @@ class Driver:
                 else:
                     m.chunk(chunk, self._clock())
                 if rate and rate.events_per_s:
-                    events += 1
-                    await self._sleep_until(start + int(events * NS / rate.events_per_s))
+                    due += int(NS / rate.events_per_s)
+                    await self._sleep_until(due)
             if rate and rate.bytes_per_s:
-                await self._sleep_until(start + int(m.bytes_received * NS / rate.bytes_per_s))
+                due += int(len(data) * NS / rate.bytes_per_s)
+                await self._sleep_until(due)
         for payload in parser.close():
             chunk = parse_chunk(payload)
             done = done or chunk is None

@@ -87,6 +87,8 @@ class AgentSpec(ClassSpec):
     context_tokens: IntRange
     turns: IntRange
     think_time_s: SecondsRange
+    # Tool definitions every turn declares (OpenAI function tools), as agent frameworks send.
+    tools: Annotated[int, Field(ge=0)]
 
 
 class SlowStreamSpec(ClassSpec):

@@ -40,6 +40,10 @@ class Record:
     index: int = _f("Position in the plan (0-based).", 0)
     session: int = _f("Session number; an agent conversation is one session.", 0)
     turn: int = _f("Turn within the session (0-based).", 0)
+    client: str | None = _f(
+        "Simulated client the request was sent as (`--clients`): an opaque id, also its API "
+        "key; null when every request shares one identity."
+    )
     ts: str = _f("Wall-clock time the request was sent, ISO 8601 UTC, ms precision.", "")
     offset_s: float = _f("When it was sent, seconds after the run started (monotonic).", 0.0)
     planned_offset_s: float = _f(

@@ -57,6 +57,8 @@ def run_command(
         request_timeout_s=opts.timeout_s,
         max_inflight=opts.max_inflight,
         api_key=opts.api_key,
+        class_header=opts.class_header,
+        clients=opts.clients,
     )
     loop = (
         f"closed loop, {arrivals.concurrency} at a time"

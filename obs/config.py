@@ -121,6 +121,36 @@ class Match(_Model):
     max_prompt_tokens: PositiveInt | None = None
     min_max_tokens: PositiveInt | None = None
     max_max_tokens: PositiveInt | None = None
+    # What the request's shape says (obs.lanes.prompt_shape; docs/lanes.md "Recognition"):
+    # tools declared, or tool calls / tool results in the messages (agent loops).
+    tools: bool | None = None
+    # Where most of the prompt's text sits: "earlier" (the system message or earlier turns,
+    # as retrieval-augmented requests put a document before a short question) or "last"
+    # (the last message: one long user message).
+    context_in: Literal["earlier", "last"] | None = None
+    # The prompt's leading text (its prefix fingerprint) was seen from a recent request.
+    prefix_seen: bool | None = None
+    min_n: PositiveInt | None = None  # choices asked for (``n``)
+    # ``response_format.type`` (text when absent): text, json_object, json_schema, ...
+    response_format: list[str] | None = None
+    # The client was learned to read its streams slowly (``recognition`` below).
+    slow_reader: bool | None = None
+
+
+class Recognition(_Model):
+    """How the sidecar recognises requests beyond their header: prefixes and slow readers."""
+
+    # What identifies a client for slow-reader learning: its API key (the Authorization
+    # header, hashed), its tenant, or its address. Without a key or tenant: its address.
+    client_id: Literal["api_key", "tenant", "address"] = "api_key"
+    # A stream is read slowly when the client took this long past the pool's last token
+    # (stream phase) or had the relay blocked this long on its buffer.
+    slow_stream_ms: PositiveFloat = 1000.0
+    # Fast streams in a row that make a learned slow reader forgotten (one fast stream may
+    # only mean the pool was slower than the client that time).
+    fast_streams_to_forget: PositiveInt = 2
+    max_clients: PositiveInt = 10_000  # clients remembered (least recently seen forgotten)
+    max_prefixes: PositiveInt = 4096  # prefix fingerprints remembered for prefix_seen
 
 
 class PriorityRule(_Model):
@@ -289,6 +319,7 @@ class Config(_Model):
     default_lane: Name
     auth: Auth = Auth()
     clickhouse: ClickHouseExport | None = None
+    recognition: Recognition = Recognition()
 
     @model_validator(mode="after")
     def _references(self) -> Config:

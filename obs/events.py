@@ -63,6 +63,12 @@ class Event:
     cache_hit: bool | None = _f("True when any prompt token came from the prefix cache.")
     finish_reason: str | None = _f("Finish reason of the (first) choice: stop, length, ...")
     lane: str = _f("Lane the request was classified into.", "default")
+    class_source: str | None = _f(
+        "What put the request in its lane: header (a header rule, e.g. `X-Client-Class`), rule "
+        "(a rule over the request itself: tools, where its context sits, size, prefix seen, "
+        "stream, `n`, response format), learned (the client was learned to read slowly) or "
+        "default (no rule matched)."
+    )
     pool: str = _f("Pool the lane routes to.", "default")
     replica: str | None = _f("Base URL of the pool replica that served the request.")
     arm: str | None = _f(
@@ -165,6 +171,12 @@ class Event:
     config_fingerprint: str | None = _f(
         "Short hash of the sidecar's lanes config (the `config_hash` label of "
         "`vllm_obs_config_info`)."
+    )
+    summarized: int | None = _f(
+        "Null for a request's own event. On a summary record (`request_id` `summary-...`): how "
+        "many client-caused events of this lane and outcome (refusals, 4xx before a pool, "
+        "disconnects before a pool) in the second from `ts` were counted but not written one "
+        "by one (`--client-events-per-s`). Queries count a record as this many requests."
     )
     prompt_text: str | None = _f(
         "The prompt's text, redacted; only with --capture-text prompt|all (else null)."

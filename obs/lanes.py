@@ -1,6 +1,8 @@
 """Classifying a request into a lane: ordered explicit rules, first match wins.
 
-Pure: takes the request's attributes, returns the lane. Prompt size is an
+Pure: takes the request's attributes, returns the lane and what decided it
+(``class_source``: a header rule, another rule, a learned client, or the default).
+Prompt size is an
 estimate of ~4 characters per token over the text the request carries
 (``obs.openai_api``: messages' text content, or the completion prompt); on English and code
 this is within about +-30% of a BPE tokenizer's count, enough to tell a
@@ -17,6 +19,11 @@ from obs import openai_api
 from obs.config import Config, Lane, Match
 
 CHARS_PER_TOKEN = 4
+_ROLE_CHARS = 8  # role and template tokens of one message, in characters
+_TOOL_ROLES = frozenset({"tool", "function"})
+
+# class_source values: what put the request in its lane.
+HEADER, RULE, LEARNED, DEFAULT = "header", "rule", "learned", "default"
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,19 +35,65 @@ class RequestAttrs:
     tenant: str | None
     max_tokens: int | None
     prompt_tokens: int | None  # estimated; None when no rule needs it
+    tools: bool = False  # tools declared, or tool calls / results in the messages
+    context_in: str = "last"  # where most of the prompt's text sits: earlier | last
+    prefix_seen: bool = False  # its prefix fingerprint was seen from a recent request
+    n: int = 1
+    response_format: str = "text"
+    slow_reader: bool = False  # the client was learned to read slowly
+
+
+@dataclass(frozen=True, slots=True)
+class PromptShape:
+    """What a request's messages say, read in one pass (``prompt_shape``)."""
+
+    tokens: int  # estimated prompt tokens, as ``estimate_prompt_tokens``
+    context_in: str  # "earlier" when the messages before the last hold most of the text
+    tools: bool
+
+
+def prompt_shape(body: Mapping[str, Any]) -> PromptShape:
+    """Prompt size, where its text sits and whether it is a tool loop, in one pass.
+
+    ``tools`` is true when the request declares ``tools`` (or the legacy ``functions``), or a
+    message is a tool result (role ``tool``/``function``) or carries ``tool_calls``: every
+    request of an agent's tool loop does one or the other. ``context_in`` is ``earlier`` when
+    the messages before the last hold more text than the last one (a document in the system
+    message or an earlier turn, a short question last: how retrieval-augmented requests are
+    built), else ``last`` (one long user message; a completion prompt).
+    """
+    tools = bool(body.get("tools")) or bool(body.get("functions"))
+    chars = last = 0
+    for m in openai_api.messages(body) or []:
+        if not tools and (
+            m.get("role") in _TOOL_ROLES or m.get("tool_calls") or m.get("function_call")
+        ):
+            tools = True
+        last = sum(len(t) for t in openai_api.content_texts(m.get("content"))) + _ROLE_CHARS
+        chars += last
+    strings = openai_api.prompt_strings(body)
+    if strings is not None:
+        chars += sum(len(p) for p in strings)
+        last = chars  # a completion prompt is all "last"
+    prompt = body.get("prompt")
+    if isinstance(prompt, list):
+        ids = CHARS_PER_TOKEN * sum(isinstance(p, int) for p in prompt)  # token ids
+        chars += ids
+        last = chars
+    context_in = "earlier" if chars - last > last else "last"
+    return PromptShape(max(1, chars // CHARS_PER_TOKEN), context_in, tools)
+
+
+def response_format(body: Mapping[str, Any]) -> str:
+    """``response_format.type`` of the request; ``text`` when it names none."""
+    rf = body.get("response_format")
+    t = rf.get("type") if isinstance(rf, dict) else None
+    return t if isinstance(t, str) else "text"
 
 
 def estimate_prompt_tokens(body: Mapping[str, Any]) -> int:
     """Approximate prompt tokens from the text in a chat or completions request body."""
-    chars = 0
-    for m in openai_api.messages(body) or []:
-        chars += sum(len(t) for t in openai_api.content_texts(m.get("content")))
-        chars += 8  # role and template tokens
-    chars += sum(len(p) for p in openai_api.prompt_strings(body) or [])
-    prompt = body.get("prompt")
-    if isinstance(prompt, list):
-        chars += CHARS_PER_TOKEN * sum(isinstance(p, int) for p in prompt)  # token ids
-    return max(1, chars // CHARS_PER_TOKEN)
+    return prompt_shape(body).tokens
 
 
 def _matches(rule: Match, a: RequestAttrs) -> bool:
@@ -64,7 +117,29 @@ def _matches(rule: Match, a: RequestAttrs) -> bool:
     mt = a.max_tokens or 0
     if rule.min_max_tokens is not None and mt < rule.min_max_tokens:
         return False
-    return not (rule.max_max_tokens is not None and mt > rule.max_max_tokens)
+    if rule.max_max_tokens is not None and mt > rule.max_max_tokens:
+        return False
+    return _shape_matches(rule, a)
+
+
+def _shape_matches(rule: Match, a: RequestAttrs) -> bool:
+    if rule.tools is not None and rule.tools != a.tools:
+        return False
+    if rule.context_in is not None and rule.context_in != a.context_in:
+        return False
+    if rule.prefix_seen is not None and rule.prefix_seen != a.prefix_seen:
+        return False
+    if rule.min_n is not None and a.n < rule.min_n:
+        return False
+    if rule.response_format is not None and a.response_format not in rule.response_format:
+        return False
+    return rule.slow_reader is None or rule.slow_reader == a.slow_reader
+
+
+def _source(rule: Match) -> str:
+    if rule.header is not None:
+        return HEADER
+    return LEARNED if rule.slow_reader else RULE
 
 
 class Classifier:
@@ -79,12 +154,26 @@ class Classifier:
             for _, r in self.rules
         )
         self.headers = sorted({k.lower() for _, r in self.rules for k in (r.header or {})})
+        # What the relay must compute for these rules (each costs CPU per request).
+        self.needs_shape = any(
+            r.tools is not None or r.context_in is not None for _, r in self.rules
+        )
+        self.needs_prefix = any(r.prefix_seen is not None for _, r in self.rules)
+        self.needs_slow_reader = any(r.slow_reader is not None for _, r in self.rules)
+        # Header rules first (a client or gateway that names its class is believed), then the
+        # others; within each, lane by lane in file order.
+        ordered = sorted(self.rules, key=lambda lr: lr[1].header is None)
+        self._sources = [(lane, rule, _source(rule)) for lane, rule in ordered]
 
     def classify(self, a: RequestAttrs) -> Lane:
-        for lane, rule in self.rules:
+        return self.decide(a)[0]
+
+    def decide(self, a: RequestAttrs) -> tuple[Lane, str]:
+        """The lane and its ``class_source``: header, rule, learned or default."""
+        for lane, rule, source in self._sources:
             if _matches(rule, a):
-                return lane
-        return self.default
+                return lane, source
+        return self.default, DEFAULT
 
 
 def matches(rule: Match, a: RequestAttrs) -> bool:

@@ -36,6 +36,7 @@ from obs.exporters.otlp_metrics import GenAiMetricsExporter
 from obs.exporters.prom import Metrics, PoolStateCollector
 from obs.exporters.served import ServedCollector
 from obs.lanes import Classifier
+from obs.phases import Clock
 from obs.record import Finished
 from obs.served import config_fingerprint
 from obs.sidecar.engine_join import EngineJoin
@@ -51,6 +52,7 @@ from obs.sidecar.looplag import LoopLagMonitor
 from obs.sidecar.models_route import union_models
 from obs.sidecar.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES, request_headers
 from obs.sidecar.pools import PoolSet
+from obs.sidecar.recognition import Recognizer
 from obs.sidecar.record_rate import RefusedRecord
 from obs.sidecar.relay import SHUTDOWN_FLUSH_S, Relay
 from obs.sidecar.settings import Settings
@@ -58,8 +60,10 @@ from obs.sidecar.traces import TraceReceiver, refusal_counter
 from obs.sidecar.types import Receive, Scope, Send
 from obs.sidecar.upstream import Upstream
 from obs.sidecar.worker_metrics import merged_registry
+from obs.tracecontext import new_ids
 
 log = structlog.get_logger("vllm_obs.sidecar")
+SUMMARY_PERIOD_S = 0.25  # how often pending summary records are checked (written each second)
 
 
 class SidecarApp:
@@ -96,7 +100,9 @@ class SidecarApp:
         exporters, self.jsonl = _exporters(settings, self.metrics, self.otlp)
         self.exporters = Fanout(exporters, failures=self.metrics)
         self.metrics_only = Fanout([self.metrics], failures=self.metrics)
+        self.record_only = Fanout(_record_sinks(exporters), failures=self.metrics)
         self.refused_record = RefusedRecord(settings.rejected_events_per_s, self.registry)
+        self._summaries: asyncio.Task[None] | None = None
         self._session: aiohttp.ClientSession | None = None  # polling, /v1/models, forwarding
         self.upstream = Upstream()  # the relay's pool connections
         pool_keys = {
@@ -134,6 +140,7 @@ class SidecarApp:
             workers=settings.workers,
             on_dispatch=self._dispatched,
             max_json_elements=settings.max_json_elements,
+            recognizer=Recognizer(settings.config.recognition, self.registry),
         )
         self.metrics.watch_lanes(self.relay.gates)
         self.routes = set(GENERATE_ROUTES) | set(PASSTHROUGH_ROUTES) | set(settings.extra_routes)
@@ -151,10 +158,24 @@ class SidecarApp:
         finished.event.config_fingerprint = self.config_fingerprint
         if not self.refused_record.keep(finished.event):
             self.metrics_only.export(finished)
+            if self.refused_record.due():
+                self._write_summaries()
             return
         self.join.submit(
             finished, self._spans_expected(finished.event.pool, finished.event.replica)
         )
+
+    def _write_summaries(self) -> None:
+        for ev in self.refused_record.flush():
+            ev.config_fingerprint = self.config_fingerprint
+            self.record_only.export(Finished(ev, Clock(received=0), 0, new_ids(None)))
+
+    async def _summarize(self) -> None:
+        """Write the pending summary records each second, so a flood's end is counted too."""
+        while True:
+            await asyncio.sleep(SUMMARY_PERIOD_S)
+            if self.refused_record.due():
+                self._write_summaries()
 
     def _spans_expected(self, pool: str | None, replica: str | None) -> bool:
         """A traced pool whose replica's engine sends spans (an ``auto`` llama.cpp one does not)."""
@@ -178,6 +199,7 @@ class SidecarApp:
     async def lifespan(self, _: FastAPI) -> AsyncIterator[None]:
         self.pools.start(self.session())
         self.loop_lag.start()
+        self._summaries = asyncio.create_task(self._summarize())
         log.info(
             "sidecar_started",
             pools={p.name: p.replicas for p in self.settings.config.pools},
@@ -190,6 +212,9 @@ class SidecarApp:
             if self.relay.running:  # requests cut at the end of the grace: their last words
                 await asyncio.wait(self.relay.running, timeout=SHUTDOWN_FLUSH_S + 1)
             self.join.flush()
+            if self._summaries is not None:
+                self._summaries.cancel()
+            self._write_summaries()
             if self.forwarder is not None:
                 await self.forwarder.drain(5)
             await self.pools.stop()
@@ -300,6 +325,12 @@ def _otlp_metrics_and_logs(settings: Settings, metrics: Metrics) -> list[Exporte
     if logs is not None:
         out.append(LogRecordExporter(logs, resource=resource, counters=metrics))
     return out
+
+
+def _record_sinks(exporters: list[Exporter]) -> list[Exporter]:
+    """Where summary records go: the record (JSONL, ClickHouse). Their requests are counted in
+    the metrics already, and they are no request's trace."""
+    return [x for x in exporters if not isinstance(x, Metrics | SpanExporter)]
 
 
 def create_app(

@@ -73,12 +73,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(default: %(default)s)",
     )
     g.add_argument(
+        "--client-events-per-s",
         "--rejected-events-per-s",
+        dest="rejected_events_per_s",
         type=float,
         default=50.0,
         metavar="N",
-        help="events written per second for requests refused before reaching a pool (401, "
-        "400, 413, ...); the rest are counted only (default: %(default)s)",
+        help="the event budget for client-caused events before a pool (refusals: 401, 400, "
+        "413, 429; clients that leave before a pool: client_disconnect): this many written one "
+        "by one a second, the rest counted in a summary record per lane and outcome each "
+        "second (default: %(default)s)",
     )
     g.add_argument(
         "--traces-token-env",
@@ -107,7 +111,7 @@ def settings_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     if args.traces_token_env and not os.environ.get(args.traces_token_env):
         raise ConfigError(f"--traces-token-env: {args.traces_token_env} is not set or empty")
     if args.rejected_events_per_s < 0:
-        raise ConfigError("--rejected-events-per-s: must be 0 or more")
+        raise ConfigError("--client-events-per-s: must be 0 or more")
     limits = Limits(
         max_request_line=args.max_request_line,
         max_header_bytes=args.max_header_kb << 10,

@@ -22,14 +22,13 @@ import structlog
 
 from obs import conventions as c
 from obs.config import Lane
-from obs.events import Event
-from obs.lanes import Classifier, RequestAttrs, estimate_prompt_tokens
+from obs.lanes import Classifier
 from obs.record import Finished, fill_timings
 from obs.sidecar import errors as e
 from obs.sidecar import traffic
 from obs.sidecar.admission import LaneGate, Rejected, Ticket
 from obs.sidecar.auth import Tenants
-from obs.sidecar.bodies import MAX_JSON_ELEMENTS, MAX_MODEL_CHARS, BodyParser, ClientGone, read_body
+from obs.sidecar.bodies import MAX_JSON_ELEMENTS, BodyParser, ClientGone, read_body
 from obs.sidecar.capture import TextCapture
 from obs.sidecar.client import client_conn, received_ns
 from obs.sidecar.deadline import Deadline, first_token_timeout
@@ -42,6 +41,7 @@ from obs.sidecar.payloads import (
     wants_usage,
 )
 from obs.sidecar.pools import PoolSet, Replica
+from obs.sidecar.recognition import Recognizer
 from obs.sidecar.request import Plan, Request
 from obs.sidecar.streaming import relay_stream, relay_whole
 from obs.sidecar.traffic import FallBack
@@ -78,8 +78,10 @@ class Relay:
         workers: int = 1,
         on_dispatch: Callable[[str, str, str], None] | None = None,
         max_json_elements: int = MAX_JSON_ELEMENTS,
+        recognizer: Recognizer | None = None,
     ) -> None:
         self.classifier = classifier
+        self.recognizer = recognizer or Recognizer(classifier.config.recognition)
         self.pools = pools
         self.export = export
         self.upstream = upstream
@@ -95,6 +97,7 @@ class Relay:
         self.needs_prompt_tokens = classifier.needs_prompt_tokens or any(
             g.needs_prompt_tokens for g in self.gates.values()
         )
+        self.recognizer.needs_shape = self.needs_prompt_tokens or classifier.needs_shape
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         req = Request(scope["path"], received_ns(scope))
@@ -153,46 +156,26 @@ class Relay:
             # A body that is not a JSON object goes to the pool as it is: the client gets the
             # pool's own 400, byte for byte, and the event records it as the pool's answer.
             body = await self.json.parse(raw)
-        attrs = self._attrs(ev, headers, body)
-        lane = self.classifier.classify(attrs)
+        if generate and body is not None:
+            ev.prefix_fingerprint = fingerprint(body)
+        attrs, req.client_id = self.recognizer.attrs(self.classifier, ev, headers, body, scope)
+        lane, ev.class_source = self.classifier.decide(attrs)
+        self.recognizer.decided(lane.name, ev.class_source)
         ev.lane = lane.name
         traffic.place(ev, lane, headers, scope, attrs)  # pool (arm of a split), priority
         gate = self.gates[lane.name]
         cost = gate.check(attrs.prompt_tokens, ev.max_tokens)
         inject = False
-        if generate and body is not None:
-            ev.prefix_fingerprint = fingerprint(body)
-            if ev.stream and not wants_usage(body) and single_choice(body):
-                body["stream_options"] = usage_options(body)
-                raw = orjson.dumps(body)
-                inject = ev.usage_injected = True
+        usage = generate and body is not None and ev.stream and not wants_usage(body)
+        if usage and body is not None and single_choice(body):
+            body["stream_options"] = usage_options(body)
+            raw = orjson.dumps(body)
+            inject = ev.usage_injected = True
         if self.capture is not None and generate:
             req.capture_body = body if self.capture.prompt else None
             req.capture_frames = [] if self.capture.output else None
         req.conn = client_conn(scope)
         await self._dispatch(req, Plan(lane, gate, cost, headers, raw, inject), receive, send)
-
-    def _attrs(
-        self, ev: Event, headers: dict[str, str], body: dict[str, Any] | None
-    ) -> RequestAttrs:
-        b = body or {}
-        model = b.get("model")
-        ev.model = model[:MAX_MODEL_CHARS] if isinstance(model, str) else None
-        ev.stream = b.get("stream") is True
-        mt = b.get("max_tokens", b.get("max_completion_tokens"))
-        ev.max_tokens = mt if isinstance(mt, int) and not isinstance(mt, bool) else None
-        pt = None
-        if self.needs_prompt_tokens and body is not None:
-            pt = estimate_prompt_tokens(body)
-        return RequestAttrs(
-            route=ev.route,
-            model=ev.model,
-            stream=ev.stream,
-            headers=headers,
-            tenant=ev.tenant,
-            max_tokens=ev.max_tokens,
-            prompt_tokens=pt,
-        )
 
     # ---- upstream side ------------------------------------------------------------------
 
@@ -390,6 +373,7 @@ class Relay:
             fill_timings(finished)
         except Exception:  # never lose the event over what a pool sent
             log.exception("timings_failed", request_id=ev.request_id)
+        self.recognizer.slow.observe(req.client_id, ev)
         if self.capture is not None:
             try:
                 self.capture.fill(ev, req.capture_body, req.capture_frames, req.capture_whole)

@@ -49,6 +49,7 @@ class Request:
         "capture_body",
         "capture_frames",
         "capture_whole",
+        "client_id",
         "clock",
         "conn",
         "delivered",
@@ -89,6 +90,7 @@ class Request:
         self.gate: LaneGate | None = None
         self.ticket: Ticket | None = None  # what the request holds (or waits for) of its lane
         self.admitted = False
+        self.client_id: str | None = None  # who sent it, for slow-reader learning
         # Kept for --capture-text only (None otherwise): read when the request ends.
         self.capture_body: dict[str, Any] | None = None
         self.capture_frames: list[bytes] | None = None

@@ -37,4 +37,4 @@ class Settings:
     limits: Limits = field(default_factory=Limits)  # per client connection
     traces_token_env: str | None = None  # env var with a token that may POST /v1/traces
     max_json_elements: int = 200_000  # JSON values a large request body may hold
-    rejected_events_per_s: float = 50.0  # events of requests refused before a pool
+    rejected_events_per_s: float = 50.0  # client-caused events before a pool written one by one

@@ -9,6 +9,8 @@ __all__ = [
     "ARM",
     "BAD_OUTCOMES",
     "CHANGED",
+    "CLASS_SOURCE",
+    "CLASS_SOURCES",
     "CLIENT_ERROR",
     "CONFIG_HASH",
     "CONFIG_VERSION",
@@ -82,6 +84,10 @@ NEW: Final = "new"
 CONFIG_HASH: Final = "config_hash"
 CONFIG_VERSION: Final = "config_version"
 ARM: Final = "arm"  # the pool a split lane's arm sends to (bounded by the config's pools)
+CLASS_SOURCE: Final = "source"
+
+# What put a request in its lane: the ``source`` label and the event's ``class_source``.
+CLASS_SOURCES: Final = ("header", "rule", "learned", "default")
 
 # The five request phases, in order (see obs.phases).
 PHASES: Final = ("queue", "prefill", "first_token", "decode", "stream")

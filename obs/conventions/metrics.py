@@ -8,6 +8,7 @@ from typing import Final
 from obs.conventions.labels import (
     ARM,
     CHANGED,
+    CLASS_SOURCE,
     CONFIG_HASH,
     CONFIG_VERSION,
     ENGINE,
@@ -33,6 +34,7 @@ __all__ = [
     "ADMISSION_REJECTIONS",
     "ALL_METRICS",
     "CACHED_TOKENS",
+    "CLASSIFIED",
     "CLIENT_CONNECTIONS",
     "CLIENT_DISCONNECTS",
     "COMPLETION_TOKENS",
@@ -66,9 +68,11 @@ __all__ = [
     "POOL_WAITING",
     "PROMPT_TOKENS",
     "QUEUED",
+    "REFUSED_SUMMARIES",
     "REJECTED_EVENTS_SKIPPED",
     "REQUESTS",
     "REQUEST_DURATION",
+    "SLOW_READERS",
     "STREAM_BLOCKED",
     "TPOT",
     "TRACE_EXPORTS_REFUSED",
@@ -306,7 +310,25 @@ TRACE_EXPORTS_REFUSED = _m(
 REJECTED_EVENTS_SKIPPED = _m(
     "rejected_events_skipped",
     "counter",
-    "Events of refused requests (401, 4xx before a lane) not written: over the record's rate.",
+    "Events of client-caused outcomes (refusals, 4xx before a pool, disconnects before a pool) "
+    "not written one by one: over the record's rate; summary records count them.",
+)
+CLASSIFIED = _m(
+    "classified",
+    "counter",
+    "Requests put in a lane, by what decided it (source: header, rule, learned, default).",
+    LANE,
+    CLASS_SOURCE,
+)
+SLOW_READERS = _m(
+    "slow_readers",
+    "gauge",
+    "Clients the sidecar learned read their streams slowly (routed by slow_reader rules).",
+)
+REFUSED_SUMMARIES = _m(
+    "refused_summaries",
+    "counter",
+    "Summary records written for client-caused events not written one by one.",
 )
 
 ALL_METRICS: Final = (
@@ -348,4 +370,7 @@ ALL_METRICS: Final = (
     CLIENT_CONNECTIONS,
     TRACE_EXPORTS_REFUSED,
     REJECTED_EVENTS_SKIPPED,
+    CLASSIFIED,
+    SLOW_READERS,
+    REFUSED_SUMMARIES,
 )

@@ -34,6 +34,8 @@ METRICS = {
     "itl": "itl_p50_ms",  # per-request median inter-token gap
 }
 MEANS = ("queue", "prefill", "first_token", "decode", "stream", "e2e")
+# Requests a row stands for: 1, or a summary record's count (``Event.summarized``).
+WEIGHT = "coalesce(summarized, 1)"
 _RATES = {
     "error_rate": ERROR,
     "rejection_rate": REJECTED,
@@ -68,9 +70,12 @@ def aggregates(
     and ask the dialect ``d`` for what the engines spell differently.
     """
     items = [
-        "count(request_id) AS requests",
+        f"coalesce({d.agg_if('sum', WEIGHT, 'request_id IS NOT NULL')}, 0) AS requests",
         f"{d.count_if(_is(OK))} AS ok",
-        *(f"{d.count_if(_is(s))} AS _n_{name}" for name, s in _RATES.items()),
+        *(
+            f"coalesce({d.agg_if('sum', WEIGHT, _is(s))}, 0) AS _n_{name}"
+            for name, s in _RATES.items()
+        ),
         "count(cache_hit) AS _cache_n",
         f"{d.count_if('cache_hit')} AS _cache_hits",
         "sum(cached_tokens) AS _cached_tokens",

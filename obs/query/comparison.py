@@ -53,6 +53,7 @@ _NEEDED = (
     "ts",
     "lane",
     "status",
+    "summarized",
     "stream",
     "cache_hit",
     "cached_tokens",

@@ -57,6 +57,7 @@ _NEEDED = (
     "cache_hit",
     "cached_tokens",
     "schema_version",
+    "summarized",
 )
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1200px;

@@ -61,6 +61,8 @@ def random_events(n: int, seed: int) -> list[Event]:
                 request_id=f"r{seed}-{i:05d}",
             )
         )
+        if status in ("rejected", "client_error", "client_disconnect") and i % 5 == 0:
+            out[-1].summarized = 2 + i % 39  # a summary record of a flood's refusals
     return out
 
 
@@ -218,3 +220,13 @@ def test_clickhouse_url_errors_are_one_line(clickhouse: ClickHouseServer) -> Non
     )
     assert refused.returncode == 2 and "authentication failed" in refused.stderr
     assert "guess" not in refused.stderr and refused.stderr.count("\n") == 1
+
+
+def test_summary_records_count_as_their_requests_on_both(both: tuple[str, str]) -> None:
+    """The requests summary counts equal the events' weights (summarized or 1), on either."""
+    log, url = both
+    events = random_events(3000, 1) + mixed_events()
+    want = sum(e.summarized or 1 for e in events)
+    for source in (log, url):
+        rows = _parse(_query("summary", source, "--format", "json"), "json")
+        assert sum(int(r["requests"]) for r in rows) == want

@@ -8,7 +8,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from obs.config import Config, default_config_path, load_config, parse_config
-from obs.lanes import CHARS_PER_TOKEN, Classifier, RequestAttrs, estimate_prompt_tokens
+from obs.lanes import (
+    CHARS_PER_TOKEN,
+    Classifier,
+    RequestAttrs,
+    estimate_prompt_tokens,
+    prompt_shape,
+    response_format,
+)
 
 SHIPPED = load_config(default_config_path())
 
@@ -137,3 +144,164 @@ def test_prompt_estimate_counts_text_and_grows_with_it(texts: list[str], extra: 
     assert n == max(1, chars // CHARS_PER_TOKEN)
     more = estimate_prompt_tokens({"messages": [*msgs, {"role": "user", "content": extra}]})
     assert more >= n
+
+
+def _words(tokens: int) -> str:
+    return "word " * (tokens * CHARS_PER_TOKEN // 5)
+
+
+def _shipped(body: dict[str, Any], **kw: Any) -> tuple[str, str]:
+    """The shipped lanes' verdict (lane, class_source) for a body, as the relay reads it."""
+    shape = prompt_shape(body)
+    a = _attrs(
+        stream=body.get("stream") is True,
+        max_tokens=body.get("max_tokens"),
+        prompt_tokens=shape.tokens,
+        tools=shape.tools,
+        context_in=shape.context_in,
+        n=body.get("n", 1),
+        response_format=response_format(body),
+        **kw,
+    )
+    lane, source = Classifier(SHIPPED).decide(a)
+    return lane.name, source
+
+
+_TOOL = {"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}
+
+
+def test_shipped_lanes_recognise_agent_loops_by_their_tools() -> None:
+    """A request declaring tools, or carrying tool calls and results, is agent (rule)."""
+    first = {"messages": [{"role": "user", "content": "find it"}], "tools": [_TOOL]}
+    loop = {
+        "messages": [
+            {"role": "system", "content": _words(1500)},
+            {"role": "user", "content": "find it"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "1", "type": "function"}]},
+            {"role": "tool", "tool_call_id": "1", "content": _words(300)},
+        ],
+        "stream": True,
+    }
+    legacy = {"messages": [{"role": "user", "content": "x"}], "functions": [{"name": "f"}]}
+    for body in (first, loop, legacy):
+        assert _shipped(body) == ("agent", "rule")
+
+
+def test_shipped_lanes_tell_rag_from_long_prefill_by_where_the_context_sits() -> None:
+    """A document before a short last question is rag; one long user message is long-prefill."""
+    in_system = {
+        "messages": [
+            {"role": "system", "content": "Answer from these documents:\n" + _words(2000)},
+            {"role": "user", "content": "What does it say about the harbor?"},
+        ],
+        "stream": True,
+    }
+    in_earlier_turn = {
+        "messages": [
+            {"role": "user", "content": "Context:\n" + _words(2000)},
+            {"role": "assistant", "content": "Understood."},
+            {"role": "user", "content": "Summarise section two."},
+        ],
+        "stream": True,
+    }
+    one_long = {
+        "messages": [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": _words(5000)},
+        ],
+        "stream": True,
+    }
+    assert _shipped(in_system) == ("rag", "rule")
+    assert _shipped(in_earlier_turn) == ("rag", "rule")
+    assert _shipped(one_long) == ("long-prefill", "rule")
+
+
+def test_shipped_lanes_send_a_recurring_long_prompt_to_rag() -> None:
+    """A long streamed prompt whose opening was seen recently is rag, even in one message."""
+    body = {"messages": [{"role": "user", "content": _words(3000)}], "stream": True}
+    assert _shipped(body, prefix_seen=False)[0] == "long-prefill"
+    assert _shipped(body, prefix_seen=True) == ("rag", "rule")
+
+
+def test_shipped_lanes_recognise_batch_work_and_short_chat() -> None:
+    """Long non-streamed input or answer, n > 1 or JSON extraction is batch; short is chat."""
+    long_whole = {"messages": [{"role": "user", "content": _words(3000)}], "stream": False}
+    several = {"messages": [{"role": "user", "content": "a name"}], "n": 4}
+    extract = {
+        "messages": [{"role": "user", "content": _words(800)}],
+        "response_format": {"type": "json_object"},
+    }
+    chat = {"messages": [{"role": "user", "content": _words(200)}], "stream": True}
+    long_answer = {"messages": [{"role": "user", "content": "write"}], "max_tokens": 2000}
+    assert _shipped(long_answer)[0] == "batch"
+    assert _shipped({**long_answer, "stream": True})[0] == "chat"
+    assert _shipped(long_whole)[0] == "batch"
+    assert _shipped(several)[0] == "batch"
+    assert _shipped(extract)[0] == "batch"
+    assert _shipped(chat) == ("chat", "default")
+
+
+def test_a_learned_slow_reader_streams_in_the_slow_lane() -> None:
+    """A learned slow reader's streamed request goes to slow-stream, its source learned."""
+    body = {"messages": [{"role": "user", "content": "hi"}], "stream": True}
+    assert _shipped(body, slow_reader=True) == ("slow-stream", "learned")
+    assert _shipped({**body, "stream": False}, slow_reader=True)[0] == "chat"
+
+
+def test_a_class_header_is_believed_before_any_other_rule() -> None:
+    """X-Client-Class decides even when another lane's rule (earlier in the file) matches."""
+    body = {"messages": [{"role": "user", "content": "hi"}], "stream": True}
+    header = {"x-client-class": "chat"}
+    assert _shipped(body, slow_reader=True, headers=header) == ("chat", "header")
+    tools = {**body, "tools": [_TOOL]}
+    assert _shipped(tools, headers={"x-client-class": "batch"}) == ("batch", "header")
+
+
+def test_shape_rules_match_only_their_value() -> None:
+    """tools, context_in, prefix_seen, min_n, response_format and slow_reader each filter."""
+    cases: list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = [
+        ({"tools": True}, {"tools": True}, {"tools": False}),
+        ({"context_in": "earlier"}, {"context_in": "earlier"}, {"context_in": "last"}),
+        ({"prefix_seen": False}, {"prefix_seen": False}, {"prefix_seen": True}),
+        ({"min_n": 2}, {"n": 3}, {"n": 1}),
+        ({"response_format": ["json_schema"]}, {"response_format": "json_schema"}, {}),
+        ({"slow_reader": True}, {"slow_reader": True}, {}),
+    ]
+    for rule, yes, no in cases:
+        cl = Classifier(_config([("a", rule)]))
+        assert cl.decide(_attrs(**yes))[0].name == "a", rule
+        assert cl.decide(_attrs(**no))[0].name == "c", rule
+
+
+def test_the_classifier_says_which_attributes_its_rules_need() -> None:
+    """Shape, prefix and learned-reader work is done only when a rule reads it."""
+    plain = Classifier(_config([("a", {"stream": True})]))
+    assert not (plain.needs_shape or plain.needs_prefix or plain.needs_slow_reader)
+    shipped = Classifier(SHIPPED)
+    assert shipped.needs_shape and shipped.needs_prefix and shipped.needs_slow_reader
+
+
+_message = st.fixed_dictionaries(
+    {"role": st.sampled_from(["system", "user", "assistant"]), "content": st.text(max_size=300)}
+)
+
+
+@given(st.lists(_message, min_size=1, max_size=6))
+def test_context_is_earlier_exactly_when_earlier_messages_outweigh_the_last(
+    msgs: list[dict[str, str]],
+) -> None:
+    """context_in is earlier iff the text before the last message is longer than the last's."""
+    sizes = [len(m["content"]) + 8 for m in msgs]
+    shape = prompt_shape({"messages": msgs})
+    assert shape.context_in == ("earlier" if sum(sizes[:-1]) > sizes[-1] else "last")
+    assert shape.tokens == estimate_prompt_tokens({"messages": msgs})
+    assert not shape.tools
+
+
+def test_a_completion_prompt_is_all_last_and_response_format_defaults_to_text() -> None:
+    """A completions prompt has no earlier context; no response_format reads as text."""
+    assert prompt_shape({"prompt": "x" * 9000}).context_in == "last"
+    assert prompt_shape({"prompt": [1, 2, 3]}).tokens == 3
+    assert response_format({}) == "text"
+    assert response_format({"response_format": {"type": "json_schema"}}) == "json_schema"
+    assert response_format({"response_format": "bad"}) == "text"

@@ -326,6 +326,7 @@ def test_compose_lanes_are_the_default_lanes_on_compose_services() -> None:
     default = load_config(default_config_path())
     assert LANES.lanes == default.lanes
     assert LANES.default_lane == default.default_lane
+    assert LANES.recognition == default.recognition
     assert [(p.name, p.kv_cache_usage_max) for p in LANES.pools] == [
         (p.name, p.kv_cache_usage_max) for p in default.pools
     ]

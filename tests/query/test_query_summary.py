@@ -229,3 +229,18 @@ def test_grouping_by_an_outcome_field_describes_every_request(mixed_log):
     assert got["upstream_timeout"]["prefill_p50_ms"] == pytest.approx(pct(timeouts, 0.5))
     by_replica = summary(Scan([str(path)]), CONFIG, by="replica")
     assert by_replica.values("requests") == [len(events)]  # the fixture sets no replica
+
+
+def test_a_summary_record_counts_as_the_requests_it_stands_for(tmp_path: Path):
+    """A record with ``summarized`` n counts as n requests of its outcome in rates and goodput."""
+    lines = [
+        b'{"request_id": "a", "lane": "chat", "status": "ok", "stream": true, "e2e_ms": 5.0}',
+        b'{"request_id": "b", "lane": "chat", "status": "rejected", "e2e_ms": 0.1}',
+        b'{"request_id": "summary-1", "lane": "chat", "status": "rejected", "summarized": 98}',
+    ]
+    path = write_jsonl(tmp_path / "e.jsonl", [], extra_lines=lines)
+    row = rows_by(summary(Scan([str(path)]), CONFIG))["chat"]
+    assert row["requests"] == 100
+    assert row["rejection_rate"] == pytest.approx(0.99)
+    assert row["error_rate"] == 0
+    assert row["ok"] == 1
