@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from obs import openai_api
-from obs.config import Config, Lane, Match
+from obs.config import Config, Lane
+from obs.matching import Match
 
 CHARS_PER_TOKEN = 4
 _ROLE_CHARS = 8  # role and template tokens of one message, in characters

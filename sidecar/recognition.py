@@ -30,9 +30,9 @@ from prometheus_client.registry import Collector
 
 from obs import conventions as c
 from obs import openai_api
-from obs.config import Recognition
 from obs.events import Event
 from obs.lanes import Classifier, RequestAttrs, prompt_shape, response_format
+from obs.matching import Recognition
 from obs.sidecar.bodies import MAX_MODEL_CHARS
 
 PREFIX_CHARS = 4096

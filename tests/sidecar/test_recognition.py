@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from obs import conventions as c
-from obs.config import Recognition
 from obs.events import Event
+from obs.matching import Recognition
 from obs.sidecar.recognition import (
     PREFIX_CHARS,
     RecentPrefixes,
