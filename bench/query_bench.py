@@ -174,7 +174,7 @@ SELECT
   CASE WHEN status = 'rejected' THEN NULL ELSE hit END AS cache_hit,
   CASE WHEN status = 'ok' THEN CASE WHEN u_frac < 0.08 THEN 'length' ELSE 'stop' END
   END AS finish_reason,
-  lane, pool,
+  lane, 'rule' AS class_source, pool,
   'http://10.0.' || CASE WHEN pool = 'bulk' THEN '2' ELSE '1' END || '.'
     || (i % 4 + 1)::VARCHAR || ':8000' AS replica,
   NULL::VARCHAR AS arm, NULL::VARCHAR AS fallback_from, NULL::VARCHAR AS fallback_reason,
@@ -231,6 +231,7 @@ SELECT
   CASE WHEN status = 'rejected' THEN NULL
        WHEN pool = 'bulk' THEN '7c1e0a93d2b4' ELSE 'a41f9e20c6d8' END AS settings_fingerprint,
   '5d0c3b7e91fa' AS config_fingerprint,
+  NULL::BIGINT AS summarized,
   NULL::VARCHAR AS prompt_text,
   NULL::VARCHAR AS output_text
 FROM e
