@@ -7,6 +7,7 @@ from typing import Final
 
 from obs.conventions.labels import (
     ARM,
+    CAUSE,
     CHANGED,
     CONFIG_HASH,
     CONFIG_VERSION,
@@ -28,6 +29,7 @@ from obs.conventions.labels import (
     REPLICA,
     RESULT,
 )
+from obs.conventions.rules import SLO_LABEL
 
 __all__ = [
     "ADMISSION_REJECTIONS",
@@ -69,6 +71,7 @@ __all__ = [
     "REJECTED_EVENTS_SKIPPED",
     "REQUESTS",
     "REQUEST_DURATION",
+    "SLO_MISSES",
     "STREAM_BLOCKED",
     "TPOT",
     "TRACE_EXPORTS_REFUSED",
@@ -308,6 +311,16 @@ REJECTED_EVENTS_SKIPPED = _m(
     "counter",
     "Events of refused requests (401, 4xx before a lane) not written: over the record's rate.",
 )
+SLO_MISSES = _m(
+    "slo_misses",
+    "counter",
+    "Requests that missed a gate of their lane's SLO, by the phase and cause they are "
+    "attributed to (obs.attribution); a request missing two gates counts under each.",
+    LANE,
+    SLO_LABEL,
+    PHASE,
+    CAUSE,
+)
 
 ALL_METRICS: Final = (
     REQUESTS,
@@ -348,4 +361,5 @@ ALL_METRICS: Final = (
     CLIENT_CONNECTIONS,
     TRACE_EXPORTS_REFUSED,
     REJECTED_EVENTS_SKIPPED,
+    SLO_MISSES,
 )
