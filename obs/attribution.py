@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from dataclasses import replace as _replace
 from typing import Any, Final
 
 from obs.config import Config, Lane
@@ -90,8 +91,10 @@ class Facts:
 
     @classmethod
     def of_row(cls, row: Mapping[str, Any]) -> Facts:
-        """From an event as a mapping of its fields (a query's row)."""
-        return cls.of(_Row(row))
+        """From an event as a mapping of its fields (a query's row; ClickHouse's 0/1 too)."""
+        f = cls.of(_Row(row))
+        hit = row.get("cache_hit")
+        return f if hit is None or isinstance(hit, bool) else _replace(f, cache_hit=bool(hit))
 
     @property
     def ttft_value(self) -> float | None:

@@ -159,6 +159,28 @@ def test_same_output_on_files_and_clickhouse(both: tuple[str, str], args: tuple[
             assert _same(k, a[k], b[k], timing_row), (k, a[k], b[k], a)
 
 
+def _budget_doc(source: str, *args: str) -> dict[str, Any]:
+    doc = json.loads(_query("budget", source, "--format", "json", *args))
+    for e in doc["slos"]:
+        for w in e["worst"]:
+            assert w.pop("show").endswith(f"show {w['request_id']} {source}")
+    return doc
+
+
+@pytest.mark.parametrize("args", [(), ("--window", "30m", "--lane", "chat,rag")])
+def test_budget_is_the_same_on_files_and_clickhouse(
+    both: tuple[str, str], args: tuple[str, ...]
+) -> None:
+    """query budget attributes the same misses to the same phases and causes on either source."""
+    log, url = both
+    ch, local = _budget_doc(url, *args), _budget_doc(log, *args)
+    assert ch.keys() == local.keys() and ch["until"] == local["until"]
+    assert len(ch["slos"]) == len(local["slos"]) > 0
+    assert sum(e["misses"] for e in local["slos"]) > 0
+    for a, b in zip(ch["slos"], local["slos"], strict=True):
+        assert a == pytest.approx(b), (a["lane"], a["slo"])
+
+
 def test_show_finds_the_same_event(both: tuple[str, str]) -> None:
     """show by id prefix prints the same event and waterfall from either source."""
     log, url = both
