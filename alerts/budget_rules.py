@@ -19,6 +19,7 @@ from .model import SLI, AlertModel
 
 Rule = dict[str, Any]
 
+
 def lane_budget_rules(model: AlertModel, lane: str) -> list[Rule]:
     """The lane's burn by phase and cause over every window its alerts read."""
     slis = model.lane_slis(lane)

@@ -23,7 +23,9 @@ _LABEL = re.compile(r"\$labels\.([A-Za-z_][A-Za-z0-9_]*)")
 RANGE = re.compile(
     r"\{\{ range query `(?P<q>[^`]*)` \}\}(?P<body>.*?)\{\{ else \}\}(?P<empty>.*?)\{\{ end \}\}"
 )
-_SAMPLE = re.compile(r"\{\{ (?:\.Labels\.(?P<label>\w+)|printf \"(?P<fmt>%\.\d+[fg])\" \.Value) \}\}")
+_SAMPLE = re.compile(
+    r"\{\{ (?:\.Labels\.(?P<label>\w+)|printf \"(?P<fmt>%\.\d+[fg])\" \.Value) \}\}"
+)
 
 Sample = tuple[Mapping[str, str], float]
 

@@ -44,7 +44,12 @@ def lane_row(grid: Grid, lane: Lane) -> None:
     )
     for title, rule, legend, what in (
         ("burn by phase", c.burn_by_phase_rule(w), "{{slo}} {{phase}}", "phase"),
-        ("burn by cause", c.burn_by_cause_rule(w), "{{slo}} {{phase}}/{{cause}}", "phase and cause"),
+        (
+            "burn by cause",
+            c.burn_by_cause_rule(w),
+            "{{slo}} {{phase}}/{{cause}}",
+            "phase and cause",
+        ),
     ):
         grid.add(
             timeseries(

@@ -14,8 +14,8 @@ from grafanalib.core import Dashboard
 from obs import conventions as c
 from obs.config import Config, Lane
 
-from . import expr as e
 from . import budget as budget_rows
+from . import expr as e
 from . import links, sli
 from . import variables as v
 from .overview import BUDGET_STEPS

@@ -52,8 +52,8 @@ from obs.record import Finished
 
 LONG_PROMPT_FACTOR: Final = 2.0
 CACHED_SHARE: Final = 0.5
-TTFT_PHASES: Final = PHASES[:3]
-TPOT_PHASES: Final = ("first_token", "decode")
+TTFT_PHASES: Final[tuple[str, ...]] = PHASES[:3]
+TPOT_PHASES: Final[tuple[str, ...]] = ("first_token", "decode")
 # How many good requests the running baseline averages over (the weight of a new one).
 BASELINE_REQUESTS: Final = 100
 SLOW_CLIENT, UPSTREAM_ERROR, OTHER = "slow_client", "upstream_error", "other"
@@ -167,10 +167,9 @@ def _one(f: Facts, kind: str, base: Baseline) -> Miss:
     if kind == "availability":
         phase = f.error_phase if f.error_phase in PHASES else _worst(f, PHASES, base)
         return Miss(kind, phase, _failure_cause(f))
+    candidates: tuple[str, ...] = TPOT_PHASES
     if kind == "ttft":
         candidates = TTFT_PHASES if f.ttft_ms is not None else PHASES
-    else:
-        candidates = TPOT_PHASES
     phase = _worst(f, candidates, base)
     return Miss(kind, phase, _latency_cause(f, phase, base))
 

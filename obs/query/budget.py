@@ -125,9 +125,7 @@ def _baselines(scan: Source, config: Config) -> tuple[dict[str, Baseline], dict[
 
 
 def _missed_rows(scan: Source, config: Config) -> list[dict[str, Any]]:
-    cond = (
-        f"(_ttft_judged AND NOT _ttft_met) OR (_tpot_judged AND NOT _tpot_met) OR {slo.BAD}"
-    )
+    cond = f"(_ttft_judged AND NOT _ttft_met) OR (_tpot_judged AND NOT _tpot_met) OR {slo.BAD}"
     source = slo.judged_rows(config, SRC, scan.dialect)
     return scan.run(
         f"SELECT {', '.join(COLUMNS)} FROM {source} WHERE request_id IS NOT NULL "
@@ -244,9 +242,19 @@ def tables(doc: dict[str, Any]) -> dict[str, Table]:
         ]  # fmt: skip
     return {
         "Error budget spent per lane and SLO": Table(
-            ["lane", "slo", "objective", "judged", "misses", "allowed", "budget_share",
-             "top_phase", "top_cause"], spent,
-        ),  # fmt: skip
+            [
+                "lane",
+                "slo",
+                "objective",
+                "judged",
+                "misses",
+                "allowed",
+                "budget_share",
+                "top_phase",
+                "top_cause",
+            ],
+            spent,
+        ),
         "Budget spent by phase and cause": Table(
             ["lane", "slo", "phase", "cause", "misses", "budget_share"], split
         ),

@@ -361,7 +361,6 @@ def _canary(args: argparse.Namespace) -> int:
 
 
 def _budget(args: argparse.Namespace) -> int:
-    from obs.query.api import open_any
     from obs.query.budget import budget, tables, window_filters
     from obs.query.table import render, to_json
 

@@ -198,7 +198,9 @@ def test_every_alert_has_severity_summary_description_and_runbook(files: dict[st
     for a in alerts(files):
         labels, notes = a["labels"], a["annotations"]
         assert labels["severity"] in ("page", "ticket")
-        budget = {"top_cause", "budget_query"} if a["alert"] in c.BUDGET_BURN_ALERTS.values() else set()
+        budget = (
+            {"top_cause", "budget_query"} if a["alert"] in c.BUDGET_BURN_ALERTS.values() else set()
+        )
         assert set(notes) == {"summary", "description", "runbook_url", *budget}
         process = "{{ $labels.instance }}" if a["alert"] == c.ALERT_EVENT_LOOP_LAG_HIGH else None
         subject = labels.get("lane") or labels.get("pool") or process or "{{ $labels.exporter }}"

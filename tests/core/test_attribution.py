@@ -184,7 +184,7 @@ def test_latency_miss_goes_to_the_phase_with_the_largest_excess(f: Facts, base: 
     for m in attribute(f, CHAT, base):
         if m.slo == "availability":
             continue
-        phases = ("first_token", "decode") if m.slo == "tpot" else PHASES
+        phases: tuple[str, ...] = ("first_token", "decode") if m.slo == "tpot" else PHASES
         if m.slo == "ttft" and f.ttft_ms is not None:
             phases = PHASES[:3]
         assert m.phase in phases
@@ -228,5 +228,9 @@ def test_stamp_sets_event_fields_only_for_misses() -> None:
     bad.decode_ms = 2000.0
     f = _finished(bad)
     stamp.export(f)
-    assert (bad.miss_slo, bad.miss_phase, bad.miss_cause) == ("ttft,tpot", "queue", "admission_queue")
+    assert (bad.miss_slo, bad.miss_phase, bad.miss_cause) == (
+        "ttft,tpot",
+        "queue",
+        "admission_queue",
+    )
     assert f.misses == (("ttft", "queue", "admission_queue"), ("tpot", "decode", "other"))

@@ -119,7 +119,9 @@ def test_judged_counts_follow_the_alert_rules(log: tuple[Path, list[Event]]) -> 
     for e in doc["slos"]:
         mine = [ev for ev in events if ev.lane == e["lane"]]
         if e["slo"] == "availability":
-            assert e["judged"] == sum(ev.status not in ("rejected", "client_disconnect") for ev in mine)
+            assert e["judged"] == sum(
+                ev.status not in ("rejected", "client_disconnect") for ev in mine
+            )
         elif e["slo"] == "ttft":
             assert e["judged"] == sum(Facts.of(ev).ttft_value is not None for ev in mine)
 
@@ -127,7 +129,10 @@ def test_judged_counts_follow_the_alert_rules(log: tuple[Path, list[Event]]) -> 
 def test_window_ends_with_the_newest_event(log: tuple[Path, list[Event]], capsys) -> None:
     """--window 10m counts only the misses of the last ten minutes of the log."""
     path, events = log
-    assert main(["query", "budget", str(path), "--window", "10m", "--format", "json", "--no-progress"]) == 0
+    assert (
+        main(["query", "budget", str(path), "--window", "10m", "--format", "json", "--no-progress"])
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     newest = max(ev.ts for ev in events)
     recent = [ev for ev in events if ev.ts > ts(3600 - 600 - 60)]
@@ -141,7 +146,10 @@ def test_window_ends_with_the_newest_event(log: tuple[Path, list[Event]], capsys
 def test_worst_misses_carry_a_working_show_command(log: tuple[Path, list[Event]], capsys) -> None:
     """Each worst miss names the `query show` command, and that command finds the request."""
     path, _ = log
-    assert main(["query", "budget", str(path), "--lane", "chat", "--format", "json", "--no-progress"]) == 0
+    assert (
+        main(["query", "budget", str(path), "--lane", "chat", "--format", "json", "--no-progress"])
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     assert {e["lane"] for e in doc["slos"]} == {"chat"}
     worst = [w for e in doc["slos"] for w in e["worst"]]
@@ -190,7 +198,9 @@ event_st = st.builds(
 )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(st.lists(event_st, min_size=1, max_size=30))
 def test_sql_and_python_judge_the_same_misses(tmp_path: Path, events: list[Event]) -> None:
     """The SQL gates (obs.query.slo) and the Python ones (obs.attribution) agree on every event."""
