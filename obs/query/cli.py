@@ -361,7 +361,7 @@ def _canary(args: argparse.Namespace) -> int:
 
 
 def _budget(args: argparse.Namespace) -> int:
-    from obs.query.budget import budget, tables, window_filters
+    from obs.query.error_budget import budget, tables, window_filters
     from obs.query.table import render, to_json
 
     config = _config(args)

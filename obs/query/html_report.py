@@ -16,8 +16,8 @@ from typing import Any
 from obs.config import Config
 from obs.query import plots
 from obs.query.aggregate import METRICS, latency_condition, summary
-from obs.query.budget import COLUMNS as BUDGET_COLUMNS
-from obs.query.budget import budget, tables
+from obs.query.error_budget import COLUMNS as BUDGET_COLUMNS
+from obs.query.error_budget import budget, tables
 from obs.query.intervals import timeline
 from obs.query.requests import SLOWEST_COLUMNS, slowest
 from obs.query.scan import SRC, Source

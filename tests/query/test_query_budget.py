@@ -19,7 +19,7 @@ from obs.config import default_config_path, load_config
 from obs.conventions import PHASES, SLO_KINDS
 from obs.events import Event
 from obs.query.api import open_scan
-from obs.query.budget import budget
+from obs.query.error_budget import budget
 from obs.query.scan import SRC
 from obs.query.slo import judged_rows
 from obs.query.testing import event, ts, write_jsonl
@@ -158,6 +158,18 @@ def test_worst_misses_carry_a_working_show_command(log: tuple[Path, list[Event]]
     assert argv[:3] == ["vllm-obs", "query", "show"]
     assert main([*argv[1:], "--format", "json", "--no-progress"]) == 0
     assert json.loads(capsys.readouterr().out)["event"]["request_id"] == worst[0]["request_id"]
+
+
+def test_python_api_gives_the_json_document(log: tuple[Path, list[Event]], capsys) -> None:
+    """obs.query.budget returns what `query budget --format json` prints."""
+    import obs.query as q
+
+    path, _ = log
+    assert (
+        main(["query", "budget", str(path), "--window", "30m", "--format", "json", "--no-progress"])
+        == 0
+    )
+    assert q.budget(str(path), window="30m") == json.loads(capsys.readouterr().out)
 
 
 def test_table_output_names_top_phase_and_cause(log: tuple[Path, list[Event]], capsys) -> None:
