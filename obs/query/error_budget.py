@@ -78,11 +78,16 @@ def window_filters(scan: Source, window: str | None) -> Filters:
         (newest,) = scan.run(f"SELECT max({col}) FROM {SRC} WHERE request_id IS NOT NULL").rows[0]
         if newest is None:
             return f
-        if isinstance(newest, int):  # ClickHouse's epoch milliseconds
-            newest = datetime.fromtimestamp(newest / 1000, UTC).replace(tzinfo=None)
-        end = newest + timedelta(milliseconds=1)
+        end = _utc(newest) + timedelta(milliseconds=1)
     since = end - length
     return f.with_window(max(since, f.since) if f.since else since, end)
+
+
+def _utc(t: datetime | int) -> datetime:
+    """A time column as naive UTC: DuckDB's timestamp, or ClickHouse's epoch milliseconds."""
+    if isinstance(t, datetime):
+        return t
+    return datetime.fromtimestamp(t / 1000, UTC).replace(tzinfo=None)
 
 
 def _lane_in(config: Config) -> str:
@@ -128,7 +133,8 @@ def _missed_rows(scan: Source, config: Config) -> list[dict[str, Any]]:
     cond = f"(_ttft_judged AND NOT _ttft_met) OR (_tpot_judged AND NOT _tpot_met) OR {slo.BAD}"
     source = slo.judged_rows(config, SRC, scan.dialect)
     return scan.run(
-        f"SELECT {', '.join(COLUMNS)} FROM {source} WHERE request_id IS NOT NULL "
+        f"SELECT {', '.join(COLUMNS)}, {scan.dialect.ts_column} AS _t FROM {source} "
+        "WHERE request_id IS NOT NULL "
         f"AND {_lane_in(config)} AND ({cond})"
     ).records()
 
@@ -207,7 +213,7 @@ def budget(scan: Source, config: Config, paths: list[str]) -> dict[str, Any]:
         entry["worst"] = [
             {
                 "request_id": row["request_id"],
-                "ts": row["ts"].isoformat() if isinstance(row["ts"], datetime) else str(row["ts"]),
+                "ts": _utc(row["_t"]).isoformat(timespec="milliseconds"),
                 "phase": m.phase,
                 "cause": m.cause,
                 "over_ms" if s.slo != "availability" else "e2e_ms": round(_value(s, row), 3),
