@@ -29,8 +29,8 @@ from tests.support.lanes_support import holding, lane_spec, lanes_config, post_l
 
 pytestmark = pytest.mark.engine
 
-TTFT_MS = 2000  # the queued lane's TTFT threshold
-HOLD_S = 4.0  # how long the slot is held: every queued request waits longer than TTFT_MS
+TTFT_MS = 3000  # the queued lane's TTFT threshold
+HOLD_S = 5.0  # how long the slot is held: every queued request waits longer than TTFT_MS
 QUEUED = 3
 
 
@@ -82,7 +82,8 @@ def test_budget_names_the_admission_queue_and_the_refused_pool(
     stamped = [(e["lane"], e["miss_slo"], e["miss_phase"], e["miss_cause"]) for e in events]
     assert stamped.count(("q", "ttft", "queue", "admission_queue")) == QUEUED, stamped
     assert stamped.count(("down", "availability", "queue", "upstream_error")) == 2, stamped
-    assert sum(s[0] == "q" and s[1] is not None for s in stamped) == QUEUED, stamped
+    # A warm-up request slow on a starved machine may miss too, but never in the queue.
+    assert sum(s[0] == "q" and s[2] == "queue" for s in stamped) == QUEUED, stamped
 
     misses = probes.metric(
         sc.url, c.SLO_MISSES.name + "_total",
@@ -93,10 +94,9 @@ def test_budget_names_the_admission_queue_and_the_refused_pool(
     assert sc.events_path is not None
     spent = _budget(sc.events_path)
     q, d = spent[("q", "ttft")], spent[("down", "availability")]
-    assert q["misses"] == QUEUED and q["budget_spent"] > 1
-    assert q["by_phase_cause"][0] | {"budget_spent": None} == {
-        "phase": "queue", "cause": "admission_queue", "misses": QUEUED, "budget_spent": None,
-    }  # fmt: skip
+    assert q["misses"] >= QUEUED and q["budget_spent"] > 1
+    top = q["by_phase_cause"][0]
+    assert (top["phase"], top["cause"], top["misses"]) == ("queue", "admission_queue", QUEUED)
     assert [(r["phase"], r["cause"], r["misses"]) for r in d["by_phase_cause"]] == [
         ("queue", "upstream_error", 2)
     ]
