@@ -361,22 +361,13 @@ def _canary(args: argparse.Namespace) -> int:
 
 
 def _budget(args: argparse.Namespace) -> int:
-    from obs.query.error_budget import budget, tables, window_filters
-    from obs.query.table import render, to_json
+    from obs.query.error_budget import budget, render, window_filters
 
-    config = _config(args)
     scan = _scan(args)
     windowed = window_filters(scan, args.window)
     if windowed is not scan.filters:
         scan = _scan(args, filters=windowed)
-    doc = budget(scan, config, list(args.paths))
-    if args.format == "json":
-        _emit(to_json(doc))
-    else:
-        parts = []
-        for title, table in tables(doc).items():
-            parts.append(f"{title}\n\n{render(table, args.format)}")
-        _emit("\n".join(parts))
+    _emit(render(budget(scan, _config(args), list(args.paths)), args.format))
     _warn(scan)
     return 0
 

@@ -29,7 +29,8 @@ from obs.errors import InputError
 from obs.query import slo
 from obs.query.filters import Filters, sql_str
 from obs.query.scan import SRC, Source
-from obs.query.table import Table
+from obs.query.table import Table, to_json
+from obs.query.table import render as render_table
 
 TOP = 5  # replicas, tenants, models listed per lane and SLO
 WORST = 5  # worst misses listed per lane and SLO
@@ -271,3 +272,10 @@ def tables(doc: dict[str, Any]) -> dict[str, Table]:
             ["lane", "slo", "request_id", "phase", "cause", "ms", "show"], worst
         ),
     }
+
+
+def render(doc: dict[str, Any], fmt: str) -> str:
+    """The document as JSON, or its tables (table or markdown), each under its title."""
+    if fmt == "json":
+        return to_json(doc)
+    return "\n".join(f"{t}\n\n{render_table(table, fmt)}" for t, table in tables(doc).items())
