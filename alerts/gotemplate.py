@@ -18,8 +18,47 @@ _PRINTF = re.compile(r'printf "(%\.\d+[fg])" \$value')
 _LABEL = re.compile(r"\$labels\.([A-Za-z_][A-Za-z0-9_]*)")
 
 
-def render(text: str, value: float, labels: Mapping[str, str]) -> str:
-    """``text`` with every ``{{ ... }}`` action replaced by what Prometheus would print."""
+# ``{{ range query `PROMQL` }}BODY{{ else }}EMPTY{{ end }}``: the first sample's labels and
+# value (.Labels.x, .Value) in BODY; the tests give what the query returns.
+RANGE = re.compile(
+    r"\{\{ range query `(?P<q>[^`]*)` \}\}(?P<body>.*?)\{\{ else \}\}(?P<empty>.*?)\{\{ end \}\}"
+)
+_SAMPLE = re.compile(
+    r"\{\{ (?:\.Labels\.(?P<label>\w+)|printf \"(?P<fmt>%\.\d+[fg])\" \.Value) \}\}"
+)
+
+Sample = tuple[Mapping[str, str], float]
+
+
+def render(
+    text: str,
+    value: float,
+    labels: Mapping[str, str],
+    queries: Mapping[str, Sample | None] | None = None,
+) -> str:
+    """``text`` with every ``{{ ... }}`` action replaced by what Prometheus would print.
+
+    ``queries`` maps each ``range query`` block's PromQL to the one sample it returns
+    (None: no sample); a block whose query it lacks raises.
+    """
+
+    def block(m: re.Match[str]) -> str:
+        q = m.group("q")
+        if queries is None or q not in queries:
+            raise ValueError(f"the test renderer was not told what {q!r} returns")
+        found = queries[q]
+        if found is None:
+            return m.group("empty")
+        sample_labels, sample_value = found
+
+        def sample(s: re.Match[str]) -> str:
+            if s.group("label"):
+                return sample_labels.get(s.group("label"), "")
+            return s.group("fmt") % sample_value
+
+        return _SAMPLE.sub(sample, m.group("body"))
+
+    text = RANGE.sub(block, text)
 
     def action(m: re.Match[str]) -> str:
         body = m.group(1)

@@ -19,6 +19,9 @@ from obs.slo import Objective, objectives
 
 # Where the runbook lives in the repository; alerts link to its sections.
 RUNBOOK_PATH: Final = "docs/runbook.md"
+# What the alerts' `vllm-obs query budget` command reads: the responder puts in the
+# sidecar's event log (its --events JSONL) or its clickhouse://HOST:8123/DB.TABLE.
+EVENTS_PLACEHOLDER: Final = "EVENTS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +141,7 @@ class AlertModel:
     thresholds: HealthThresholds = field(default_factory=HealthThresholds)
     runbook_url: str = RUNBOOK_PATH
     canaries: tuple[CanaryArm, ...] = ()  # split lanes' canary arms (obs.alerts.canary_rules)
+    events: str = EVENTS_PLACEHOLDER  # what the alerts' `vllm-obs query budget` reads
 
     def lane_slis(self, lane: str) -> tuple[SLI, ...]:
         """The SLIs of one lane, in ``SLO_KINDS`` order."""

@@ -41,7 +41,10 @@ def lane_tests(model: AlertModel, lane: str, index: RuleIndex) -> list[dict[str,
 def _bad_for(sli: SLI, burn: float) -> tuple[int, float]:
     """Failed requests per step for ``burn``, nudged off a %.1f rounding edge."""
     bad = round(burn * sli.budget * REQUESTS_PER_STEP)
-    while abs((bad / REQUESTS_PER_STEP / sli.budget * 10) % 1 - 0.5) < 1e-3:
+    while any(
+        abs((bad / REQUESTS_PER_STEP / sli.budget * share * 10) % 1 - 0.5) < 1e-3
+        for share in (1.0, s.TOP_SHARE)  # the burn, and its top phase and cause's part
+    ):
         bad += 1
     actual = bad / REQUESTS_PER_STEP / sli.budget
     for w in sli.windows:

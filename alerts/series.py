@@ -12,7 +12,7 @@ from typing import Any
 from obs import conventions as c
 from obs.slo import LATENCY_HISTOGRAMS
 
-from .gotemplate import render
+from .gotemplate import RANGE, render
 from .model import SLI
 
 # What a scrape of the sidecar adds to every series.
@@ -80,8 +80,32 @@ def sli_buckets(sli: SLI) -> tuple[float, ...]:
     return c.merged_buckets(base, [sli.threshold_s])
 
 
+# The misses of each SLO's tests, by (phase, cause): TOP_SHARE of them the first, the rest
+# the second; so the alerts' top phase and cause, and its part of the burn, are known.
+MISS_SPLIT = {
+    "ttft": (("queue", "admission_queue"), ("prefill", "long_prefill")),
+    "tpot": (("decode", "slow_client"), ("decode", "other")),
+    "availability": (("queue", "upstream_error"), ("prefill", "other")),
+}
+TOP_SHARE = 0.75
+
+
+def misses(sli: SLI, steps: int) -> list[Series]:
+    """``vllm_obs_slo_misses_total`` of the SLI: 3 misses a minute to its first phase and
+    cause of ``MISS_SPLIT``, 1 to the second (only the split matters to the rules)."""
+    out = []
+    for (phase, cause), n in zip(MISS_SPLIT[sli.kind], (3, 1), strict=True):
+        labels = {c.LANE: sli.lane, c.SLO_LABEL: sli.kind, c.PHASE: phase, c.CAUSE: cause}
+        out.append(series(c.SLO_MISSES.series[0], labels, counter(n, steps)))
+    return out
+
+
 def sli_inputs(sli: SLI, total: int, bad: int, steps: int) -> list[Series]:
-    """Series from which the SLI's error ratio is ``bad / total``."""
+    """Series from which the SLI's error ratio is ``bad / total`` (and its misses' split)."""
+    return _sli_inputs(sli, total, bad, steps) + (misses(sli, steps) if bad else [])
+
+
+def _sli_inputs(sli: SLI, total: int, bad: int, steps: int) -> list[Series]:
     labels = {c.LANE: sli.lane, c.POOL: sli.pool}
     if sli.kind == "availability":
         return requests(sli.lane, sli.pool, total, bad, steps)
@@ -120,9 +144,18 @@ def requests(lane: str, pool: str, total: int, bad: int, steps: int) -> list[Ser
 def expected(rule: dict[str, Any], labels: dict[str, str], value: float) -> dict[str, Any]:
     """One expected firing alert: the rule's labels plus the series', rendered annotations."""
     all_labels = {**rule["labels"], **labels}
+    top = None
+    if c.SLO_LABEL in all_labels:  # a burn-rate alert: its top phase and cause are known
+        phase, cause = MISS_SPLIT[all_labels[c.SLO_LABEL]][0]
+        top = ({c.PHASE: phase, c.CAUSE: cause}, value * TOP_SHARE)
     return {
         "exp_labels": all_labels,
         "exp_annotations": {
-            k: render(v, value, all_labels) for k, v in rule["annotations"].items()
+            k: render(v, value, all_labels, {q: top for q in range_queries(v)})
+            for k, v in rule["annotations"].items()
         },
     }
+
+
+def range_queries(text: str) -> list[str]:
+    return [m.group("q") for m in RANGE.finditer(text)]

@@ -17,6 +17,7 @@ from obs import conventions as c
 from obs.durations import seconds
 
 from . import expr as e
+from .budget_rules import alert_annotations, lane_budget_rules
 from .model import SLI, AlertModel, Window
 
 Rule = dict[str, Any]
@@ -35,6 +36,7 @@ def lane_groups(model: AlertModel, lane: str) -> list[Group]:
     for sli in slis:
         fast += [_sli_error(sli, w) for w in sli.rule_windows]
         fast += [_burn_rate(sli, w) for w in sli.rule_windows]
+    fast += lane_budget_rules(model, lane)
     for sli in slis:
         fast += [_burn_alert(model, sli, w) for w in sli.windows]
     period: list[Rule] = []
@@ -129,5 +131,6 @@ def _burn_alert(model: AlertModel, sli: SLI, w: Window) -> Rule:
                 f"{c.SLO_PERIOD} (error budget {e.num(sli.budget * 100)}% of requests).{pace}"
             ),
             "runbook_url": model.runbook(sli.alert),
+            **alert_annotations(model, sli, w.long),
         },
     }

@@ -198,6 +198,9 @@ SELECT
     WHEN 'client_error' THEN 'pool answered 400' END AS error_message,
   CASE WHEN status = 'rejected' THEN
     CASE WHEN u_frac < 0.5 THEN 'queue_full' ELSE 'queue_timeout' END END AS rejection_reason,
+  NULL::VARCHAR AS miss_slo,  -- the sidecar's attribution: query budget recomputes it
+  NULL::VARCHAR AS miss_phase,
+  NULL::VARCHAR AS miss_cause,
   CASE WHEN status = 'rejected' THEN NULL ELSE cached_tokens END AS cached_tokens,
   (completion_tokens * 2)::INTEGER AS max_tokens,
   round(round(queue_ms, 3) + round(prefill_ms, 3) + round(first_token_ms, 3)

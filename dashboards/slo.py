@@ -14,6 +14,7 @@ from grafanalib.core import Dashboard
 from obs import conventions as c
 from obs.config import Config, Lane
 
+from . import budget as budget_rows
 from . import expr as e
 from . import links, sli
 from . import variables as v
@@ -100,6 +101,7 @@ def build(config: Config) -> Dashboard:
     with_slos = [lane for lane in config.lanes if sli.objectives(lane)]
     for lane in with_slos:
         _lane_row(grid, lane)
+        budget_rows.lane_row(grid, lane)
     if not with_slos:
         grid.add(note("No SLOs", "No lane of this config declares an SLO."), 24, 3)
     return dashboard(

@@ -78,6 +78,8 @@ class Metrics:
         self.dropped = _counter(c.EVENTS_DROPPED, registry)
         self.failures = _counter(c.EXPORTER_FAILURES, registry)
         self.engine_spans = _counter(c.ENGINE_SPANS, registry)
+        self.misses = _counter(c.SLO_MISSES, registry)
+        self._miss_children: dict[tuple[str, str, str, str], Any] = {}
         self.loop_lag = _hist(c.EVENT_LOOP_LAG, registry, c.EVENT_LOOP_LAG_BUCKETS)
         # Only models a pool serves (config, or its /metrics' model_name): a client's made-up
         # model is "other", never a new series.
@@ -128,6 +130,8 @@ class Metrics:
         if count is None:
             count = self._counts[key] = self.requests.labels(*key)
         count.inc()
+        for slo, phase, cause in finished.misses:
+            self._miss(ev.lane, slo, phase, cause)
         s = self._series.get(lp)
         if s is None:
             s = self._series[lp] = _Series(self, lp)
@@ -158,6 +162,19 @@ class Metrics:
             s.disconnects.inc()
         elif ev.status == c.ERROR and ev.error_class:
             self.upstream_errors.labels(*lp, ev.error_class).inc()
+
+    def _miss(self, lane: str, slo: str, phase: str, cause: str) -> None:
+        """Count one missed gate; labels outside the fixed enums count as ``other``."""
+        key = (
+            lane,
+            slo if slo in c.SLO_KINDS else c.OVERFLOW_LABEL,
+            phase if phase in c.PHASES else c.OVERFLOW_LABEL,
+            cause if cause in c.MISS_CAUSES else c.OVERFLOW_LABEL,
+        )
+        child = self._miss_children.get(key)
+        if child is None:
+            child = self._miss_children[key] = self.misses.labels(*key)
+        child.inc()
 
     def force_flush(self, timeout_s: float = 10.0) -> bool:
         return True

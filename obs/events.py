@@ -114,6 +114,21 @@ class Event:
         "(queue_full, queue_timeout, tenant_share, prompt_too_long, over_token_budget, "
         "engine_queue_full), or pool_unavailable with status error."
     )
+    miss_slo: str | None = _f(
+        "The gates of its lane's SLO the request missed, comma-separated in ttft, tpot, "
+        "availability order (e.g. `ttft` or `ttft,tpot`); null for a request that missed none "
+        "(a good one, a refused one, one of a lane without SLOs)."
+    )
+    miss_phase: str | None = _f(
+        "The phase the first missed gate is charged to: the one that took the most over what "
+        "the lane's good requests take in it (a failure: the phase it failed in). See "
+        "docs/query.md, Where the error budget went."
+    )
+    miss_cause: str | None = _f(
+        "Why the first missed gate was missed: admission_queue, engine_queue, long_prefill, "
+        "cache_miss, slow_client, upstream_error or other (the rule: docs/query.md, Where the "
+        "error budget went); null when miss_slo is."
+    )
     cached_tokens: int | None = _f(
         "Prompt tokens served from the prefix cache (needs vLLM's "
         "`--enable-prompt-tokens-details`; null without it)."

@@ -23,6 +23,8 @@ class Finished:
     itl_ns: list[int] = field(default_factory=list)
     operation: str = "chat"  # gen_ai.operation.name: chat, text_completion, embeddings, ...
     first_read_chunks: int = 1  # tokens that arrived with the first one (in the same read)
+    # Gates of the lane's SLO it missed, as (slo, phase, cause): set by obs.attribution.
+    misses: tuple[tuple[str, str, str], ...] = ()
 
     def wall_ns(self, perf_ns: int) -> int:
         """A ``perf_counter_ns`` reading of this request converted to wall-clock ns."""

@@ -25,6 +25,7 @@ from prometheus_client.exposition import choose_encoder
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from obs import conventions as c
+from obs.attribution import MissStamp
 from obs.engine_spans import SPANLESS
 from obs.exporters.base import Exporter, Fanout
 from obs.exporters.clickhouse import start_exporter
@@ -98,7 +99,8 @@ class SidecarApp:
         # Where spans go: ours, and vLLM's that the sidecar receives and forwards.
         self.otlp = OtlpSettings.from_env(settings.otlp_endpoint)
         exporters, self.jsonl = _exporters(settings, self.metrics, self.otlp)
-        self.exporters = Fanout(exporters, failures=self.metrics)
+        # Each record's SLO misses are attributed before any exporter sees it.
+        self.exporters = Fanout([MissStamp(settings.config), *exporters], failures=self.metrics)
         self.metrics_only = Fanout([self.metrics], failures=self.metrics)
         self.record_only = Fanout(_record_sinks(exporters), failures=self.metrics)
         self.refused_record = RefusedRecord(settings.rejected_events_per_s, self.registry)

@@ -8,6 +8,7 @@ from typing import Final
 __all__ = [
     "ARM",
     "BAD_OUTCOMES",
+    "CAUSE",
     "CHANGED",
     "CLASS_SOURCE",
     "CLASS_SOURCES",
@@ -32,6 +33,7 @@ __all__ = [
     "LIMIT",
     "LOWER_PRIORITY",
     "MAX_MODEL_LABELS",
+    "MISS_CAUSES",
     "MODEL",
     "NAMESPACE",
     "NEW",
@@ -143,3 +145,16 @@ FINISH_REASONS: Final = (
     "stop", "length", "tool_calls", "function_call", "content_filter", "abort", "error",
     "repetition", "none",
 )  # fmt: skip
+
+# Why a request missed its lane's SLO gate: the ``cause`` label of slo_misses and the event's
+# ``miss_cause`` (the rule that names it is obs.attribution's).
+CAUSE: Final = "cause"
+MISS_CAUSES: Final = (
+    "admission_queue",  # waited for a slot in the lane's admission queue
+    "engine_queue",  # waited in the engine's own queue (the engine's span says so)
+    "long_prefill",  # a prompt much longer than the lane's good requests'
+    "cache_miss",  # missed the prefix cache where the lane's good requests usually hit it
+    "slow_client",  # the client read slowly: the relay waited on it
+    "upstream_error",  # the pool refused, failed or timed out
+    "other",  # none of the above: slower than usual with nothing on record to say why
+)

@@ -7,6 +7,7 @@ from typing import Final
 
 from obs.conventions.labels import (
     ARM,
+    CAUSE,
     CHANGED,
     CLASS_SOURCE,
     CONFIG_HASH,
@@ -29,6 +30,7 @@ from obs.conventions.labels import (
     REPLICA,
     RESULT,
 )
+from obs.conventions.rules import SLO_LABEL
 
 __all__ = [
     "ADMISSION_REJECTIONS",
@@ -73,6 +75,7 @@ __all__ = [
     "REQUESTS",
     "REQUEST_DURATION",
     "SLOW_READERS",
+    "SLO_MISSES",
     "STREAM_BLOCKED",
     "TPOT",
     "TRACE_EXPORTS_REFUSED",
@@ -330,6 +333,16 @@ REFUSED_SUMMARIES = _m(
     "counter",
     "Summary records written for client-caused events not written one by one.",
 )
+SLO_MISSES = _m(
+    "slo_misses",
+    "counter",
+    "Requests that missed a gate of their lane's SLO, by the phase and cause they are "
+    "attributed to (obs.attribution); a request missing two gates counts under each.",
+    LANE,
+    SLO_LABEL,
+    PHASE,
+    CAUSE,
+)
 
 ALL_METRICS: Final = (
     REQUESTS,
@@ -373,4 +386,5 @@ ALL_METRICS: Final = (
     CLASSIFIED,
     SLOW_READERS,
     REFUSED_SUMMARIES,
+    SLO_MISSES,
 )

@@ -38,6 +38,8 @@ __all__ = [
     "SLO_OBJECTIVE_RULE",
     "SLO_PERIOD",
     "SPLIT_ALERTS",
+    "burn_by_cause_rule",
+    "burn_by_phase_rule",
     "burn_rate_rule",
     "sli_error_rule",
 ]
@@ -57,6 +59,17 @@ def sli_error_rule(window: str) -> str:
 def burn_rate_rule(window: str) -> str:
     """Recording rule: error ratio over ``window`` divided by the error budget (1 - objective)."""
     return f"{RULE_PREFIX}:burn_rate:ratio_rate{window}"
+
+
+def burn_by_cause_rule(window: str) -> str:
+    """Recording rule: the part of the burn rate over ``window`` that each phase and cause of
+    the lane's misses makes up (labels lane, slo, phase, cause; they sum to the burn rate)."""
+    return f"{RULE_PREFIX}:burn_rate_by_cause:ratio_rate{window}"
+
+
+def burn_by_phase_rule(window: str) -> str:
+    """Recording rule: ``burn_by_cause_rule`` summed over causes (labels lane, slo, phase)."""
+    return f"{RULE_PREFIX}:burn_rate_by_phase:ratio_rate{window}"
 
 
 SLO_OBJECTIVE_RULE: Final = f"{RULE_PREFIX}:slo_objective:ratio"

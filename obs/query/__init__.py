@@ -8,6 +8,7 @@ The Python API returns pandas DataFrames::
     q.slowest("logs/", by="ttft", n=20)
     q.timeline("logs/", interval="5m")
     q.compare("before.jsonl", "after.jsonl")
+    q.budget("logs/", window="1h")  # where each lane's error budget went (a dict)
     q.report("logs/", "out/report")
 
 The names load lazily so ``vllm-obs query`` starts without pandas.
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from obs.query.api import (
+        budget,
         compare,
         events,
         export,
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Filters",
+    "budget",
     "compare",
     "events",
     "export",

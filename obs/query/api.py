@@ -139,6 +139,28 @@ def timeline(
     return _frame(run(scan, as_config(config), interval, by), scan)
 
 
+def budget(
+    paths: Paths,
+    config: Config | str | os.PathLike[str] | None = None,
+    filters: Filters | dict[str, Any] | None = None,
+    window: str | None = None,
+) -> dict[str, Any]:
+    """Per lane and SLO: the error budget spent, by phase and cause, who is behind the
+    misses and the worst of them (the ``vllm-obs query budget --format json`` document);
+    ``window`` (``1h``) keeps the window that ends with the newest selected event."""
+    from obs.query.error_budget import budget as run
+    from obs.query.error_budget import window_filters
+
+    scan = open_scan(paths, filters)
+    windowed = window_filters(scan, window)
+    if windowed is not scan.filters:
+        scan = open_scan(paths, windowed)
+    doc = run(scan, as_config(config), _paths(paths))
+    for msg in scan.report.messages():
+        log.warning("%s", msg)
+    return doc
+
+
 def compare(
     before: Paths,
     after: Paths | None = None,

@@ -144,6 +144,27 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--alpha", type=float, default=0.01, help="significance level (default 0.01)")
     p.set_defaults(handler=_canary)
 
+    p = sub.add_parser(
+        "budget",
+        help="where each lane's error budget went: by phase, cause, replica, tenant, model",
+        description=(
+            "Per lane and SLO: the error budget spent in the window, split by the phase and "
+            "cause each miss is charged to (the rule: docs/query.md, Where the error budget "
+            "went), the replicas, tenants and models behind the misses, and the worst misses "
+            "with the `vllm-obs query show` command for each."
+        ),
+    )
+    _common(p, fmt=False)
+    _config_arg(p)
+    p.add_argument(
+        "--window",
+        metavar="DUR",
+        help="only the DUR (1h, 6h, 3d: an alert's window) that ends with the newest event "
+        "(or at --until); default: every event the filters select",
+    )
+    p.add_argument("--format", choices=("table", "json", "markdown"), default="table")
+    p.set_defaults(handler=_budget)
+
     p = sub.add_parser("report", help="self-contained HTML report with plots")
     _common(p, fmt=False)
     _config_arg(p)
@@ -336,6 +357,18 @@ def _canary(args: argparse.Namespace) -> int:
     if args.window:
         filters = last_window(scan(filters), filters, args.window)
     _emit(render_verdicts(canary(scan, filters, _config(args), lanes[0], args.alpha), args.format))
+    return 0
+
+
+def _budget(args: argparse.Namespace) -> int:
+    from obs.query.error_budget import budget, render, window_filters
+
+    scan = _scan(args)
+    windowed = window_filters(scan, args.window)
+    if windowed is not scan.filters:
+        scan = _scan(args, filters=windowed)
+    _emit(render(budget(scan, _config(args), list(args.paths)), args.format))
+    _warn(scan)
     return 0
 
 

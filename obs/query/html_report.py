@@ -16,6 +16,8 @@ from typing import Any
 from obs.config import Config
 from obs.query import plots
 from obs.query.aggregate import METRICS, latency_condition, summary
+from obs.query.error_budget import COLUMNS as BUDGET_COLUMNS
+from obs.query.error_budget import budget, tables
 from obs.query.intervals import timeline
 from obs.query.requests import SLOWEST_COLUMNS, slowest
 from obs.query.scan import SRC, Source
@@ -58,6 +60,7 @@ _NEEDED = (
     "cached_tokens",
     "schema_version",
     "summarized",
+    *BUDGET_COLUMNS,
 )
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1200px;
@@ -181,6 +184,21 @@ def _figures(scan: Source, config: Config, summ: Table) -> dict[str, tuple[str, 
     return figs
 
 
+def _budget_section(scan: Source, config: Config) -> str:
+    """Where each lane's error budget went (``vllm-obs query budget``), as HTML tables."""
+    doc = budget(scan, config, list(scan.inputs.files))
+    parts = ["<h2>Where the error budget went</h2>"]
+    for title, table in tables(doc).items():
+        parts.append(f"<h3>{html.escape(title)}</h3>")
+        parts.append(_html_table(table) if len(table) else "<p>None.</p>")
+    parts.append(
+        '<p class="note">Each SLO miss is charged to the phase that ran furthest over what '
+        "the lane's good requests take in it, and to a cause (docs/query.md, Where the error "
+        "budget went).</p>"
+    )
+    return "".join(parts)
+
+
 def _interval_of(t: Table) -> int:
     starts = t.values("start")
     return int((starts[1] - starts[0]).total_seconds()) if len(starts) > 1 else 60
@@ -220,6 +238,7 @@ def report(scan: Source, config: Config, out: str | Path, title: str | None = No
         b64 = base64.b64encode(png).decode()
         parts.append(f"<h2>{html.escape(caption)}</h2>")
         parts.append(f'<img alt="{html.escape(caption)}" src="data:image/png;base64,{b64}">')
+    parts.append(_budget_section(scan, config))
     parts.append("<h2>Slowest requests (end-to-end)</h2>" + _html_table(slow, SLOW_COLUMNS))
     parts.append("<h2>Slowest first tokens (TTFT)</h2>" + _html_table(slow_ttft, SLOW_COLUMNS))
     doc = (

@@ -87,3 +87,19 @@ def test_write_prunes_only_stale_generated_files(tmp_path: Path) -> None:
     written = write(tmp_path, {"keep.rules.yml": {"groups": []}}, "a.yaml")
     assert written == [tmp_path / "keep.rules.yml"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.rules.yml", "mine.yml"]
+
+
+def test_range_query_block_renders_the_first_sample_or_the_else_text() -> None:
+    """A `range query` block prints the sample's labels and value, or its else branch; a
+    query the test did not supply raises rather than guessing."""
+    text = (
+        "top: {{ range query `topk(1, x)` }}{{ .Labels.phase }}/{{ .Labels.cause }} "
+        '({{ printf "%.1f" .Value }}x){{ else }}none{{ end }}; burn {{ $value }}'
+    )
+    sample = ({"phase": "queue", "cause": "admission_queue"}, 12.96)
+    assert render(text, 2.5, {}, {"topk(1, x)": sample}) == (
+        "top: queue/admission_queue (13.0x); burn 2.5"
+    )
+    assert render(text, 2.5, {}, {"topk(1, x)": None}) == "top: none; burn 2.5"
+    with pytest.raises(ValueError, match="topk"):
+        render(text, 2.5, {})

@@ -42,6 +42,8 @@ def _conventions_rule_names(files: dict[str, Any]) -> set[str]:
         c.LANE_REJECTION_RATIO_RULE,
         *(c.sli_error_rule(w) for w in windows),
         *(c.burn_rate_rule(w) for w in windows),
+        *(c.burn_by_cause_rule(w) for w in windows),
+        *(c.burn_by_phase_rule(w) for w in windows),
     }
 
 
@@ -63,12 +65,17 @@ def test_every_recorded_name_comes_from_conventions(files: dict[str, Any]) -> No
 
 
 def test_slo_series_carry_lane_and_slo_labels(files: dict[str, Any]) -> None:
-    """Every SLO recording rule labels its series with lane and slo."""
+    """Every SLO recording rule labels its series with lane and slo (a lane's burn by phase
+    and cause keeps them from the series it sums, by lane and slo)."""
+    split = re.compile(r"burn_rate_by_(cause|phase):")
     for name, f in files.items():
         if not name.startswith("slo-"):
             continue
         for rule in _rules({name: f}):
-            if "record" in rule:
+            if "record" in rule and split.search(rule["record"]):
+                assert "labels" not in rule
+                assert f"sum by ({c.LANE}, {c.SLO_LABEL}, {c.PHASE}" in rule["expr"]
+            elif "record" in rule:
                 assert set(rule["labels"]) == {c.LANE, c.SLO_LABEL}
                 assert rule["labels"][c.SLO_LABEL] in c.SLO_KINDS
 
@@ -165,6 +172,21 @@ def test_every_alert_is_named_in_conventions_and_generated(files: dict[str, Any]
     assert {a["alert"] for a in alerts(files)} == set(c.ALL_ALERTS) - set(c.SPLIT_ALERTS)
 
 
+def test_burn_alerts_name_the_top_phase_cause_and_budget_command(files: dict[str, Any]) -> None:
+    """Each burn-rate alert asks its long window's burn by cause for the top phase and cause,
+    and names the `vllm-obs query budget` command for its lane and window."""
+    burn = [a for a in alerts(files) if a["alert"] in c.BUDGET_BURN_ALERTS.values()]
+    assert burn
+    for a in burn:
+        lane, slo, window = (a["labels"][k] for k in ("lane", "slo", c.LONG_WINDOW))
+        rule = c.burn_by_cause_rule(window)
+        query = f'topk(1, {rule}{{lane="{lane}",slo="{slo}"}})'
+        assert f"{{{{ range query `{query}` }}}}" in a["annotations"]["top_cause"]
+        assert a["annotations"]["budget_query"].startswith(
+            f"vllm-obs query budget --lane {lane} --window {window} "
+        )
+
+
 def test_alert_rules_are_distinct_by_labels(files: dict[str, Any]) -> None:
     """No two alerting rules share a name and static labels (their alerts would merge)."""
     keys = [(a["alert"], tuple(sorted(a["labels"].items()))) for a in alerts(files)]
@@ -176,7 +198,10 @@ def test_every_alert_has_severity_summary_description_and_runbook(files: dict[st
     for a in alerts(files):
         labels, notes = a["labels"], a["annotations"]
         assert labels["severity"] in ("page", "ticket")
-        assert set(notes) == {"summary", "description", "runbook_url"}
+        budget = (
+            {"top_cause", "budget_query"} if a["alert"] in c.BUDGET_BURN_ALERTS.values() else set()
+        )
+        assert set(notes) == {"summary", "description", "runbook_url", *budget}
         process = "{{ $labels.instance }}" if a["alert"] == c.ALERT_EVENT_LOOP_LAG_HIGH else None
         subject = labels.get("lane") or labels.get("pool") or process or "{{ $labels.exporter }}"
         for text in (notes["summary"], notes["description"]):

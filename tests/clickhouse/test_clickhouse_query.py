@@ -161,6 +161,48 @@ def test_same_output_on_files_and_clickhouse(both: tuple[str, str], args: tuple[
             assert _same(k, a[k], b[k], timing_row), (k, a[k], b[k], a)
 
 
+def _budget_doc(source: str, *args: str) -> dict[str, Any]:
+    doc = json.loads(_query("budget", source, "--format", "json", *args))
+    for e in doc["slos"]:
+        for w in e["worst"]:
+            assert w.pop("show").endswith(f"show {w['request_id']} {source}")
+    return doc
+
+
+@pytest.mark.parametrize("args", [(), ("--window", "30m", "--lane", "chat,rag")])
+def test_budget_is_the_same_on_files_and_clickhouse(
+    both: tuple[str, str], args: tuple[str, ...]
+) -> None:
+    """query budget attributes the same misses to the same phases and causes on either source."""
+    log, url = both
+    ch, local = _budget_doc(url, *args), _budget_doc(log, *args)
+    assert ch.keys() == local.keys() and ch["until"] == local["until"]
+    assert len(ch["slos"]) == len(local["slos"]) > 0
+    assert sum(e["misses"] for e in local["slos"]) > 0
+    for a, b in zip(ch["slos"], local["slos"], strict=True):
+        assert _close(a, b), _diff(a, b)
+
+
+def _diff(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    return [(k, a[k], b.get(k)) for k in a if not _close(a[k], b.get(k), k)]
+
+
+def _close(a: Any, b: Any, key: str = "") -> bool:
+    """Equal; ratios to 1e-9 relative (the engines sum in different orders), a timing to
+    0.001 ms (see the module doc)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k], k) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) or isinstance(b, float):
+        if a is None or b is None:
+            return False
+        if key.endswith("_ms"):
+            return abs(a - b) <= 0.0010001
+        return abs(a - b) <= 1e-9 * max(1.0, abs(b))
+    return bool(a == b)
+
+
 def test_show_finds_the_same_event(both: tuple[str, str]) -> None:
     """show by id prefix prints the same event and waterfall from either source."""
     log, url = both

@@ -75,7 +75,7 @@ def test_burn_rate_rules_divide_the_error_ratio_by_the_budget(objective: float) 
         (r["record"]): r["expr"]
         for g in lane_groups(model, "l")
         for r in g["rules"]
-        if "record" in r and r["labels"][c.SLO_LABEL] == sli.kind
+        if "record" in r and r.get("labels", {}).get(c.SLO_LABEL) == sli.kind
     }
     for w in (*sli.rule_windows, c.SLO_PERIOD):
         assert rules[c.burn_rate_rule(w)].endswith(f" / {format(sli.budget, 'g')}")

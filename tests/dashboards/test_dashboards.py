@@ -160,6 +160,7 @@ def _allowed_names(config: Config) -> set[str]:
     ours = {s for m in c.ALL_METRICS for s in m.series}
     windows = {w for lane in config.lanes for b in lane.slo.burn_windows for w in (b.long, b.short)}
     rules = {c.sli_error_rule(w) for w in windows} | {c.burn_rate_rule(w) for w in windows}
+    rules |= {c.burn_by_cause_rule(w) for w in windows} | {c.burn_by_phase_rule(w) for w in windows}
     rules |= {
         c.SLO_OBJECTIVE_RULE,
         c.ERROR_BUDGET_REMAINING_RULE,

@@ -52,6 +52,8 @@ FIXED = {
     c.CONFIG_HASH: ["0a1b2c3d"],
     c.CONFIG_VERSION: ["1"],
     c.ARM: ["interactive", "bulk"],  # a split lane's arms (pools of the default config)
+    c.SLO_LABEL: ["ttft", "availability"],
+    c.CAUSE: ["admission_queue", "upstream_error"],
 }
 VLLM_BUCKETS = (0.01, 0.1, 1.0, 10.0)
 
@@ -128,6 +130,12 @@ def _openmetrics(config: Config, t0: int) -> Iterator[str]:
             names += [f(w) for w in sorted(windows) for f in (c.sli_error_rule, c.burn_rate_rule)]
             for name in names:
                 yield from _family(name, [(labels, 0.0)], t0)
+            for w in sorted(windows):
+                for phase, cause in (("queue", "admission_queue"), ("prefill", "other")):
+                    split = {**labels, c.PHASE: phase}
+                    yield from _family(c.burn_by_phase_rule(w), [(split, 0.0)], t0)
+                    split[c.CAUSE] = cause
+                    yield from _family(c.burn_by_cause_rule(w), [(split, 0.0)], t0)
     yield "# EOF"
 
 

@@ -1,0 +1,311 @@
+"""Where an SLO miss came from: the phase and the cause of each request that missed a gate.
+
+A request **misses** a gate of its lane (the rules of ``obs.query.slo``, in Python here):
+
+* ``ttft``: the lane declares a TTFT SLO and the request's TTFT value (``ttft_ms``, or, for a
+  successful non-streamed request, ``e2e_ms``) is above its threshold;
+* ``tpot``: the lane declares a TPOT SLO and ``tpot_ms`` is above its threshold;
+* ``availability``: the lane declares an availability SLO and the request failed for a
+  server-side reason (status in ``BAD_OUTCOMES``).
+
+Each missed gate is attributed to a **phase** and a **cause** (``MISS_CAUSES``), by this rule:
+
+1. **Phase.** An availability miss is charged to the phase the request failed in
+   (``error_phase``). A latency miss is charged to the phase, among those that make up the
+   gate's value, with the largest excess over what the lane's good requests take in that
+   phase on average (the ``Baseline``): TTFT is queue + prefill + first_token (a non-streamed
+   request's e2e: every phase); TPOT is first_token + decode (the cadence upstream). Ties go
+   to the earlier phase.
+2. **Cause**, the first that holds:
+
+   * an availability miss: ``slow_client`` when the relay ended the stream on a client that
+     read nothing (``error_class`` slow_client); ``upstream_error`` when the pool refused,
+     failed or timed out (``upstream_*``, or no replica accepting connections); else
+     ``other``;
+   * phase ``queue``: ``admission_queue`` (the time from arrival to dispatch is the lane's
+     admission gate and the connect);
+   * phase ``prefill``: ``engine_queue`` when the engine's span shows its waiting queue took
+     at least half of the prefill's excess; ``long_prefill`` when the prompt has at least
+     ``LONG_PROMPT_FACTOR`` times the tokens of the lane's good requests; ``cache_miss`` when
+     no prompt token came from the prefix cache while at least ``CACHED_SHARE`` of the lane's
+     good requests hit it; else ``other``;
+   * phases ``first_token``, ``decode`` and ``stream``: ``slow_client`` when the relay was
+     blocked writing to the client for at least half of the phase's excess (a stream always
+     is: its phase is the client reading the rest); else ``other``.
+
+Replicas, tenants and models are not causes of one request (one request cannot tell whether
+its replica is unusual): ``vllm-obs query budget`` names the ones behind most misses.
+The sidecar keeps a ``RunningBaseline`` per lane (bounded: a few numbers per lane, an
+exponentially weighted mean); ``query budget`` computes the window's exact means instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from dataclasses import replace as _replace
+from typing import Any, Final
+
+from obs.config import Config, Lane
+from obs.conventions import BAD_OUTCOMES, MISS_CAUSES, OK, PHASES, SLO_KINDS
+from obs.record import Finished
+
+LONG_PROMPT_FACTOR: Final = 2.0
+CACHED_SHARE: Final = 0.5
+TTFT_PHASES: Final[tuple[str, ...]] = PHASES[:3]
+TPOT_PHASES: Final[tuple[str, ...]] = ("first_token", "decode")
+# How many good requests the running baseline averages over (the weight of a new one).
+BASELINE_REQUESTS: Final = 100
+SLOW_CLIENT, UPSTREAM_ERROR, OTHER = "slow_client", "upstream_error", "other"
+assert {SLOW_CLIENT, UPSTREAM_ERROR, OTHER} <= set(MISS_CAUSES)
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What the rule reads of one request (an event's fields)."""
+
+    lane: str
+    status: str
+    stream: bool
+    e2e_ms: float
+    phases_ms: tuple[float, ...]  # in PHASES order
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    error_class: str | None = None
+    error_phase: str | None = None
+    rejection_reason: str | None = None
+    prompt_tokens: int | None = None
+    cache_hit: bool | None = None
+    engine_queue_ms: float | None = None
+    stream_blocked_ms: float = 0.0
+
+    @classmethod
+    def of(cls, ev: Any) -> Facts:
+        """From an ``obs.events.Event`` (or anything with its attributes)."""
+        return cls(
+            ev.lane, ev.status, bool(ev.stream), ev.e2e_ms,
+            tuple(getattr(ev, f"{p}_ms") for p in PHASES),
+            ev.ttft_ms, ev.tpot_ms, ev.error_class, ev.error_phase, ev.rejection_reason,
+            ev.prompt_tokens, ev.cache_hit, ev.engine_queue_ms, ev.stream_blocked_ms or 0.0,
+        )  # fmt: skip
+
+    @classmethod
+    def of_row(cls, row: Mapping[str, Any]) -> Facts:
+        """From an event as a mapping of its fields (a query's row; ClickHouse's 0/1 too)."""
+        f = cls.of(_Row(row))
+        hit = row.get("cache_hit")
+        return f if hit is None or isinstance(hit, bool) else _replace(f, cache_hit=bool(hit))
+
+    @property
+    def ttft_value(self) -> float | None:
+        """The value TTFT is judged on: ``ttft_ms``, or a successful non-stream's e2e."""
+        if self.ttft_ms is not None:
+            return self.ttft_ms
+        return self.e2e_ms if not self.stream and self.status == OK else None
+
+
+class _Row:
+    __slots__ = ("_row",)
+
+    def __init__(self, row: Mapping[str, Any]) -> None:
+        self._row = row
+
+    def __getattr__(self, name: str) -> Any:
+        return self._row.get(name)
+
+
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    """What the lane's good requests take: mean phase times, prompt size, cache hits."""
+
+    phases_ms: tuple[float, ...] = (0.0,) * len(PHASES)
+    prompt_tokens: float | None = None
+    cache_hit_ratio: float | None = None
+    engine_queue_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Miss:
+    """One missed gate of one request, with the phase and cause it is charged to."""
+
+    slo: str  # one of SLO_KINDS
+    phase: str  # one of PHASES
+    cause: str  # one of MISS_CAUSES
+
+
+def missed(f: Facts, lane: Lane | None) -> tuple[str, ...]:
+    """The gates of ``lane`` that the request missed, in ``SLO_KINDS`` order."""
+    if lane is None:
+        return ()
+    slo = lane.slo
+    out = []
+    for kind in SLO_KINDS:
+        target = getattr(slo, kind)
+        if target is None:
+            continue
+        if kind == "availability":
+            bad = f.status in BAD_OUTCOMES
+        else:
+            value = f.ttft_value if kind == "ttft" else f.tpot_ms
+            bad = value is not None and value > target.threshold_ms
+        if bad:
+            out.append(kind)
+    return tuple(out)
+
+
+def is_good(f: Facts, lane: Lane | None) -> bool:
+    """Good (goodput): ``ok`` and within every latency gate of the lane that judges it."""
+    return f.status == OK and not [k for k in missed(f, lane) if k != "availability"]
+
+
+def attribute(f: Facts, lane: Lane | None, base: Baseline) -> tuple[Miss, ...]:
+    """Each gate the request missed, with its phase and cause (empty for a good request)."""
+    return tuple(_one(f, kind, base) for kind in missed(f, lane))
+
+
+def _one(f: Facts, kind: str, base: Baseline) -> Miss:
+    if kind == "availability":
+        phase = f.error_phase if f.error_phase in PHASES else _worst(f, PHASES, base)
+        return Miss(kind, phase, _failure_cause(f))
+    candidates: tuple[str, ...] = TPOT_PHASES
+    if kind == "ttft":
+        candidates = TTFT_PHASES if f.ttft_ms is not None else PHASES
+    phase = _worst(f, candidates, base)
+    return Miss(kind, phase, _latency_cause(f, phase, base))
+
+
+def excess(f: Facts, phase: str, base: Baseline) -> float:
+    """How much longer than the lane's good requests the request took in ``phase``, in ms."""
+    i = PHASES.index(phase)
+    return f.phases_ms[i] - base.phases_ms[i]
+
+
+def _worst(f: Facts, candidates: tuple[str, ...], base: Baseline) -> str:
+    best = candidates[0]
+    for p in candidates[1:]:
+        if excess(f, p, base) > excess(f, best, base):
+            best = p
+    return best
+
+
+def _failure_cause(f: Facts) -> str:
+    if f.error_class == SLOW_CLIENT:
+        return SLOW_CLIENT
+    if (f.error_class or "").startswith("upstream_") or f.rejection_reason == "pool_unavailable":
+        return UPSTREAM_ERROR
+    return OTHER
+
+
+def _latency_cause(f: Facts, phase: str, base: Baseline) -> str:
+    over = excess(f, phase, base)
+    if phase == "queue":
+        return "admission_queue"
+    if phase == "prefill":
+        if f.engine_queue_ms is not None:
+            waited = f.engine_queue_ms - (base.engine_queue_ms or 0.0)
+            if over > 0 and waited >= over / 2:
+                return "engine_queue"
+        if (
+            f.prompt_tokens is not None
+            and base.prompt_tokens
+            and f.prompt_tokens >= LONG_PROMPT_FACTOR * base.prompt_tokens
+        ):
+            return "long_prefill"
+        if f.cache_hit is False and (base.cache_hit_ratio or 0.0) >= CACHED_SHARE:
+            return "cache_miss"
+        return OTHER
+    if phase == "stream" or (over > 0 and f.stream_blocked_ms >= over / 2):
+        return SLOW_CLIENT
+    return OTHER
+
+
+@dataclass(slots=True)
+class RunningBaseline:
+    """A lane's ``Baseline`` kept up to date from its good requests, in O(1) memory.
+
+    Each mean is exponentially weighted: the first ``BASELINE_REQUESTS`` good requests are
+    averaged plainly, later ones with weight ``1 / BASELINE_REQUESTS``.
+    """
+
+    n: int = 0
+    phases_ms: list[float] = field(default_factory=lambda: [0.0] * len(PHASES))
+    prompt: tuple[int, float] = (0, 0.0)  # (samples, mean)
+    cached: tuple[int, float] = (0, 0.0)
+    engine_queue: tuple[int, float] = (0, 0.0)
+
+    def add(self, f: Facts) -> None:
+        """Count one good request of the lane."""
+        self.n += 1
+        w = 1.0 / min(self.n, BASELINE_REQUESTS)
+        for i, v in enumerate(f.phases_ms):
+            self.phases_ms[i] += (v - self.phases_ms[i]) * w
+        if f.prompt_tokens is not None:
+            self.prompt = _mean(self.prompt, f.prompt_tokens)
+        if f.cache_hit is not None:
+            self.cached = _mean(self.cached, 1.0 if f.cache_hit else 0.0)
+        if f.engine_queue_ms is not None:
+            self.engine_queue = _mean(self.engine_queue, f.engine_queue_ms)
+
+    def snapshot(self) -> Baseline:
+        """The baseline as the rule reads it."""
+        return Baseline(
+            tuple(self.phases_ms),
+            self.prompt[1] if self.prompt[0] else None,
+            self.cached[1] if self.cached[0] else None,
+            self.engine_queue[1] if self.engine_queue[0] else None,
+        )
+
+
+def _mean(state: tuple[int, float], v: float) -> tuple[int, float]:
+    n, mean = state
+    n += 1
+    return n, mean + (v - mean) / min(n, BASELINE_REQUESTS)
+
+
+class Attributor:
+    """The sidecar's side of the rule: one running baseline per lane, judged as requests end.
+
+    ``judge(facts)`` updates the lane's baseline with a good request, or attributes the
+    misses of a bad one against it (a bad request never moves the baseline).
+    """
+
+    def __init__(self, lanes: Mapping[str, Lane]) -> None:
+        self._lanes = dict(lanes)
+        self._baselines = {name: RunningBaseline() for name in self._lanes}
+
+    def judge(self, f: Facts) -> tuple[Miss, ...]:
+        lane = self._lanes.get(f.lane)
+        base = self._baselines.get(f.lane)
+        if lane is None or base is None:
+            return ()
+        if is_good(f, lane):
+            base.add(f)
+            return ()
+        return attribute(f, lane, base.snapshot())
+
+
+class MissStamp:
+    """The record's attribution step: first in the sidecar's fan-out, before every exporter.
+
+    Sets the event's ``miss_slo``, ``miss_phase`` and ``miss_cause`` and the record's
+    ``misses`` (every missed gate, for the ``slo_misses`` counter). Exporter interface.
+    """
+
+    name = "attribution"
+
+    def __init__(self, config: Config) -> None:
+        self._attributor = Attributor({lane.name: lane for lane in config.lanes})
+
+    def export(self, finished: Finished) -> None:
+        ev = finished.event
+        misses = self._attributor.judge(Facts.of(ev))
+        finished.misses = tuple((m.slo, m.phase, m.cause) for m in misses)
+        if misses:
+            ev.miss_slo = ",".join(m.slo for m in misses)
+            ev.miss_phase, ev.miss_cause = misses[0].phase, misses[0].cause
+
+    def force_flush(self, timeout_s: float = 10.0) -> bool:
+        return True
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        return None

@@ -1,0 +1,281 @@
+"""``budget``: where each lane's error budget went, by phase and cause (``obs.attribution``).
+
+Per lane and SLO over the window: the requests judged, the misses, the budget the window
+allowed (``(1 - objective) x judged``) and the share of it spent; that spending split by
+phase and cause, the replicas, tenants and models behind the misses, and the worst misses
+with the ``vllm-obs query show`` command for each.
+
+Judged, as the alert rules judge (``obs.alerts``): TTFT and TPOT as ``obs.query.slo`` does;
+availability over every request but refused and abandoned ones. Each miss is attributed
+by ``obs.attribution``'s rule, against the window's exact baseline: the mean of each phase
+over the lane's good requests in the window (the sidecar's ``miss_cause`` used a running
+one). Two queries, on DuckDB and ClickHouse alike: one aggregate for the baselines and
+counts, one that reads back only the misses; the attribution runs here, once per miss.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from obs.attribution import Baseline, Facts, Miss, attribute
+from obs.config import Config
+from obs.conventions import AVAILABILITY_EXCLUDED_OUTCOMES, PHASES, SLO_KINDS
+from obs.durations import parse_duration
+from obs.errors import InputError
+from obs.query import slo
+from obs.query.filters import Filters, sql_str
+from obs.query.scan import SRC, Source
+from obs.query.table import Table, to_json
+from obs.query.table import render as render_table
+
+TOP = 5  # replicas, tenants, models listed per lane and SLO
+WORST = 5  # worst misses listed per lane and SLO
+DIMENSIONS = ("replica", "tenant", "model")
+_FACT_COLUMNS = (
+    "lane", "status", "stream", "e2e_ms", *(f"{p}_ms" for p in PHASES), "ttft_ms", "tpot_ms",
+    "error_class", "error_phase", "rejection_reason", "prompt_tokens", "cache_hit",
+    "engine_queue_ms", "stream_blocked_ms",
+)  # fmt: skip
+COLUMNS = ("request_id", "ts", *DIMENSIONS, *_FACT_COLUMNS)
+
+
+@dataclass(slots=True)
+class Spend:
+    """One lane's SLO over the window: its budget and what spent it."""
+
+    lane: str
+    slo: str
+    objective: float
+    judged: int
+    threshold_ms: float | None
+    misses: list[tuple[Miss, dict[str, Any]]] = field(default_factory=list)
+
+    @property
+    def allowed(self) -> float:
+        """Misses the window's budget allows: (1 - objective) x judged."""
+        return round(1 - self.objective, 12) * self.judged
+
+    def spent(self, n: int) -> float | None:
+        """The share of the window's budget ``n`` misses spend (1.0: all of it)."""
+        return None if not self.allowed else n / self.allowed
+
+
+def window_filters(scan: Source, window: str | None) -> Filters:
+    """The scan's filters narrowed to the ``window`` that ends with its newest event."""
+    f = scan.filters
+    if window is None:
+        return f
+    try:
+        length = parse_duration(window)
+    except (ValueError, InputError) as e:
+        raise InputError(f"--window {window}: {e}") from e
+    end = f.until
+    if end is None:
+        col = scan.dialect.ts_column
+        (newest,) = scan.run(f"SELECT max({col}) FROM {SRC} WHERE request_id IS NOT NULL").rows[0]
+        if newest is None:
+            return f
+        end = _utc(newest) + timedelta(milliseconds=1)
+    since = end - length
+    return f.with_window(max(since, f.since) if f.since else since, end)
+
+
+def _utc(t: datetime | int) -> datetime:
+    """A time column as naive UTC: DuckDB's timestamp, or ClickHouse's epoch milliseconds."""
+    if isinstance(t, datetime):
+        return t
+    return datetime.fromtimestamp(t / 1000, UTC).replace(tzinfo=None)
+
+
+def _lane_in(config: Config) -> str:
+    names = [lane.name for lane in config.lanes if any(getattr(lane.slo, k) for k in SLO_KINDS)]
+    return "lane IN (" + ", ".join(sql_str(n) for n in names) + ")" if names else "1 = 0"
+
+
+def _baselines(scan: Source, config: Config) -> tuple[dict[str, Baseline], dict[str, dict]]:
+    d = scan.dialect
+    good = "_good"
+    counted = "status NOT IN (" + ", ".join(map(sql_str, AVAILABILITY_EXCLUDED_OUTCOMES)) + ")"
+    hit = "CASE WHEN cache_hit THEN 1.0 ELSE 0.0 END"
+    items = [
+        *(f"{d.agg_if('avg', f'{p}_ms', good)} AS _b_{p}" for p in PHASES),
+        f"{d.agg_if('avg', 'prompt_tokens', good)} AS _b_prompt",
+        f"{d.agg_if('avg', hit, f'{good} AND cache_hit IS NOT NULL')} AS _b_hit",
+        f"{d.agg_if('avg', 'engine_queue_ms', good)} AS _b_engine_queue",
+        f"{d.count_if('_ttft_judged')} AS _n_ttft",
+        f"{d.count_if('_tpot_judged')} AS _n_tpot",
+        f"{d.count_if(f'request_id IS NOT NULL AND {counted}')} AS _n_availability",
+    ]
+    source = slo.judged_rows(config, SRC, d)
+    raw = scan.run(
+        f"SELECT lane AS _lane, {', '.join(items)}, {scan.extra} FROM {source} "
+        f"WHERE {_lane_in(config)} GROUP BY _lane"
+    )
+    bases, counts = {}, {}
+    for rec in raw.records():
+
+        def f(k: str, rec: dict[str, Any] = rec) -> float | None:
+            v = rec[k]
+            return None if v is None else float(v)
+
+        bases[rec["_lane"]] = Baseline(
+            tuple(f(f"_b_{p}") or 0.0 for p in PHASES),
+            f("_b_prompt"), f("_b_hit"), f("_b_engine_queue"),
+        )  # fmt: skip
+        counts[rec["_lane"]] = {k: int(rec[f"_n_{k}"] or 0) for k in SLO_KINDS}
+    return bases, counts
+
+
+def _missed_rows(scan: Source, config: Config) -> list[dict[str, Any]]:
+    cond = f"(_ttft_judged AND NOT _ttft_met) OR (_tpot_judged AND NOT _tpot_met) OR {slo.BAD}"
+    source = slo.judged_rows(config, SRC, scan.dialect)
+    return scan.run(
+        f"SELECT {', '.join(COLUMNS)}, {scan.dialect.ts_column} AS _t FROM {source} "
+        "WHERE request_id IS NOT NULL "
+        f"AND {_lane_in(config)} AND ({cond})"
+    ).records()
+
+
+def spending(scan: Source, config: Config) -> list[Spend]:
+    """Per lane (config order) and SLO (``SLO_KINDS`` order): its budget and its misses."""
+    scan.materialize(COLUMNS)
+    bases, counts = _baselines(scan, config)
+    out: dict[tuple[str, str], Spend] = {}
+    for lane in config.lanes:
+        if lane.name not in counts:
+            continue
+        for kind in SLO_KINDS:
+            target = getattr(lane.slo, kind)
+            if target is not None:
+                thr = getattr(target, "threshold_ms", None)
+                judged = counts[lane.name][kind]
+                out[(lane.name, kind)] = Spend(lane.name, kind, target.objective, judged, thr)
+    for row in _missed_rows(scan, config):
+        f = Facts.of_row(row)
+        for m in attribute(f, config.lane(f.lane), bases.get(f.lane, Baseline())):
+            out[(f.lane, m.slo)].misses.append((m, row))
+    return list(out.values())
+
+
+def _value(s: Spend, row: dict[str, Any]) -> float:
+    """How far over its gate a miss went (ms); a failure ranks by its end-to-end time."""
+    if s.slo == "availability" or s.threshold_ms is None:
+        return float(row["e2e_ms"] or 0.0)
+    v = Facts.of_row(row).ttft_value if s.slo == "ttft" else row["tpot_ms"]
+    return float(v or 0.0) - s.threshold_ms
+
+
+def _ranked(c: Counter[Any]) -> list[tuple[Any, int]]:
+    """Most first; ties in key order (the same on every engine, whatever its row order)."""
+    return sorted(c.items(), key=lambda kv: (-kv[1], str(kv[0])))
+
+
+def show_command(request_id: str, paths: list[str]) -> str:
+    """The command that shows one request's event and waterfall."""
+    return shlex.join(["vllm-obs", "query", "show", request_id, *paths])
+
+
+def budget(scan: Source, config: Config, paths: list[str]) -> dict[str, Any]:
+    """The whole answer as plain data (the ``--format json`` document)."""
+    f = scan.filters
+    out: dict[str, Any] = {
+        "since": f.since.isoformat() if f.since else None,
+        "until": f.until.isoformat() if f.until else None,
+        "slos": [],
+    }
+    for s in spending(scan, config):
+        n = len(s.misses)
+        by = Counter((m.phase, m.cause) for m, _ in s.misses)
+        entry: dict[str, Any] = {
+            "lane": s.lane, "slo": s.slo, "objective": s.objective, "judged": s.judged,
+            "misses": n, "allowed": round(s.allowed, 6), "budget_spent": s.spent(n),
+        }  # fmt: skip
+        for name, key in (("by_phase", 0), ("by_cause", 1)):
+            c: Counter[str] = Counter()
+            for pc, k in by.items():
+                c[pc[key]] += k
+            entry[name] = [
+                {name[3:]: v, "misses": k, "budget_spent": s.spent(k)} for v, k in _ranked(c)
+            ]
+        entry["by_phase_cause"] = [
+            {"phase": p, "cause": c_, "misses": k, "budget_spent": s.spent(k)}
+            for (p, c_), k in _ranked(by)
+        ]
+        for dim in DIMENSIONS:
+            c = Counter(str(row[dim]) if row[dim] is not None else "-" for _, row in s.misses)
+            entry[f"top_{dim}s"] = [
+                {dim: v, "misses": k, "share": k / n} for v, k in _ranked(c)[:TOP]
+            ]
+        worst = sorted(s.misses, key=lambda mr: (-_value(s, mr[1]), mr[1]["request_id"]))[:WORST]
+        entry["worst"] = [
+            {
+                "request_id": row["request_id"],
+                "ts": _utc(row["_t"]).isoformat(timespec="milliseconds"),
+                "phase": m.phase,
+                "cause": m.cause,
+                "over_ms" if s.slo != "availability" else "e2e_ms": round(_value(s, row), 3),
+                "show": show_command(row["request_id"], paths),
+            }
+            for m, row in worst
+        ]
+        out["slos"].append(entry)
+    return out
+
+
+def tables(doc: dict[str, Any]) -> dict[str, Table]:
+    """The ``budget`` document as titled tables, for the terminal and the HTML report."""
+    spent, split, who, worst = [], [], [], []
+    for e in doc["slos"]:
+        lane, kind = e["lane"], e["slo"]
+        top = e["by_phase_cause"][0] if e["by_phase_cause"] else {"phase": None, "cause": None}
+        spent.append(
+            (lane, kind, e["objective"], e["judged"], e["misses"], e["allowed"],
+             e["budget_spent"], top["phase"], top["cause"])
+        )  # fmt: skip
+        split += [
+            (lane, kind, r["phase"], r["cause"], r["misses"], r["budget_spent"])
+            for r in e["by_phase_cause"]
+        ]
+        for dim in DIMENSIONS:
+            who += [(lane, kind, dim, r[dim], r["misses"], r["share"]) for r in e[f"top_{dim}s"]]
+        worst += [
+            (lane, kind, r["request_id"], r["phase"], r["cause"],
+             r.get("over_ms", r.get("e2e_ms")), r["show"])
+            for r in e["worst"]
+        ]  # fmt: skip
+    return {
+        "Error budget spent per lane and SLO": Table(
+            [
+                "lane",
+                "slo",
+                "objective",
+                "judged",
+                "misses",
+                "allowed",
+                "budget_share",
+                "top_phase",
+                "top_cause",
+            ],
+            spent,
+        ),
+        "Budget spent by phase and cause": Table(
+            ["lane", "slo", "phase", "cause", "misses", "budget_share"], split
+        ),
+        "Behind the misses: top replicas, tenants, models": Table(
+            ["lane", "slo", "dimension", "value", "misses", "miss_share"], who
+        ),
+        "Worst misses (over_ms: past the threshold; failures: e2e_ms)": Table(
+            ["lane", "slo", "request_id", "phase", "cause", "ms", "show"], worst
+        ),
+    }
+
+
+def render(doc: dict[str, Any], fmt: str) -> str:
+    """The document as JSON, or its tables (table or markdown), each under its title."""
+    if fmt == "json":
+        return to_json(doc)
+    return "\n".join(f"{t}\n\n{render_table(table, fmt)}" for t, table in tables(doc).items())
