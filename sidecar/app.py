@@ -207,6 +207,7 @@ class SidecarApp:
             docs_url=None,
             redoc_url=None,
             openapi_url=None,
+            redirect_slashes=False,  # a redirect would name the client's Host: 404 instead
         )
 
         @api.exception_handler(StarletteHTTPException)

@@ -12,7 +12,11 @@ reach the app:
   body read timeout (end of the head to the end of the body: 408, the relay sees
   the client leave), and an idle timeout for a connection that sends no request
   (closed; between requests uvicorn's keep-alive timeout, set to the same value);
-- a maximum of open client connections: one more is answered 503 and closed.
+- a maximum of open client connections: one more is answered 503 and closed;
+- a request that asks to switch protocols (``Connection: upgrade`` with ``Upgrade``,
+  or ``CONNECT``) is answered 400 and closed before any of it reaches the app, but
+  for a GET or HEAD without a body, which is served as plain HTTP/1.1: the parser
+  skips an upgrading request's body and would read it as the next request.
 
 Every limit hit is counted (``vllm_obs_connection_limits_total{limit}``) and
 logged at most once a minute per limit, with the count since the last line.
@@ -42,10 +46,10 @@ log = structlog.get_logger("vllm_obs.guard")
 
 LIMITS = (
     "request_line", "header_bytes", "header_count", "header_timeout", "body_timeout",
-    "idle_timeout", "max_connections",
+    "idle_timeout", "max_connections", "upgrade",
 )  # fmt: skip
 LOG_EVERY_S = 60.0
-_REASONS = {408: b"Request Timeout", 414: b"URI Too Long", 431: b"Request Header Fields Too "
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 414: b"URI Too Long", 431: b"Request Header Fields Too "
             b"Large", 503: b"Service Unavailable"}  # fmt: skip
 
 
@@ -89,6 +93,16 @@ class GuardCollector(Collector):
 
 class _LimitHit(Exception):
     """Raised in a parser callback: the parser stops and ``send_400_response`` answers."""
+
+
+def _plain_get(method: bytes, headers: list[tuple[bytes, bytes]]) -> bool:
+    """A GET or HEAD without a body: its ``Upgrade`` is ignored (served as HTTP/1.1)."""
+    if method not in (b"GET", b"HEAD"):
+        return False
+    return not any(
+        k == b"transfer-encoding" or (k == b"content-length" and v.strip() != b"0")
+        for k, v in headers
+    )
 
 
 class GuardedHttpProtocol(SidecarHttpProtocol):
@@ -170,6 +184,11 @@ class GuardedHttpProtocol(SidecarHttpProtocol):
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
+        if self.parser.should_upgrade() and not _plain_get(self.parser.get_method(), self.headers):
+            # httptools skips the body of a request that asks to switch protocols and parses
+            # what follows as a new request: a body would be smuggled past a proxy in front.
+            self._refusal = (400, "upgrade", "the sidecar does not switch protocols (Upgrade)")
+            raise _LimitHit
         self._in_body = True
         self._head = 0
         self._arm(self.guard.limits.body_timeout_s, "body_timeout")
