@@ -49,8 +49,8 @@ LIMITS = (
     "idle_timeout", "max_connections", "upgrade",
 )  # fmt: skip
 LOG_EVERY_S = 60.0
-_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 414: b"URI Too Long", 431: b"Request Header Fields Too "
-            b"Large", 503: b"Service Unavailable"}  # fmt: skip
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 414: b"URI Too Long",
+            431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}  # fmt: skip
 
 
 class Guard:

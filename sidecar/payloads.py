@@ -5,6 +5,8 @@ Pure helpers of ``obs.sidecar.relay``: no I/O, nothing on the per-chunk path.
 
 from __future__ import annotations
 
+import json
+import re
 from hashlib import blake2b
 from typing import Any
 
@@ -98,12 +100,37 @@ def _is_token_ids(prompt: list[Any]) -> bool:
     return all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
 
 
+_LONG_DIGITS = re.compile(rb"\d{19}")
+
+
+class PythonJson(dict[str, Any]):
+    """A body only Python's ``json`` reads (NaN, Infinity, 1e400, a lone surrogate, a BOM,
+    UTF-16): written back with ``json.dumps``, so the engine reads what the client sent."""
+
+
 def try_json(raw: bytes) -> dict[str, Any] | None:
+    """The body as the engine reads it (vLLM: Starlette's ``json.loads`` of the bytes), or
+    None when it is not a JSON object. orjson first (fast); what it refuses, Python's
+    ``json`` may still accept, and then so does the engine. orjson also reads an integer
+    past 64 bits as a float: a body with 19 digits in a row is read by ``json`` too."""
     try:
         body = orjson.loads(raw)
+        if _LONG_DIGITS.search(raw) is not None:
+            raise orjson.JSONDecodeError("a long integer", "", 0)
     except orjson.JSONDecodeError:
-        return None
+        try:
+            loose = json.loads(raw)
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            return None
+        return PythonJson(loose) if isinstance(loose, dict) else None
     return body if isinstance(body, dict) else None
+
+
+def dump_body(body: dict[str, Any]) -> bytes:
+    """The body as JSON the engine reads back to the same values (see ``PythonJson``)."""
+    if isinstance(body, PythonJson):
+        return json.dumps(body, allow_nan=True).encode()
+    return orjson.dumps(body)
 
 
 def upstream_error(err: BaseException, doing: str) -> e.RelayError:

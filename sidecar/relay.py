@@ -17,13 +17,13 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-import orjson
 import structlog
 
 from obs import conventions as c
 from obs.config import Lane
 from obs.events import Event
 from obs.lanes import Classifier, RequestAttrs, estimate_prompt_tokens
+from obs.openai_api import BadField, event_text, read_request
 from obs.record import Finished, fill_timings
 from obs.sidecar import errors as e
 from obs.sidecar import traffic
@@ -35,6 +35,7 @@ from obs.sidecar.client import client_conn, received_ns
 from obs.sidecar.deadline import Deadline, first_token_timeout
 from obs.sidecar.payloads import (
     GENERATE_ROUTES,
+    dump_body,
     fingerprint,
     request_headers,
     single_choice,
@@ -164,7 +165,7 @@ class Relay:
             ev.prefix_fingerprint = fingerprint(body)
             if ev.stream and not wants_usage(body) and single_choice(body):
                 body["stream_options"] = usage_options(body)
-                raw = orjson.dumps(body)
+                raw = dump_body(body)
                 inject = ev.usage_injected = True
         if self.capture is not None and generate:
             req.capture_body = body if self.capture.prompt else None
@@ -175,12 +176,18 @@ class Relay:
     def _attrs(
         self, ev: Event, headers: dict[str, str], body: dict[str, Any] | None
     ) -> RequestAttrs:
-        b = body or {}
-        model = b.get("model")
-        ev.model = model[:MAX_MODEL_CHARS] if isinstance(model, str) else None
-        ev.stream = b.get("stream") is True
-        mt = b.get("max_tokens", b.get("max_completion_tokens"))
-        ev.max_tokens = mt if isinstance(mt, int) and not isinstance(mt, bool) else None
+        # Read as the engine will (obs.openai_api.read_request): a generate request whose
+        # model, stream or max_tokens it would refuse is refused here, naming the field.
+        generate = ev.route in GENERATE_ROUTES
+        try:
+            read = read_request(
+                body or {}, chat=ev.route == "/v1/chat/completions", strict=generate
+            )
+        except BadField as err:
+            raise e.BadRequest(f"invalid request field {err}") from err
+        ev.model = event_text(read.model, MAX_MODEL_CHARS)
+        ev.stream = read.stream
+        ev.max_tokens = read.max_tokens
         pt = None
         if self.needs_prompt_tokens and body is not None:
             pt = estimate_prompt_tokens(body)
