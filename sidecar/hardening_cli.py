@@ -83,9 +83,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--traces-token-env",
         metavar="NAME",
-        help="environment variable holding a token that may POST /v1/traces from any "
-        "address (Authorization: Bearer TOKEN); without it only the traced pools' "
-        "addresses may",
+        help="environment variable holding a token that every POST /v1/traces must carry "
+        "(Authorization: Bearer TOKEN), from any address, the pools' included; without it "
+        "only the traced pools' addresses may send",
     )
 
 

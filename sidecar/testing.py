@@ -43,10 +43,11 @@ __all__ = [
 ]
 
 
-def llm_request_export(trace_id: bytes, **attrs: float | str) -> bytes:
+def llm_request_export(trace_id: bytes, parent: bytes = b"", **attrs: float | str) -> bytes:
     """An OTLP/HTTP protobuf export holding one ``llm_request`` span of ``trace_id``.
 
-    What vLLM sends to ``/v1/traces``, with the attributes given (numbers as doubles).
+    What vLLM sends to ``/v1/traces``, with the attributes given (numbers as doubles), its
+    parent span ``parent`` (vLLM's is the span id of the ``traceparent`` it was sent).
     """
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
@@ -55,6 +56,7 @@ def llm_request_export(trace_id: bytes, **attrs: float | str) -> bytes:
     req = ExportTraceServiceRequest()
     span = req.resource_spans.add().scope_spans.add().spans.add()
     span.name, span.trace_id, span.span_id = "llm_request", trace_id, b"\x01" * 8
+    span.parent_span_id = parent
     for k, v in attrs.items():
         kv = span.attributes.add()
         kv.key = k

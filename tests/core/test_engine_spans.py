@@ -58,7 +58,7 @@ def _join(capture: list[dict], stream: bool = True) -> tuple[Event, list[str]]:
         join = EngineJoin(exported.append, 30.0, results.append)
         join.issue(trace_id, span_id)
         join.submit(f, engine_traces=True)
-        for span in decode(body, "", MAX_TRACE_BYTES, join.knows_trace, False).spans:
+        for span in decode(body, "", MAX_TRACE_BYTES, join.knows_parent, False).spans:
             join.on_span(span)
         join.flush()
 
