@@ -62,7 +62,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--max-connections",
         type=int,
         default=_D.max_connections,
-        help="open client connections; one more is answered 503 and closed (default: %(default)s)",
+        help="open client connections; one more is answered 503 and closed. Lowered at start "
+        "to what the open-file limit allows (its soft limit is raised to the hard one first): "
+        "(nofile - 128) / 2 (default: %(default)s)",
+    )
+    g.add_argument(
+        "--max-client-connections",
+        type=int,
+        metavar="N",
+        help="open connections from one client address; one more is answered 503 and closed "
+        "(default: a quarter of --max-connections; behind a proxy that all clients share, "
+        "set it to --max-connections)",
+    )
+    g.add_argument(
+        "--max-body-memory-mb",
+        type=int,
+        default=_D.max_body_memory >> 20,
+        metavar="MB",
+        help="request body bytes held at once, all clients together (declared Content-Length, "
+        "or a chunked body's bytes as they arrive, until the response ends); a body past it is "
+        "answered 503 and closed (default: %(default)s)",
+    )
+    g.add_argument(
+        "--max-client-body-memory-mb",
+        type=int,
+        metavar="MB",
+        help="request body bytes one client address holds at once "
+        "(default: a quarter of --max-body-memory-mb)",
     )
     g.add_argument(
         "--max-json-elements",
@@ -100,7 +126,13 @@ def settings_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "--idle-timeout": args.idle_timeout,
         "--max-connections": args.max_connections,
         "--max-json-elements": args.max_json_elements,
+        "--max-body-memory-mb": args.max_body_memory_mb,
     }
+    optional = {
+        "--max-client-connections": args.max_client_connections,
+        "--max-client-body-memory-mb": args.max_client_body_memory_mb,
+    }
+    positive.update({k: v for k, v in optional.items() if v is not None})
     for flag, value in positive.items():
         if not value > 0:
             raise ConfigError(f"{flag}: must be positive, got {value}")
@@ -116,6 +148,11 @@ def settings_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         body_timeout_s=args.body_timeout,
         idle_timeout_s=args.idle_timeout,
         max_connections=args.max_connections,
+        max_client_connections=args.max_client_connections,
+        max_body_memory=args.max_body_memory_mb << 20,
+        max_client_body_memory=None
+        if args.max_client_body_memory_mb is None
+        else args.max_client_body_memory_mb << 20,
     )
     return {
         "limits": limits,
