@@ -47,6 +47,7 @@ from obs.sidecar.errors import (
     for_status,
 )
 from obs.sidecar.forward import TraceForwarder
+from obs.sidecar.health_listener import HealthListener
 from obs.sidecar.looplag import LoopLagMonitor
 from obs.sidecar.models_route import union_models
 from obs.sidecar.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES, request_headers
@@ -138,6 +139,17 @@ class SidecarApp:
         self.metrics.watch_lanes(self.relay.gates)
         self.routes = set(GENERATE_ROUTES) | set(PASSTHROUGH_ROUTES) | set(settings.extra_routes)
         self.api = self._build_api()
+        self.health_listener = (
+            None
+            if settings.health_address is None
+            else HealthListener(*settings.health_address, self.health)
+        )
+
+    def health(self) -> dict[str, object]:
+        """``/health``'s answer: every pool's replicas, and ok when each pool has one up."""
+        pools = self.pools.health()
+        up = all(any(reps.values()) for reps in pools.values())
+        return {"status": "ok" if up else "degraded", "pools": pools}
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -178,6 +190,8 @@ class SidecarApp:
     async def lifespan(self, _: FastAPI) -> AsyncIterator[None]:
         self.pools.start(self.session())
         self.loop_lag.start()
+        if self.health_listener is not None:
+            self.health_listener.start()
         log.info(
             "sidecar_started",
             pools={p.name: p.replicas for p in self.settings.config.pools},
@@ -194,6 +208,8 @@ class SidecarApp:
                 await self.forwarder.drain(5)
             await self.pools.stop()
             await self.loop_lag.stop()
+            if self.health_listener is not None:
+                await self.health_listener.stop()
             self.upstream.close()
             if self._session is not None:
                 await self._session.close()
@@ -220,10 +236,7 @@ class SidecarApp:
 
         @api.get("/health")
         async def health() -> Response:
-            pools = self.pools.health()
-            up = all(any(reps.values()) for reps in pools.values())
-            body = {"status": "ok" if up else "degraded", "pools": pools}
-            return JSONResponse(body)
+            return JSONResponse(self.health())
 
         @api.get("/metrics")
         async def metrics(request: Request) -> Response:

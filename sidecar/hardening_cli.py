@@ -107,6 +107,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "400, 413, ...); the rest are counted only (default: %(default)s)",
     )
     g.add_argument(
+        "--health-address",
+        metavar="HOST:PORT",
+        help="also serve GET /health on this address, on a listener of its own that no flood "
+        "of the relay's port reaches (point liveness probes here); 503 when the relay's event "
+        "loop has not turned for 10 s",
+    )
+    g.add_argument(
         "--traces-token-env",
         metavar="NAME",
         help="environment variable holding a token that every POST /v1/traces must carry "
@@ -155,8 +162,19 @@ def settings_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         else args.max_client_body_memory_mb << 20,
     )
     return {
+        "health_address": address(args.health_address, "--health-address")
+        if args.health_address
+        else None,
         "limits": limits,
         "traces_token_env": args.traces_token_env,
         "max_json_elements": args.max_json_elements,
         "rejected_events_per_s": args.rejected_events_per_s,
     }
+
+
+def address(value: str, flag: str) -> tuple[str, int]:
+    """``HOST:PORT`` (or ``[V6]:PORT``) of a listener flag, checked."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{flag}: {value!r} is not HOST:PORT, e.g. 10.0.0.5:9464")
+    return host.strip("[]"), int(port)

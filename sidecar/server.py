@@ -55,7 +55,8 @@ def serve(settings: Settings) -> int:
         events = worker_events_path(settings.events_path, slot.index)
         worker = replace(settings, worker=slot, events_path=events)
         if slot.index:  # one worker serves --metrics-address (every worker's metrics, merged)
-            worker = replace(worker, metrics_address=None)
+            # and --health-address
+            worker = replace(worker, metrics_address=None, health_address=None)
         return _serve_one(worker, sock, metrics_sock)
 
     return Supervisor(settings.workers, listener, run_worker).run()

@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from obs.procs import free_port
 from obs.sidecar.budgets import nofile_cap
 from obs.sidecar.limits import Limits
 from obs.sidecar.testing import SidecarProcess
@@ -147,3 +148,34 @@ def test_the_connection_cap_fits_the_open_file_limit() -> None:
     assert Limits().fitted(nofile_cap(1024)).max_connections == 448
     assert Limits().fitted(nofile_cap(1024)).client_connections == 112
     assert Limits().fitted(nofile_cap(1 << 20)).max_connections == 2048
+
+
+def test_health_listener_answers_while_the_relay_port_is_full(
+    sidecar: SidecarFactory, pool: ScriptedUpstream, nofile: None
+) -> None:
+    """Behind one proxy address, a flood fills the relay port (its /health gets 503), while
+    --health-address answers 200 on every probe."""
+    health_port = free_port()
+    sc = sidecar(
+        pool.url,
+        args=("--idle-timeout", "60", "--max-connections", "256",
+              "--max-client-connections", "256", "--health-address", f"127.0.0.1:{health_port}"),
+        traces=False,
+    )  # fmt: skip
+    held: list[socket.socket] = []
+    try:
+        for _ in range(300):
+            with contextlib.suppress(OSError):
+                held.append(_from("127.0.0.2", sc.port))
+        with _from("127.0.0.2", sc.port) as s:
+            relay_port = status(read_all(s))
+        probes = [
+            httpx.get(f"http://127.0.0.1:{health_port}/health", timeout=10) for _ in range(30)
+        ]
+    finally:
+        for s in held:
+            s.close()
+    assert relay_port == 503
+    assert [r.status_code for r in probes] == [200] * 30
+    assert probes[-1].json()["status"] == "ok"
+    assert httpx.get(f"http://127.0.0.1:{health_port}/metrics").status_code == 404
