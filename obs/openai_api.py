@@ -184,7 +184,7 @@ def read_request(body: Mapping[str, Any], *, chat: bool, strict: bool = True) ->
             max_tokens = completion
     return Reading(
         model=_field(body, "model", _STR, strict),
-        stream=bool(_field(body, "stream", _BOOL, strict)),
+        stream=_field(body, "stream", _BOOL, strict) is True,
         max_tokens=max_tokens,
     )
 

@@ -135,6 +135,7 @@ class SidecarApp:
             workers=settings.workers,
             on_dispatch=self._dispatched,
             max_json_elements=settings.max_json_elements,
+            max_tenants_per_client=settings.max_tenants_per_client,
         )
         self.metrics.watch_lanes(self.relay.gates)
         self.routes = set(GENERATE_ROUTES) | set(PASSTHROUGH_ROUTES) | set(settings.extra_routes)

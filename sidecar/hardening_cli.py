@@ -107,6 +107,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "400, 413, ...); the rest are counted only (default: %(default)s)",
     )
     g.add_argument(
+        "--max-tenants-per-client",
+        type=int,
+        default=8,
+        metavar="N",
+        help="tenants named by auth.tenant_header that one client address may bring within a "
+        "minute; its others share one fair-share key (tenants from API keys the sidecar "
+        "checks are never bounded). Behind a gateway that sets the header, raise it to the "
+        "number of tenants, or 0 for no bound (default: %(default)s)",
+    )
+    g.add_argument(
         "--health-address",
         metavar="HOST:PORT",
         help="also serve GET /health on this address, on a listener of its own that no flood "
@@ -145,6 +155,8 @@ def settings_kwargs(args: argparse.Namespace) -> dict[str, Any]:
             raise ConfigError(f"{flag}: must be positive, got {value}")
     if args.traces_token_env and not os.environ.get(args.traces_token_env):
         raise ConfigError(f"--traces-token-env: {args.traces_token_env} is not set or empty")
+    if args.max_tenants_per_client < 0:
+        raise ConfigError("--max-tenants-per-client: must be 0 or more")
     if args.rejected_events_per_s < 0:
         raise ConfigError("--rejected-events-per-s: must be 0 or more")
     limits = Limits(
@@ -169,6 +181,7 @@ def settings_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "traces_token_env": args.traces_token_env,
         "max_json_elements": args.max_json_elements,
         "rejected_events_per_s": args.rejected_events_per_s,
+        "max_tenants_per_client": args.max_tenants_per_client,
     }
 
 

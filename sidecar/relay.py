@@ -79,6 +79,7 @@ class Relay:
         workers: int = 1,
         on_dispatch: Callable[[str, str, str], None] | None = None,
         max_json_elements: int = MAX_JSON_ELEMENTS,
+        max_tenants_per_client: int = 0,
     ) -> None:
         self.classifier = classifier
         self.pools = pools
@@ -91,7 +92,7 @@ class Relay:
         self.json = BodyParser(max_json_elements)
         config = classifier.config
         self.gates = {lane.name: LaneGate(lane, workers) for lane in config.lanes}
-        self.tenants = Tenants(config.auth)
+        self.tenants = Tenants(config.auth, max_tenants_per_client)
         self.running: set[asyncio.Task[Any]] = set()  # handlers, for shutdown to wait on
         self.needs_prompt_tokens = classifier.needs_prompt_tokens or any(
             g.needs_prompt_tokens for g in self.gates.values()
@@ -139,6 +140,8 @@ class Relay:
         req.ids = new_ids(headers.get("traceparent"))
         ev.trace_id, ev.span_id = req.ids.trace_id_hex, req.ids.span_id_hex
         ev.tenant = self.tenants.resolve(headers)
+        client = scope.get("client")
+        req.share_key = self.tenants.share_key(ev.tenant, client[0] if client else "")
         if scope["method"] != "POST":
             raise e.MethodNotAllowed(
                 f"{scope['method']} is not allowed on {scope['path']}; use POST"
@@ -227,7 +230,7 @@ class Relay:
         listener = asyncio.ensure_future(receive())
         listener.add_done_callback(lambda f: self._on_client_message(req, f))
         ev = req.event
-        ticket = req.ticket = Ticket(ev.tenant or "", plan.cost, priority=ev.priority or 0)
+        ticket = req.ticket = Ticket(req.share_key, plan.cost, priority=ev.priority or 0)
         req.gate = plan.gate
         try:
             admitted = await plan.gate.admit(ticket)

@@ -39,3 +39,4 @@ class Settings:
     traces_token_env: str | None = None  # env var with a token that may POST /v1/traces
     max_json_elements: int = 200_000  # JSON values a large request body may hold
     rejected_events_per_s: float = 50.0  # events of requests refused before a pool
+    max_tenants_per_client: int = 8  # header tenants one address brings a minute (0: any)

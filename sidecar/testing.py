@@ -40,15 +40,21 @@ __all__ = [
     "ReceivedSpan",
     "SidecarProcess",
     "llm_request_export",
+    "llm_request_under",
 ]
 
 
-def llm_request_export(trace_id: bytes, parent: bytes = b"", **attrs: float | str) -> bytes:
+def llm_request_export(trace_id: bytes, **attrs: float | str) -> bytes:
     """An OTLP/HTTP protobuf export holding one ``llm_request`` span of ``trace_id``.
 
-    What vLLM sends to ``/v1/traces``, with the attributes given (numbers as doubles), its
-    parent span ``parent`` (vLLM's is the span id of the ``traceparent`` it was sent).
+    What vLLM sends to ``/v1/traces``, with the attributes given (numbers as doubles).
     """
+    return llm_request_under(trace_id, b"", **attrs)
+
+
+def llm_request_under(trace_id: bytes, parent: bytes, **attrs: float | str) -> bytes:
+    """``llm_request_export`` with the span's parent span id ``parent`` (vLLM's is the span
+    id of the ``traceparent`` it was sent)."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
     )

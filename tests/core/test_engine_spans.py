@@ -74,7 +74,7 @@ def _join(capture: list[dict], stream: bool = True) -> tuple[Event, list[str]]:
 def test_the_receiver_keeps_only_each_engines_request_span(capture: str, kept: list[str]) -> None:
     """Of an engine's export, only its request span reaches the join (not threads, slices, HTTP)."""
     body = span_captures.export(span_captures.load(capture), "ab" * 16, "cd" * 8)
-    spans = decode(body, "", MAX_TRACE_BYTES, lambda _: True, False).spans
+    spans = decode(body, "", MAX_TRACE_BYTES, lambda _t, _p: True, False).spans
     assert [s.name for s in spans] == kept
 
 

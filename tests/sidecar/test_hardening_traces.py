@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from obs.procs import free_port
-from obs.sidecar.testing import OtlpReceiver, SidecarProcess
+from obs.sidecar.testing import OtlpReceiver, SidecarProcess, llm_request_under
 from obs.sidecar.testing import llm_request_export as export
 from tests.conftest import SidecarFactory
 from tests.support.probes import HealthProbe, metric, rss_bytes
@@ -165,8 +165,8 @@ def test_a_span_in_a_trace_the_client_chose_is_forwarded_only_under_the_sidecars
         r = httpx.post(sc.url + "/v1/chat/completions", json=body, headers=headers, timeout=30)
         assert r.status_code == 200
         ours = sc.events_of("chosen")[0]["span_id"]
-        forged = export(bytes.fromhex(trace), parent=b"\x07" * 8, **{"vllm.forged": "yes"})
-        engine = export(bytes.fromhex(trace), parent=bytes.fromhex(ours))
+        forged = llm_request_under(bytes.fromhex(trace), b"\x07" * 8, **{"vllm.forged": "yes"})
+        engine = llm_request_under(bytes.fromhex(trace), bytes.fromhex(ours))
         for payload in (forged, engine):
             r = httpx.post(sc.url + "/v1/traces", content=payload, headers=AUTH)
             assert r.status_code == 200
