@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from obs import conventions as c
-from obs.config import Auth
+from obs.config import ApiKey, Auth
 from obs.sidecar.auth import TENANT_WINDOW_S, Tenants
 from tests.conftest import SidecarFactory
 from tests.support import chat_body
@@ -56,7 +56,7 @@ def test_a_tenant_unseen_for_the_window_frees_its_place() -> None:
 
 def test_keys_the_sidecar_checked_are_never_bounded() -> None:
     """With ``auth.api_keys`` the tenant is the key's: fair share uses it as it is."""
-    auth = Auth(api_keys=[{"sha256": "ab" * 32, "tenant": "t"}])
+    auth = Auth(api_keys=[ApiKey(sha256="ab" * 32, tenant="t")])
     tenants = Tenants(auth, 1)
     assert [tenants.share_key(t, "a") for t in ("t", "u", "v")] == ["t", "u", "v"]
 
