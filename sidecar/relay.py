@@ -161,6 +161,8 @@ class Relay:
         lane = self.classifier.classify(attrs)
         ev.lane = lane.name
         traffic.place(ev, lane, headers, scope, attrs)  # pool (arm of a split), priority
+        if ev.model is None and generate and body is not None:  # the engine serves its own
+            ev.model = self.pools.default_model(ev.pool or lane.pool)
         gate = self.gates[lane.name]
         cost = gate.check(attrs.prompt_tokens, ev.max_tokens)
         inject = False

@@ -42,7 +42,7 @@ def guarded(
     tmp: Path = tmp_path_factory.mktemp("bodies")
     config = {
         "version": 1,
-        "pools": [{"name": "p", "replicas": [pool.url]}],
+        "pools": [{"name": "p", "replicas": [pool.url], "model": "tiny"}],
         "lanes": [
             {"name": "s", "pool": "p", "match": [{"stream": True}],
              "admission": {"max_prompt_tokens": 5}},
@@ -150,4 +150,15 @@ def test_a_nan_body_reaches_the_pool_as_vllm_would_read_it(
     assert sent["pad"] != sent["pad"]  # NaN
     assert sent["who"] == "\ud800"
     assert sent["stream_options"]["include_usage"] is True
+    assert event_of(guarded, rid)["model"] == "tiny"
+
+
+def test_a_body_without_a_model_records_the_model_the_pool_serves(
+    guarded: SidecarProcess,
+) -> None:
+    """vLLM serves a request that names no model with its own: the event names that model."""
+    body = chat_body()
+    del body["model"]
+    r, rid = _post(guarded, json.dumps(body).encode())
+    assert r.status_code == 200, r.text
     assert event_of(guarded, rid)["model"] == "tiny"
