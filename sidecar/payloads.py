@@ -14,7 +14,7 @@ import orjson
 
 from obs import conventions as c
 from obs.events import Event
-from obs.openai_api import prefix_text
+from obs.openai_api import BadField, Reading, prefix_text, read_request
 from obs.sidecar import errors as e
 from obs.sidecar.sse import StreamState
 from obs.sidecar.types import Scope
@@ -53,6 +53,18 @@ def request_headers(scope: Scope) -> dict[str, str]:
             raise e.BadRequest(f"the request has more than one {name} header")
         out[name] = v.decode("latin-1")
     return out
+
+
+def read_fields(route: str, body: dict[str, Any] | None) -> Reading:
+    """The request's model, stream flag and output cap as the engine reads them
+    (``obs.openai_api.read_request``); on a generate route a value the engine would refuse
+    is a 400 naming the field, elsewhere it reads as absent."""
+    try:
+        return read_request(
+            body or {}, chat=route == "/v1/chat/completions", strict=route in GENERATE_ROUTES
+        )
+    except BadField as err:
+        raise e.BadRequest(f"invalid request field {err}") from err
 
 
 def fingerprint(body: dict[str, Any]) -> str | None:

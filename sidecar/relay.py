@@ -23,7 +23,7 @@ from obs import conventions as c
 from obs.config import Lane
 from obs.events import Event
 from obs.lanes import Classifier, RequestAttrs, estimate_prompt_tokens
-from obs.openai_api import BadField, event_text, read_request
+from obs.openai_api import event_text
 from obs.record import Finished, fill_timings
 from obs.sidecar import errors as e
 from obs.sidecar import traffic
@@ -37,6 +37,7 @@ from obs.sidecar.payloads import (
     GENERATE_ROUTES,
     dump_body,
     fingerprint,
+    read_fields,
     request_headers,
     single_choice,
     usage_options,
@@ -181,15 +182,7 @@ class Relay:
     def _attrs(
         self, ev: Event, headers: dict[str, str], body: dict[str, Any] | None
     ) -> RequestAttrs:
-        # Read as the engine will (obs.openai_api.read_request): a generate request whose
-        # model, stream or max_tokens it would refuse is refused here, naming the field.
-        generate = ev.route in GENERATE_ROUTES
-        try:
-            read = read_request(
-                body or {}, chat=ev.route == "/v1/chat/completions", strict=generate
-            )
-        except BadField as err:
-            raise e.BadRequest(f"invalid request field {err}") from err
+        read = read_fields(ev.route, body)  # as the engine will, or 400 naming the field
         ev.model = event_text(read.model, MAX_MODEL_CHARS)
         ev.stream = read.stream
         ev.max_tokens = read.max_tokens
