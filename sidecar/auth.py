@@ -52,11 +52,13 @@ class Tenants:
             return value[:64] if value else None
         return None
 
-    def share_key(self, tenant: str | None, client: str) -> str:
-        """What fair share counts the request under (see the module docstring)."""
+    def share_key(self, tenant: str | None, client: str | tuple[str, int] | None) -> str:
+        """What fair share counts the request under (see the module docstring); ``client``
+        is the client's address (or ASGI's ``scope["client"]``)."""
         if tenant is None or self.checks_keys:
             return tenant or ""
-        return self.bound.key(tenant, client)
+        addr = client if isinstance(client, str) else client[0] if client else ""
+        return self.bound.key(tenant, addr)
 
 
 TENANT_WINDOW_S = 60.0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from hashlib import blake2b
 from typing import Any
 
@@ -14,7 +15,7 @@ import orjson
 
 from obs import conventions as c
 from obs.events import Event
-from obs.openai_api import BadField, Reading, prefix_text, read_request
+from obs.openai_api import BadField, Reading, event_text, prefix_text, read_request
 from obs.sidecar import errors as e
 from obs.sidecar.sse import StreamState
 from obs.sidecar.types import Scope
@@ -55,16 +56,17 @@ def request_headers(scope: Scope) -> dict[str, str]:
     return out
 
 
-def read_fields(route: str, body: dict[str, Any] | None) -> Reading:
-    """The request's model, stream flag and output cap as the engine reads them
-    (``obs.openai_api.read_request``); on a generate route a value the engine would refuse
-    is a 400 naming the field, elsewhere it reads as absent."""
+def read_fields(route: str, body: dict[str, Any] | None, model_chars: int) -> Reading:
+    """The request's model (cut to ``model_chars``, valid UTF-8), stream flag and output cap
+    as the engine reads them (``obs.openai_api.read_request``); on a generate route a value
+    the engine would refuse is a 400 naming the field, elsewhere it reads as absent."""
     try:
-        return read_request(
+        read = read_request(
             body or {}, chat=route == "/v1/chat/completions", strict=route in GENERATE_ROUTES
         )
     except BadField as err:
         raise e.BadRequest(f"invalid request field {err}") from err
+    return replace(read, model=event_text(read.model, model_chars))
 
 
 def fingerprint(body: dict[str, Any]) -> str | None:

@@ -23,7 +23,6 @@ from obs import conventions as c
 from obs.config import Lane
 from obs.events import Event
 from obs.lanes import Classifier, RequestAttrs, estimate_prompt_tokens
-from obs.openai_api import event_text
 from obs.record import Finished, fill_timings
 from obs.sidecar import errors as e
 from obs.sidecar import traffic
@@ -141,8 +140,7 @@ class Relay:
         req.ids = new_ids(headers.get("traceparent"))
         ev.trace_id, ev.span_id = req.ids.trace_id_hex, req.ids.span_id_hex
         ev.tenant = self.tenants.resolve(headers)
-        client = scope.get("client")
-        req.share_key = self.tenants.share_key(ev.tenant, client[0] if client else "")
+        req.share_key = self.tenants.share_key(ev.tenant, scope.get("client"))
         if scope["method"] != "POST":
             raise e.MethodNotAllowed(
                 f"{scope['method']} is not allowed on {scope['path']}; use POST"
@@ -162,8 +160,7 @@ class Relay:
         lane = self.classifier.classify(attrs)
         ev.lane = lane.name
         traffic.place(ev, lane, headers, scope, attrs)  # pool (arm of a split), priority
-        if ev.model is None and generate and body is not None:  # the engine serves its own
-            ev.model = self.pools.default_model(ev.pool or lane.pool)
+        ev.model = ev.model or self.pools.default_model(ev.pool or lane.pool)  # as the engine
         gate = self.gates[lane.name]
         cost = gate.check(attrs.prompt_tokens, ev.max_tokens)
         inject = False
@@ -182,8 +179,8 @@ class Relay:
     def _attrs(
         self, ev: Event, headers: dict[str, str], body: dict[str, Any] | None
     ) -> RequestAttrs:
-        read = read_fields(ev.route, body)  # as the engine will, or 400 naming the field
-        ev.model = event_text(read.model, MAX_MODEL_CHARS)
+        read = read_fields(ev.route, body, MAX_MODEL_CHARS)  # as the engine, or 400 naming it
+        ev.model = read.model
         ev.stream = read.stream
         ev.max_tokens = read.max_tokens
         pt = None
