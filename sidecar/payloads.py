@@ -66,7 +66,9 @@ def read_fields(route: str, body: dict[str, Any] | None, model_chars: int) -> Re
         )
     except BadField as err:
         raise e.BadRequest(f"invalid request field {err}") from err
-    return replace(read, model=event_text(read.model, model_chars))
+    mt = read.max_tokens  # an event holds 32 bits: any cap past them exceeds every model's length
+    mt = mt if mt is None else max(-MAX_TOKENS_CAP, min(MAX_TOKENS_CAP, mt))
+    return replace(read, model=event_text(read.model, model_chars), max_tokens=mt)
 
 
 def fingerprint(body: dict[str, Any]) -> str | None:
@@ -114,6 +116,7 @@ def _is_token_ids(prompt: list[Any]) -> bool:
     return all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
 
 
+MAX_TOKENS_CAP = (1 << 31) - 1
 _LONG_DIGITS = re.compile(rb"\d{19}")
 
 

@@ -89,16 +89,17 @@ def test_a_body_only_pythons_json_reads_is_classified_not_waved_through(
 
 
 @pytest.mark.parametrize(
-    "fields",
+    ("fields", "recorded"),
     [
-        {"max_tokens": 1, "max_completion_tokens": 100000},
-        {"max_tokens": "100000"},
-        {"max_tokens": 100000.0},
-        {"max_completion_tokens": "100000", "max_tokens": None},
+        ({"max_tokens": 1, "max_completion_tokens": 100000}, 100000),
+        ({"max_tokens": "100000"}, 100000),
+        ({"max_tokens": 100000.0}, 100000),
+        ({"max_completion_tokens": "100000", "max_tokens": None}, 100000),
+        ({"max_completion_tokens": 2**64}, 2**31 - 1),  # the event holds 32 bits
     ],
 )
 def test_max_tokens_is_read_with_vllms_precedence_and_loose_types(
-    guarded: SidecarProcess, pool: ScriptedUpstream, fields: dict[str, object]
+    guarded: SidecarProcess, pool: ScriptedUpstream, fields: dict[str, object], recorded: int
 ) -> None:
     """max_completion_tokens before max_tokens, "100000" and 100000.0 as 100000: over budget."""
     body = {**chat_body(), **fields}
@@ -108,7 +109,7 @@ def test_max_tokens_is_read_with_vllms_precedence_and_loose_types(
     assert len(pool.received) == before
     ev = event_of(guarded, rid)
     assert ev["rejection_reason"] == c.OVER_TOKEN_BUDGET
-    assert ev["max_tokens"] == 100000
+    assert ev["max_tokens"] == recorded
 
 
 def test_stream_1_follows_the_stream_rules(guarded: SidecarProcess, pool: ScriptedUpstream) -> None:
