@@ -9,6 +9,13 @@ slowest ``/health``, legitimate requests answered vs their events written, and
 the limit counters. Bounded: every attack has a count and the run a duration.
 
     .venv/bin/python -m bench.abuse --seconds 30 --out bench/results/abuse.json
+
+``--scenario flood`` measures issue 25's bar instead: 2,048 silent sockets from one
+address, ``/health`` probed from another (a new connection each, as a kubelet's) on the
+relay port and on ``--health-address``, chats from a third:
+
+    .venv/bin/python -m bench.abuse --scenario flood --seconds 30 \\
+        --out bench/results/abuse-flood.json
 """
 
 from __future__ import annotations
@@ -78,10 +85,27 @@ def probe_health(url: str, seconds: float, out: Any) -> None:
     out.put(times)
 
 
-def legit(run: Run) -> None:
+def probe_fresh(url: str, seconds: float, out: Any, source: str) -> None:
+    """In its own process, a new connection from ``source`` per probe, as a kubelet's is;
+    puts each probe's (ms, status), status 0 for no answer."""
+    probes: list[tuple[float, int]] = []
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        t0 = time.perf_counter()
+        code = 0
+        transport = httpx.HTTPTransport(local_address=source)
+        with contextlib.suppress(httpx.HTTPError), httpx.Client(transport=transport) as c:
+            code = c.get(url + "/health", timeout=10, headers={"connection": "close"}).status_code
+        probes.append(((time.perf_counter() - t0) * 1000, code))
+        time.sleep(0.02)
+    out.put(probes)
+
+
+def legit(run: Run, source: str = "127.0.0.1") -> None:
     body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "stream": True,
             "max_tokens": 16}  # fmt: skip
-    with httpx.Client(base_url=run.url, timeout=60) as client:
+    transport = httpx.HTTPTransport(local_address=source)
+    with httpx.Client(base_url=run.url, timeout=60, transport=transport) as client:
         while run.running():
             try:
                 with client.stream("POST", CHAT, json=body) as r:
@@ -186,6 +210,97 @@ ATTACKS: dict[str, Callable[[Run], None]] = {
 }
 
 
+def silent_flood(run: Run, n: int = 2048, source: str = "127.0.0.2") -> None:
+    """``n`` silent sockets from ``source``, held all run: those the sidecar closes (its idle
+    timeout, its refusals) are opened again every second."""
+    held: list[socket.socket] = []
+    while run.running():
+        alive = []
+        for s in held:
+            try:
+                s.setblocking(False)
+                if s.recv(1, socket.MSG_PEEK) == b"":
+                    s.close()
+                    continue
+            except BlockingIOError:
+                pass
+            except OSError:
+                s.close()
+                continue
+            alive.append(s)
+        held = alive
+        while len(held) < n and run.running():
+            try:
+                held.append(socket.create_connection(("127.0.0.1", run.port), timeout=5,
+                                                     source_address=(source, 0)))  # fmt: skip
+            except OSError:
+                break
+        time.sleep(1.0)
+    for s in held:
+        s.close()
+
+
+def measure_flood(seconds: float, work: Path, flood: bool = True) -> dict[str, Any]:
+    """Issue 25's bar: 2,048 silent sockets from 127.0.0.2 while /health is probed from
+    127.0.0.3 on the relay port and on --health-address, and chats come from 127.0.0.4."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
+    fake = FakeVllm(work, ttft_ms=20, itl_ms=5)
+    fake.start()
+    port, health_port = free_port(), free_port()
+    cmd = [sys.executable, "-m", "obs.cli", "sidecar", "--upstream", fake.url, "--model", "tiny",
+           "--port", str(port), "--events", str(work / "events.jsonl"),
+           "--health-address", f"127.0.0.1:{health_port}"]  # fmt: skip
+    sidecar = Server("sidecar", cmd, work / "sidecar.log", f"http://127.0.0.1:{port}/health")
+    sidecar.start()
+    run = Run(port, seconds)
+    ctx = multiprocessing.get_context("spawn")
+    queues: dict[str, Any] = {}
+    probers = []
+    for name, url in (
+        ("relay_port", run.url),
+        ("health_address", f"http://127.0.0.1:{health_port}"),
+    ):
+        queues[name] = ctx.Queue()
+        probers.append(
+            ctx.Process(target=probe_fresh, args=(url, seconds, queues[name], "127.0.0.3"))
+        )
+    threads = [threading.Thread(target=legit, args=(run, "127.0.0.4")) for _ in range(4)]
+    if flood:
+        threads.append(threading.Thread(target=silent_flood, args=(run,)))
+    try:
+        for t in threads:
+            t.start()
+        for pr in probers:
+            pr.start()
+        for t in threads:
+            t.join(seconds + 60)
+        probes = {name: q.get(timeout=60) for name, q in queues.items()}
+        for pr in probers:
+            pr.join(10)
+        metrics = httpx.get(run.url + "/metrics", timeout=30).text
+    finally:
+        sidecar.stop()
+        fake.stop()
+    out: dict[str, Any] = {"flood": flood, "seconds": seconds}
+    for name, got in probes.items():
+        ms = sorted(m for m, _ in got)
+        out[f"health_{name}"] = {
+            "probes": len(got),
+            "not_200": sum(1 for _, code in got if code != 200),
+            "over_100_ms": sum(1 for m in ms if m > 100),
+            "p50_ms": round(ms[len(ms) // 2], 1) if ms else None,
+            "p99_ms": round(ms[int(len(ms) * 0.99)], 1) if ms else None,
+            "max_ms": round(ms[-1], 1) if ms else None,
+        }
+    out["legit_answered"], out["legit_failed"] = run.legit_ok, run.legit_failed
+    out["limits"] = [x for x in metrics.splitlines() if x.startswith(COUNTERS[0]) and
+                     not x.endswith(" 0.0")]  # fmt: skip
+    return out
+
+
 def _rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -255,9 +370,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--baseline", action="store_true", help="legitimate load and the probe only, no attack"
     )
+    ap.add_argument(
+        "--scenario", choices=["all", "flood"], default="all",
+        help="all: every attack at once; flood: 2,048 silent sockets from one address, /health "
+        "probed from another on the relay port and on --health-address (default: all)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="vllm-obs-abuse-") as tmp:
-        summary = measure(args.seconds, Path(tmp), attacks=not args.baseline)
+        if args.scenario == "flood":
+            summary = measure_flood(args.seconds, Path(tmp), flood=not args.baseline)
+        else:
+            summary = measure(args.seconds, Path(tmp), attacks=not args.baseline)
     summary["attacks"] = not args.baseline
     summary["load_average_1m"] = round(os.getloadavg()[0], 1)
     text = json.dumps(summary, indent=2)

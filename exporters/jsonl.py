@@ -8,10 +8,12 @@ what is waiting with one ``write(2)`` per batch. After a crash, at most the
 events of the last flush interval are missing. Files are created owner-only
 (0600). Before a line would take the file past ``max_bytes`` it is rotated to
 ``NAME.1`` (older ones shift to ``.2`` ...; ``backups`` are kept), so no file is
-larger (but a single longer line, alone). A write the disk cuts short is
-truncated back to the last whole line: the file never holds a torn line. An
-unwritable directory or a full disk never stops the sidecar: the events are
-counted as dropped (reason ``io_error``) and logged once per error streak.
+larger (but a single longer line, alone). A write the disk cuts short keeps the
+whole lines that fit and is truncated back to the last of them: the file never
+holds a torn line. The lines that did not fit are spooled (in memory, at most
+``SPOOL_LINES``) and written first at the next flush. An unwritable directory or
+a full disk never stops the sidecar: events past the spool are counted as dropped
+(reason ``io_error``) and the error logged once per error streak.
 The deque, the thread and its batches are ``obs.exporters.batching``'s.
 """
 
@@ -31,6 +33,7 @@ log = structlog.get_logger("vllm_obs.jsonl")
 
 WAKE_LINES = 1024  # this many lines waiting wake the writer before its interval ends
 BATCH_LINES = 4096  # most lines per write(2)
+SPOOL_LINES = 16384  # lines a failing disk holds back for the next flush; more are dropped
 
 
 class EventCounters(Protocol):
@@ -65,19 +68,31 @@ class JsonlExporter(BatchingExporter[bytes]):
         self._fh: int | None = None
         self._size = 0
         self._failing = False
+        self._spool: list[bytes] = []  # lines a failed write left, written first next time
+        self._kept = 0  # bytes of whole lines the last failed write left in the file
         self._start()
 
     def _item(self, finished: Finished) -> bytes:
         return finished.event.to_json()
 
     def _write_batch(self, items: list[bytes]) -> None:
-        self._write(items)
+        spooled, self._spool = self._spool, []
+        self._write(spooled + items if spooled else items)
+
+    def _before_batches(self) -> None:
+        if self._spool:  # retry what a failed write left, even when nothing new came
+            self._write_batch([])
 
     def _on_stop(self) -> None:
+        if self._spool:
+            self._write_batch([])
+            self._dropped("io_error", len(self._spool))
+            self._spool = []
         self._close()
 
     def _write(self, lines: list[bytes]) -> None:
         written = 0
+        self._kept = 0
         try:
             if self._fh is None:
                 self._open()
@@ -94,11 +109,16 @@ class JsonlExporter(BatchingExporter[bytes]):
                 if end == written:
                     self._rotate()
                     continue
+                self._kept = 0
                 self._append(b"".join(lines[written:end]))
                 written = end
         except OSError as e:
             self._close()
-            self._dropped("io_error", len(lines) - written)
+            written += _whole_lines(lines, written, self._kept)
+            rest = lines[written:]
+            self._spool = rest[-SPOOL_LINES:]
+            if len(rest) > len(self._spool):
+                self._dropped("io_error", len(rest) - len(self._spool))
             if not self._failing:
                 log.error("event_write_failed", path=str(self.path), error=str(e))
             self._failing = True
@@ -112,7 +132,8 @@ class JsonlExporter(BatchingExporter[bytes]):
             self._counters.event_written(self.name, len(lines))
 
     def _append(self, data: bytes) -> None:
-        """Write whole lines, or none: a short write (a full disk) is cut back off."""
+        """Write whole lines: a short write (a full disk) keeps the whole lines that fit
+        (``_kept`` bytes of them) and cuts the torn one back off."""
         assert self._fh is not None
         before = self._size
         view = memoryview(data)
@@ -122,9 +143,10 @@ class JsonlExporter(BatchingExporter[bytes]):
                 view = view[n:]
                 self._size += n
         except OSError:
+            self._kept = data.rfind(b"\n", 0, self._size - before) + 1
             with contextlib.suppress(OSError):
-                os.ftruncate(self._fh, before)
-            self._size = before
+                os.ftruncate(self._fh, before + self._kept)
+            self._size = before + self._kept
             raise
 
     def _open(self) -> None:
@@ -154,3 +176,14 @@ class JsonlExporter(BatchingExporter[bytes]):
     def _dropped(self, reason: str, n: int) -> None:
         if self._counters is not None:
             self._counters.event_dropped(self.name, reason, n)
+
+
+def _whole_lines(lines: list[bytes], start: int, nbytes: int) -> int:
+    """How many of ``lines[start:]`` the first ``nbytes`` hold whole."""
+    n = 0
+    for line in lines[start:]:
+        if nbytes < len(line):
+            break
+        nbytes -= len(line)
+        n += 1
+    return n

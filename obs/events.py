@@ -38,7 +38,10 @@ class Event:
     )
     trace_id: str | None = _f("W3C trace id (32 hex) of the request's trace.")
     span_id: str | None = _f("Span id of the sidecar's root span.")
-    model: str | None = _f("Model the client asked for (at most 256 characters).")
+    model: str | None = _f(
+        "Model the client asked for (at most 256 characters), or the one its pool serves when "
+        "it named none (as the engine does)."
+    )
     prompt_tokens: int | None = _f(
         "Prompt tokens, from the pool's usage (once per request, also for n > 1); null when "
         "the pool sent no usage (a cancelled stream, a multi-choice stream)."

@@ -26,12 +26,21 @@ A choice *has text* when its delta has non-empty ``content``, ``reasoning_conten
 
 An error inside a stream (``{"error": {..., "code": 400}}``) is the client's when its
 code is a 4xx and the pool's otherwise (``error_code``).
+
+Fields (``read_request``): the model, the stream flag and the output-token cap, read
+with the engine's own rules (pydantic's lax coercion, vLLM's precedence), so that the
+sidecar classifies and admits a request as the engine will serve it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+
+T = TypeVar("T")
 
 # Delta keys whose non-empty value is generated output (about one token each).
 OUTPUT_DELTA_KEYS = ("content", "reasoning_content", "reasoning", "tool_calls", "function_call")
@@ -133,3 +142,68 @@ def choice_has_text(choice: Mapping[str, Any]) -> bool:
     if isinstance(delta, dict):
         return any(delta.get(k) for k in OUTPUT_DELTA_KEYS)
     return bool(choice.get("text"))
+
+
+# ---- reading a request's fields as the engine will -------------------------------------
+
+# vLLM validates a request with pydantic in lax mode: "100000", 100000.0 and true are the
+# integer 100000, 100000 and 1; 1, "yes" and "true" are the boolean true.
+_INT: TypeAdapter[int | None] = TypeAdapter(int | None)
+_BOOL: TypeAdapter[bool | None] = TypeAdapter(bool | None)
+_STR: TypeAdapter[str | None] = TypeAdapter(str | None)
+
+
+class BadField(ValueError):
+    """A request field the engine's validation refuses; ``field`` names it."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What the engine reads from a request: its model, whether it streams, its output cap."""
+
+    model: str | None = None
+    stream: bool = False
+    max_tokens: int | None = None
+
+
+def read_request(body: Mapping[str, Any], *, chat: bool, strict: bool = True) -> Reading:
+    """The request's model, stream flag and output-token cap, read as vLLM reads them.
+
+    A chat request's cap is ``max_completion_tokens`` when set, else ``max_tokens`` (vLLM's
+    precedence); a completion's is ``max_tokens``. A value the engine refuses raises
+    :class:`BadField` (``strict``) or reads as absent.
+    """
+    max_tokens = _field(body, "max_tokens", _INT, strict)
+    if chat:
+        completion = _field(body, "max_completion_tokens", _INT, strict)
+        if completion is not None:
+            max_tokens = completion
+    return Reading(
+        model=_field(body, "model", _STR, strict),
+        stream=_field(body, "stream", _BOOL, strict) is True,
+        max_tokens=max_tokens,
+    )
+
+
+def _field(body: Mapping[str, Any], name: str, adapter: TypeAdapter[T], strict: bool) -> T | None:
+    if name not in body:
+        return None
+    try:
+        return adapter.validate_python(body[name])
+    except ValidationError as err:
+        if not strict:
+            return None
+        problem = err.errors()[0]["msg"] if err.errors() else "invalid value"
+        raise BadField(name, problem) from None
+
+
+def event_text(value: str | None, limit: int) -> str | None:
+    """A client's string as an event holds it: at most ``limit`` characters, valid UTF-8
+    (a lone surrogate, which Python's JSON reads, becomes ``?``)."""
+    if value is None:
+        return None
+    return value[:limit].encode("utf-8", "replace").decode("utf-8")

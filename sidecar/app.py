@@ -49,6 +49,7 @@ from obs.sidecar.errors import (
     for_status,
 )
 from obs.sidecar.forward import TraceForwarder
+from obs.sidecar.health_listener import HealthListener
 from obs.sidecar.looplag import LoopLagMonitor
 from obs.sidecar.models_route import union_models
 from obs.sidecar.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES, request_headers
@@ -122,15 +123,7 @@ class SidecarApp:
             if self.otlp is None
             else TraceForwarder(self.otlp, self.session, self.metrics.exporter_failed)
         )
-        self.traces = TraceReceiver(
-            self.join,
-            replicas=tuple(r for p in settings.config.pools if p.engine_traces for r in p.replicas)
-            if self.traced_pools
-            else None,
-            token=os.environ.get(settings.traces_token_env or "") or None,
-            forward=None if self.forwarder is None else self.forwarder.forward,
-            refused=refusal_counter(self.registry),
-        )
+        self.traces = self._trace_receiver()
         self.relay = Relay(
             Classifier(settings.config),
             self.pools,
@@ -143,10 +136,35 @@ class SidecarApp:
             on_dispatch=self._dispatched,
             max_json_elements=settings.max_json_elements,
             recognizer=Recognizer(settings.config.recognition, self.registry),
+            max_tenants_per_client=settings.max_tenants_per_client,
         )
         self.metrics.watch_lanes(self.relay.gates)
         self.routes = set(GENERATE_ROUTES) | set(PASSTHROUGH_ROUTES) | set(settings.extra_routes)
         self.api = self._build_api()
+        self.health_listener = (
+            None
+            if settings.health_address is None
+            else HealthListener(*settings.health_address, self.health)
+        )
+
+    def _trace_receiver(self) -> TraceReceiver:
+        """``POST /v1/traces``: the engine spans the traced pools' replicas send."""
+        config = self.settings.config
+        return TraceReceiver(
+            self.join,
+            replicas=tuple(r for p in config.pools if p.engine_traces for r in p.replicas)
+            if self.traced_pools
+            else None,
+            token=os.environ.get(self.settings.traces_token_env or "") or None,
+            forward=None if self.forwarder is None else self.forwarder.forward,
+            refused=refusal_counter(self.registry),
+        )
+
+    def health(self) -> dict[str, object]:
+        """``/health``'s answer: every pool's replicas, and ok when each pool has one up."""
+        pools = self.pools.health()
+        up = all(any(reps.values()) for reps in pools.values())
+        return {"status": "ok" if up else "degraded", "pools": pools}
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -202,6 +220,8 @@ class SidecarApp:
         self.pools.start(self.session())
         self.loop_lag.start()
         self._summaries = asyncio.create_task(self._summarize())
+        if self.health_listener is not None:
+            self.health_listener.start()
         log.info(
             "sidecar_started",
             pools={p.name: p.replicas for p in self.settings.config.pools},
@@ -221,6 +241,8 @@ class SidecarApp:
                 await self.forwarder.drain(5)
             await self.pools.stop()
             await self.loop_lag.stop()
+            if self.health_listener is not None:
+                await self.health_listener.stop()
             self.upstream.close()
             if self._session is not None:
                 await self._session.close()
@@ -234,6 +256,7 @@ class SidecarApp:
             docs_url=None,
             redoc_url=None,
             openapi_url=None,
+            redirect_slashes=False,  # a redirect would name the client's Host: 404 instead
         )
 
         @api.exception_handler(StarletteHTTPException)
@@ -246,10 +269,7 @@ class SidecarApp:
 
         @api.get("/health")
         async def health() -> Response:
-            pools = self.pools.health()
-            up = all(any(reps.values()) for reps in pools.values())
-            body = {"status": "ok" if up else "degraded", "pools": pools}
-            return JSONResponse(body)
+            return JSONResponse(self.health())
 
         @api.get("/metrics")
         async def metrics(request: Request) -> Response:

@@ -233,9 +233,4 @@ def _url(value: str | None, flag: str) -> str | None:
 
 
 def _address(value: str) -> tuple[str, int]:
-    from obs.errors import ConfigError
-
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"--metrics-address: {value!r} is not HOST:PORT, e.g. 10.0.0.5:9464")
-    return host.strip("[]"), int(port)
+    return hardening_cli.address(value, "--metrics-address")

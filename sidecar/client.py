@@ -86,8 +86,10 @@ class ClientConn:
 
     def bound(self, limit: int, *, wait: bool) -> None:
         """Start a stream: buffer up to ``limit`` bytes, waiting (or not) past it."""
+        if self._transport.is_closing():
+            return  # the client reset the connection as its stream starts: the relay sees it
         if self._sock is not None:
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, ValueError):  # uvloop: ValueError once closed
                 self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, KERNEL_SNDBUF)
         high = limit if wait else NEVER_WAIT
         self._transport.set_write_buffer_limits(high=high, low=high // 4)

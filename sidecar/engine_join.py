@@ -57,21 +57,16 @@ class EngineJoin:
         self._early: OrderedDict[Key, tuple[str | None, dict[str, float]]] = OrderedDict()
         self._done: OrderedDict[Key, None] = OrderedDict()
         self._issued: OrderedDict[Key, None] = OrderedDict()
-        self._traces: dict[str, int] = {}  # trace id -> how many issued keys name it
 
     def issue(self, trace_id: str, span_id: str) -> None:
         """The relay sent these ids to a pool that traces: a span may name them."""
         self._issued[(trace_id, span_id)] = None
-        self._traces[trace_id] = self._traces.get(trace_id, 0) + 1
         while len(self._issued) > MAX_ISSUED:
-            (old, _), _ = self._issued.popitem(last=False)
-            n = self._traces.pop(old) - 1
-            if n:
-                self._traces[old] = n
+            self._issued.popitem(last=False)
 
-    def knows_trace(self, trace_id: str) -> bool:
-        """A trace the sidecar relayed a request of (safe to call from another thread)."""
-        return trace_id in self._traces
+    def knows_parent(self, trace_id: str, span_id: str) -> bool:
+        """The sidecar's own span of a request sent to a traced pool (from any thread)."""
+        return (trace_id, span_id) in self._issued
 
     def submit(self, finished: Finished, engine_traces: bool) -> None:
         """Export now, or hold until the engine span arrives (at most ``wait_s``)."""

@@ -12,7 +12,11 @@ reach the app:
   body read timeout (end of the head to the end of the body: 408, the relay sees
   the client leave), and an idle timeout for a connection that sends no request
   (closed; between requests uvicorn's keep-alive timeout, set to the same value);
-- a maximum of open client connections: one more is answered 503 and closed.
+- a maximum of open client connections: one more is answered 503 and closed;
+- a request that asks to switch protocols (``Connection: upgrade`` with ``Upgrade``,
+  or ``CONNECT``) is answered 400 and closed before any of it reaches the app, but
+  for a GET or HEAD without a body, which is served as plain HTTP/1.1: the parser
+  skips an upgrading request's body and would read it as the next request.
 
 Every limit hit is counted (``vllm_obs_connection_limits_total{limit}``) and
 logged at most once a minute per limit, with the count since the last line.
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,6 +39,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from obs import conventions as c
+from obs.sidecar.budgets import Budgets
 from obs.sidecar.client import OBS_EXTENSION, SidecarHttpProtocol
 from obs.sidecar.errors import error_body
 from obs.sidecar.limits import Limits
@@ -42,11 +48,11 @@ log = structlog.get_logger("vllm_obs.guard")
 
 LIMITS = (
     "request_line", "header_bytes", "header_count", "header_timeout", "body_timeout",
-    "idle_timeout", "max_connections",
+    "idle_timeout", "max_connections", "client_connections", "body_memory", "upgrade",
 )  # fmt: skip
 LOG_EVERY_S = 60.0
-_REASONS = {408: b"Request Timeout", 414: b"URI Too Long", 431: b"Request Header Fields Too "
-            b"Large", 503: b"Service Unavailable"}  # fmt: skip
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 414: b"URI Too Long",
+            431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}  # fmt: skip
 
 
 class Guard:
@@ -54,9 +60,19 @@ class Guard:
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
-        self.open = 0
+        self.budgets = Budgets(
+            limits.max_connections,
+            limits.client_connections,
+            limits.max_body_memory,
+            limits.client_body_memory,
+        )
         self.hits = dict.fromkeys(LIMITS, 0)
         self._logged = dict.fromkeys(LIMITS, (-LOG_EVERY_S, 0))
+
+    @property
+    def open(self) -> int:
+        """Client connections open now."""
+        return self.budgets.connections
 
     def hit(self, limit: str) -> None:
         self.hits[limit] += 1
@@ -91,6 +107,26 @@ class _LimitHit(Exception):
     """Raised in a parser callback: the parser stops and ``send_400_response`` answers."""
 
 
+def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    """The declared body length (0 when there is none); None for a chunked body."""
+    if any(k == b"transfer-encoding" for k, _ in headers):
+        return None
+    for k, v in headers:
+        if k == b"content-length":
+            return int(v) if v.strip().isdigit() else 0  # the parser refuses a bad one
+    return 0
+
+
+def _plain_get(method: bytes, headers: list[tuple[bytes, bytes]]) -> bool:
+    """A GET or HEAD without a body: its ``Upgrade`` is ignored (served as HTTP/1.1)."""
+    if method not in (b"GET", b"HEAD"):
+        return False
+    return not any(
+        k == b"transfer-encoding" or (k == b"content-length" and v.strip() != b"0")
+        for k, v in headers
+    )
+
+
 class GuardedHttpProtocol(SidecarHttpProtocol):
     """uvicorn's httptools protocol with the limits of its ``guard``."""
 
@@ -108,16 +144,21 @@ class GuardedHttpProtocol(SidecarHttpProtocol):
         self._read_ns = 0
         self._counted = False
         self._refusal: tuple[int, str, str] | None = None
+        self._addr = ""
+        self._bodies: deque[int] = deque()  # body bytes held, per request not yet answered
+        self._chunked = False
 
     # asyncio.Protocol
     # uvicorn's protocol narrows the transport to asyncio.Transport the same way.
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         g = self.guard
-        if g.open >= g.limits.max_connections:
-            self._refuse(503, "max_connections", "the sidecar has too many open connections")
+        self._addr = self.client[0] if self.client else ""
+        over = g.budgets.connect(self._addr)
+        if over is not None:
+            whose = "the sidecar has" if over == "max_connections" else "this client has"
+            self._refuse(503, over, f"{whose} too many open connections")
             return
-        g.open += 1
         self._counted = True
         self._arm(g.limits.idle_timeout_s, "idle_timeout")
 
@@ -125,7 +166,9 @@ class GuardedHttpProtocol(SidecarHttpProtocol):
         self._disarm()
         if self._counted:
             self._counted = False
-            self.guard.open -= 1
+            self.guard.budgets.disconnect(self._addr)
+        self.guard.budgets.free_body(self._addr, sum(self._bodies))
+        self._bodies.clear()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -170,10 +213,30 @@ class GuardedHttpProtocol(SidecarHttpProtocol):
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
+        if self.parser.should_upgrade() and not _plain_get(self.parser.get_method(), self.headers):
+            # httptools skips the body of a request that asks to switch protocols and parses
+            # what follows as a new request: a body would be smuggled past a proxy in front.
+            self._refusal = (400, "upgrade", "the sidecar does not switch protocols (Upgrade)")
+            raise _LimitHit
+        declared = _content_length(self.headers)
+        self._chunked = declared is None
+        self._bodies.append(0)
+        if declared:
+            self._hold_body(declared)
         self._in_body = True
         self._head = 0
         self._arm(self.guard.limits.body_timeout_s, "body_timeout")
         super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if self._chunked and self._bodies:  # no Content-Length: counted as it arrives
+            self._hold_body(len(body))
+        super().on_body(body)
+
+    def on_response_complete(self) -> None:
+        if self._bodies:  # the oldest request still held is the one answered
+            self.guard.budgets.free_body(self._addr, self._bodies.popleft())
+        super().on_response_complete()
 
     def on_message_complete(self) -> None:
         self._in_body = self._in_message = False
@@ -188,6 +251,13 @@ class GuardedHttpProtocol(SidecarHttpProtocol):
         self._refuse(status, limit, message)
 
     # limits
+    def _hold_body(self, n: int) -> None:
+        """Count ``n`` more bytes of the current request's body, within the budgets."""
+        if not self.guard.budgets.hold_body(self._addr, n):
+            self._refusal = (503, "body_memory", "the sidecar holds too many request bodies")
+            raise _LimitHit
+        self._bodies[-1] += n
+
     def _refuse(self, status: int, limit: str, message: str) -> None:
         """Answer ``status`` (when no response is under way) and close the connection."""
         self.guard.hit(limit)

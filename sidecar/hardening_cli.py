@@ -62,7 +62,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--max-connections",
         type=int,
         default=_D.max_connections,
-        help="open client connections; one more is answered 503 and closed (default: %(default)s)",
+        help="open client connections; one more is answered 503 and closed. Lowered at start "
+        "to what the open-file limit allows (its soft limit is raised to the hard one first): "
+        "(nofile - 128) / 2 (default: %(default)s)",
+    )
+    g.add_argument(
+        "--max-client-connections",
+        type=int,
+        metavar="N",
+        help="open connections from one client address; one more is answered 503 and closed "
+        "(default: a quarter of --max-connections; behind a proxy that all clients share, "
+        "set it to --max-connections)",
+    )
+    g.add_argument(
+        "--max-body-memory-mb",
+        type=int,
+        default=_D.max_body_memory >> 20,
+        metavar="MB",
+        help="request body bytes held at once, all clients together (declared Content-Length, "
+        "or a chunked body's bytes as they arrive, until the response ends); a body past it is "
+        "answered 503 and closed (default: %(default)s)",
+    )
+    g.add_argument(
+        "--max-client-body-memory-mb",
+        type=int,
+        metavar="MB",
+        help="request body bytes one client address holds at once "
+        "(default: a quarter of --max-body-memory-mb)",
     )
     g.add_argument(
         "--max-json-elements",
@@ -85,11 +111,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "second (default: %(default)s)",
     )
     g.add_argument(
+        "--max-tenants-per-client",
+        type=int,
+        default=8,
+        metavar="N",
+        help="tenants named by auth.tenant_header that one client address may bring within a "
+        "minute; its others share one fair-share key (tenants from API keys the sidecar "
+        "checks are never bounded). Behind a gateway that sets the header, raise it to the "
+        "number of tenants, or 0 for no bound (default: %(default)s)",
+    )
+    g.add_argument(
+        "--health-address",
+        metavar="HOST:PORT",
+        help="also serve GET /health on this address, on a listener of its own that no flood "
+        "of the relay's port reaches (point liveness probes here); 503 when the relay's event "
+        "loop has not turned for 10 s",
+    )
+    g.add_argument(
         "--traces-token-env",
         metavar="NAME",
-        help="environment variable holding a token that may POST /v1/traces from any "
-        "address (Authorization: Bearer TOKEN); without it only the traced pools' "
-        "addresses may",
+        help="environment variable holding a token that every POST /v1/traces must carry "
+        "(Authorization: Bearer TOKEN), from any address, the pools' included; without it "
+        "only the traced pools' addresses may send",
     )
 
 
@@ -104,12 +147,20 @@ def settings_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "--idle-timeout": args.idle_timeout,
         "--max-connections": args.max_connections,
         "--max-json-elements": args.max_json_elements,
+        "--max-body-memory-mb": args.max_body_memory_mb,
     }
+    optional = {
+        "--max-client-connections": args.max_client_connections,
+        "--max-client-body-memory-mb": args.max_client_body_memory_mb,
+    }
+    positive.update({k: v for k, v in optional.items() if v is not None})
     for flag, value in positive.items():
         if not value > 0:
             raise ConfigError(f"{flag}: must be positive, got {value}")
     if args.traces_token_env and not os.environ.get(args.traces_token_env):
         raise ConfigError(f"--traces-token-env: {args.traces_token_env} is not set or empty")
+    if args.max_tenants_per_client < 0:
+        raise ConfigError("--max-tenants-per-client: must be 0 or more")
     if args.rejected_events_per_s < 0:
         raise ConfigError("--client-events-per-s: must be 0 or more")
     limits = Limits(
@@ -120,10 +171,27 @@ def settings_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         body_timeout_s=args.body_timeout,
         idle_timeout_s=args.idle_timeout,
         max_connections=args.max_connections,
+        max_client_connections=args.max_client_connections,
+        max_body_memory=args.max_body_memory_mb << 20,
+        max_client_body_memory=None
+        if args.max_client_body_memory_mb is None
+        else args.max_client_body_memory_mb << 20,
     )
     return {
+        "health_address": address(args.health_address, "--health-address")
+        if args.health_address
+        else None,
         "limits": limits,
         "traces_token_env": args.traces_token_env,
         "max_json_elements": args.max_json_elements,
         "rejected_events_per_s": args.rejected_events_per_s,
+        "max_tenants_per_client": args.max_tenants_per_client,
     }
+
+
+def address(value: str, flag: str) -> tuple[str, int]:
+    """``HOST:PORT`` (or ``[V6]:PORT``) of a listener flag, checked."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{flag}: {value!r} is not HOST:PORT, e.g. 10.0.0.5:9464")
+    return host.strip("[]"), int(port)

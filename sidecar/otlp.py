@@ -47,17 +47,42 @@ def decode_traces(body: bytes) -> list[ReceivedSpan]:
     return spans_of(parse_export(body))
 
 
-def keep_traces(req: Any, keep: Callable[[str], bool]) -> int:
-    """Remove from ``req`` every span whose trace id (hex) ``keep`` refuses; spans kept."""
-    kept = 0
-    for rs in req.resource_spans:
-        for ss in rs.scope_spans:
-            spans = [s for s in ss.spans if keep(s.trace_id.hex())]
+def keep_traces(req: Any, ours: Callable[[str, str], bool]) -> int:
+    """Remove from ``req`` every span but those the sidecar's own spans parent; spans kept.
+
+    ``ours(trace_id, parent_span_id)`` (hex) says whether a span's parent is a span the
+    sidecar made (the engine's request span, under the sidecar's relay span); that span's
+    descendants in the same export are kept too (an engine's nested spans). A client that
+    chose its trace id with ``traceparent`` never learns the sidecar's span id.
+    """
+    at: list[tuple[int, int, int]] = []  # (resource, scope, span) position of each span
+    children: dict[tuple[bytes, bytes], list[int]] = {}  # (trace, parent) -> spans
+    todo: list[int] = []
+    for i, rs in enumerate(req.resource_spans):
+        for j, ss in enumerate(rs.scope_spans):
+            for k, span in enumerate(ss.spans):
+                n = len(at)
+                at.append((i, j, k))
+                if ours(span.trace_id.hex(), span.parent_span_id.hex()):
+                    todo.append(n)
+                else:
+                    children.setdefault((span.trace_id, span.parent_span_id), []).append(n)
+    keep: set[tuple[int, int, int]] = set()
+    while todo:
+        n = todo.pop()
+        i, j, k = at[n]
+        if at[n] in keep:
+            continue
+        keep.add(at[n])
+        span = req.resource_spans[i].scope_spans[j].spans[k]
+        todo.extend(children.pop((span.trace_id, span.span_id), []))
+    for i, rs in enumerate(req.resource_spans):
+        for j, ss in enumerate(rs.scope_spans):
+            spans = [s for k, s in enumerate(ss.spans) if (i, j, k) in keep]
             if len(spans) != len(ss.spans):
                 del ss.spans[:]
                 ss.spans.extend(spans)
-            kept += len(spans)
-    return kept
+    return len(keep)
 
 
 def spans_of(req: Any) -> list[ReceivedSpan]:

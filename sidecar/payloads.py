@@ -5,6 +5,9 @@ Pure helpers of ``obs.sidecar.relay``: no I/O, nothing on the per-chunk path.
 
 from __future__ import annotations
 
+import json
+import re
+from dataclasses import replace
 from hashlib import blake2b
 from typing import Any
 
@@ -12,7 +15,7 @@ import orjson
 
 from obs import conventions as c
 from obs.events import Event
-from obs.openai_api import prefix_text
+from obs.openai_api import BadField, Reading, event_text, prefix_text, read_request
 from obs.sidecar import errors as e
 from obs.sidecar.sse import StreamState
 from obs.sidecar.types import Scope
@@ -51,6 +54,21 @@ def request_headers(scope: Scope) -> dict[str, str]:
             raise e.BadRequest(f"the request has more than one {name} header")
         out[name] = v.decode("latin-1")
     return out
+
+
+def read_fields(route: str, body: dict[str, Any] | None, model_chars: int) -> Reading:
+    """The request's model (cut to ``model_chars``, valid UTF-8), stream flag and output cap
+    as the engine reads them (``obs.openai_api.read_request``); on a generate route a value
+    the engine would refuse is a 400 naming the field, elsewhere it reads as absent."""
+    try:
+        read = read_request(
+            body or {}, chat=route == "/v1/chat/completions", strict=route in GENERATE_ROUTES
+        )
+    except BadField as err:
+        raise e.BadRequest(f"invalid request field {err}") from err
+    mt = read.max_tokens  # an event holds 32 bits: any cap past them exceeds every model's length
+    mt = mt if mt is None else max(-MAX_TOKENS_CAP, min(MAX_TOKENS_CAP, mt))
+    return replace(read, model=event_text(read.model, model_chars), max_tokens=mt)
 
 
 def fingerprint(body: dict[str, Any]) -> str | None:
@@ -98,12 +116,38 @@ def _is_token_ids(prompt: list[Any]) -> bool:
     return all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
 
 
+MAX_TOKENS_CAP = (1 << 31) - 1
+_LONG_DIGITS = re.compile(rb"\d{19}")
+
+
+class PythonJson(dict[str, Any]):
+    """A body only Python's ``json`` reads (NaN, Infinity, 1e400, a lone surrogate, a BOM,
+    UTF-16): written back with ``json.dumps``, so the engine reads what the client sent."""
+
+
 def try_json(raw: bytes) -> dict[str, Any] | None:
+    """The body as the engine reads it (vLLM: Starlette's ``json.loads`` of the bytes), or
+    None when it is not a JSON object. orjson first (fast); what it refuses, Python's
+    ``json`` may still accept, and then so does the engine. orjson also reads an integer
+    past 64 bits as a float: a body with 19 digits in a row is read by ``json`` too."""
     try:
         body = orjson.loads(raw)
+        if _LONG_DIGITS.search(raw) is not None:
+            raise orjson.JSONDecodeError("a long integer", "", 0)
     except orjson.JSONDecodeError:
-        return None
+        try:
+            loose = json.loads(raw)
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            return None
+        return PythonJson(loose) if isinstance(loose, dict) else None
     return body if isinstance(body, dict) else None
+
+
+def dump_body(body: dict[str, Any]) -> bytes:
+    """The body as JSON the engine reads back to the same values (see ``PythonJson``)."""
+    if isinstance(body, PythonJson):
+        return json.dumps(body, allow_nan=True).encode()
+    return orjson.dumps(body)
 
 
 def upstream_error(err: BaseException, doing: str) -> e.RelayError:

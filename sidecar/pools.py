@@ -121,6 +121,15 @@ class PoolSet:
             for r in reps
         }
 
+    def default_model(self, pool: str) -> str | None:
+        """The model a request naming none is served: the pool's configured ``model``, else
+        the one model its replicas' /metrics name (None when they name several or none)."""
+        configured = self.config.pool(pool).model if pool in self.replicas else None
+        if configured:
+            return configured
+        seen = {m for r in self.replicas.get(pool, ()) if r.state for m in r.state.models}
+        return seen.pop() if len(seen) == 1 else None
+
     def engine(self, pool: str, url: str) -> str | None:
         """The engine a replica runs: configured, or as its last /metrics page showed."""
         for r in self.replicas.get(pool, ()):

@@ -34,6 +34,7 @@ from obs.events import Event
 from obs.lanes import Classifier, RequestAttrs, prompt_shape, response_format
 from obs.matching import Recognition
 from obs.sidecar.bodies import MAX_MODEL_CHARS
+from obs.sidecar.payloads import read_fields
 
 PREFIX_CHARS = 4096
 
@@ -162,12 +163,9 @@ class Recognizer:
     ) -> tuple[RequestAttrs, str | None]:
         """The attributes the lane rules read (each computed only when a rule or a gate needs
         it), and the client's identity; sets the event's model, stream and max_tokens."""
+        read = read_fields(ev.route, body, MAX_MODEL_CHARS)  # as the engine, or 400 naming it
+        ev.model, ev.stream, ev.max_tokens = read.model, read.stream, read.max_tokens
         b = body or {}
-        model = b.get("model")
-        ev.model = model[:MAX_MODEL_CHARS] if isinstance(model, str) else None
-        ev.stream = b.get("stream") is True
-        mt = b.get("max_tokens", b.get("max_completion_tokens"))
-        ev.max_tokens = mt if isinstance(mt, int) and not isinstance(mt, bool) else None
         shape = prompt_shape(body) if self.needs_shape and body is not None else None
         n = b.get("n")
         who = self.client(headers, ev.tenant, scope.get("client"))

@@ -17,7 +17,6 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-import orjson
 import structlog
 
 from obs import conventions as c
@@ -34,6 +33,7 @@ from obs.sidecar.client import client_conn, received_ns
 from obs.sidecar.deadline import Deadline, first_token_timeout
 from obs.sidecar.payloads import (
     GENERATE_ROUTES,
+    dump_body,
     fingerprint,
     request_headers,
     single_choice,
@@ -79,6 +79,7 @@ class Relay:
         on_dispatch: Callable[[str, str, str], None] | None = None,
         max_json_elements: int = MAX_JSON_ELEMENTS,
         recognizer: Recognizer | None = None,
+        max_tenants_per_client: int = 0,
     ) -> None:
         self.classifier = classifier
         self.recognizer = recognizer or Recognizer(classifier.config.recognition)
@@ -92,7 +93,7 @@ class Relay:
         self.json = BodyParser(max_json_elements)
         config = classifier.config
         self.gates = {lane.name: LaneGate(lane, workers) for lane in config.lanes}
-        self.tenants = Tenants(config.auth)
+        self.tenants = Tenants(config.auth, max_tenants_per_client)
         self.running: set[asyncio.Task[Any]] = set()  # handlers, for shutdown to wait on
         self.needs_prompt_tokens = classifier.needs_prompt_tokens or any(
             g.needs_prompt_tokens for g in self.gates.values()
@@ -141,6 +142,7 @@ class Relay:
         req.ids = new_ids(headers.get("traceparent"))
         ev.trace_id, ev.span_id = req.ids.trace_id_hex, req.ids.span_id_hex
         ev.tenant = self.tenants.resolve(headers)
+        req.share_key = self.tenants.share_key(ev.tenant, scope.get("client"))
         if scope["method"] != "POST":
             raise e.MethodNotAllowed(
                 f"{scope['method']} is not allowed on {scope['path']}; use POST"
@@ -163,13 +165,14 @@ class Relay:
         self.recognizer.decided(lane.name, ev.class_source)
         ev.lane = lane.name
         traffic.place(ev, lane, headers, scope, attrs)  # pool (arm of a split), priority
+        ev.model = ev.model or self.pools.default_model(ev.pool or lane.pool)  # as the engine
         gate = self.gates[lane.name]
         cost = gate.check(attrs.prompt_tokens, ev.max_tokens)
         inject = False
         usage = generate and body is not None and ev.stream and not wants_usage(body)
         if usage and body is not None and single_choice(body):
             body["stream_options"] = usage_options(body)
-            raw = orjson.dumps(body)
+            raw = dump_body(body)
             inject = ev.usage_injected = True
         if self.capture is not None and generate:
             req.capture_body = body if self.capture.prompt else None
@@ -203,7 +206,7 @@ class Relay:
         listener = asyncio.ensure_future(receive())
         listener.add_done_callback(lambda f: self._on_client_message(req, f))
         ev = req.event
-        ticket = req.ticket = Ticket(ev.tenant or "", plan.cost, priority=ev.priority or 0)
+        ticket = req.ticket = Ticket(req.share_key, plan.cost, priority=ev.priority or 0)
         req.gate = plan.gate
         try:
             admitted = await plan.gate.admit(ticket)

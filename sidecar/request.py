@@ -62,6 +62,7 @@ class Request:
         "itl",
         "operation",
         "response",
+        "share_key",
         "started",
         "ticket",
         "wall_ns",
@@ -89,6 +90,7 @@ class Request:
         self.conn: ClientConn | None = None  # the client connection, under our server
         self.gate: LaneGate | None = None
         self.ticket: Ticket | None = None  # what the request holds (or waits for) of its lane
+        self.share_key = ""  # what fair share counts it under (obs.sidecar.auth.Tenants)
         self.admitted = False
         self.client_id: str | None = None  # who sent it, for slow-reader learning
         # Kept for --capture-text only (None otherwise): read when the request ends.

@@ -15,10 +15,13 @@ from prometheus_client import start_http_server
 
 from obs.errors import ConfigError
 from obs.sidecar.app import create_app
+from obs.sidecar.budgets import nofile_cap, raise_nofile
 from obs.sidecar.guard import Guard, GuardCollector
 from obs.sidecar.settings import Settings
 from obs.sidecar.worker_metrics import WorkerSlot, serve_private_metrics
 from obs.sidecar.workers import Supervisor, check_config, listen, worker_events_path
+
+log = structlog.get_logger("vllm_obs.sidecar")
 
 GC_THRESHOLD = 7000
 SWITCH_INTERVAL_S = 0.0005
@@ -52,7 +55,8 @@ def serve(settings: Settings) -> int:
         events = worker_events_path(settings.events_path, slot.index)
         worker = replace(settings, worker=slot, events_path=events)
         if slot.index:  # one worker serves --metrics-address (every worker's metrics, merged)
-            worker = replace(worker, metrics_address=None)
+            # and --health-address
+            worker = replace(worker, metrics_address=None, health_address=None)
         return _serve_one(worker, sock, metrics_sock)
 
     return Supervisor(settings.workers, listener, run_worker).run()
@@ -63,7 +67,16 @@ def _serve_one(
 ) -> int:
     """One relay process: on its own port, or as a worker on the supervisor's socket."""
     app = create_app(settings)
-    guard = Guard(settings.limits)  # header, timeout and connection limits (docs/security.md)
+    nofile = raise_nofile()
+    limits = settings.limits.fitted(nofile_cap(nofile))
+    if limits.max_connections < settings.limits.max_connections:
+        log.warning(
+            "max_connections_lowered",
+            max_connections=limits.max_connections,
+            asked=settings.limits.max_connections,
+            nofile=nofile,
+        )
+    guard = Guard(limits)  # header, timeout and connection limits (docs/security.md)
     app.registry.register(GuardCollector(guard))
     metrics_server = None
     if metrics_sock is not None and settings.worker is not None:

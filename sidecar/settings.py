@@ -35,6 +35,8 @@ class Settings:
     clickhouse: ClickHouseExport | None = None  # None: no ClickHouse exporter
     # Hardening (docs/security.md).
     limits: Limits = field(default_factory=Limits)  # per client connection
+    health_address: tuple[str, int] | None = None  # /health on its own listener too
     traces_token_env: str | None = None  # env var with a token that may POST /v1/traces
     max_json_elements: int = 200_000  # JSON values a large request body may hold
     rejected_events_per_s: float = 50.0  # client-caused events before a pool written one by one
+    max_tenants_per_client: int = 8  # header tenants one address brings a minute (0: any)

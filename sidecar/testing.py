@@ -40,6 +40,7 @@ __all__ = [
     "ReceivedSpan",
     "SidecarProcess",
     "llm_request_export",
+    "llm_request_under",
 ]
 
 
@@ -48,6 +49,12 @@ def llm_request_export(trace_id: bytes, **attrs: float | str) -> bytes:
 
     What vLLM sends to ``/v1/traces``, with the attributes given (numbers as doubles).
     """
+    return llm_request_under(trace_id, b"", **attrs)
+
+
+def llm_request_under(trace_id: bytes, parent: bytes, **attrs: float | str) -> bytes:
+    """``llm_request_export`` with the span's parent span id ``parent`` (vLLM's is the span
+    id of the ``traceparent`` it was sent)."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
     )
@@ -55,6 +62,7 @@ def llm_request_export(trace_id: bytes, **attrs: float | str) -> bytes:
     req = ExportTraceServiceRequest()
     span = req.resource_spans.add().scope_spans.add().spans.add()
     span.name, span.trace_id, span.span_id = "llm_request", trace_id, b"\x01" * 8
+    span.parent_span_id = parent
     for k, v in attrs.items():
         kv = span.attributes.add()
         kv.key = k

@@ -3,10 +3,11 @@
 Closed (404) unless a pool has ``engine_traces``. Then an export is accepted
 only:
 
-- from a traced pool's replica address (host names resolved at start-up, and again
-  at most every ``RESOLVE_EVERY_S`` when a sender is not in the list: a container
-  that started later or moved), or with ``Authorization: Bearer TOKEN`` where TOKEN
-  is the value of ``--traces-token-env`` (compared in constant time);
+- with ``Authorization: Bearer TOKEN`` where TOKEN is the value of
+  ``--traces-token-env`` (compared in constant time), from any address, when the
+  token is set; else from a traced pool's replica address (host names resolved at
+  start-up, and again at most every ``RESOLVE_EVERY_S`` when a sender is not in the
+  list: a container that started later or moved);
 - as protobuf (``application/x-protobuf``), with no encoding, ``identity`` or
   ``gzip``;
 - up to ``max_bytes`` both as sent and decompressed: the body is inflated by a
@@ -17,9 +18,11 @@ Its engines' request spans (vLLM's ``llm_request``, SGLang's and TGI's: see
 ``obs.engine_spans``) go to the engine join (``obs.sidecar.engine_join``),
 which takes only spans of requests the sidecar itself sent. When the sidecar
 exports spans (``OTEL_EXPORTER_OTLP_*``), the export is forwarded to the same
-collector with only the spans of traces the sidecar relayed a request of,
-re-encoded as plain protobuf: nobody else can write into the operator's trace
-backend with its credentials. Each refusal is counted by reason
+collector with only the spans the sidecar's own spans parent (the engine's
+request span of a request the sidecar sent, and that span's descendants),
+re-encoded as plain protobuf: nobody else, not even a client that chose its trace
+id with ``traceparent``, can write into the operator's trace backend with its
+credentials. Each refusal is counted by reason
 (``vllm_obs_trace_exports_refused_total``).
 """
 
@@ -111,7 +114,7 @@ def inflate(raw: bytes, encoding: str, max_bytes: int) -> bytes:
 
 
 def decode(
-    raw: bytes, encoding: str, max_bytes: int, ours: Callable[[str], bool], forward: bool
+    raw: bytes, encoding: str, max_bytes: int, ours: Callable[[str, str], bool], forward: bool
 ) -> Decoded:
     """Inflate, parse, pick the engines' request spans and our traces (runs in a thread)."""
     try:
@@ -178,16 +181,19 @@ class TraceReceiver:
         return encoding
 
     def _trusted(self, scope: Scope, headers: dict[bytes, bytes]) -> bool:
-        if self.token is not None:
+        if self.token is not None:  # then the token, from every address (a pool's too)
             scheme, _, given = headers.get(b"authorization", b"").partition(b" ")
-            if scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.token):
-                return True
+            return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.token)
         client = scope.get("client")
         return client is not None and self.sources is not None and client[0] in self.sources
 
     async def _trusted_now(self, scope: Scope, headers: dict[bytes, bytes]) -> bool:
         """Resolve the replicas' names again (rarely) and check once more."""
-        if self.replicas is None or time.monotonic() - self._resolved_at < RESOLVE_EVERY_S:
+        if (
+            self.replicas is None
+            or self.token is not None
+            or time.monotonic() - self._resolved_at < RESOLVE_EVERY_S
+        ):
             return False
         self._resolved_at = time.monotonic()
         self.sources = await asyncio.to_thread(pool_addresses, self.replicas)
@@ -201,7 +207,7 @@ class TraceReceiver:
         async with self._decoders:
             raw = await self._read(receive)
             decoded = await asyncio.to_thread(
-                decode, raw, encoding, self.max_bytes, self.join.knows_trace,
+                decode, raw, encoding, self.max_bytes, self.join.knows_parent,
                 self.forward is not None,
             )  # fmt: skip
         for span in decoded.spans:

@@ -58,7 +58,7 @@ def _join(capture: list[dict], stream: bool = True) -> tuple[Event, list[str]]:
         join = EngineJoin(exported.append, 30.0, results.append)
         join.issue(trace_id, span_id)
         join.submit(f, engine_traces=True)
-        for span in decode(body, "", MAX_TRACE_BYTES, join.knows_trace, False).spans:
+        for span in decode(body, "", MAX_TRACE_BYTES, join.knows_parent, False).spans:
             join.on_span(span)
         join.flush()
 
@@ -74,7 +74,7 @@ def _join(capture: list[dict], stream: bool = True) -> tuple[Event, list[str]]:
 def test_the_receiver_keeps_only_each_engines_request_span(capture: str, kept: list[str]) -> None:
     """Of an engine's export, only its request span reaches the join (not threads, slices, HTTP)."""
     body = span_captures.export(span_captures.load(capture), "ab" * 16, "cd" * 8)
-    spans = decode(body, "", MAX_TRACE_BYTES, lambda _: True, False).spans
+    spans = decode(body, "", MAX_TRACE_BYTES, lambda _t, _p: True, False).spans
     assert [s.name for s in spans] == kept
 
 

@@ -7,17 +7,28 @@ Their shape is vLLM's (``delta.reasoning_content`` before ``delta.content``).
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from obs.lanes import estimate_prompt_tokens
 from obs.loadgen.measure import Measurement
 from obs.loadgen.sse import parse_chunk
-from obs.openai_api import choice_carries_output, choice_tokens, prefix_text, prompt_text
-from obs.sidecar.payloads import fingerprint
+from obs.openai_api import (
+    BadField,
+    choice_carries_output,
+    choice_tokens,
+    event_text,
+    prefix_text,
+    prompt_text,
+    read_request,
+)
+from obs.sidecar.payloads import dump_body, fingerprint, try_json
 from obs.sidecar.sse import StreamState, classify, classify_parsed
 
 IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
@@ -168,3 +179,75 @@ def test_token_count_of_a_choice() -> None:
     assert choice_tokens({**_delta(content="ab"), "token_ids": [4, 5]}) == 2
     logprobs = {"content": [{"token": "a"}, {"token": "b"}, {"token": ""}]}
     assert choice_tokens({**_delta(content="ab"), "logprobs": logprobs}) == 3
+
+
+# ---- reading fields as vLLM does (issue 25) --------------------------------------------
+
+
+@given(st.integers(1, 10**9), st.sampled_from([str, float, int]), st.booleans())
+def test_max_tokens_reads_loose_types_as_pydantic_lax_mode(n: int, kind: type, chat: bool) -> None:
+    """ "N", N.0 and N all read as the integer N, in either field vLLM reads."""
+    value = kind(n)
+    assert read_request({"max_tokens": value}, chat=chat).max_tokens == n
+    if chat:
+        assert read_request({"max_completion_tokens": value}, chat=True).max_tokens == n
+
+
+@given(st.one_of(st.none(), st.integers(1, 10**6)), st.one_of(st.none(), st.integers(1, 10**6)))
+def test_chat_reads_max_completion_tokens_before_max_tokens(
+    mt: int | None, mct: int | None
+) -> None:
+    """A chat's cap is max_completion_tokens unless it is null; a completion's is max_tokens."""
+    body = {"max_tokens": mt, "max_completion_tokens": mct}
+    assert read_request(body, chat=True).max_tokens == (mct if mct is not None else mt)
+    assert read_request(body, chat=False).max_tokens == mt
+
+
+@pytest.mark.parametrize(
+    ("value", "stream"), [(1, True), (0, False), ("yes", True), ("false", False), (None, False)]
+)
+def test_stream_reads_loose_booleans(value: object, stream: bool) -> None:
+    """``"stream": 1`` or ``"yes"`` is a stream to vLLM, and to the sidecar."""
+    assert read_request({"stream": value}, chat=True).stream is stream
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [({"max_tokens": 2.5}, "max_tokens"), ({"model": 7}, "model"), ({"stream": 2}, "stream"),
+     ({"max_tokens": math.inf}, "max_tokens")],
+)  # fmt: skip
+def test_a_value_vllm_refuses_names_its_field(body: dict[str, Any], field: str) -> None:
+    """Strict reading raises BadField naming the field; loose reading drops just that field."""
+    with pytest.raises(BadField) as err:
+        read_request(body, chat=True)
+    assert err.value.field == field
+    assert read_request({**body, "model": "m"} if field != "model" else body, chat=True,
+                        strict=False).max_tokens is None  # fmt: skip
+
+
+_json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.floats(), st.integers(), st.text()),
+    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                            st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+    max_leaves=10,
+)  # fmt: skip
+
+
+@given(st.dictionaries(st.text(max_size=8), _json_values, max_size=4))
+def test_try_json_reads_what_pythons_json_reads_and_writes_it_back(body: dict[str, Any]) -> None:
+    """Any object Python's json reads (NaN, Infinity, surrogates) the sidecar reads the same,
+    and its written form reads back to the same values."""
+    raw = json.dumps(body).encode()
+    parsed = try_json(raw)
+    assert parsed is not None
+    assert json.dumps(parsed, sort_keys=True) == json.dumps(json.loads(raw), sort_keys=True)
+    assert json.dumps(json.loads(dump_body(parsed)), sort_keys=True) == json.dumps(
+        json.loads(raw), sort_keys=True
+    )
+
+
+def test_event_text_cuts_and_makes_a_lone_surrogate_writable() -> None:
+    """A model with a lone surrogate becomes valid UTF-8 (orjson can write the event)."""
+    text = event_text("a\ud800" + "b" * 300, 256)
+    assert text is not None and len(text) == 256
+    orjson.dumps(text)

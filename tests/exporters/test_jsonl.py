@@ -122,3 +122,40 @@ def test_a_short_write_leaves_no_torn_line(tmp_path: Path) -> None:
     ids = [orjson.loads(line)["request_id"] for line in data.splitlines()]
     assert ids[-5:] == [f"r{i}" for i in range(1000, 1005)]
     assert len(ids) == len(set(ids))
+
+
+_SHORT_BATCH = """
+import resource, sys
+from obs.events import Event
+from obs.exporters.jsonl import JsonlExporter
+from obs.phases import Clock
+from obs.record import Finished
+from obs.tracecontext import new_ids
+
+def f(i):
+    return Finished(Event(request_id=f"r{i}"), Clock(received=0, end=1), 0, new_ids(None))
+
+line = len(f(0).event.to_json())
+exp = JsonlExporter(sys.argv[1], flush_interval_s=60)
+resource.setrlimit(resource.RLIMIT_FSIZE, (50 * line + line // 2, resource.RLIM_INFINITY))
+for i in range(150):
+    exp.export(f(i))
+exp.force_flush()
+print(len(open(sys.argv[1], "rb").read().splitlines()), flush=True)
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+exp.export(f(150))
+exp.shutdown()
+"""
+
+
+def test_a_short_write_keeps_the_lines_that_fit_and_spools_the_rest(tmp_path: Path) -> None:
+    """150 events in one batch where 50 fit: those 50 are kept at once, the other 100 are
+    written, in order, once the disk takes them again (issue 25)."""
+    path = tmp_path / "ev.jsonl"
+    out = subprocess.run(
+        [sys.executable, "-c", _SHORT_BATCH, str(path)],
+        check=True, timeout=60, capture_output=True, text=True,
+    )  # fmt: skip
+    assert [x for x in out.stdout.splitlines() if x.isdigit()] == ["50"]  # beside the log line
+    ids = [orjson.loads(line)["request_id"] for line in path.read_bytes().splitlines()]
+    assert ids == [f"r{i}" for i in range(151)]

@@ -23,7 +23,7 @@ from tests.support.rawhttp import closed_within, connect, exchange, status, tric
 LIMITS = "vllm_obs_connection_limits_total"
 SHORT_LIMITS = (
     "--header-timeout", "1", "--body-timeout", "1", "--idle-timeout", "1",
-    "--max-connections", "20",
+    "--max-connections", "20", "--max-client-connections", "20",  # one address: the whole cap
 )  # fmt: skip
 
 

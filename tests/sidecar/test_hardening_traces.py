@@ -1,9 +1,10 @@
-"""``POST /v1/traces`` as an attacker would use it (issue 22, items 1 and 3), plus fuzzing.
+"""``POST /v1/traces`` as an attacker would use it (issues 22 and 25), plus fuzzing.
 
 A real sidecar process; the OTLP exports are built here with the OpenTelemetry
 protobuf classes (what a forger would send; no vLLM sends these). The traced
 pool is configured at 127.0.0.2 (loopback, nothing listening), so requests from
-127.0.0.1 come from an address that is not a pool's.
+127.0.0.1 come from an address that is not a pool's. Where a request must be relayed,
+the pool is ``ScriptedUpstream`` (no real vLLM can be made to send a forged span).
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from obs.procs import free_port
-from obs.sidecar.testing import OtlpReceiver, SidecarProcess
+from obs.sidecar.testing import OtlpReceiver, SidecarProcess, llm_request_under
 from obs.sidecar.testing import llm_request_export as export
 from tests.conftest import SidecarFactory
 from tests.support.probes import HealthProbe, metric, rss_bytes
+from tests.support.scripted_upstream import ScriptedUpstream
 
 TOKEN = "trace-token-for-tests"
 AUTH = {"authorization": f"Bearer {TOKEN}", "content-type": "application/x-protobuf"}
@@ -127,3 +129,49 @@ def test_fuzzed_exports_never_fail_the_receiver(
     r = httpx.post(traced.url + "/v1/traces", content=body, headers=headers, timeout=10)
     assert r.status_code in (200, 400, 413, 415)
     assert "Traceback" not in traced.log_tail()
+
+
+def test_with_a_token_set_a_pools_own_address_needs_it_too(
+    sidecar: SidecarFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A traced pool on 127.0.0.1, the token set: an export from 127.0.0.1 without it is 403."""
+    monkeypatch.setenv("VLLM_OBS_TEST_TRACES_TOKEN", TOKEN)
+    sc = sidecar(
+        f"http://127.0.0.1:{free_port()}",
+        args=("--engine-traces", "--traces-token-env", "VLLM_OBS_TEST_TRACES_TOKEN"),
+    )
+    ctype = {"content-type": "application/x-protobuf"}
+    body = export(b"\x15" * 16)
+    assert httpx.post(sc.url + "/v1/traces", content=body, headers=ctype).status_code == 403
+    assert httpx.post(sc.url + "/v1/traces", content=body, headers=AUTH).status_code == 200
+    assert metric(sc.url, REFUSED, reason="source") == 1
+
+
+def test_a_span_in_a_trace_the_client_chose_is_forwarded_only_under_the_sidecars_span(
+    sidecar: SidecarFactory, monkeypatch: pytest.MonkeyPatch, otlp_receiver: OtlpReceiver
+) -> None:
+    """A client names the trace (``traceparent``); its own span there is never forwarded, the
+    engine's span under the sidecar's span is."""
+    monkeypatch.setenv("VLLM_OBS_TEST_TRACES_TOKEN", TOKEN)
+    trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    with ScriptedUpstream() as pool:
+        sc = sidecar(
+            pool.url,
+            args=("--engine-traces", "--engine-join-wait", "0.2",
+                  "--traces-token-env", "VLLM_OBS_TEST_TRACES_TOKEN"),
+        )  # fmt: skip
+        headers = {"traceparent": f"00-{trace}-00f067aa0ba902b7-01", "x-request-id": "chosen"}
+        body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
+        r = httpx.post(sc.url + "/v1/chat/completions", json=body, headers=headers, timeout=30)
+        assert r.status_code == 200
+        ours = sc.events_of("chosen")[0]["span_id"]
+        forged = llm_request_under(bytes.fromhex(trace), b"\x07" * 8, **{"vllm.forged": "yes"})
+        engine = llm_request_under(bytes.fromhex(trace), bytes.fromhex(ours))
+        for payload in (forged, engine):
+            r = httpx.post(sc.url + "/v1/traces", content=payload, headers=AUTH)
+            assert r.status_code == 200
+        spans = otlp_receiver.wait_for(trace, ["llm_request"])
+        time.sleep(0.5)  # the forged export was sent first: had it been forwarded, it is here
+        llm = [s for s in otlp_receiver.trace(trace) if s.name == "llm_request"]
+    assert spans
+    assert [s.parent_span_id for s in llm] == [ours]

@@ -74,6 +74,7 @@ class ScriptedUpstream:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.scripts: dict[str, Script] = {}
+        self.received: list[tuple[str, bytes]] = []  # (path, body) of every POST, in order
         upstream = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -91,7 +92,7 @@ class ScriptedUpstream:
 
             def do_POST(self) -> None:
                 n = int(self.headers.get("content-length") or 0)
-                self.rfile.read(n)
+                upstream.received.append((self.path, self.rfile.read(n)))
                 script = upstream.scripts.get(self.headers.get("x-request-id", ""), Script())
                 self.send_response(script.status)
                 self.send_header("content-type", script.content_type)

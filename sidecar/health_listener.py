@@ -1,0 +1,86 @@
+"""``--health-address``: ``/health`` on its own listener, ahead of everything on the relay port.
+
+A liveness probe must not fail because clients flood the relay's port (its
+connection caps, its accept queue, its event loop's other work). This listener is
+a small threaded HTTP server of its own: it answers from a snapshot that the relay's
+event loop refreshes every ``REFRESH_S``, so a probe never waits on the loop, yet a
+loop that stops turning for ``STALL_S`` is seen and answered 503 (the pod is then
+restarted, as it should be). Only ``GET /health`` is served; anything else is 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import orjson
+
+from obs.errors import ConfigError
+
+REFRESH_S = 0.5
+STALL_S = 10.0
+
+
+class HealthListener:
+    """Serves the latest ``snapshot()`` on ``GET /health`` from a thread."""
+
+    def __init__(self, host: str, port: int, snapshot: Callable[[], dict[str, Any]]) -> None:
+        self.snapshot = snapshot
+        self._body = orjson.dumps({"status": "starting"})
+        self._at = time.monotonic()
+        self._task: asyncio.Task[None] | None = None
+        listener = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                status, body = listener.answer() if self.path == "/health" else (404, b"")
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                return None
+
+        try:
+            self._server = ThreadingHTTPServer((host, port), Handler)
+        except OSError as err:
+            raise ConfigError(f"--health-address {host}:{port}: {err.strerror}") from err
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="health", daemon=True
+        )
+        self._thread.start()
+
+    def answer(self) -> tuple[int, bytes]:
+        """200 with the last snapshot, or 503 when the event loop stopped refreshing it."""
+        stalled = time.monotonic() - self._at
+        if stalled > STALL_S:
+            return 503, orjson.dumps({"status": "stalled", "event_loop_stalled_s": stalled})
+        return 200, self._body
+
+    def start(self) -> None:
+        """Refresh the snapshot on the running loop (from the app's lifespan)."""
+        self._task = asyncio.get_running_loop().create_task(self._refresh())
+
+    async def _refresh(self) -> None:
+        while True:
+            self._body = orjson.dumps(self.snapshot())
+            self._at = time.monotonic()
+            await asyncio.sleep(REFRESH_S)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._server.shutdown()
+        self._server.server_close()
