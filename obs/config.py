@@ -7,7 +7,7 @@ Spec (YAML) -> model (this module) -> generators (alerts, dashboards, query)
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
@@ -15,6 +15,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializationInfo,
     SerializerFunctionWrapHandler,
     ValidationError,
     field_validator,
@@ -197,6 +198,39 @@ class HealthCheck(_Model):
     interval_s: PositiveFloat = 5.0
 
 
+EngineKind = Literal["auto", "vllm", "sglang", "llamacpp", "tgi", "sim"]
+
+
+class DeclaredEngine(_Model):
+    """The engine flags a pool's replicas were started with, as the operator declares them
+    (``engine: {kind: vllm, max_num_seqs: 64}``). They join the settings the replicas
+    report (``obs.served``): their series, fingerprints and change annotations; where the
+    engine also reports a setting, the sidecar checks the two agree."""
+
+    max_num_seqs: PositiveInt | None = None
+    max_num_batched_tokens: PositiveInt | None = None
+    max_model_len: PositiveInt | None = None
+    long_prefill_token_threshold: PositiveInt | None = None
+    stream_interval: PositiveInt | None = None
+    max_num_partial_prefills: PositiveInt | None = None
+    max_long_partial_prefills: PositiveInt | None = None
+    prefix_caching: bool | None = None
+
+    def values(self) -> dict[str, object]:
+        """The declared flags (those given), by name."""
+        return self.model_dump(exclude_none=True)
+
+
+def _engine_block(data: Any) -> Any:
+    """``engine: {kind: K, FLAG: V, ...}`` -> ``engine: K`` and ``declared: {FLAG: V}``."""
+    if not isinstance(data, dict) or not isinstance(data.get("engine"), dict):
+        return data
+    if "declared" in data:
+        raise ValueError("declared: give the flags in the engine block (engine: {kind: ...})")
+    block = dict(data["engine"])
+    return {**data, "engine": block.pop("kind", "auto"), "declared": block}
+
+
 class Pool(_Model):
     name: Name
     replicas: list[str] = Field(min_length=1)
@@ -207,9 +241,27 @@ class Pool(_Model):
     engine_traces: bool = False
     # Which engine serves the pool (obs.engines): its adapter maps the engine's /metrics to
     # the pool state; ``auto`` detects it from the metric names each replica exports.
-    engine: Literal["auto", "vllm", "sglang", "llamacpp", "tgi", "sim"] = "auto"
+    # ``engine: vllm`` or ``engine: {kind: vllm, max_num_seqs: 64, ...}``: the kind, and the
+    # flags the replicas were started with (``declared``, from the same block).
+    engine: EngineKind = "auto"
+    declared: DeclaredEngine | None = None
     health: HealthCheck = HealthCheck()
     kv_cache_usage_max: Ratio = 0.9
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine(cls, data: Any) -> Any:
+        return _engine_block(data)
+
+    @model_serializer(mode="wrap")
+    def _one_engine_block(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        declared = out.pop("declared", None)
+        if declared:
+            out["engine"] = {"kind": self.engine, **declared}
+        return out
 
     @field_validator("replicas")
     @classmethod
@@ -344,6 +396,7 @@ def _first_error(e: ValidationError) -> str:
 def _describe(err: object) -> str:
     assert isinstance(err, dict)
     loc = ".".join(str(p) for p in err.get("loc", ()))
+    loc = loc.replace(".declared.", ".engine.")  # a pool's declared flags sit in its engine block
     msg = str(err.get("msg", "invalid"))
     msg = msg.removeprefix("Value error, ")
     if err.get("type") == "extra_forbidden":

@@ -53,6 +53,7 @@ __all__ = [
     "REJECTION_REASONS",
     "REPLICA",
     "RESULT",
+    "SETTING",
     "TENANT_SHARE",
     "TOKENS_COUNTED",
     "TOKENS_FROM_ENGINE",
@@ -84,6 +85,7 @@ NEW: Final = "new"
 CONFIG_HASH: Final = "config_hash"
 CONFIG_VERSION: Final = "config_version"
 ARM: Final = "arm"  # the pool a split lane's arm sends to (bounded by the config's pools)
+SETTING: Final = "setting"  # a declared engine setting (obs.served.DRIFT_CHECKS)
 CLASS_SOURCE: Final = "source"
 
 # What put a request in its lane: the ``source`` label and the event's ``class_source``.

@@ -28,6 +28,7 @@ from obs.conventions.labels import (
     REASON,
     REPLICA,
     RESULT,
+    SETTING,
 )
 
 __all__ = [
@@ -63,6 +64,7 @@ __all__ = [
     "POOL_PREFIX_QUERIES",
     "POOL_RUNNING",
     "POOL_SETTINGS_CHANGED",
+    "POOL_SETTINGS_DRIFT",
     "POOL_SETTINGS_INFO",
     "POOL_UP",
     "POOL_WAITING",
@@ -250,6 +252,17 @@ POOL_SETTINGS_CHANGED = _m(
     OLD,
     NEW,
 )
+# A pool's declared flags (engine: {kind: vllm, max_num_seqs: 64}) against what each
+# replica reports, where it reports that setting (obs.served.drift).
+POOL_SETTINGS_DRIFT = _m(
+    "pool_settings_drift",
+    "gauge",
+    "1 when the replica reports another value of a setting than its pool declares, 0 when "
+    "they agree; one series per declared setting the engine also reports.",
+    POOL,
+    REPLICA,
+    SETTING,
+)
 CONFIG_INFO = _m(
     "config_info",
     "gauge",
@@ -360,6 +373,7 @@ ALL_METRICS: Final = (
     POOL_ENGINE_INFO,
     POOL_SETTINGS_INFO,
     POOL_SETTINGS_CHANGED,
+    POOL_SETTINGS_DRIFT,
     CONFIG_INFO,
     EVENTS_WRITTEN,
     EVENTS_DROPPED,
