@@ -23,6 +23,15 @@ from pydantic import (
     model_validator,
 )
 
+from obs.config_blocks import (  # the blocks are parsed here, and importable from here
+    DeclaredEngine,
+    Duration,
+    EngineKind,
+    LaneAlerts,
+    PoolAlerts,
+    Price,
+    engine_block,
+)
 from obs.durations import seconds
 from obs.errors import ConfigError
 from obs.matching import Match, Recognition
@@ -147,6 +156,7 @@ class Lane(_Model):
     admission: Admission = Admission()
     timeouts: Timeouts = Timeouts()
     slo: SLO = SLO()
+    alerts: LaneAlerts = LaneAlerts()
 
     @model_validator(mode="before")
     @classmethod
@@ -198,39 +208,6 @@ class HealthCheck(_Model):
     interval_s: PositiveFloat = 5.0
 
 
-EngineKind = Literal["auto", "vllm", "sglang", "llamacpp", "tgi", "sim"]
-
-
-class DeclaredEngine(_Model):
-    """The engine flags a pool's replicas were started with, as the operator declares them
-    (``engine: {kind: vllm, max_num_seqs: 64}``). They join the settings the replicas
-    report (``obs.served``): their series, fingerprints and change annotations; where the
-    engine also reports a setting, the sidecar checks the two agree."""
-
-    max_num_seqs: PositiveInt | None = None
-    max_num_batched_tokens: PositiveInt | None = None
-    max_model_len: PositiveInt | None = None
-    long_prefill_token_threshold: PositiveInt | None = None
-    stream_interval: PositiveInt | None = None
-    max_num_partial_prefills: PositiveInt | None = None
-    max_long_partial_prefills: PositiveInt | None = None
-    prefix_caching: bool | None = None
-
-    def values(self) -> dict[str, object]:
-        """The declared flags (those given), by name."""
-        return self.model_dump(exclude_none=True)
-
-
-def _engine_block(data: Any) -> Any:
-    """``engine: {kind: K, FLAG: V, ...}`` -> ``engine: K`` and ``declared: {FLAG: V}``."""
-    if not isinstance(data, dict) or not isinstance(data.get("engine"), dict):
-        return data
-    if "declared" in data:
-        raise ValueError("declared: give the flags in the engine block (engine: {kind: ...})")
-    block = dict(data["engine"])
-    return {**data, "engine": block.pop("kind", "auto"), "declared": block}
-
-
 class Pool(_Model):
     name: Name
     replicas: list[str] = Field(min_length=1)
@@ -247,11 +224,16 @@ class Pool(_Model):
     declared: DeclaredEngine | None = None
     health: HealthCheck = HealthCheck()
     kv_cache_usage_max: Ratio = 0.9
+    # How long KV usage stays above kv_cache_usage_max (free blocks below the rest) before
+    # the alert fires.
+    kv_cache_usage_for: Duration = "5m"
+    alerts: PoolAlerts = PoolAlerts()
+    price: Price | None = None
 
     @model_validator(mode="before")
     @classmethod
     def _engine(cls, data: Any) -> Any:
-        return _engine_block(data)
+        return engine_block(data)
 
     @model_serializer(mode="wrap")
     def _one_engine_block(

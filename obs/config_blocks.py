@@ -1,0 +1,87 @@
+"""Blocks of a lanes config's pools and lanes beyond routing and SLOs: the engine flags a
+pool declares, the thresholds of the alerts the production guides name, and a pool's price.
+
+``obs.config`` parses them (and re-exports them); each is a strict model whose errors name
+the field.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from obs.durations import seconds
+
+PositiveInt = Annotated[int, Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+Ratio = Annotated[float, Field(gt=0, lt=1)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+EngineKind = Literal["auto", "vllm", "sglang", "llamacpp", "tgi", "sim"]
+
+
+class DeclaredEngine(_Model):
+    """The engine flags a pool's replicas were started with, as the operator declares them
+    (``engine: {kind: vllm, max_num_seqs: 64}``). They join the settings the replicas
+    report (``obs.served``): their series, fingerprints and change annotations; where the
+    engine also reports a setting, the sidecar checks the two agree."""
+
+    max_num_seqs: PositiveInt | None = None
+    max_num_batched_tokens: PositiveInt | None = None
+    max_model_len: PositiveInt | None = None
+    long_prefill_token_threshold: PositiveInt | None = None
+    stream_interval: PositiveInt | None = None
+    max_num_partial_prefills: PositiveInt | None = None
+    max_long_partial_prefills: PositiveInt | None = None
+    prefix_caching: bool | None = None
+
+    def values(self) -> dict[str, object]:
+        """The declared flags (those given), by name."""
+        return self.model_dump(exclude_none=True)
+
+
+def engine_block(data: Any) -> Any:
+    """``engine: {kind: K, FLAG: V, ...}`` -> ``engine: K`` and ``declared: {FLAG: V}``."""
+    if not isinstance(data, dict) or not isinstance(data.get("engine"), dict):
+        return data
+    if "declared" in data:
+        raise ValueError("declared: give the flags in the engine block (engine: {kind: ...})")
+    block = dict(data["engine"])
+    return {**data, "engine": block.pop("kind", "auto"), "declared": block}
+
+
+class Price(_Model):
+    """What a pool costs, for ``query summary``'s cost per 1k tokens: its GPU-hour price (per
+    GPU), GPUs per replica, and the API price per 1k tokens it is compared with (optional)."""
+
+    gpu_hour: PositiveFloat
+    gpus_per_replica: PositiveInt = 1
+    api_per_1k_tokens: PositiveFloat | None = None
+
+
+def _duration_text(v: str) -> str:
+    seconds(v)  # raises ValueError naming the bad duration
+    return v
+
+
+Duration = Annotated[str, AfterValidator(_duration_text)]
+
+
+class LaneAlerts(_Model):
+    """A lane's thresholds for the alerts the production guides name (their numbers)."""
+
+    e2e_p99_max_s: PositiveFloat = 30.0  # p99 end-to-end latency, every lane (batch too)
+
+
+class PoolAlerts(_Model):
+    """A pool's thresholds for the alerts the production guides name (their numbers)."""
+
+    engine_waiting_max: PositiveInt = 100  # requests waiting in one replica's engine
+    # Generated tokens/s over 5m below this share of the same ``throughput_baseline`` before.
+    throughput_drop_ratio: Ratio = 0.5
+    throughput_baseline: Duration = "1h"
