@@ -11,7 +11,7 @@ from __future__ import annotations
 from obs import conventions as c
 
 from . import expr as e
-from .health_rules import DURATION, PER_S, REPLICA, _alert
+from .health_rules import DURATION, PCT, PER_S, REPLICA, _alert
 from .model import HEALTH_POLICY, AlertModel, LaneHealth, PoolHealth
 from .slo_rules import Group, Rule
 
@@ -22,7 +22,9 @@ SETTING = "{{ $labels.setting }}"
 def capacity_groups(model: AlertModel) -> list[Group]:
     """One group: each pool's queue, throughput and drift alerts, then each lane's p99."""
     rules = [r for p in model.pools for r in _pool_alerts(model, p)]
-    rules += [_e2e_alert(model, lane) for lane in model.lanes]
+    rules += [
+        r for lane in model.lanes for r in (_e2e_alert(model, lane), _json_alert(model, lane))
+    ]
     return [{"name": "vllm-obs-capacity", "rules": rules}]
 
 
@@ -38,6 +40,15 @@ def e2e_p99(lane: str, window: str) -> str:
     sel = e.selector(c.REQUEST_DURATION.series[0], e.eq(c.LANE, lane))
     by_le = e.agg("sum", e.rate(sel, window), c.LANE, "le")
     return f"histogram_quantile({e.num(E2E_QUANTILE)}, {by_le})"
+
+
+def invalid_json_ratio(lane: str, window: str) -> str:
+    """Per model, the share of the lane's answers asked to be JSON that did not parse."""
+    sel = e.selector(c.JSON_ANSWERS.series[0], e.eq(c.LANE, lane))
+    bad = e.selector(c.JSON_ANSWERS.series[0], e.eq(c.LANE, lane), e.eq(c.RESULT, c.JSON_INVALID))
+    num = e.agg("sum", e.rate(bad, window), c.LANE, c.MODEL)
+    den = e.agg("sum", e.rate(sel, window), c.LANE, c.MODEL)
+    return f"{num}\n/\n{e.positive(den)}"
 
 
 def _pool_alerts(model: AlertModel, p: PoolHealth) -> list[Rule]:
@@ -104,4 +115,21 @@ def _e2e_alert(model: AlertModel, lane: LaneHealth) -> Rule:
         f"Lane {lane.lane} p99 end-to-end latency is {DURATION}",
         f"Requests of lane {lane.lane} (pool {lane.pool}) took {DURATION} end to end (p99 "
         f"over the last {w}), above {limit}s, for {HEALTH_POLICY[c.ALERT_E2E_LATENCY_HIGH].for_}.",
+    )
+
+
+def _json_alert(model: AlertModel, lane: LaneHealth) -> Rule:
+    w = model.thresholds.rate_window
+    limit = e.num(lane.invalid_json_ratio_max)
+    return _alert(
+        model,
+        c.ALERT_INVALID_JSON_HIGH,
+        f"{invalid_json_ratio(lane.lane, w)}\n> {limit}",
+        {c.LANE: lane.lane, c.POOL: lane.pool},
+        f"Lane {lane.lane} model {{{{ $labels.model }}}}: {PCT} of JSON answers do not parse",
+        f"Of the answers of lane {lane.lane} (pool {lane.pool}) that asked for JSON "
+        "(response_format json_object/json_schema, or tools), "
+        f"{PCT} did not parse over the last {w} (above "
+        f"{e.num(lane.invalid_json_ratio_max * 100)}%), for "
+        f"{HEALTH_POLICY[c.ALERT_INVALID_JSON_HIGH].for_}.",
     )

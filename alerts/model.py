@@ -59,6 +59,7 @@ class LaneHealth:
     queue_wait_max_s: float
     cache_hit_ratio_min: float | None
     e2e_p99_max_s: float = 30.0
+    invalid_json_ratio_max: float = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +104,7 @@ HEALTH_POLICY: Final = {
     c.ALERT_E2E_LATENCY_HIGH: Policy("ticket", "10m"),
     c.ALERT_THROUGHPUT_DROP: Policy("ticket", "15m"),
     c.ALERT_ENGINE_SETTINGS_DRIFT: Policy("ticket", "10m"),
+    c.ALERT_INVALID_JSON_HIGH: Policy("ticket", "10m"),
 }
 
 
@@ -193,6 +195,7 @@ def build_model(
             # A pool whose engine counts no prefix-cache hits cannot be judged on a floor.
             cache_hit_ratio_min=lane.slo.cache_hit_ratio_min if lane.pool in hits else None,
             e2e_p99_max_s=_e2e_max_s(lane),
+            invalid_json_ratio_max=lane.alerts.invalid_json_ratio_max,
         )
         for lane in config.lanes
     )

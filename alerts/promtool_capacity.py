@@ -26,7 +26,7 @@ def capacity_tests(model: AlertModel, index: RuleIndex) -> list[Group]:
     for p in model.pools:
         out += _queue_cases(p, index) + _throughput_cases(p, index) + _drift_cases(p, index)
     for lane in model.lanes:
-        out += _e2e_cases(model, lane, index)
+        out += _e2e_cases(model, lane, index) + _json_cases(lane, index)
     return out
 
 
@@ -132,4 +132,28 @@ def _e2e_cases(model: AlertModel, lane: LaneHealth, index: RuleIndex) -> list[Gr
         [s.expected(index.find(c.ALERT_E2E_LATENCY_HIGH, lane=lane.lane), lp, p99)],
         e2e(fast),
         f"requests take {fast:g}s",
+    )
+
+
+def _json_cases(lane: LaneHealth, index: RuleIndex) -> list[Group]:
+    """Of N JSON answers a minute, twice the allowed share invalid fires; half of it does not."""
+    labels = {c.LANE: lane.lane, c.POOL: lane.pool, c.MODEL: s.MODEL}
+    high = round(2 * lane.invalid_json_ratio_max * N)
+    low = round(lane.invalid_json_ratio_max / 2 * N)
+
+    def answers(invalid: int) -> Any:
+        return lambda n: [
+            s.series(c.JSON_ANSWERS.series[0], {**labels, c.RESULT: result}, s.counter(k, n))
+            for result, k in ((c.JSON_VALID, N - invalid), (c.JSON_INVALID, invalid))
+        ]
+
+    rule = index.find(c.ALERT_INVALID_JSON_HIGH, lane=lane.lane)
+    return _pair(
+        c.ALERT_INVALID_JSON_HIGH,
+        f"lane {lane.lane} with {high / N:g} invalid",
+        RATE_S,
+        answers(high),
+        [s.expected(rule, {c.LANE: lane.lane, c.MODEL: s.MODEL}, high / N)],
+        answers(low),
+        f"{low / N:g} are invalid",
     )

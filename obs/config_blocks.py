@@ -76,6 +76,8 @@ class LaneAlerts(_Model):
     """A lane's thresholds for the alerts the production guides name (their numbers)."""
 
     e2e_p99_max_s: PositiveFloat = 30.0  # p99 end-to-end latency, every lane (batch too)
+    # Share of the answers asked to be JSON (json_object/json_schema, tools) that do not parse.
+    invalid_json_ratio_max: Ratio = 0.05
 
 
 class PoolAlerts(_Model):

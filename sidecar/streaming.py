@@ -93,6 +93,9 @@ class StreamSink:
         if req.capture_frames is not None:
             req.capture_frames.extend(frames)
         stripper = self.stripper
+        if req.json_answer is not None:
+            for frame in frames:
+                req.json_answer.feed_frame(frame)
         out: list[bytes] = []
         for frame in frames:
             tokens, is_usage = classify(frame, state)
@@ -313,6 +316,8 @@ async def relay_whole(
         ev.error_message = error_message(data)
     elif ev.route in GENERATE_ROUTES:
         read_completion(ev, data)
+        if req.json_answer is not None:
+            req.json_answer.feed_body(data)
     await send({"type": "http.response.start", "status": resp.status, "headers": out_headers})
     req.started = True
     await send({"type": _BODY, "body": data, "more_body": False})

@@ -28,6 +28,8 @@ __all__ = [
     "FINGERPRINT",
     "FINISH_REASON",
     "FINISH_REASONS",
+    "JSON_INVALID",
+    "JSON_VALID",
     "LANE",
     "LIMIT",
     "LOWER_PRIORITY",
@@ -90,6 +92,9 @@ CLASS_SOURCE: Final = "source"
 
 # What put a request in its lane: the ``source`` label and the event's ``class_source``.
 CLASS_SOURCES: Final = ("header", "rule", "learned", "default")
+# The ``result`` of json_answers: whether an answer asked to be JSON parses.
+JSON_VALID: Final = "valid"
+JSON_INVALID: Final = "invalid"
 
 # The five request phases, in order (see obs.phases).
 PHASES: Final = ("queue", "prefill", "first_token", "decode", "stream")

@@ -53,6 +53,7 @@ __all__ = [
     "FALLBACKS",
     "IN_FLIGHT",
     "ITL",
+    "JSON_ANSWERS",
     "LANE_ARM_REQUESTS",
     "LANE_INFO",
     "LP",
@@ -153,6 +154,16 @@ STREAM_BLOCKED = _m(
 PROMPT_TOKENS = _m("prompt_tokens", "counter", "Prompt tokens, as the pool reported.", *LP)
 CACHED_TOKENS = _m("cached_tokens", "counter", "Prompt tokens served from the prefix cache.", *LP)
 COMPLETION_TOKENS = _m("completion_tokens", "counter", "Output tokens relayed.", *LP)
+# The invalid-JSON indicator (obs.sidecar.json_answers): requests that asked for JSON.
+JSON_ANSWERS = _m(
+    "json_answers",
+    "counter",
+    "Answers to requests that asked for JSON (response_format json_object/json_schema, or "
+    "tools), by whether they parse (result valid or invalid).",
+    *LP,
+    MODEL,
+    RESULT,
+)
 ADMISSION_REJECTIONS = _m(
     "admission_rejections",
     "counter",
@@ -355,6 +366,7 @@ ALL_METRICS: Final = (
     PROMPT_TOKENS,
     CACHED_TOKENS,
     COMPLETION_TOKENS,
+    JSON_ANSWERS,
     ADMISSION_REJECTIONS,
     UPSTREAM_ERRORS,
     CLIENT_DISCONNECTS,

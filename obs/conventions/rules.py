@@ -16,6 +16,7 @@ __all__ = [
     "ALERT_EVENTS_DROPPED",
     "ALERT_EVENT_LOOP_LAG_HIGH",
     "ALERT_EXPORTER_FAILING",
+    "ALERT_INVALID_JSON_HIGH",
     "ALERT_KV_CACHE_USAGE_HIGH",
     "ALERT_POOL_ABSENT",
     "ALERT_POOL_DOWN",
@@ -103,6 +104,7 @@ ALERT_ENGINE_QUEUE_DEEP: Final = "VllmObsEngineQueueDeep"
 ALERT_E2E_LATENCY_HIGH: Final = "VllmObsE2ELatencyHigh"
 ALERT_THROUGHPUT_DROP: Final = "VllmObsThroughputDrop"
 ALERT_ENGINE_SETTINGS_DRIFT: Final = "VllmObsEngineSettingsDrift"
+ALERT_INVALID_JSON_HIGH: Final = "VllmObsInvalidJsonHigh"
 ALERT_EVENT_LOOP_LAG_HIGH: Final = "VllmObsEventLoopLagHigh"
 # Generated only for lanes with a split (obs.alerts.canary_rules); not from the default lanes.
 ALERT_CANARY_ROLLBACK: Final = "VllmObsCanaryRollback"
@@ -125,4 +127,5 @@ ALL_ALERTS: Final = (
     ALERT_E2E_LATENCY_HIGH,
     ALERT_THROUGHPUT_DROP,
     ALERT_ENGINE_SETTINGS_DRIFT,
+    ALERT_INVALID_JSON_HIGH,
 )
