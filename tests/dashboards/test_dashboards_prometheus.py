@@ -42,7 +42,7 @@ FIXED = {
     c.REASON: ["queue_full"],
     c.ERROR_CLASS: ["timeout"],
     c.EXPORTER: ["jsonl"],
-    c.RESULT: ["joined", "late"],
+    c.RESULT: ["joined", "late", c.JSON_VALID, c.JSON_INVALID],
     c.ENGINE: ["vllm"],
     c.LIMIT: ["header_timeout"],
     c.FINGERPRINT: ["0a1b2c3d"],
@@ -52,6 +52,7 @@ FIXED = {
     c.CONFIG_HASH: ["0a1b2c3d"],
     c.CONFIG_VERSION: ["1"],
     c.ARM: ["interactive", "bulk"],  # a split lane's arms (pools of the default config)
+    c.SETTING: ["max_num_seqs"],
 }
 VLLM_BUCKETS = (0.01, 0.1, 1.0, 10.0)
 
