@@ -109,3 +109,23 @@ def test_summary_cli_prints_the_columns(tmp_path: Path) -> None:
     assert rows["chat"]["generated_tokens_per_s"] == 2.0
     assert rows["batch"]["api_cost_per_1k_tokens"] == 0.01
     assert rows["batch"]["cost_per_1k_tokens"] > 0
+
+
+def test_compare_shows_tokens_per_second_before_and_after(tmp_path: Path) -> None:
+    """`compare` has a row per lane and token kind with each side's tokens/s (no test)."""
+    from obs.query.api import compare
+
+    config = tmp_path / "lanes.yaml"
+    config.write_text(yaml.safe_dump(_config()))
+    slow = [
+        event(lane="chat", pool="gpu", ts=ts(10.0 * i), completion_tokens=10) for i in range(11)
+    ]
+    fast = [
+        event(lane="chat", pool="gpu", ts=ts(10.0 * i), completion_tokens=30) for i in range(11)
+    ]
+    before = str(write_jsonl(tmp_path / "before.jsonl", slow))
+    after = str(write_jsonl(tmp_path / "after.jsonl", fast))
+    df = compare(before, after, config=str(config))
+    row = df[(df["lane"] == "chat") & (df["metric"] == "generated_tokens_per_s")].iloc[0]
+    assert (row["before"], row["after"]) == (1.1, 3.3)
+    assert row["p_value"] != row["p_value"]  # NaN: rates are shown, not tested
