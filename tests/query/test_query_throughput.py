@@ -129,3 +129,20 @@ def test_compare_shows_tokens_per_second_before_and_after(tmp_path: Path) -> Non
     row = df[(df["lane"] == "chat") & (df["metric"] == "generated_tokens_per_s")].iloc[0]
     assert (row["before"], row["after"]) == (1.1, 3.3)
     assert row["p_value"] != row["p_value"]  # NaN: rates are shown, not tested
+
+
+def test_sweep_matrix_rows_carry_tokens_per_second(tmp_path: Path) -> None:
+    """A profile's matrix row has the lane's prompt, generated and cached tokens/s."""
+    from obs.sweep.matrix import ProfileData, lane_rows
+    from obs.sweep.profile import resolve
+
+    profile = resolve("single-balanced")
+    lane = profile.config.lanes[0]
+    events = [
+        event(lane=lane.name, pool=lane.pool, ts=ts(10.0 * i), prompt_tokens=40,
+              completion_tokens=10, cached_tokens=20)
+        for i in range(11)
+    ]  # fmt: skip
+    path = str(write_jsonl(tmp_path / "e.jsonl", events))
+    rows = lane_rows(ProfileData(profile, (path,), 100.0), Scan(path))
+    assert [rows[0][c] for c in RATE_COLUMNS] == [4.4, 1.1, 2.2]
