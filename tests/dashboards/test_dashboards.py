@@ -23,6 +23,8 @@ from tests.support.dashboards_support import CONFIGS, UIDS, board_exprs, board_v
 ROOT = Path(__file__).resolve().parents[2]
 # vLLM 0.32's real /metrics output, captured into the repository (tests/data/README.md).
 VLLM_REFERENCE = ROOT / "tests" / "data" / "vllm-0.32-cpu-metrics.txt"
+# Spec decoding and LoRA series, written from vLLM 0.32's source (tests/data/README.md).
+VLLM_FEATURES = ROOT / "tests" / "data" / "vllm-0.32-spec-lora-metrics.txt"
 RULES_DIR = ROOT / "deploy" / "prometheus" / "rules"
 WIDTH = 24
 # -- names ---------------------------------------------------------------------------------
@@ -150,7 +152,8 @@ def test_trace_links_open_tempo_explore_with_traceql(boards: dict[str, dict[str,
 
 def _vllm_reference_series() -> set[str]:
     names = set()
-    for line in VLLM_REFERENCE.read_text(encoding="utf-8").splitlines():
+    text = VLLM_REFERENCE.read_text(encoding="utf-8") + VLLM_FEATURES.read_text(encoding="utf-8")
+    for line in text.splitlines():
         if line and not line.startswith("#"):
             names.add(re.match(r"[A-Za-z_:][\w:]*", line).group(0))  # type: ignore[union-attr]
     return names
