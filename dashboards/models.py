@@ -1,5 +1,6 @@
-"""Per model and per engine feature, from vLLM's own metrics: TTFT p95 and tokens/s by model,
-speculative-decoding acceptance and draft length, and the LoRA adapters running and waiting.
+"""Per model, per engine feature and per GPU: TTFT p95 and tokens/s by model,
+speculative-decoding acceptance and draft length, the LoRA adapters running and waiting (vLLM's
+own metrics), and GPU utilisation, memory and power (NVIDIA's dcgm-exporter).
 
 Each query reads only what vLLM exports; an engine without speculative decoding or LoRA
 exports none of those series, and its panels show no data (absent), never a zero.
@@ -93,3 +94,44 @@ def models_row(grid: Grid) -> None:
         12,
         8,
     )
+
+
+def gpus_row(grid: Grid) -> None:
+    """GPU utilisation, memory and power from NVIDIA's dcgm-exporter, per pod and host."""
+    grid.row("GPUs (NVIDIA dcgm-exporter)")
+    by = ("Hostname", "pod")
+    legend = "{{Hostname}} {{pod}}"
+    used, free = c.DCGM_FB_USED, c.DCGM_FB_FREE
+    for title, expr, unit, what in (
+        (
+            "GPU utilisation",
+            e.agg("avg", f"{c.DCGM_GPU_UTIL} / 100", *by),
+            "percentunit",
+            "Share of time the GPUs of each pod were busy (the guides aim at 70-95% under load).",
+        ),
+        (
+            "GPU memory used",
+            e.ratio(e.agg("sum", used, *by), e.agg("sum", f"{used} + {free}", *by)),
+            "percentunit",
+            "Frame buffer used over total; vLLM takes --gpu-memory-utilization of it at start.",
+        ),
+        (
+            "GPU power",
+            e.agg("sum", c.DCGM_POWER, *by),
+            "watt",
+            "Power drawn by the GPUs of each pod.",
+        ),
+    ):
+        grid.add(
+            timeseries(
+                title,
+                [Query(expr, legend)],
+                unit=unit,
+                description=(
+                    f"{what} Keyed by the pod (and host) that runs the replica, as dcgm-exporter "
+                    "labels it; no series without a dcgm-exporter scraped."
+                ),
+            ),
+            8,
+            8,
+        )

@@ -5,6 +5,11 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "DCGM_FB_FREE",
+    "DCGM_FB_USED",
+    "DCGM_GPU_UTIL",
+    "DCGM_METRICS",
+    "DCGM_POWER",
     "LLAMACPP_CACHED_TOKENS",
     "LLAMACPP_DEFERRED",
     "LLAMACPP_PROCESSING",
@@ -75,6 +80,14 @@ VLLM_METRICS: Final = (
     VLLM_SPEC_ACCEPTED,
     VLLM_LORA_INFO,
 )
+
+# NVIDIA's dcgm-exporter, default counters (its default-counters.csv): per GPU, labelled
+# gpu, UUID, device, modelName, Hostname, and pod/namespace/container under Kubernetes.
+DCGM_GPU_UTIL: Final = "DCGM_FI_DEV_GPU_UTIL"  # percent
+DCGM_FB_USED: Final = "DCGM_FI_DEV_FB_USED"  # MiB
+DCGM_FB_FREE: Final = "DCGM_FI_DEV_FB_FREE"  # MiB
+DCGM_POWER: Final = "DCGM_FI_DEV_POWER_USAGE"  # W
+DCGM_METRICS: Final = (DCGM_GPU_UTIL, DCGM_FB_USED, DCGM_FB_FREE, DCGM_POWER)
 
 # Other engines' own metrics that their adapters read (see obs.engines): SGLang's
 # python/sglang/srt/metrics/collector.py, llama.cpp's tools/server/server-task.cpp

@@ -121,6 +121,9 @@ def _openmetrics(config: Config, t0: int) -> Iterator[str]:
             yield from _family(name, [(s, 2.0) for s in engine], t0)
         else:
             yield from _family(name, [(s, 0.0) for s in engine], t0)
+    gpus = [{"gpu": "0", "Hostname": "node-a", "pod": f"vllm-{p.name}-0"} for p in config.pools]
+    for name in c.DCGM_METRICS:
+        yield from _family(name, [(s, 0.0) for s in gpus], t0)
     for lane in config.lanes:
         for o in objectives(lane):
             labels = {c.LANE: lane.name, c.SLO_LABEL: o.kind}
