@@ -7,7 +7,7 @@ Spec (YAML) -> model (this module) -> generators (alerts, dashboards, query)
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 import yaml
@@ -15,7 +15,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SerializationInfo,
     SerializerFunctionWrapHandler,
     ValidationError,
     field_validator,
@@ -23,15 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from obs.config_blocks import (  # the blocks are parsed here, and importable from here
-    DeclaredEngine,
-    Duration,
-    EngineKind,
-    LaneAlerts,
-    PoolAlerts,
-    Price,
-    engine_block,
-)
+from obs.config_blocks import EngineKind, LaneAlerts, PoolBlocks
 from obs.durations import seconds
 from obs.errors import ConfigError
 from obs.matching import Match, Recognition
@@ -208,7 +199,7 @@ class HealthCheck(_Model):
     interval_s: PositiveFloat = 5.0
 
 
-class Pool(_Model):
+class Pool(PoolBlocks):
     name: Name
     replicas: list[str] = Field(min_length=1)
     model: str | None = None
@@ -218,32 +209,9 @@ class Pool(_Model):
     engine_traces: bool = False
     # Which engine serves the pool (obs.engines): its adapter maps the engine's /metrics to
     # the pool state; ``auto`` detects it from the metric names each replica exports.
-    # ``engine: vllm`` or ``engine: {kind: vllm, max_num_seqs: 64, ...}``: the kind, and the
-    # flags the replicas were started with (``declared``, from the same block).
-    engine: EngineKind = "auto"
-    declared: DeclaredEngine | None = None
+    engine: EngineKind = "auto"  # or {kind: vllm, max_num_seqs: 64, ...}: see PoolBlocks
     health: HealthCheck = HealthCheck()
     kv_cache_usage_max: Ratio = 0.9
-    # How long KV usage stays above kv_cache_usage_max (free blocks below the rest) before
-    # the alert fires.
-    kv_cache_usage_for: Duration = "5m"
-    alerts: PoolAlerts = PoolAlerts()
-    price: Price | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _engine(cls, data: Any) -> Any:
-        return engine_block(data)
-
-    @model_serializer(mode="wrap")
-    def _one_engine_block(
-        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
-    ) -> dict[str, Any]:
-        out: dict[str, Any] = handler(self)
-        declared = out.pop("declared", None)
-        if declared:
-            out["engine"] = {"kind": self.engine, **declared}
-        return out
 
     @field_validator("replicas")
     @classmethod
@@ -377,8 +345,7 @@ def _first_error(e: ValidationError) -> str:
 
 def _describe(err: object) -> str:
     assert isinstance(err, dict)
-    loc = ".".join(str(p) for p in err.get("loc", ()))
-    loc = loc.replace(".declared.", ".engine.")  # a pool's declared flags sit in its engine block
+    loc = ".".join(str(p) for p in err.get("loc", ())).replace(".declared.", ".engine.")
     msg = str(err.get("msg", "invalid"))
     msg = msg.removeprefix("Value error, ")
     if err.get("type") == "extra_forbidden":

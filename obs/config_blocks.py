@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from obs.durations import seconds
 
@@ -87,3 +96,30 @@ class PoolAlerts(_Model):
     # Generated tokens/s over 5m below this share of the same ``throughput_baseline`` before.
     throughput_drop_ratio: Ratio = 0.5
     throughput_baseline: Duration = "1h"
+
+
+class PoolBlocks(_Model):
+    """The fields of a pool (``obs.config.Pool``) this module adds: its declared engine flags
+    (from its ``engine:`` block), the KV alert's hold, its alert thresholds and its price."""
+
+    declared: DeclaredEngine | None = None
+    # How long KV usage stays above kv_cache_usage_max (free blocks below the rest) before
+    # the alert fires.
+    kv_cache_usage_for: Duration = "5m"
+    alerts: PoolAlerts = PoolAlerts()
+    price: Price | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine(cls, data: Any) -> Any:
+        return engine_block(data)
+
+    @model_serializer(mode="wrap")
+    def _one_engine_block(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        declared = out.pop("declared", None)
+        if declared:
+            out["engine"] = {"kind": getattr(self, "engine", "auto"), **declared}
+        return out

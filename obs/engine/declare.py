@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import yaml
 
-from obs.config import DeclaredEngine
+from obs.config_blocks import DeclaredEngine
 
 PREFIX_CACHING_FLAGS = {"--enable-prefix-caching": True, "--no-enable-prefix-caching": False}
 

@@ -22,12 +22,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from obs.config import (
     NAME_RE,
     Config,
-    DeclaredEngine,
     default_config_path,
     parse_config,
     read_yaml,
     validation_error,
 )
+from obs.config_blocks import DeclaredEngine
 from obs.errors import ConfigError
 
 PositiveInt = Annotated[int, Field(gt=0)]
