@@ -6,7 +6,9 @@ Only such requests (one choice) get a :class:`JsonAnswer`; the relay feeds it ev
 frame of the stream (or the whole body of a non-streamed answer) and it feeds the pieces
 of text to incremental checkers (``obs.json_check``): the text itself is never stored or
 logged, and memory stays bounded whatever the answer's length. At the end ``verdict``
-says valid, invalid, or nothing to judge (a tools request the model answered in prose).
+says valid, invalid, or nothing to judge (a tools request the model answered in prose); the
+relay records it (event field ``json_valid``) only for an answer relayed whole: a stream that
+reached ``[DONE]`` without an error, or a non-streamed 2xx body.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any, Final
 import orjson
 
 from obs.json_check import JsonCheck
+from obs.sidecar.payloads import single_choice
 
 JSON_FORMATS: Final = frozenset({"json_object", "json_schema"})
 TOOLS: Final = "tools"
@@ -43,6 +46,12 @@ class JsonAnswer:
         self.mode = mode
         self.content = None if mode == TOOLS else JsonCheck()
         self.tools: dict[int, JsonCheck] = {}
+
+    @classmethod
+    def asked_by(cls, body: dict[str, Any]) -> JsonAnswer | None:
+        """A checker for the answer to ``body`` if it asks for JSON (one choice), else None."""
+        mode = json_mode(body) if single_choice(body) else None
+        return None if mode is None else cls(mode)
 
     def feed_frame(self, frame: bytes) -> None:
         """One SSE frame of the stream (``data: {...}``); other frames are skipped."""

@@ -32,7 +32,7 @@ from obs.sidecar.bodies import MAX_JSON_ELEMENTS, BodyParser, ClientGone, read_b
 from obs.sidecar.capture import TextCapture
 from obs.sidecar.client import client_conn, received_ns
 from obs.sidecar.deadline import Deadline, first_token_timeout
-from obs.sidecar.json_answers import JsonAnswer, json_mode
+from obs.sidecar.json_answers import JsonAnswer
 from obs.sidecar.payloads import (
     GENERATE_ROUTES,
     fingerprint,
@@ -159,8 +159,7 @@ class Relay:
             body = await self.json.parse(raw)
         if generate and body is not None:
             ev.prefix_fingerprint = fingerprint(body)
-            mode = json_mode(body) if single_choice(body) else None
-            req.json_answer = JsonAnswer(mode) if mode is not None else None
+            req.json_answer = JsonAnswer.asked_by(body)  # None unless it asks for JSON
         attrs, req.client_id = self.recognizer.attrs(self.classifier, ev, headers, body, scope)
         lane, ev.class_source = self.classifier.decide(attrs)
         self.recognizer.decided(lane.name, ev.class_source)
@@ -377,8 +376,6 @@ class Relay:
         except Exception:  # never lose the event over what a pool sent
             log.exception("timings_failed", request_id=ev.request_id)
         self.recognizer.slow.observe(req.client_id, ev)
-        if req.json_answer is not None and ev.status == c.OK:  # a cut-off answer is not judged
-            ev.json_valid = req.json_answer.verdict()
         if self.capture is not None:
             try:
                 self.capture.fill(ev, req.capture_body, req.capture_frames, req.capture_whole)

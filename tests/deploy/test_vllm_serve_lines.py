@@ -47,12 +47,17 @@ def compose_lines() -> list[tuple[str, list[str]]]:
 
 
 def k8s_lines() -> list[tuple[str, list[str]]]:
-    """The vLLM containers of every manifest under deploy/k8s."""
+    """The vLLM containers of every manifest under deploy/k8s: the base's (its image) and each
+    overlay's patch of it (the container named ``vllm``, whose args replace the base's)."""
     out = []
-    for path in sorted((ROOT / "deploy" / "k8s").glob("*.yaml")):
+    for path in sorted((ROOT / "deploy" / "k8s").rglob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
             spec = (doc or {}).get("spec", {}).get("template", {}).get("spec", {})
-            out += _container_lines(_rel(path), spec.get("containers", []))
+            containers = [
+                {"image": VLLM_IMAGE, **c} if c.get("name") == "vllm" and "args" in c else c
+                for c in spec.get("containers", [])
+            ]
+            out += _container_lines(_rel(path), containers)
     return out
 
 
@@ -135,7 +140,8 @@ def test_the_collector_finds_every_shipped_line() -> None:
     """The collector finds the compose and k8s pools, the lanes comments and the README's table."""
     where = [w.split(":")[0] for w, _ in shipped_lines()]
     assert where.count("docker-compose.yml") == 2
-    assert where.count("deploy/k8s/vllm-with-sidecar.yaml") >= 1
+    assert where.count("deploy/k8s/base/pool.yaml") == 1
+    assert where.count("deploy/k8s/overlays/bulk/vllm.yaml") == 1
     assert where.count("obs/data/lanes.yaml") == 2
     assert where.count("deploy/lanes.compose.yaml") == 2
     assert where.count("README.md") >= 3  # the pool table's two rows and the tracing example
