@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from obs.config_blocks import EngineKind, LaneAlerts, PoolBlocks
+from obs.config_blocks import EngineKind, LaneBlocks, PoolBlocks
 from obs.durations import seconds
 from obs.errors import ConfigError
 from obs.matching import Match, Recognition
@@ -130,7 +130,7 @@ class Priority(_Model):
     aging_s: PositiveFloat = 2.0
 
 
-class Lane(_Model):
+class Lane(LaneBlocks):
     name: Name
     # The lane's pool; with ``split`` it is filled in as the baseline arm (never give both).
     pool: Name
@@ -147,7 +147,6 @@ class Lane(_Model):
     admission: Admission = Admission()
     timeouts: Timeouts = Timeouts()
     slo: SLO = SLO()
-    alerts: LaneAlerts = LaneAlerts()
 
     @model_validator(mode="before")
     @classmethod
@@ -207,9 +206,8 @@ class Pool(PoolBlocks):
     # True when the pool's engine exports its request spans to this sidecar (vLLM, SGLang,
     # TGI: obs.engine_spans; llama.cpp has none): events then wait for the engine view.
     engine_traces: bool = False
-    # Which engine serves the pool (obs.engines): its adapter maps the engine's /metrics to
-    # the pool state; ``auto`` detects it from the metric names each replica exports.
-    engine: EngineKind = "auto"  # or {kind: vllm, max_num_seqs: 64, ...}: see PoolBlocks
+    # Which engine serves the pool (obs.engines, ``auto``: detected), and its flags: PoolBlocks
+    engine: EngineKind = "auto"
     health: HealthCheck = HealthCheck()
     kv_cache_usage_max: Ratio = 0.9
 

@@ -31,6 +31,8 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# Which engine serves a pool (obs.engines): its adapter maps the engine's /metrics to the pool
+# state; ``auto`` detects it from the metric names each replica exports.
 EngineKind = Literal["auto", "vllm", "sglang", "llamacpp", "tgi", "sim"]
 
 
@@ -123,3 +125,9 @@ class PoolBlocks(_Model):
         if declared:
             out["engine"] = {"kind": getattr(self, "engine", "auto"), **declared}
         return out
+
+
+class LaneBlocks(_Model):
+    """The fields of a lane (``obs.config.Lane``) this module adds: its alert thresholds."""
+
+    alerts: LaneAlerts = LaneAlerts()
