@@ -154,12 +154,11 @@ STREAM_BLOCKED = _m(
 PROMPT_TOKENS = _m("prompt_tokens", "counter", "Prompt tokens, as the pool reported.", *LP)
 CACHED_TOKENS = _m("cached_tokens", "counter", "Prompt tokens served from the prefix cache.", *LP)
 COMPLETION_TOKENS = _m("completion_tokens", "counter", "Output tokens relayed.", *LP)
-# The invalid-JSON indicator (obs.sidecar.json_answers): requests that asked for JSON.
 JSON_ANSWERS = _m(
     "json_answers",
     "counter",
     "Answers to requests that asked for JSON (response_format json_object/json_schema, or "
-    "tools), by whether they parse (result valid or invalid).",
+    "tools), by whether they parse (result valid or invalid; obs.sidecar.json_answers).",
     *LP,
     MODEL,
     RESULT,
@@ -263,13 +262,11 @@ POOL_SETTINGS_CHANGED = _m(
     OLD,
     NEW,
 )
-# A pool's declared flags (engine: {kind: vllm, max_num_seqs: 64}) against what each
-# replica reports, where it reports that setting (obs.served.drift).
 POOL_SETTINGS_DRIFT = _m(
     "pool_settings_drift",
     "gauge",
-    "1 when the replica reports another value of a setting than its pool declares, 0 when "
-    "they agree; one series per declared setting the engine also reports.",
+    "1 when the replica reports another value of a setting than its pool declares "
+    "(obs.served.drift), 0 when they agree; one series per declared setting it reports.",
     POOL,
     REPLICA,
     SETTING,
