@@ -53,6 +53,7 @@ FIXED = {
     c.CONFIG_VERSION: ["1"],
     c.ARM: ["interactive", "bulk"],  # a split lane's arms (pools of the default config)
     c.SETTING: ["max_num_seqs"],
+    c.CLASS_SOURCE: list(c.CLASS_SOURCES),
 }
 VLLM_BUCKETS = (0.01, 0.1, 1.0, 10.0)
 
