@@ -55,12 +55,13 @@ def _alert(
     labels: dict[str, str],
     summary: str,
     description: str,
+    for_: str | None = None,
 ) -> Rule:
     policy = HEALTH_POLICY[name]
     return {
         "alert": name,
         "expr": expr,
-        "for": policy.for_,
+        "for": for_ or policy.for_,
         "labels": {c.SEVERITY: policy.severity, **labels},
         "annotations": {
             "summary": summary,
@@ -96,8 +97,9 @@ def _pool_alerts(model: AlertModel, p: PoolHealth) -> list[Rule]:
             labels,
             f"KV cache of pool {p.pool} replica {REPLICA} is {PCT} full",
             f"Replica {REPLICA} of pool {p.pool} has used {PCT} of its KV cache (above "
-            f"{kv_pct}%) for {HEALTH_POLICY[c.ALERT_KV_CACHE_USAGE_HIGH].for_}; new requests "
+            f"{kv_pct}%) for {p.kv_cache_usage_for}; new requests "
             "wait in the engine and running ones get preempted.",
+            for_=p.kv_cache_usage_for,
         ),
         _alert(
             model,

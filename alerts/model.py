@@ -61,6 +61,8 @@ class LaneHealth:
     pool: str
     queue_wait_max_s: float
     cache_hit_ratio_min: float | None
+    e2e_p99_max_s: float = 30.0
+    invalid_json_ratio_max: float = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +75,10 @@ class PoolHealth:
     engine: str = "auto"
     reports: frozenset[str] = frozenset(STATE_FIELDS)
     """Pool-state fields its engine reports (obs.engines): no alert is judged on the rest."""
+    kv_cache_usage_for: str = "5m"
+    engine_waiting_max: float = 100
+    throughput_drop_ratio: float = 0.5
+    throughput_baseline: str = "1h"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +91,7 @@ class Policy:
 
 # Health alerts: severity and how long the condition must hold before it fires.
 HEALTH_POLICY: Final = {
-    c.ALERT_KV_CACHE_USAGE_HIGH: Policy("ticket", "10m"),
+    c.ALERT_KV_CACHE_USAGE_HIGH: Policy("ticket", "5m"),  # each pool's kv_cache_usage_for
     c.ALERT_POOL_PREEMPTING: Policy("ticket", "15m"),
     c.ALERT_POOL_REPLICA_DOWN: Policy("ticket", "5m"),
     c.ALERT_POOL_DOWN: Policy("page", "2m"),
@@ -97,6 +103,11 @@ HEALTH_POLICY: Final = {
     c.ALERT_EXPORTER_FAILING: Policy("ticket", "10m"),
     c.ALERT_EVENT_LOOP_LAG_HIGH: Policy("ticket", "10m"),
     c.ALERT_CANARY_ROLLBACK: Policy("ticket", "10m"),
+    c.ALERT_ENGINE_QUEUE_DEEP: Policy("ticket", "5m"),
+    c.ALERT_E2E_LATENCY_HIGH: Policy("ticket", "10m"),
+    c.ALERT_THROUGHPUT_DROP: Policy("ticket", "15m"),
+    c.ALERT_ENGINE_SETTINGS_DRIFT: Policy("ticket", "10m"),
+    c.ALERT_INVALID_JSON_HIGH: Policy("ticket", "10m"),
 }
 
 
@@ -166,7 +177,17 @@ def build_model(
     th = thresholds or HealthThresholds()
     slis = tuple(s for lane in config.lanes for s in _slis(lane))
     pools = tuple(
-        PoolHealth(p.name, tuple(p.replicas), p.kv_cache_usage_max, p.engine, reports(p.engine))
+        PoolHealth(
+            p.name,
+            tuple(p.replicas),
+            p.kv_cache_usage_max,
+            p.engine,
+            reports(p.engine),
+            p.kv_cache_usage_for,
+            p.alerts.engine_waiting_max,
+            p.alerts.throughput_drop_ratio,
+            p.alerts.throughput_baseline,
+        )
         for p in config.pools
     )
     hits = {p.pool for p in pools if "prefix_hits" in p.reports}
@@ -177,6 +198,8 @@ def build_model(
             queue_wait_max_s=_queue_wait_max_s(lane, th),
             # A pool whose engine counts no prefix-cache hits cannot be judged on a floor.
             cache_hit_ratio_min=lane.slo.cache_hit_ratio_min if lane.pool in hits else None,
+            e2e_p99_max_s=_e2e_max_s(lane),
+            invalid_json_ratio_max=lane.alerts.invalid_json_ratio_max,
         )
         for lane in config.lanes
     )
@@ -231,6 +254,18 @@ def _check(sli: SLI) -> None:
                 f"more than 100% of requests to fail and can never fire; lower the factor "
                 f"(burn_windows[{i}]) or raise the objective"
             )
+
+
+def _e2e_max_s(lane: Lane) -> float:
+    """The lane's p99 end-to-end threshold, below the last finite latency bucket (where
+    histogram_quantile can still report more)."""
+    high = c.LATENCY_BUCKETS[-2]
+    if lane.alerts.e2e_p99_max_s > high:
+        raise ConfigError(
+            f"lanes[{lane.name}].alerts.e2e_p99_max_s: {lane.alerts.e2e_p99_max_s:g}s is above "
+            f"{high:g}s, the highest latency a p99 can be told from (the histogram's last bucket)"
+        )
+    return lane.alerts.e2e_p99_max_s
 
 
 def _queue_wait_max_s(lane: Lane, th: HealthThresholds) -> float:

@@ -45,9 +45,10 @@ def _pair(
     expected: list[dict[str, Any]],
     silent: Inputs,
     near_miss: str,
+    for_: str | None = None,
 ) -> list[Group]:
     """A firing group (pending, then firing) and a silent group for one alert rule."""
-    for_ = HEALTH_POLICY[alert].for_
+    for_ = for_ or HEALTH_POLICY[alert].for_
     pending = tl.pending_time(active_s, for_)
     fire = tl.firing_time(active_s, for_)
     steps = fire // tl.STEP_S + 1
@@ -147,6 +148,7 @@ class _PoolCases:
             [s.expected(self.rule(c.ALERT_KV_CACHE_USAGE_HIGH), self.replica, high)],
             self.kv(low, low),
             f"usage is {low:g}",
+            self.p.kv_cache_usage_for,
         )
 
     def preempt_cases(self) -> list[Group]:

@@ -235,6 +235,7 @@ SELECT
        WHEN pool = 'bulk' THEN '7c1e0a93d2b4' ELSE 'a41f9e20c6d8' END AS settings_fingerprint,
   '5d0c3b7e91fa' AS config_fingerprint,
   NULL::BIGINT AS summarized,
+  CASE WHEN lane = 'agent' AND status = 'ok' THEN i % 50 <> 0 END AS json_valid,
   NULL::VARCHAR AS prompt_text,
   NULL::VARCHAR AS output_text
 FROM e

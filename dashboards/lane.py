@@ -215,6 +215,34 @@ def _outcomes(grid: Grid) -> None:
     )
 
 
+def _json_answers(grid: Grid) -> None:
+    """The invalid-JSON indicator; a lane whose clients never ask for JSON shows no series."""
+    answers = e.selector(e.total(c.JSON_ANSWERS), *LP, e.MODEL_VAR)
+    invalid = e.selector(e.total(c.JSON_ANSWERS), *LP, e.MODEL_VAR, e.eq(c.RESULT, c.JSON_INVALID))
+    grid.add(
+        timeseries(
+            "Invalid JSON answers by model",
+            [
+                Query(
+                    e.ratio(
+                        e.sum_by(e.rate(invalid), c.MODEL),
+                        e.sum_by(e.rate(answers), c.MODEL) + " > 0",
+                    ),
+                    "{{model}}",
+                )
+            ],
+            unit="percentunit",
+            description=(
+                "Of the answers to requests that asked for JSON (response_format json_object / "
+                "json_schema, or tools), the share that did not parse, per model (checked as the "
+                "answer streams; the text is not kept). No series: no request asked for JSON."
+            ),
+        ),
+        12,
+        8,
+    )
+
+
 def build(config: Config) -> Dashboard:
     """The lane drill-down dashboard for ``config`` (one lane at a time)."""
     grid = Grid()
@@ -224,6 +252,7 @@ def build(config: Config) -> Dashboard:
     _slow_readers(grid)
     _outcomes(grid)
     add_arms(grid)
+    _json_answers(grid)
     return dashboard(
         UID,
         "vllm-obs / Lane",

@@ -11,6 +11,7 @@ from obs.engines import reports
 from . import expr as e
 from . import links
 from . import variables as v
+from .models import gpus_row, models_row
 from .panels import Grid, Query, Steps, dashboard, stat, timeseries
 
 UID = links.POOLS_UID
@@ -265,6 +266,8 @@ def build(config: Config) -> Dashboard:
     _engine_state(grid, config)
     _per_lane(grid, config)
     _engine_timings(grid)
+    models_row(grid)
+    gpus_row(grid)
     _relay(grid)
     return dashboard(
         UID,

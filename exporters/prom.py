@@ -64,6 +64,7 @@ class Metrics:
         self.prompt_tokens = _counter(c.PROMPT_TOKENS, registry)
         self.cached_tokens = _counter(c.CACHED_TOKENS, registry)
         self.completion_tokens = _counter(c.COMPLETION_TOKENS, registry)
+        self.json_answers = _counter(c.JSON_ANSWERS, registry)
         self.rejections = _counter(c.ADMISSION_REJECTIONS, registry)
         self.upstream_errors = _counter(c.UPSTREAM_ERRORS, registry)
         self.disconnects = _counter(c.CLIENT_DISCONNECTS, registry)
@@ -158,6 +159,9 @@ class Metrics:
             s.cached_tokens.inc(ev.cached_tokens)
         if ev.completion_tokens:
             s.completion_tokens.inc(ev.completion_tokens)
+        if ev.json_valid is not None:
+            result = c.JSON_VALID if ev.json_valid else c.JSON_INVALID
+            self.json_answers.labels(*lp, self.model_label(ev.model), result).inc()
         if ev.status == c.DISCONNECTED:
             s.disconnects.inc()
         elif ev.status == c.ERROR and ev.error_class:

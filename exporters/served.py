@@ -53,3 +53,21 @@ class ServedCollector(Collector):
         )
         config.add_metric(list(self._config), 1.0)
         return [info, changed, config]
+
+
+class DriftCollector(Collector):
+    """``pool_settings_drift``: per replica and declared setting it reports, 1 if they differ."""
+
+    def __init__(self, drift: Callable[[], Mapping[Key, Mapping[str, bool]]]) -> None:
+        self._drift = drift
+
+    def collect(self) -> Iterable[Metric]:
+        family = GaugeMetricFamily(
+            c.POOL_SETTINGS_DRIFT.name,
+            c.POOL_SETTINGS_DRIFT.help,
+            labels=list(c.POOL_SETTINGS_DRIFT.labels),
+        )
+        for (pool, replica), settings in sorted(self._drift().items()):
+            for setting, differs in sorted(settings.items()):
+                family.add_metric([pool, replica, setting], 1.0 if differs else 0.0)
+        return [family]

@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from obs.config_blocks import EngineKind, LaneBlocks, PoolBlocks
 from obs.durations import seconds
 from obs.errors import ConfigError
 from obs.matching import Match, Recognition
@@ -129,7 +130,7 @@ class Priority(_Model):
     aging_s: PositiveFloat = 2.0
 
 
-class Lane(_Model):
+class Lane(LaneBlocks):
     name: Name
     # The lane's pool; with ``split`` it is filled in as the baseline arm (never give both).
     pool: Name
@@ -197,7 +198,7 @@ class HealthCheck(_Model):
     interval_s: PositiveFloat = 5.0
 
 
-class Pool(_Model):
+class Pool(PoolBlocks):
     name: Name
     replicas: list[str] = Field(min_length=1)
     model: str | None = None
@@ -205,9 +206,8 @@ class Pool(_Model):
     # True when the pool's engine exports its request spans to this sidecar (vLLM, SGLang,
     # TGI: obs.engine_spans; llama.cpp has none): events then wait for the engine view.
     engine_traces: bool = False
-    # Which engine serves the pool (obs.engines): its adapter maps the engine's /metrics to
-    # the pool state; ``auto`` detects it from the metric names each replica exports.
-    engine: Literal["auto", "vllm", "sglang", "llamacpp", "tgi", "sim"] = "auto"
+    # Which engine serves the pool (obs.engines, ``auto``: detected), and its flags: PoolBlocks
+    engine: EngineKind = "auto"
     health: HealthCheck = HealthCheck()
     kv_cache_usage_max: Ratio = 0.9
 
@@ -343,7 +343,7 @@ def _first_error(e: ValidationError) -> str:
 
 def _describe(err: object) -> str:
     assert isinstance(err, dict)
-    loc = ".".join(str(p) for p in err.get("loc", ()))
+    loc = ".".join(str(p) for p in err.get("loc", ())).replace(".declared.", ".engine.")
     msg = str(err.get("msg", "invalid"))
     msg = msg.removeprefix("Value error, ")
     if err.get("type") == "extra_forbidden":

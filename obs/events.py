@@ -196,6 +196,11 @@ class Event:
         "disconnects before a pool) in the second from `ts` were counted but not written one "
         "by one (`--client-events-per-s`). Queries count a record as this many requests."
     )
+    json_valid: bool | None = _f(
+        "For a request that asked for JSON (response_format json_object or json_schema, or "
+        "tools): whether its answer (its tool calls' arguments) parses as JSON, checked as it "
+        "streamed; null for other requests and for a tools request answered without a call."
+    )
     prompt_text: str | None = _f(
         "The prompt's text, redacted; only with --capture-text prompt|all (else null)."
     )

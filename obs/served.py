@@ -28,6 +28,25 @@ KV_CACHE_TOKENS: Final = "kv_cache_tokens"
 MAX_RUNNING: Final = "max_running"
 MAX_BATCH_TOKENS: Final = "max_batch_tokens"
 CONTEXT_TOKENS: Final = "context_tokens"
+# Flags a pool declares it started its replicas with (obs.config.DeclaredEngine), named as
+# the flags (vLLM reports none of them on /metrics). A declared prefix_caching shares the
+# reported one's key: what the engine reports wins, and a disagreement is drift.
+DECLARED_KEYS: Final = (
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "long_prefill_token_threshold",
+    "stream_interval",
+    "max_num_partial_prefills",
+    "max_long_partial_prefills",
+)
+# A declared flag -> the reported setting it must equal, where an engine reports that.
+DRIFT_CHECKS: Final = {
+    "max_num_seqs": MAX_RUNNING,
+    "max_num_batched_tokens": MAX_BATCH_TOKENS,
+    "max_model_len": CONTEXT_TOKENS,
+    PREFIX_CACHING: PREFIX_CACHING,
+}
 SETTING_KEYS: Final = (
     VERSION,
     BLOCK_SIZE,
@@ -37,6 +56,7 @@ SETTING_KEYS: Final = (
     MAX_RUNNING,
     MAX_BATCH_TOKENS,
     CONTEXT_TOKENS,
+    *DECLARED_KEYS,
 )
 MAX_VALUE_CHARS: Final = 64  # a longer value is cut: label values stay bounded
 MAX_TEXT_CHARS: Final = 240  # the old/new text of a change
@@ -80,6 +100,21 @@ SETTINGS_PAGES: Final[dict[str, tuple[str, dict[str, tuple[str, ...]]]]] = {
             BLOCK_SIZE: ("page_size",),
             KV_CACHE_DTYPE: ("kv_cache_dtype",),
             PREFIX_CACHING: ("disable_radix_cache",),  # negated below
+        },
+    ),
+}
+# Pages only some replicas serve, read beside the one above: vLLM's /server_info answers
+# only with VLLM_SERVER_DEV_MODE=1; then it reports its scheduler flags, named as declared.
+_SCHEDULER: Final = ("vllm_config", "scheduler_config")
+EXTRA_PAGES: Final[dict[str, tuple[str, dict[str, tuple[str, ...]]]]] = {
+    "vllm": (
+        "/server_info?config_format=json",
+        {
+            "max_num_seqs": (*_SCHEDULER, "max_num_seqs"),
+            "max_num_batched_tokens": (*_SCHEDULER, "max_num_batched_tokens"),
+            "long_prefill_token_threshold": (*_SCHEDULER, "long_prefill_token_threshold"),
+            "stream_interval": (*_SCHEDULER, "stream_interval"),
+            "max_model_len": ("vllm_config", "model_config", "max_model_len"),
         },
     ),
 }
@@ -129,12 +164,17 @@ def vllm_cache_settings(labels: Mapping[str, str]) -> dict[str, str]:
     return {name: labels[label] for label, name in _VLLM_CACHE_LABELS.items() if label in labels}
 
 
-def page_settings(engine: str, page: object) -> dict[str, object]:
-    """Setting names and values from the engine's JSON settings page (``SETTINGS_PAGES``)."""
-    if engine not in SETTINGS_PAGES or not isinstance(page, dict):
+def page_settings(
+    engine: str,
+    page: object,
+    pages: Mapping[str, tuple[str, dict[str, tuple[str, ...]]]] = SETTINGS_PAGES,
+) -> dict[str, object]:
+    """Setting names and values from the engine's JSON settings page (``SETTINGS_PAGES``, or
+    ``EXTRA_PAGES``)."""
+    if engine not in pages or not isinstance(page, dict):
         return {}
     out: dict[str, object] = {}
-    for name, path in SETTINGS_PAGES[engine][1].items():
+    for name, path in pages[engine][1].items():
         value: Any = page
         for key in path:
             value = value.get(key) if isinstance(value, dict) else None
@@ -193,6 +233,18 @@ def merge(engine: str, pages: Iterable[Mapping[str, object]]) -> Served:
             if value_text(v) is not None:
                 values.setdefault(k, v)
     return Served.of(engine, values)
+
+
+def drift(reported: Mapping[str, object], declared: Mapping[str, object]) -> dict[str, bool]:
+    """Per declared setting the engine also reports, under its own name or the engine-neutral
+    one (``DRIFT_CHECKS``): whether they differ."""
+    out = {}
+    for name in (*DECLARED_KEYS, PREFIX_CACHING):
+        runs = value_text(reported.get(name, reported.get(DRIFT_CHECKS.get(name, name))))
+        said = value_text(declared.get(name))
+        if said is not None and runs is not None:
+            out[name] = said != runs
+    return out
 
 
 def config_fingerprint(canonical_json: str) -> str:

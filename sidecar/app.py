@@ -35,7 +35,7 @@ from obs.exporters.otlp_http import default_resource
 from obs.exporters.otlp_logs import LogRecordExporter
 from obs.exporters.otlp_metrics import GenAiMetricsExporter
 from obs.exporters.prom import Metrics, PoolStateCollector
-from obs.exporters.served import ServedCollector
+from obs.exporters.served import DriftCollector, ServedCollector
 from obs.lanes import Classifier
 from obs.phases import Clock
 from obs.record import Finished
@@ -91,6 +91,7 @@ class SidecarApp:
                 (self.config_fingerprint, str(settings.config.version)),
             )
         )
+        self.registry.register(DriftCollector(lambda: self.pools.settings.drift))
         # What /metrics shows: this process's registry, or every worker's merged.
         self.exposition = (
             self.registry

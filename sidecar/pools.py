@@ -80,7 +80,9 @@ class PoolSet:
         self._task: asyncio.Task[None] | None = None
         # Told the model names each replica's /metrics carries (the metrics' model label).
         self.on_models: Callable[[tuple[str, ...]], None] | None = None
-        self.settings = SettingsPoll()
+        self.settings = SettingsPoll(
+            {p.name: p.declared.values() for p in config.pools if p.declared is not None}
+        )
 
     def candidates(self, pool: str, affinity: str | None = None) -> list[Replica]:
         """Replicas to try in order: healthy ones by fewest outstanding requests, then the rest.

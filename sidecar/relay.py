@@ -31,6 +31,7 @@ from obs.sidecar.bodies import MAX_JSON_ELEMENTS, BodyParser, ClientGone, read_b
 from obs.sidecar.capture import TextCapture
 from obs.sidecar.client import client_conn, received_ns
 from obs.sidecar.deadline import Deadline, first_token_timeout
+from obs.sidecar.json_answers import JsonAnswer
 from obs.sidecar.payloads import (
     GENERATE_ROUTES,
     dump_body,
@@ -160,6 +161,7 @@ class Relay:
             body = await self.json.parse(raw)
         if generate and body is not None:
             ev.prefix_fingerprint = fingerprint(body)
+            req.json_answer = JsonAnswer.asked_by(body)  # None unless it asks for JSON
         attrs, req.client_id = self.recognizer.attrs(self.classifier, ev, headers, body, scope)
         lane, ev.class_source = self.classifier.decide(attrs)
         self.recognizer.decided(lane.name, ev.class_source)

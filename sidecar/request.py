@@ -11,6 +11,7 @@ from obs.events import Event
 from obs.phases import Clock
 from obs.sidecar.admission import LaneGate, Ticket
 from obs.sidecar.client import ClientConn
+from obs.sidecar.json_answers import JsonAnswer
 from obs.sidecar.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES
 from obs.sidecar.upstream import Response
 from obs.tracecontext import TraceIds
@@ -60,6 +61,7 @@ class Request:
         "gate",
         "ids",
         "itl",
+        "json_answer",
         "operation",
         "response",
         "share_key",
@@ -80,6 +82,7 @@ class Request:
         self.itl: list[int] = GapList()
         self.operation = GENERATE_ROUTES.get(route) or PASSTHROUGH_ROUTES.get(route, "http")
         self.response: Response | None = None
+        self.json_answer: JsonAnswer | None = None  # set when the request asks for JSON
         self.started = False  # response headers sent to the client
         self.done = False  # last byte sent (a later disconnect is not the client leaving)
         self.disconnected = False

@@ -93,6 +93,9 @@ class StreamSink:
         if req.capture_frames is not None:
             req.capture_frames.extend(frames)
         stripper = self.stripper
+        if req.json_answer is not None:
+            for frame in frames:
+                req.json_answer.feed_frame(frame)
         out: list[bytes] = []
         for frame in frames:
             tokens, is_usage = classify(frame, state)
@@ -240,6 +243,8 @@ async def relay_stream(
         ev.error_class = "upstream_stream_error"
         ev.error_message = str(state.error.get("message", ""))[:300]
         ev.error_phase = clock.current_phase(upstream_done=True)
+    elif req.json_answer is not None:  # the whole answer came: judge it (a cut one is not)
+        ev.json_valid = req.json_answer.verdict()
     perf = time.perf_counter_ns
     t0 = perf()
     await send({"type": _BODY, "body": b"".join(tail), "more_body": False})
@@ -313,6 +318,9 @@ async def relay_whole(
         ev.error_message = error_message(data)
     elif ev.route in GENERATE_ROUTES:
         read_completion(ev, data)
+        if req.json_answer is not None:
+            req.json_answer.feed_body(data)
+            ev.json_valid = req.json_answer.verdict()
     await send({"type": "http.response.start", "status": resp.status, "headers": out_headers})
     req.started = True
     await send({"type": _BODY, "body": data, "more_body": False})

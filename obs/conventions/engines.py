@@ -5,6 +5,11 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "DCGM_FB_FREE",
+    "DCGM_FB_USED",
+    "DCGM_GPU_UTIL",
+    "DCGM_METRICS",
+    "DCGM_POWER",
     "LLAMACPP_CACHED_TOKENS",
     "LLAMACPP_DEFERRED",
     "LLAMACPP_PROCESSING",
@@ -17,15 +22,21 @@ __all__ = [
     "TGI_BATCH_SIZE",
     "TGI_QUEUE_SIZE",
     "VLLM_DECODE_TIME",
+    "VLLM_GENERATION_TOKENS",
     "VLLM_ITL",
     "VLLM_KV_CACHE_USAGE",
+    "VLLM_LORA_INFO",
     "VLLM_METRICS",
     "VLLM_PREEMPTIONS",
     "VLLM_PREFILL_TIME",
     "VLLM_PREFIX_HITS",
     "VLLM_PREFIX_QUERIES",
+    "VLLM_PROMPT_TOKENS",
     "VLLM_QUEUE_TIME",
     "VLLM_RUNNING",
+    "VLLM_SPEC_ACCEPTED",
+    "VLLM_SPEC_DRAFTS",
+    "VLLM_SPEC_DRAFT_TOKENS",
     "VLLM_TTFT",
     "VLLM_WAITING",
 ]
@@ -42,6 +53,14 @@ VLLM_PREFILL_TIME: Final = "vllm:request_prefill_time_seconds"
 VLLM_DECODE_TIME: Final = "vllm:request_decode_time_seconds"
 VLLM_TTFT: Final = "vllm:time_to_first_token_seconds"
 VLLM_ITL: Final = "vllm:inter_token_latency_seconds"
+VLLM_PROMPT_TOKENS: Final = "vllm:prompt_tokens_total"
+VLLM_GENERATION_TOKENS: Final = "vllm:generation_tokens_total"
+# Speculative decoding (only with --speculative-config) and LoRA (only with --enable-lora):
+# absent otherwise, and the panels then show no series rather than a zero.
+VLLM_SPEC_DRAFTS: Final = "vllm:spec_decode_num_drafts_total"
+VLLM_SPEC_DRAFT_TOKENS: Final = "vllm:spec_decode_num_draft_tokens_total"
+VLLM_SPEC_ACCEPTED: Final = "vllm:spec_decode_num_accepted_tokens_total"
+VLLM_LORA_INFO: Final = "vllm:lora_requests_info"  # labels running/waiting_lora_adapters
 VLLM_METRICS: Final = (
     VLLM_KV_CACHE_USAGE,
     VLLM_RUNNING,
@@ -54,7 +73,21 @@ VLLM_METRICS: Final = (
     VLLM_DECODE_TIME,
     VLLM_TTFT,
     VLLM_ITL,
+    VLLM_PROMPT_TOKENS,
+    VLLM_GENERATION_TOKENS,
+    VLLM_SPEC_DRAFTS,
+    VLLM_SPEC_DRAFT_TOKENS,
+    VLLM_SPEC_ACCEPTED,
+    VLLM_LORA_INFO,
 )
+
+# NVIDIA's dcgm-exporter, default counters (its default-counters.csv): per GPU, labelled
+# gpu, UUID, device, modelName, Hostname, and pod/namespace/container under Kubernetes.
+DCGM_GPU_UTIL: Final = "DCGM_FI_DEV_GPU_UTIL"  # percent
+DCGM_FB_USED: Final = "DCGM_FI_DEV_FB_USED"  # MiB
+DCGM_FB_FREE: Final = "DCGM_FI_DEV_FB_FREE"  # MiB
+DCGM_POWER: Final = "DCGM_FI_DEV_POWER_USAGE"  # W
+DCGM_METRICS: Final = (DCGM_GPU_UTIL, DCGM_FB_USED, DCGM_FB_FREE, DCGM_POWER)
 
 # Other engines' own metrics that their adapters read (see obs.engines): SGLang's
 # python/sglang/srt/metrics/collector.py, llama.cpp's tools/server/server-task.cpp

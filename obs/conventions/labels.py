@@ -29,6 +29,8 @@ __all__ = [
     "FINGERPRINT",
     "FINISH_REASON",
     "FINISH_REASONS",
+    "JSON_INVALID",
+    "JSON_VALID",
     "LANE",
     "LIMIT",
     "LOWER_PRIORITY",
@@ -55,6 +57,7 @@ __all__ = [
     "REJECTION_REASONS",
     "REPLICA",
     "RESULT",
+    "SETTING",
     "TENANT_SHARE",
     "TOKENS_COUNTED",
     "TOKENS_FROM_ENGINE",
@@ -86,10 +89,14 @@ NEW: Final = "new"
 CONFIG_HASH: Final = "config_hash"
 CONFIG_VERSION: Final = "config_version"
 ARM: Final = "arm"  # the pool a split lane's arm sends to (bounded by the config's pools)
+SETTING: Final = "setting"  # a declared engine setting (obs.served.DRIFT_CHECKS)
 CLASS_SOURCE: Final = "source"
 
 # What put a request in its lane: the ``source`` label and the event's ``class_source``.
 CLASS_SOURCES: Final = ("header", "rule", "learned", "default")
+# The ``result`` of json_answers: whether an answer asked to be JSON parses.
+JSON_VALID: Final = "valid"
+JSON_INVALID: Final = "invalid"
 
 # The five request phases, in order (see obs.phases).
 PHASES: Final = ("queue", "prefill", "first_token", "decode", "stream")

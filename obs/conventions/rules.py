@@ -10,9 +10,13 @@ __all__ = [
     "ALERT_ADMISSION_REJECTIONS_HIGH",
     "ALERT_AVAILABILITY_BUDGET_BURN",
     "ALERT_CANARY_ROLLBACK",
+    "ALERT_E2E_LATENCY_HIGH",
+    "ALERT_ENGINE_QUEUE_DEEP",
+    "ALERT_ENGINE_SETTINGS_DRIFT",
     "ALERT_EVENTS_DROPPED",
     "ALERT_EVENT_LOOP_LAG_HIGH",
     "ALERT_EXPORTER_FAILING",
+    "ALERT_INVALID_JSON_HIGH",
     "ALERT_KV_CACHE_USAGE_HIGH",
     "ALERT_POOL_ABSENT",
     "ALERT_POOL_DOWN",
@@ -20,6 +24,7 @@ __all__ = [
     "ALERT_POOL_REPLICA_DOWN",
     "ALERT_PREFIX_CACHE_HIT_RATIO_LOW",
     "ALERT_QUEUE_WAIT_HIGH",
+    "ALERT_THROUGHPUT_DROP",
     "ALERT_TPOT_BUDGET_BURN",
     "ALERT_TTFT_BUDGET_BURN",
     "ALL_ALERTS",
@@ -106,6 +111,13 @@ ALERT_ADMISSION_REJECTIONS_HIGH: Final = "VllmObsAdmissionRejectionsHigh"
 ALERT_QUEUE_WAIT_HIGH: Final = "VllmObsQueueWaitHigh"
 ALERT_EVENTS_DROPPED: Final = "VllmObsEventsDropped"
 ALERT_EXPORTER_FAILING: Final = "VllmObsExporterFailing"
+# What the production guides watch (obs.alerts.capacity_rules): the engine's own queue, the
+# end-to-end tail, generated tokens/s falling, and a replica running other flags than declared.
+ALERT_ENGINE_QUEUE_DEEP: Final = "VllmObsEngineQueueDeep"
+ALERT_E2E_LATENCY_HIGH: Final = "VllmObsE2ELatencyHigh"
+ALERT_THROUGHPUT_DROP: Final = "VllmObsThroughputDrop"
+ALERT_ENGINE_SETTINGS_DRIFT: Final = "VllmObsEngineSettingsDrift"
+ALERT_INVALID_JSON_HIGH: Final = "VllmObsInvalidJsonHigh"
 ALERT_EVENT_LOOP_LAG_HIGH: Final = "VllmObsEventLoopLagHigh"
 # Generated only for lanes with a split (obs.alerts.canary_rules); not from the default lanes.
 ALERT_CANARY_ROLLBACK: Final = "VllmObsCanaryRollback"
@@ -124,4 +136,9 @@ ALL_ALERTS: Final = (
     ALERT_EXPORTER_FAILING,
     ALERT_EVENT_LOOP_LAG_HIGH,
     *SPLIT_ALERTS,
+    ALERT_ENGINE_QUEUE_DEEP,
+    ALERT_E2E_LATENCY_HIGH,
+    ALERT_THROUGHPUT_DROP,
+    ALERT_ENGINE_SETTINGS_DRIFT,
+    ALERT_INVALID_JSON_HIGH,
 )

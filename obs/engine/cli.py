@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from obs.engine.declare import declared_flags, engine_block
 from obs.engine.llamacpp_setup import ensure_llamacpp
 from obs.engine.server import ServerError, VllmServer
 from obs.engine.setup import HOME_ENV_VAR, engine_home, ensure_engine
@@ -73,7 +74,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
             "Start vllm serve on 127.0.0.1 (running `engine setup` first if needed), "
             "print its URL once /health answers, and keep it running until Ctrl-C or "
             "SIGTERM, which stop it and all its worker processes. Arguments after `--` "
-            "go to vllm serve unchanged."
+            "go to vllm serve unchanged. Once ready it prints the lanes config `engine:` "
+            "block declaring the flags it passed (docs/lanes.md)."
         ),
     )
     serve.add_argument(
@@ -200,6 +202,8 @@ def serve(options: ServeOptions) -> int:
             f"(pid {server.pid}, ready in {server.startup_seconds:.1f} s); Ctrl-C to stop",
             flush=True,
         )
+        declared = declared_flags(options.vllm_args, options.max_model_len)
+        print(f"declare it in the lanes config's pool: {engine_block(declared)}", flush=True)
         status = server.wait()
         raise ServerError(
             f"vllm serve exited unexpectedly with status {status}; last log lines:\n"

@@ -19,6 +19,7 @@ from obs.query.dialect import DUCKDB, Dialect
 from obs.query.scan import SRC, Source
 from obs.query.schema import GROUP_BY, OUTCOME_GROUPS
 from obs.query.table import Table
+from obs.query.throughput import token_rates
 
 QUANTILES = (0.5, 0.9, 0.95, 0.99)
 # Timings summarised, by output name -> event column.
@@ -164,6 +165,7 @@ def summary(scan: Source, config: Config, by: str = "lane") -> Table:
     source = slo.judged_rows(config, SRC, scan.dialect)
     raw = scan.run(f"SELECT {by} AS _key,\n  {items},\n  {scan.extra}\nFROM {source} GROUP BY _key")
     by_key = {rec["_key"]: rec for rec in raw.records() if rec["requests"]}
+    tokens = token_rates(scan, config, by)
     rows = []
     for key in _order(config, by, list(by_key)):
         d = derive(by_key[key])
@@ -184,8 +186,8 @@ def summary(scan: Source, config: Config, by: str = "lane") -> Table:
             }
         good = {"good": d["good"], "goodput_ratio": d["goodput_ratio"]}
         lat = {k: v for k, v in d.items() if k.endswith("_ms")}
-        rows.append({**head, **rates, **slos, **good, **lat})
+        rows.append({**head, **rates, **tokens.get(key, {}), **slos, **good, **lat})
     if not rows:
         return Table([by], [])
-    columns = list(rows[0])
-    return Table(columns, [tuple(r[c] for c in columns) for r in rows])
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    return Table(columns, [tuple(r.get(c) for c in columns) for r in rows])

@@ -26,6 +26,7 @@ from obs.query.aggregate import aggregates, derive, latency_condition, pct_label
 from obs.query.scan import SRC, Source
 from obs.query.stats import mann_whitney, two_proportions
 from obs.query.table import Table, human
+from obs.query.throughput import RATE_COLUMNS, token_rates
 
 QUANTILES = (0.5, 0.95, 0.99)
 DISTRIBUTIONS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2e": "e2e_ms"}
@@ -58,6 +59,8 @@ _NEEDED = (
     "cache_hit",
     "cached_tokens",
     "prompt_tokens",
+    "completion_tokens",
+    "pool",
     "queue_ms",
     "prefill_ms",
     "first_token_ms",
@@ -110,16 +113,18 @@ def compare(before: Source, after: Source, config: Config, alpha: float = 0.01) 
     for scan in (before, after):
         scan.materialize(_NEEDED)
     b_raw, a_raw = _per_lane(before, config), _per_lane(after, config)
+    b_tok, a_tok = token_rates(before, config, "lane"), token_rates(after, config, "lane")
     tests = {m: _rank_tests(before, after, col) for m, col in DISTRIBUTIONS.items()}
     lanes = [n for n in config.lane_names if n in b_raw or n in a_raw]
     lanes += sorted(k for k in {*b_raw, *a_raw} if k not in lanes and k is not None)
     rows: list[tuple[Any, ...]] = []
     for lane in lanes:
         br, ar = b_raw.get(lane), a_raw.get(lane)
-        bd = derive(br, QUANTILES) if br else {"requests": 0}
-        ad = derive(ar, QUANTILES) if ar else {"requests": 0}
+        bd = {**(derive(br, QUANTILES) if br else {"requests": 0}), **b_tok.get(lane, {})}
+        ad = {**(derive(ar, QUANTILES) if ar else {"requests": 0}), **a_tok.get(lane, {})}
 
         checks: list[tuple[str, str | None, float | None]] = [("requests", None, None)]
+        checks += [(rate, None, None) for rate in RATE_COLUMNS]  # tokens/s: no test, the rates
         for metric, (num, den) in PROPORTIONS.items():
             p = two_proportions(br[num], br[den], ar[num], ar[den]) if br and ar else None
             checks.append((metric, "two-proportion z" if p is not None else None, p))

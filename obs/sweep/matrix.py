@@ -21,6 +21,7 @@ from obs.query.comparison import compare
 from obs.query.scan import Scan, connect
 from obs.query.stats import two_proportions
 from obs.query.table import Table
+from obs.query.throughput import RATE_COLUMNS
 from obs.sweep.profile import Profile
 
 COLUMNS = (
@@ -31,6 +32,7 @@ COLUMNS = (
     "good",
     "goodput_rps",
     "goodput_share",
+    *RATE_COLUMNS,
     "ttft_p50_ms",
     "ttft_p99_ms",
     "itl_p99_ms",
@@ -100,6 +102,7 @@ def lane_rows(data: ProfileData, scan: Scan) -> list[dict[str, Any]]:
                 "good": rec["good"],
                 "goodput_rps": rec["good"] / data.wall_s if data.wall_s else None,
                 "goodput_share": rec["goodput_ratio"],
+                **{k: rec.get(k) for k in RATE_COLUMNS},  # tokens/s over the rounds' events
                 "ttft_p50_ms": rec["ttft_p50_ms"],
                 "ttft_p99_ms": rec["ttft_p99_ms"],
                 "itl_p99_ms": rec["itl_p99_ms"],

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from obs.config import (
     NAME_RE,
@@ -27,6 +27,7 @@ from obs.config import (
     read_yaml,
     validation_error,
 )
+from obs.config_blocks import DeclaredEngine
 from obs.errors import ConfigError
 
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -92,8 +93,12 @@ class GpuFlags(_Model):
 
 
 class EngineFlags(_Model):
-    """One pool's engine: its ``vllm serve`` scheduler flags (unset: vLLM's default)."""
+    """One pool's engine: its ``vllm serve`` scheduler flags (unset: vLLM's default).
 
+    The same block as a lanes config pool's ``engine: {kind: vllm, max_num_seqs: 64}``,
+    plus what the sweep needs to start it (replicas, KV size, other arguments)."""
+
+    kind: Literal["vllm"] = "vllm"  # the sweep starts vLLM pools
     replicas: PositiveInt = 1  # local replicas the sweep starts (ignored with --external)
     max_num_batched_tokens: PositiveInt | None = None
     max_num_seqs: PositiveInt | None = None
@@ -133,6 +138,13 @@ class EngineFlags(_Model):
             args.append("--no-enable-prefix-caching")
         return args + list(self.extra_args)
 
+    def declared(self) -> dict[str, Any]:
+        """The lanes config's engine block for a pool started with these flags: the sweep
+        declares what it passes, so its sidecar's settings series and fingerprints carry it."""
+        names = DeclaredEngine.model_fields
+        values = self.model_dump(include=set(names), exclude_none=True)
+        return {"kind": self.kind, **values}
+
     def describe(self) -> str:
         kv = f" kv {self.kv_cache_mib} MiB" if self.kv_cache_mib else ""
         reps = f"{self.replicas} x " if self.replicas > 1 else ""
@@ -147,6 +159,11 @@ class ProfilePool(BaseModel):
     name: Annotated[str, Field(pattern=NAME_RE)]
     engine: EngineFlags = EngineFlags()
     replicas: list[str] | None = None
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _kind_only(cls, engine: Any) -> Any:
+        return {"kind": engine} if isinstance(engine, str) else engine  # engine: vllm
 
 
 class ProfileSpec(_Model):
@@ -238,7 +255,13 @@ def parse_profile(data: object, source: str = "<profile>") -> Profile:
     pools = []
     for pool in spec.pools:
         fields = pool.model_dump(exclude={"engine", "replicas"}, exclude_unset=True)
-        pools.append({**fields, "replicas": pool.replicas or [PLACEHOLDER_URL]})
+        pools.append(
+            {
+                **fields,
+                "engine": pool.engine.declared(),
+                "replicas": pool.replicas or [PLACEHOLDER_URL],
+            }
+        )
     config_data: dict[str, Any] = {"pools": pools, "lanes": lanes, "default_lane": default_lane}
     if spec.auth is not None:
         config_data["auth"] = spec.auth

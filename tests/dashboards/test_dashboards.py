@@ -23,6 +23,9 @@ from tests.support.dashboards_support import CONFIGS, UIDS, board_exprs, board_v
 ROOT = Path(__file__).resolve().parents[2]
 # vLLM 0.32's real /metrics output, captured into the repository (tests/data/README.md).
 VLLM_REFERENCE = ROOT / "tests" / "data" / "vllm-0.32-cpu-metrics.txt"
+# Spec decoding and LoRA series, written from vLLM 0.32's source (tests/data/README.md).
+DCGM_PAGE = ROOT / "tests" / "data" / "dcgm-exporter-metrics.txt"  # from its default counters
+VLLM_FEATURES = ROOT / "tests" / "data" / "vllm-0.32-spec-lora-metrics.txt"
 RULES_DIR = ROOT / "deploy" / "prometheus" / "rules"
 WIDTH = 24
 # -- names ---------------------------------------------------------------------------------
@@ -150,7 +153,8 @@ def test_trace_links_open_tempo_explore_with_traceql(boards: dict[str, dict[str,
 
 def _vllm_reference_series() -> set[str]:
     names = set()
-    for line in VLLM_REFERENCE.read_text(encoding="utf-8").splitlines():
+    text = VLLM_REFERENCE.read_text(encoding="utf-8") + VLLM_FEATURES.read_text(encoding="utf-8")
+    for line in text.splitlines():
         if line and not line.startswith("#"):
             names.add(re.match(r"[A-Za-z_:][\w:]*", line).group(0))  # type: ignore[union-attr]
     return names
@@ -172,7 +176,21 @@ def _allowed_names(config: Config) -> set[str]:
         for name in c.VLLM_METRICS
         for s in (name, f"{name}_bucket", f"{name}_sum", f"{name}_count")
     }
-    return ours | rules | (vllm & _vllm_reference_series())
+    return ours | rules | (vllm & _vllm_reference_series()) | (set(c.DCGM_METRICS) & _dcgm_page())
+
+
+def _dcgm_page() -> set[str]:
+    """The metric names of the dcgm-exporter page written from its default counters."""
+    text = DCGM_PAGE.read_text(encoding="utf-8")
+    return {line.split("{")[0] for line in text.splitlines() if line and line[0] != "#"}
+
+
+def test_gpu_panels_read_dcgm_counters_by_pod() -> None:
+    """The pools dashboard's GPU panels name dcgm-exporter's counters, keyed by pod and host."""
+    board = render(CONFIGS["default"])["vllm-obs-pools"]
+    gpu = [x for x in board_exprs(board) if "DCGM_" in x]
+    assert {n for x in gpu for n in metric_names(x)} == set(c.DCGM_METRICS) == _dcgm_page()
+    assert gpu and all("Hostname, pod" in x for x in gpu)
 
 
 def test_every_metric_is_in_conventions_or_vllm_reference(

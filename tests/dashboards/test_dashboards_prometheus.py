@@ -42,7 +42,7 @@ FIXED = {
     c.REASON: ["queue_full"],
     c.ERROR_CLASS: ["timeout"],
     c.EXPORTER: ["jsonl"],
-    c.RESULT: ["joined", "late"],
+    c.RESULT: ["joined", "late", c.JSON_VALID, c.JSON_INVALID],
     c.ENGINE: ["vllm"],
     c.LIMIT: ["header_timeout"],
     c.FINGERPRINT: ["0a1b2c3d"],
@@ -54,6 +54,8 @@ FIXED = {
     c.ARM: ["interactive", "bulk"],  # a split lane's arms (pools of the default config)
     c.SLO_LABEL: ["ttft", "availability"],
     c.CAUSE: ["admission_queue", "upstream_error"],
+    c.SETTING: ["max_num_seqs"],
+    c.CLASS_SOURCE: list(c.CLASS_SOURCES),
 }
 VLLM_BUCKETS = (0.01, 0.1, 1.0, 10.0)
 
@@ -122,6 +124,9 @@ def _openmetrics(config: Config, t0: int) -> Iterator[str]:
             yield from _family(name, [(s, 2.0) for s in engine], t0)
         else:
             yield from _family(name, [(s, 0.0) for s in engine], t0)
+    gpus = [{"gpu": "0", "Hostname": "node-a", "pod": f"vllm-{p.name}-0"} for p in config.pools]
+    for name in c.DCGM_METRICS:
+        yield from _family(name, [(s, 0.0) for s in gpus], t0)
     for lane in config.lanes:
         for o in objectives(lane):
             labels = {c.LANE: lane.name, c.SLO_LABEL: o.kind}

@@ -1,11 +1,14 @@
-"""Option flips on the record: a real vLLM restarted with prefix caching on, behind a sidecar.
+"""Option flips on the record: a real vLLM restarted with other flags, behind a sidecar.
 
-One ``vllm serve`` of its own starts with ``--no-enable-prefix-caching``, serves a few
-requests through a running sidecar scraped by a real Prometheus, is stopped and started
-again on the same port with prefix caching on, and serves a few more. The info series
-changes, the dashboards' annotation query returns that one change with its old and new
-values, the events either side carry different fingerprints, and ``query compare
---around-changes`` reports the change with TTFT and the cache-hit ratio before and after.
+One ``vllm serve`` of its own starts with ``--no-enable-prefix-caching --max-num-seqs 64``
+(in vLLM's dev mode, so its ``/server_info`` reports its scheduler flags) behind a sidecar
+whose pool declares ``max_num_seqs: 64``, serves a few requests through the sidecar scraped
+by a real Prometheus, is stopped and started again on the same port with prefix caching on
+and ``--max-num-seqs 128``, and serves a few more. The info series changes, the dashboards'
+annotation query returns that one change naming both flags with their old and new values,
+the drift series turns 1 for max_num_seqs, the events either side carry different
+fingerprints, and ``query compare --around-changes`` reports the change with TTFT and the
+cache-hit ratio before and after.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from obs import conventions as c
 from obs.config import default_config_path, load_config
@@ -82,14 +86,40 @@ def _settings(prometheus: PrometheusProcess) -> list[dict[str, str]]:
     return [s["metric"] for s in prometheus.client.query(c.POOL_SETTINGS_INFO.name)]
 
 
-def test_restart_with_prefix_caching_on_is_one_annotated_compared_change(
-    engine_paths: EnginePaths, sidecar: SidecarFactory, tmp_path: Path, prometheus_dir: Path
+def _declaring(path: Path, url: str, max_num_seqs: int) -> Path:
+    """A lanes config whose one pool (``default``) declares ``max_num_seqs``."""
+    pool = {
+        "name": "default",
+        "replicas": [url],
+        "engine": {"kind": "vllm", "max_num_seqs": max_num_seqs},
+    }
+    lanes = [{"name": "default", "pool": "default"}]
+    path.write_text(yaml.safe_dump({"pools": [pool], "lanes": lanes, "default_lane": "default"}))
+    return path
+
+
+def _drift(prometheus: PrometheusProcess) -> dict[str, str]:
+    return {
+        s["metric"][c.SETTING]: s["value"][1]
+        for s in prometheus.client.query(c.POOL_SETTINGS_DRIFT.name)
+    }
+
+
+def test_restart_with_other_flags_is_one_annotated_compared_change(
+    engine_paths: EnginePaths,
+    sidecar: SidecarFactory,
+    tmp_path: Path,
+    prometheus_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Info series, annotation (old/new), event fingerprints and --around-changes all agree."""
+    """Info series, annotation (old/new), drift, event fingerprints and --around-changes agree."""
+    monkeypatch.setenv("VLLM_SERVER_DEV_MODE", "1")  # vLLM's /server_info: its scheduler flags
     port = free_port()
-    engine = _vllm(engine_paths, port, tmp_path / "vllm-1.log", "--no-enable-prefix-caching")
+    log1 = tmp_path / "vllm-1.log"
+    engine = _vllm(engine_paths, port, log1, "--no-enable-prefix-caching", "--max-num-seqs", "64")
     try:
-        sc = sidecar(engine.url, traces=False, args=("--pool-poll-interval", "0.5"))
+        config = _declaring(tmp_path / "lanes.yaml", engine.url, 64)
+        sc = sidecar(config=config, traces=False, args=("--pool-poll-interval", "0.5"))
         prometheus = probes.prometheus_at(prometheus_dir, host_port(sc.url), _binary())
         try:
             t_start = time.time()
@@ -98,11 +128,14 @@ def test_restart_with_prefix_caching_on_is_one_annotated_compared_change(
             assert len(off) == 1 and off[0]["prefix_caching"] == "false"
             assert off[0][c.ENGINE] == "vllm" and off[0]["version"]
             assert all(v != "" for v in off[0].values())  # absent settings have no label
-            assert "max_running" not in off[0]  # vLLM does not report its scheduler limits
+            assert "max_running" not in off[0]  # vLLM reports no engine-neutral scheduler limits
+            assert off[0]["max_num_seqs"] == "64"  # declared, and /server_info agrees
+            probes.wait_for("no drift", lambda: _drift(prometheus) == {"max_num_seqs": "0"})
 
             engine.stop()
             t_stopped = time.time()
-            engine = _vllm(engine_paths, port, tmp_path / "vllm-2.log")
+            log2 = tmp_path / "vllm-2.log"
+            engine = _vllm(engine_paths, port, log2, "--max-num-seqs", "128")
             on = probes.wait_for(
                 "the new settings",
                 lambda: [s for s in _settings(prometheus) if s["prefix_caching"] == "true"],
@@ -122,10 +155,11 @@ def test_restart_with_prefix_caching_on_is_one_annotated_compared_change(
             labels, values = series[0]["metric"], series[0]["values"]
             assert labels[c.POOL] == "default" and labels[c.REPLICA] == engine.url
             assert (labels[c.CHANGED], labels[c.OLD], labels[c.NEW]) == (
-                "prefix_caching",
-                "prefix_caching=false",
-                "prefix_caching=true",
+                "prefix_caching,max_num_seqs",
+                "prefix_caching=false max_num_seqs=64",
+                "prefix_caching=true max_num_seqs=128",
             )
+            assert _drift(prometheus) == {"max_num_seqs": "1"}
             at_ms = {float(v) for _, v in values}
             assert len(at_ms) == 1 and t_stopped * 1000 < at_ms.pop() < t_back * 1000
             assert on[0][c.FINGERPRINT] != off[0][c.FINGERPRINT]
@@ -156,7 +190,8 @@ def _check_log(sc: SidecarProcess, old: str, new: str, t_stopped: float, prom: s
     at = datetime.fromisoformat(change["change_at"]).replace(tzinfo=UTC).timestamp()
     assert t_stopped < at < time.time()
     assert change["change"].endswith(
-        f"settings {old} -> {new} (prefix_caching=false -> prefix_caching=true)"
+        f"settings {old} -> {new} (prefix_caching=false max_num_seqs=64 -> "
+        "prefix_caching=true max_num_seqs=128)"
     )
     assert rows["requests"]["before"] >= 6 and rows["requests"]["after"] >= 6
     assert rows["cache_hit_ratio"]["before"] == 0.0 and rows["cache_hit_ratio"]["after"] > 0.5

@@ -1,0 +1,133 @@
+"""Blocks of a lanes config's pools and lanes beyond routing and SLOs: the engine flags a
+pool declares, the thresholds of the alerts the production guides name, and a pool's price.
+
+``obs.config`` parses them (and re-exports them); each is a strict model whose errors name
+the field.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
+
+from obs.durations import seconds
+
+PositiveInt = Annotated[int, Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+Ratio = Annotated[float, Field(gt=0, lt=1)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# Which engine serves a pool (obs.engines): its adapter maps the engine's /metrics to the pool
+# state; ``auto`` detects it from the metric names each replica exports.
+EngineKind = Literal["auto", "vllm", "sglang", "llamacpp", "tgi", "sim"]
+
+
+class DeclaredEngine(_Model):
+    """The engine flags a pool's replicas were started with, as the operator declares them
+    (``engine: {kind: vllm, max_num_seqs: 64}``). They join the settings the replicas
+    report (``obs.served``): their series, fingerprints and change annotations; where the
+    engine also reports a setting, the sidecar checks the two agree."""
+
+    max_num_seqs: PositiveInt | None = None
+    max_num_batched_tokens: PositiveInt | None = None
+    max_model_len: PositiveInt | None = None
+    long_prefill_token_threshold: PositiveInt | None = None
+    stream_interval: PositiveInt | None = None
+    max_num_partial_prefills: PositiveInt | None = None
+    max_long_partial_prefills: PositiveInt | None = None
+    prefix_caching: bool | None = None
+
+    def values(self) -> dict[str, object]:
+        """The declared flags (those given), by name."""
+        return self.model_dump(exclude_none=True)
+
+
+def engine_block(data: Any) -> Any:
+    """``engine: {kind: K, FLAG: V, ...}`` -> ``engine: K`` and ``declared: {FLAG: V}``."""
+    if not isinstance(data, dict) or not isinstance(data.get("engine"), dict):
+        return data
+    if "declared" in data:
+        raise ValueError("declared: give the flags in the engine block (engine: {kind: ...})")
+    block = dict(data["engine"])
+    return {**data, "engine": block.pop("kind", "auto"), "declared": block}
+
+
+class Price(_Model):
+    """What a pool costs, for ``query summary``'s cost per 1k tokens: its GPU-hour price (per
+    GPU), GPUs per replica, and the API price per 1k tokens it is compared with (optional)."""
+
+    gpu_hour: PositiveFloat
+    gpus_per_replica: PositiveInt = 1
+    api_per_1k_tokens: PositiveFloat | None = None
+
+
+def _duration_text(v: str) -> str:
+    seconds(v)  # raises ValueError naming the bad duration
+    return v
+
+
+Duration = Annotated[str, AfterValidator(_duration_text)]
+
+
+class LaneAlerts(_Model):
+    """A lane's thresholds for the alerts the production guides name (their numbers)."""
+
+    e2e_p99_max_s: PositiveFloat = 30.0  # p99 end-to-end latency, every lane (batch too)
+    # Share of the answers asked to be JSON (json_object/json_schema, tools) that do not parse.
+    invalid_json_ratio_max: Ratio = 0.05
+
+
+class PoolAlerts(_Model):
+    """A pool's thresholds for the alerts the production guides name (their numbers)."""
+
+    engine_waiting_max: PositiveInt = 100  # requests waiting in one replica's engine
+    # Generated tokens/s over 5m below this share of the same ``throughput_baseline`` before.
+    throughput_drop_ratio: Ratio = 0.5
+    throughput_baseline: Duration = "1h"
+
+
+class PoolBlocks(_Model):
+    """The fields of a pool (``obs.config.Pool``) this module adds: its declared engine flags
+    (from its ``engine:`` block), the KV alert's hold, its alert thresholds and its price."""
+
+    declared: DeclaredEngine | None = None
+    # How long KV usage stays above kv_cache_usage_max (free blocks below the rest) before
+    # the alert fires.
+    kv_cache_usage_for: Duration = "5m"
+    alerts: PoolAlerts = PoolAlerts()
+    price: Price | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine(cls, data: Any) -> Any:
+        return engine_block(data)
+
+    @model_serializer(mode="wrap")
+    def _one_engine_block(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        declared = out.pop("declared", None)
+        if declared:
+            out["engine"] = {"kind": getattr(self, "engine", "auto"), **declared}
+        return out
+
+
+class LaneBlocks(_Model):
+    """The fields of a lane (``obs.config.Lane``) this module adds: its alert thresholds."""
+
+    alerts: LaneAlerts = LaneAlerts()

@@ -1,0 +1,90 @@
+"""The incremental JSON checker agrees with ``json.loads``, however the text is split."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from obs.json_check import MAX_DEPTH, JsonCheck
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)  # fmt: skip
+
+
+def _check(text: str, cuts: list[int] | None = None) -> bool:
+    check = JsonCheck()
+    points = sorted({0, len(text), *(c % (len(text) + 1) for c in cuts or [])})
+    for a, b in itertools.pairwise(points):
+        check.feed(text[a:b])
+    return check.valid
+
+
+def _loads(text: str) -> bool:
+    def refuse(name: str) -> None:
+        raise ValueError(name)
+
+    try:
+        json.loads(text, parse_constant=refuse)
+    except ValueError:
+        return False
+    return True
+
+
+@given(JSON_VALUES, st.sampled_from([None, 1, 2]), st.lists(st.integers(0, 10**6), max_size=8))
+def test_every_json_value_is_valid_however_split(
+    value: object, indent: int | None, cuts: list[int]
+) -> None:
+    """Any serialised value, compact or indented, split anywhere, is valid."""
+    assert _check(json.dumps(value, indent=indent, ensure_ascii=False), cuts)
+
+
+@settings(max_examples=400)
+@given(st.text(alphabet='{}[]":,.-+0123456789eEtrufalsn \\\n\tx/u', max_size=24),
+       st.lists(st.integers(0, 100), max_size=4))  # fmt: skip
+def test_agrees_with_json_loads_on_arbitrary_text(text: str, cuts: list[int]) -> None:
+    """On text made of JSON's own characters the verdict is json.loads' verdict."""
+    assert _check(text, cuts) == _loads(text)
+
+
+@given(JSON_VALUES, st.integers(1, 40))
+def test_a_cut_off_answer_is_not_valid(value: object, drop: int) -> None:
+    """An answer that stops early (max_tokens) is not JSON, unless what is left still is."""
+    text = json.dumps(value)
+    cut = text[: max(0, len(text) - drop)]
+    assert _check(cut) == _loads(cut)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['```json\n{"a": 1}\n```', "NaN", "Infinity", '{"a": 1} {"b": 2}', "01", '"\x01"', ""],
+)
+def test_what_json_mode_should_not_answer_is_invalid(text: str) -> None:
+    """Markdown fences, non-standard constants, two values, a leading zero, raw control chars."""
+    assert not _check(text)
+
+
+def test_depth_is_bounded() -> None:
+    """Nesting past MAX_DEPTH is refused at once; memory stays bounded by the cap."""
+    check = JsonCheck()
+    check.feed("[" * (MAX_DEPTH + 1))
+    assert check.failed
+    ok = JsonCheck()
+    ok.feed("[" * MAX_DEPTH + "]" * MAX_DEPTH)
+    assert ok.valid
+
+
+def test_once_failed_the_rest_is_not_read() -> None:
+    """After the first error, feeding more does not make it valid."""
+    check = JsonCheck()
+    check.feed("}")
+    check.feed("{}")
+    assert check.failed and not check.valid
+    assert check.chars == 3
