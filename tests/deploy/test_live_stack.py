@@ -37,6 +37,18 @@ from tests.support.probes import wait_for
 
 F = TypeVar("F", bound=Callable[..., Any])
 OPERATIONAL = ("vllm-obs-overview", "vllm-obs-lane", "vllm-obs-pools", "vllm-obs-admission")
+# Panels whose signal this stack cannot make, shown absent rather than as zero: no lane is split
+# and no fallback fires, the load asks for no JSON answers, and a CPU vLLM has no GPU, no
+# speculative decoding and no LoRA adapters.
+ABSENT_HERE = {
+    "vllm-obs-lane / Requests per arm, and fallbacks",
+    "vllm-obs-lane / Invalid JSON answers by model",
+    "vllm-obs-pools / Speculative decoding: acceptance and draft length",
+    "vllm-obs-pools / LoRA adapters running and waiting",
+    "vllm-obs-pools / GPU utilisation",
+    "vllm-obs-pools / GPU memory used",
+    "vllm-obs-pools / GPU power",
+}
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
@@ -140,7 +152,8 @@ def test_every_rule_and_panel_expression_runs_without_error(stack: LiveStack) ->
 
 @live
 def test_every_panel_of_the_operational_dashboards_returns_data(stack: LiveStack) -> None:
-    """Overview, lane, pools and admission: each panel has a target that returns a sample."""
+    """Overview, lane, pools and admission: each panel has a target that returns a sample, but
+    for the panels of signals a CPU stack without splits or JSON requests cannot make."""
     assert stack.config is not None
     window = f"{int(stack.finished - stack.started) + 10}s"
     has_data: dict[tuple[str, str], bool] = {}
@@ -149,8 +162,9 @@ def test_every_panel_of_the_operational_dashboards_returns_data(stack: LiveStack
             key = (q.uid, q.panel)
             has_data[key] = has_data.get(key, False) or bool(_query(stack, q.expr))
     assert {uid for uid, _ in has_data} == set(OPERATIONAL)
-    empty = [f"{uid} / {panel}" for (uid, panel), ok in has_data.items() if not ok]
-    assert not empty, "no data:\n" + "\n".join(empty)
+    empty = {f"{uid} / {panel}" for (uid, panel), ok in has_data.items() if not ok}
+    assert {f"{uid} / {panel}" for uid, panel in has_data} >= ABSENT_HERE  # the titles hold
+    assert not empty - ABSENT_HERE, "no data:\n" + "\n".join(sorted(empty - ABSENT_HERE))
 
 
 @live
@@ -223,7 +237,9 @@ def test_render_draws_every_dashboard_from_the_run(
     lines = every.out.splitlines() + lane.out.splitlines()
     for name in ("overview", "pools", "admission", "lane"):
         line = [x for x in lines if f"dashboard-{name}.png: " in x][-1]
-        assert line.endswith(" 0 without data"), line
+        absent = {t.split(" / ", 1)[1] for t in ABSENT_HERE if t.startswith(f"vllm-obs-{name} ")}
+        empty = line.partition(" without data")[2].strip(" ()")
+        assert line.endswith(" 0 without data") or set(empty.split("; ")) <= absent, line
 
 
 def _iso(t: float) -> str:
