@@ -18,11 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any, Final
 
 from obs.config import Config, Lane
-from obs.durations import seconds
 from obs.errors import InputError
 from obs.query.comparison import compare, for_display
 from obs.query.filters import Filters
@@ -148,21 +146,6 @@ def _row(v: Verdict, metric: str, r: tuple[Any, ...] | None) -> tuple[Any, ...]:
 def as_table(verdicts: list[Verdict]) -> Table:
     """Every verdict's metric rows, one table."""
     return Table(list(COLUMNS), [r for v in verdicts for r in v.rows])
-
-
-def last_window(scan: Source, filters: Filters, window: str) -> Filters:
-    """``filters`` over the last ``window`` of the log (e.g. 1h), ending at its newest event."""
-    try:
-        length = timedelta(seconds=seconds(window))
-    except ValueError as e:
-        raise InputError(f"--window {window!r}: {e}") from e
-    ts = scan.dialect.ts_column
-    sql = f"SELECT max({ts}) AS ts FROM {scan.source} WHERE request_id IS NOT NULL"
-    newest = scan.run(sql).rows[0][0]
-    if newest is None:
-        return filters
-    end = newest + timedelta(microseconds=1)
-    return filters.with_window(end - length, end)
 
 
 def render_verdicts(verdicts: list[Verdict], fmt: str) -> str:

@@ -341,7 +341,8 @@ def _around_changes(args: argparse.Namespace) -> int:
 def _canary(args: argparse.Namespace) -> int:
     from obs.errors import InputError
     from obs.query.api import open_any
-    from obs.query.canary import canary, last_window, render_verdicts
+    from obs.query.canary import canary, render_verdicts
+    from obs.query.error_budget import window_filters
     from obs.query.scan import connect
 
     lanes = _filters(args).lanes
@@ -355,7 +356,7 @@ def _canary(args: argparse.Namespace) -> int:
 
     filters = _filters(args)
     if args.window:
-        filters = last_window(scan(filters), filters, args.window)
+        filters = window_filters(scan(filters), args.window)  # ClickHouse's ts_ms too
     _emit(render_verdicts(canary(scan, filters, _config(args), lanes[0], args.alpha), args.format))
     return 0
 
