@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -126,3 +127,22 @@ def test_canary_refuses_a_lane_without_a_split(
     log = write_jsonl(tmp_path / "e.jsonl", [event(lane="chat")])
     assert cli_main(["query", "canary", str(log), "--lane", "chat", "--no-progress"]) != 0
     assert "has no split" in capsys.readouterr().err
+
+
+def test_window_judges_only_the_last_hour_of_the_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--window 1h ends at the newest event: a canary slow two hours ago, even now, is promoted."""
+    early = _arm("stable", 600, 1.0) + _arm("canary", 200, 1.6, seed=2)
+    late = [
+        dataclasses.replace(e, ts=ts(7200 + i))
+        for i, e in enumerate(_arm("stable", 600, 1.0, seed=3) + _arm("canary", 200, 1.0, seed=4))
+    ]
+    log = write_jsonl(tmp_path / "events.jsonl", early + late)
+    args = ["query", "canary", str(log), "--lane", "chat", "--config", str(_config(tmp_path))]
+    verdicts = {}
+    for window in ([], ["--window", "1h"]):
+        assert cli_main([*args, *window, "--no-progress", "--format", "json"]) == 0
+        (only,) = json.loads(capsys.readouterr().out)
+        verdicts[bool(window)] = only["verdict"]
+    assert verdicts == {False: ROLL_BACK, True: PROMOTE}
