@@ -133,30 +133,31 @@ def best_per_lane(rows: list[dict[str, Any]], alpha: float) -> list[dict[str, An
     for r in rows:
         if r["requests"]:
             lanes.setdefault(r["lane"], []).append(r)
-    out = []
-    for lane, group in lanes.items():
-        ranked = sorted(group, key=lambda r: (-(r["goodput_share"] or 0.0), r["profile"]))
-        top = ranked[0]
-        entry: dict[str, Any] = {
-            "lane": lane,
-            "best": top["profile"],
-            "best_share": top["goodput_share"],
-            "runner_up": None,
-            "runner_up_share": None,
-            "p_value": None,
-            "significant": None,
-        }
-        if len(ranked) > 1:
-            second = ranked[1]
-            p = two_proportions(second["good"], second["requests"], top["good"], top["requests"])
-            entry.update(
-                runner_up=second["profile"],
-                runner_up_share=second["goodput_share"],
-                p_value=p,
-                significant=None if p is None else p < alpha,
-            )
-        out.append(entry)
-    return out
+    return [{"lane": lane, **_best(group, "requests", alpha)} for lane, group in lanes.items()]
+
+
+def _best(rows: list[dict[str, Any]], total: str, alpha: float) -> dict[str, Any]:
+    """The row with the highest goodput share (ties by profile name), tested against the
+    runner-up with a two-proportion z-test of good requests out of ``total``."""
+    top, *rest = sorted(rows, key=lambda r: (-(r["goodput_share"] or 0.0), r["profile"]))
+    entry: dict[str, Any] = {
+        "best": top["profile"],
+        "best_share": top["goodput_share"],
+        "runner_up": None,
+        "runner_up_share": None,
+        "p_value": None,
+        "significant": None,
+    }
+    if rest:
+        second = rest[0]
+        p = two_proportions(second["good"], second[total], top["good"], top[total])
+        entry.update(
+            runner_up=second["profile"],
+            runner_up_share=second["goodput_share"],
+            p_value=p,
+            significant=None if p is None else p < alpha,
+        )
+    return entry
 
 
 def system_rows(rows: list[dict[str, Any]], wall_s: dict[str, float]) -> list[dict[str, Any]]:
@@ -185,31 +186,8 @@ def system_rows(rows: list[dict[str, Any]], wall_s: dict[str, float]) -> list[di
 def best_system(system: list[dict[str, Any]], alpha: float) -> dict[str, Any] | None:
     """The profile with the highest share of offered requests that were good, tested
     against the runner-up (two-proportion z-test)."""
-    ranked = sorted(
-        (r for r in system if r["offered"]),
-        key=lambda r: (-(r["goodput_share"] or 0.0), r["profile"]),
-    )
-    if not ranked:
-        return None
-    top = ranked[0]
-    entry: dict[str, Any] = {
-        "best": top["profile"],
-        "best_share": top["goodput_share"],
-        "runner_up": None,
-        "runner_up_share": None,
-        "p_value": None,
-        "significant": None,
-    }
-    if len(ranked) > 1:
-        second = ranked[1]
-        p = two_proportions(second["good"], second["offered"], top["good"], top["offered"])
-        entry.update(
-            runner_up=second["profile"],
-            runner_up_share=second["goodput_share"],
-            p_value=p,
-            significant=None if p is None else p < alpha,
-        )
-    return entry
+    offered = [r for r in system if r["offered"]]
+    return _best(offered, "offered", alpha) if offered else None
 
 
 def against_baseline(
