@@ -129,10 +129,15 @@ def test_engine_queueing_lands_in_the_queue_phase(traced: Traced) -> None:
     prompts = {rid: " ".join(f"{rid}_{i} = compute({i})" for i in range(110)) for rid in ids}
 
     statuses: dict[str, int] = {}
+    # All twelve arrive together: a client each is built first (httpx's TLS setup costs ~20 ms
+    # of CPU), so a fast engine cannot finish the first before the last is sent.
+    together = threading.Barrier(len(ids))
 
     def send(rid: str) -> None:
         body = {"model": "tiny", "prompt": prompts[rid], "max_tokens": 64, "ignore_eos": True}
-        r = httpx.post(sc.url + COMPLETIONS, json=body, headers={"X-Request-Id": rid}, timeout=120)
+        with httpx.Client(base_url=sc.url, timeout=120) as client:
+            together.wait()
+            r = client.post(COMPLETIONS, json=body, headers={"X-Request-Id": rid})
         statuses[rid] = r.status_code
 
     threads = [threading.Thread(target=send, args=(rid,)) for rid in ids]
