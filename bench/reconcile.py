@@ -28,8 +28,8 @@ import openai
 from bench.procs import vllm_and_sidecar
 from obs import conventions as c
 from obs.engine import VllmServer
+from obs.promapi import scrape as samples
 from obs.sidecar.testing import SidecarProcess
-from tests.support.probes import samples
 
 MSGS: Any = [{"role": "user", "content": "def fibonacci(n):"}]
 # The tiny model's greedy tokens for this prompt decode to no text (parts of a character).

@@ -31,8 +31,8 @@ from typing import Any
 
 from bench.procs import vllm_and_sidecar
 from obs import conventions as c
+from obs.promapi import sample_sum, scrape
 from obs.sidecar.testing import SidecarProcess
-from tests.support.probes import metric
 
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 CHAT = "/v1/chat/completions"
@@ -104,8 +104,8 @@ def run(port: int, concurrency: int, n: int, max_tokens: int) -> dict[str, tuple
 
 def stalls(url: str) -> float:
     """The sidecar's event-loop lag samples so far that were above 100 ms."""
-    name = c.EVENT_LOOP_LAG.name
-    return metric(url, name + "_count") - metric(url, name + "_bucket", le="0.1")
+    name, now = c.EVENT_LOOP_LAG.name, scrape(url)
+    return sample_sum(now, name + "_count") - sample_sum(now, name + "_bucket", le="0.1")
 
 
 def pct(values: list[float], q: float) -> float:

@@ -1,4 +1,5 @@
-"""A small client for the Prometheus HTTP API (``/api/v1``): instant and range queries.
+"""A small client for the Prometheus HTTP API (``/api/v1``): instant and range queries;
+and the samples of one target's ``/metrics`` page, read as Prometheus would scrape them.
 
 On ``requests`` (the project's synchronous HTTP client), never through a configured
 HTTP proxy (Prometheus is usually on loopback or a private network). Used by
@@ -11,11 +12,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from obs.errors import ObsError
 from obs.procs import loopback_session
 
 Series = dict[str, Any]  # one result of a query: {"metric": {...}, "value"/"values": ...}
+Samples = dict[str, list[tuple[dict[str, str], float]]]  # a page's samples, by sample name
 
 
 class PrometheusError(ObsError):
@@ -91,3 +94,26 @@ def _error_text(r: requests.Response) -> str:
     except ValueError:
         return f"HTTP {r.status_code}"
     return f"HTTP {r.status_code}: {body.get('error', body) if isinstance(body, dict) else body}"
+
+
+def parse_samples(text: str) -> Samples:
+    """Every sample of a Prometheus exposition, by sample name: (labels, value) pairs."""
+    out: Samples = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
+
+
+def scrape(base_url: str, timeout_s: float = 10.0) -> Samples:
+    """The samples ``base_url``/metrics serves now."""
+    r = loopback_session().get(base_url.rstrip("/") + "/metrics", timeout=timeout_s)
+    r.raise_for_status()
+    return parse_samples(r.text)
+
+
+def sample_sum(samples: Samples, name: str, **labels: str) -> float:
+    """Sum of the samples named ``name`` whose labels include ``labels`` (0 if none)."""
+    return sum(
+        v for lb, v in samples.get(name, []) if all(lb.get(k) == want for k, want in labels.items())
+    )

@@ -114,3 +114,39 @@ def test_a_path_outside_the_checkout_is_named(tmp_path: Path, source: str, line:
     path = tmp_path / "reads_outside.py"
     path.write_text(source, encoding="utf-8")
     assert _paths_outside(path, tmp_path) == [f"reads_outside.py:{line}"]
+
+
+def _test_imports(path: Path, root: Path = ROOT) -> list[str]:
+    """``file:line`` of each import of the ``tests`` package in ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0:
+            names = [node.module or ""]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        if any(n == "tests" or n.startswith("tests.") for n in names):
+            found.append(f"{path.relative_to(root)}:{node.lineno}")
+    return found
+
+
+def test_the_package_and_the_benchmarks_import_no_test_code() -> None:
+    """Test-only code stays under tests/: the package and bench/ never import it."""
+    found = [
+        f
+        for path in _sources()
+        if path.relative_to(ROOT).parts[0] not in ("tests", "scripts")
+        for f in _test_imports(path)
+    ]
+    assert not found, "move what these need out of tests/: " + ", ".join(found)
+
+
+def test_an_import_of_test_code_is_named(tmp_path: Path) -> None:
+    """Both import forms of the tests package are found; a module named like it is not."""
+    path = tmp_path / "bench_like.py"
+    path.write_text(
+        "import testsuite\nfrom tests.support.probes import metric\nimport tests.conftest\n",
+        encoding="utf-8",
+    )
+    assert _test_imports(path, tmp_path) == ["bench_like.py:2", "bench_like.py:3"]

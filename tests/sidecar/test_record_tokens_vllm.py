@@ -27,9 +27,9 @@ pytestmark = pytest.mark.engine
 
 EMPTY_TEXT: Any = [{"role": "user", "content": "\u201c"}]  # greedy tokens with no text
 GENERATED = "vllm:generation_tokens_total"
-# Nearly the shared engine's whole context (4096): the engine runs ahead of the client
+# Nearly the shared engine's whole context (2048): the engine runs ahead of the client
 # (socket buffers hold its frames), and must still be decoding when the test freezes it.
-MANY = 4000
+MANY = 2000
 
 
 def client_of(sc: SidecarProcess, timeout_s: float = 60) -> openai.OpenAI:
@@ -86,7 +86,8 @@ def test_empty_text_tokens_are_tokens_and_the_first_ends_ttft(
             empty += not ch.choices[0].delta.content
     ev = sc.events_of(rid)[0]
     assert idle_generated(vllm) - before == 24 == ev["completion_tokens"]
-    assert ev["output_chunks"] == token_chunks and empty >= 12  # most tokens had no text
+    # Half the frames or more had no text (under load vLLM merges some tokens into one frame).
+    assert ev["output_chunks"] == token_chunks and empty >= token_chunks // 2
     # The client's clock spans the sidecar's: its first token frame cannot reach the
     # client before the sidecar sent it (a TTFT at the first text would come later).
     assert ev["ttft_ms"] <= first_token_ms
@@ -104,22 +105,28 @@ def test_cancelled_empty_text_streams_count_the_tokens_made(
     behind its engine (it merges them): then vLLM made more than the frames show.
     """
     sc = sidecar(vllm.url, traces=False)
-    before = idle_generated(vllm)
-    rid = uuid.uuid4().hex
     extra: dict[str, Any] = {"ignore_eos": True, **({"logprobs": True} if listed else {})}
-    chunks = client_of(sc, timeout_s=3).chat.completions.create(
-        model="tiny", messages=EMPTY_TEXT, max_tokens=MANY, temperature=0, stream=True,
-        extra_body=extra, extra_headers={"X-Request-Id": rid},
-    )  # fmt: skip
-    read = read_tokens(chunks, stop_at=10)
-    with engine_core_frozen(vllm):
-        read += read_tokens(chunks)  # what was made before the freeze, then a read timeout
-        chunks.close()
-        ev = sc.events_of(rid)[0]
-        # The sidecar closed vLLM's connection before it wrote the event; vLLM's API server
-        # (not frozen) aborts the request as it sees the close, before the engine resumes.
-        time.sleep(1)
-    made = idle_generated(vllm) - before
+    for _ in range(3):
+        before = idle_generated(vllm)
+        rid = uuid.uuid4().hex
+        chunks = client_of(sc, timeout_s=3).chat.completions.create(
+            model="tiny", messages=EMPTY_TEXT, max_tokens=MANY, temperature=0, stream=True,
+            extra_body=extra, extra_headers={"X-Request-Id": rid},
+        )  # fmt: skip
+        read = read_tokens(chunks, stop_at=10)
+        with engine_core_frozen(vllm):
+            read += read_tokens(chunks)  # what was made before the freeze, then a read timeout
+            chunks.close()
+            ev = sc.events_of(rid)[0]
+            # The sidecar closed vLLM's connection before it wrote the event; vLLM's API
+            # server (not frozen) aborts the request as it sees the close, before the engine
+            # resumes.
+            time.sleep(1)
+        made = idle_generated(vllm) - before
+        # On a starved machine the engine can make all MANY tokens before this process runs
+        # again to freeze it: no cancel happened, so the scenario is run again.
+        if (ev["status"], ev["completion_tokens"]) != (c.OK, MANY):
+            break
     assert (ev["status"], ev["tokens_source"]) == (c.DISCONNECTED, c.TOKENS_COUNTED)
     assert ev["completion_tokens"] == read >= 10
     if listed:

@@ -16,18 +16,15 @@ from typing import Any, TypeVar
 import httpx
 import orjson
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from obs.demo.prometheus import EXEMPLAR_STORAGE, PrometheusProcess
 from obs.procs import free_port
+from obs.promapi import Samples, parse_samples, sample_sum, scrape  # noqa: F401 (re-exported)
 
 T = TypeVar("T")
 
 DONE_FRAME = b"data: [DONE]\n\n"
 _TCP_STATES = {"01": "ESTABLISHED", "06": "TIME_WAIT", "08": "CLOSE_WAIT", "0A": "LISTEN"}
-
-
-Samples = dict[str, list[tuple[dict[str, str], float]]]
 
 
 CHAT = "/v1/chat/completions"
@@ -49,38 +46,19 @@ def request_body(route: str, stream: bool, usage: bool | None, max_tokens: int) 
     return body
 
 
-def parse_samples(text: str) -> Samples:
-    """Every sample of a Prometheus exposition, by sample name: (labels, value) pairs."""
-    out: Samples = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out.setdefault(s.name, []).append((s.labels, s.value))
-    return out
-
-
 def samples(base_url: str) -> Samples:
     """The samples ``base_url``/metrics serves now."""
-    return parse_samples(httpx.get(base_url + "/metrics", timeout=10).text)
+    return scrape(base_url)
 
 
 def metric(base_url: str, name: str, **labels: str) -> float:
     """Sum of the samples named ``name`` whose labels include ``labels`` (0 if none)."""
-    return sum(
-        v
-        for lb, v in samples(base_url).get(name, [])
-        if all(lb.get(k) == want for k, want in labels.items())
-    )
+    return sample_sum(scrape(base_url), name, **labels)
 
 
 def label_values(base_url: str, name: str, label: str) -> set[str]:
     """Every value ``label`` takes on the samples named ``name``."""
-    text = httpx.get(base_url + "/metrics", timeout=10).text
-    return {
-        s.labels[label]
-        for fam in text_string_to_metric_families(text)
-        for s in fam.samples
-        if s.name == name and label in s.labels
-    }
+    return {lb[label] for lb, _ in scrape(base_url).get(name, []) if label in lb}
 
 
 def sse_frames(body: bytes) -> list[bytes]:
