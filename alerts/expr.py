@@ -1,4 +1,4 @@
-"""PromQL for the rules: the SLI error ratios, on the building blocks of ``obs.promexpr``.
+"""PromQL for the rules: the SLI error ratios, on the building blocks of ``obs.prom.expr``.
 
 Metric and rule names come from ``obs.conventions`` only.
 """
@@ -6,16 +6,16 @@ Metric and rule names come from ``obs.conventions`` only.
 from __future__ import annotations
 
 from obs import conventions as c
-from obs import promexpr as p
+from obs.prom import expr as p
 
 # Re-exported: the rule generators build on the shared blocks through this one module.
-from obs.promexpr import agg as agg
-from obs.promexpr import eq as eq
-from obs.promexpr import increase as increase
-from obs.promexpr import num as num
-from obs.promexpr import one_of as one_of
-from obs.promexpr import positive as positive
-from obs.promexpr import rate as rate
+from obs.prom.expr import agg as agg
+from obs.prom.expr import eq as eq
+from obs.prom.expr import increase as increase
+from obs.prom.expr import num as num
+from obs.prom.expr import one_of as one_of
+from obs.prom.expr import positive as positive
+from obs.prom.expr import rate as rate
 from obs.slo import LATENCY_HISTOGRAMS
 
 from .model import SLI

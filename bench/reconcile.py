@@ -28,7 +28,7 @@ import openai
 from bench.procs import vllm_and_sidecar
 from obs import conventions as c
 from obs.engine import VllmServer
-from obs.promapi import scrape as samples
+from obs.prom.api import scrape as samples
 from obs.sidecar.testing import SidecarProcess
 
 MSGS: Any = [{"role": "user", "content": "def fibonacci(n):"}]

@@ -31,7 +31,7 @@ from typing import Any
 
 from bench.procs import vllm_and_sidecar
 from obs import conventions as c
-from obs.promapi import sample_sum, scrape
+from obs.prom.api import sample_sum, scrape
 from obs.sidecar.testing import SidecarProcess
 
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)

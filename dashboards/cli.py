@@ -122,7 +122,7 @@ def run_render(args: argparse.Namespace) -> int:
     from obs.dashboards.snapshot import default_variables, take
     from obs.durations import parse_duration, parse_time
     from obs.errors import ConfigError
-    from obs.promapi import PrometheusAPI
+    from obs.prom.api import PrometheusAPI
 
     config = load_config(args.config or default_config_path())
     now = datetime.now(UTC)

@@ -1,4 +1,4 @@
-"""PromQL for the dashboards: template variables, quantiles, joins (on ``obs.promexpr``).
+"""PromQL for the dashboards: template variables, quantiles, joins (on ``obs.prom.expr``).
 
 Metric names come from ``obs.conventions`` only. Template variables are
 written as Grafana expects them (``$lane``) and always matched with ``=~``,
@@ -8,15 +8,15 @@ so that a multi-value or "All" selection (Grafana sends a regex) works.
 from __future__ import annotations
 
 from obs import conventions as c
-from obs import promexpr as p
+from obs.prom import expr as p
 
 # Re-exported: the dashboards build on the shared blocks through this one module.
-from obs.promexpr import agg as agg
-from obs.promexpr import eq as eq
-from obs.promexpr import increase as increase
-from obs.promexpr import like as like
-from obs.promexpr import selector as selector
-from obs.promexpr import unlike as unlike
+from obs.prom.expr import agg as agg
+from obs.prom.expr import eq as eq
+from obs.prom.expr import increase as increase
+from obs.prom.expr import like as like
+from obs.prom.expr import selector as selector
+from obs.prom.expr import unlike as unlike
 
 RATE = "$__rate_interval"
 QUANTILES = (0.5, 0.95, 0.99)

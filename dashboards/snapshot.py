@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from obs.config import Config
-from obs.promapi import PrometheusAPI, QueryError
+from obs.prom.api import PrometheusAPI, QueryError
 
 from . import links
 from .build import iter_panels

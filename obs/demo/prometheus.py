@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 import yaml
 
 from obs.demo.service import ServiceProcess
-from obs.promapi import PrometheusAPI
-from obs.promapi import PrometheusError as PrometheusError
+from obs.prom.api import PrometheusAPI
+from obs.prom.api import PrometheusError as PrometheusError
 
 # Exemplars kept in memory (a ring shared by all series): the sidecar's TTFT, TPOT and
 # end-to-end histograms carry each request's trace id. Prometheus 2.x and 3.x also need the

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Self
 
 from obs.procs import ManagedProcess, NotReady, http_status
-from obs.promapi import PrometheusError
+from obs.prom.api import PrometheusError
 
 STARTUP_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0

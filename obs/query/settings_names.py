@@ -17,7 +17,7 @@ from datetime import UTC
 from typing import Final
 
 from obs import conventions as c
-from obs.promapi import PrometheusAPI
+from obs.prom.api import PrometheusAPI
 from obs.query.changes import Change
 from obs.served import Served, change_between
 

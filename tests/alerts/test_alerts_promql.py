@@ -1,10 +1,10 @@
-"""obs.promql: the metric names a PromQL expression reads."""
+"""obs.prom.names: the metric names a PromQL expression reads."""
 
 from __future__ import annotations
 
 import pytest
 
-from obs.promql import metric_names
+from obs.prom.names import metric_names
 
 
 @pytest.mark.parametrize(

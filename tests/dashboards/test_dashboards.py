@@ -16,7 +16,7 @@ from obs.config import Config
 from obs.dashboards import render
 from obs.dashboards.build import iter_panels
 from obs.dashboards.variables import referenced
-from obs.promql import metric_names
+from obs.prom.names import metric_names
 from tests.support import strings
 from tests.support.dashboards_support import CONFIGS, UIDS, board_exprs, board_variables
 

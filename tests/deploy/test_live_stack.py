@@ -23,7 +23,7 @@ from obs.dashboards import all_queries
 from obs.demo.workload import CLASSES, load_demo_mix, write_mix
 from obs.engine import EnginePaths, VllmServer
 from obs.loadgen.plan import Arrivals, bounded, iter_plan
-from obs.promapi import QueryError
+from obs.prom.api import QueryError
 from tests.conftest import require_binary
 from tests.support.live_stack import (
     LIMITED,

@@ -19,7 +19,7 @@ import yaml
 
 from obs.demo.prometheus import EXEMPLAR_STORAGE, PrometheusProcess
 from obs.procs import free_port
-from obs.promapi import Samples, parse_samples, sample_sum, scrape  # noqa: F401 (re-exported)
+from obs.prom.api import Samples, parse_samples, sample_sum, scrape  # noqa: F401 (re-exported)
 
 T = TypeVar("T")
 
