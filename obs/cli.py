@@ -23,12 +23,12 @@ COMMANDS = (
     "obs.loadgen.cli",
     "obs.alerts.cli",
     "obs.dashboards.cli",
-    "obs.kube_cli",
+    "obs.kube.cli",
     "obs.query.cli",
-    "obs.clickhouse_cli",
+    "obs.clickhouse.cli",
     "obs.engine.cli",
-    "obs.demo_cli",
-    "obs.sweep_cli",
+    "obs.demo.cli",
+    "obs.sweep.cli",
 )
 
 

@@ -100,9 +100,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    from obs.sweep import SHIPPED, SweepOptions, resolve, run_sweep
     from obs.sweep import options as o
-    from obs.sweep.profile import check_same_gates
+    from obs.sweep.options import SweepOptions
+    from obs.sweep.profile import SHIPPED, check_same_gates, resolve
+    from obs.sweep.run import run_sweep
 
     rounds = args.rounds
     if rounds is None:

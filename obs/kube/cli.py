@@ -31,8 +31,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    from obs import kube
     from obs.config import default_config_path, load_config
+    from obs.kube import package as kube
 
     path: Path = args.config or default_config_path()
     config = load_config(path)

@@ -85,8 +85,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    from obs.demo import DemoOptions, run_demo
-    from obs.demo.options import DEFAULT_DURATION_S, SHORT_DURATION_S
+    from obs.demo.options import DEFAULT_DURATION_S, SHORT_DURATION_S, DemoOptions
+    from obs.demo.run import run_demo
 
     duration = args.duration
     if duration is None:
