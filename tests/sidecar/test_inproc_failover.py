@@ -8,6 +8,7 @@ Failover between real engines (one killed, one frozen) is in test_faults_replica
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 
 import httpx
@@ -19,12 +20,20 @@ from obs.procs import free_port
 from tests.sidecar.conftest import InprocFactory
 from tests.support import chat_body
 from tests.support.inproc import InProcessSidecar, lane_config, request_id
-from tests.support.probes import CHAT, DONE_FRAME
+from tests.support.probes import CHAT, DONE_FRAME, metric, stream_error
 from tests.support.scripted_upstream import Script, ScriptedUpstream, token_frame
 
 STREAM = [token_frame("a"), token_frame(" b", "stop"), DONE_FRAME]
 BUSY = orjson.dumps({"error": {"message": "busy", "type": "ServiceUnavailable", "code": 503}})
 DEAD = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+FIRST_TOKEN_S = 0.4
+
+
+@pytest.fixture(scope="module")
+def silent() -> Iterator[str]:
+    """A pool's URL that accepts connections and never answers (it listens, never accepts)."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
 
 
 @pytest.fixture(scope="module")
@@ -40,21 +49,24 @@ def _lane(name: str, pool: str, **fields: object) -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def sidecar(
-    scripted: ScriptedUpstream, second: ScriptedUpstream, inproc: InprocFactory
+    scripted: ScriptedUpstream, second: ScriptedUpstream, silent: str, inproc: InprocFactory
 ) -> InProcessSidecar:
     """Lanes by the x-lane header: ``main`` on two live replicas, ``half`` on a dead and a
-    live one, ``down`` on a dead one, ``fb`` on one replica falling back to the other."""
+    live one, ``down`` on a dead one, ``fb`` on one replica falling back to the other,
+    ``hush`` on a silent pool falling back after 0.4 s without a first token."""
     pools = {
         "pair": [scripted.url, second.url],
         "half": [DEAD, second.url],
         "down": [DEAD],
         "solo": [scripted.url],
         "spare": [second.url],
+        "silent": [silent],
     }
     extra = [
         _lane("half", "half"),
         _lane("down", "down"),
         _lane("fb", "solo", fallback="spare"),
+        _lane("hush", "silent", fallback="spare", timeouts={"first_token_s": FIRST_TOKEN_S}),
     ]
     return inproc(lane_config(pools, *extra))
 
@@ -148,3 +160,40 @@ def test_lane_falls_back_to_other_pool(
         "solo",
         c.FALLBACK_SERVER_ERROR,
     )
+
+
+def test_silent_pool_falls_back_after_first_token_deadline(
+    second: ScriptedUpstream, sidecar: InProcessSidecar
+) -> None:
+    """A pool that takes the connection and never answers: after first_token_s the lane's
+    fallback answers, and the wait on the silent pool is recorded as queueing."""
+    rid = request_id()
+    second.scripts[rid] = Script(pieces=STREAM)
+    r = _post(sidecar, rid, "hush")
+    assert (r.status_code, r.content) == (200, b"".join(STREAM))
+    ev = sidecar.event(rid)
+    assert (ev["status"], ev["fallback_from"], ev["fallback_reason"]) == (
+        c.OK,
+        "silent",
+        c.FALLBACK_TIMEOUT,
+    )
+    assert ev["queue_ms"] >= FIRST_TOKEN_S * 1000
+
+
+def test_started_stream_never_falls_back(
+    scripted: ScriptedUpstream, second: ScriptedUpstream, sidecar: InProcessSidecar
+) -> None:
+    """A stream cut after its first token ends with an error frame; the fallback pool is
+    never asked (a client must not get two answers)."""
+    rid = request_id()
+    scripted.scripts[rid] = Script(pieces=[STREAM[0]], ending="cut")
+    second.scripts[rid] = Script(pieces=STREAM)
+    fallbacks = metric(sidecar.url, c.FALLBACKS.name + "_total")
+    r = _post(sidecar, rid, "fb")
+    assert r.status_code == 200
+    assert r.content.startswith(STREAM[0])
+    assert stream_error(r.content)["code"] == 502
+    ev = sidecar.event(rid)
+    assert (ev["status"], ev["pool"], ev["fallback_from"]) == (c.ERROR, "solo", None)
+    assert not _reached(second, rid)
+    assert metric(sidecar.url, c.FALLBACKS.name + "_total") == fallbacks

@@ -8,7 +8,10 @@ paths against a real vLLM are in test_sidecar_vllm.py and test_faults_sidecar.py
 
 from __future__ import annotations
 
+import threading
+
 import httpx
+import openai
 import orjson
 import pytest
 
@@ -111,3 +114,28 @@ def test_client_disconnect_mid_stream(
     wait_for("the sidecar to hang up on the pool", lambda: rid in scripted.cut_off, 10, 0.01)
     in_flight = sidecar.samples()[c.IN_FLIGHT.name]
     assert in_flight == [({"lane": "main"}, 0.0)]
+
+
+def test_openai_client_closing_after_done_is_ok(
+    scripted: ScriptedUpstream, sidecar: InProcessSidecar
+) -> None:
+    """The openai SDK reads to [DONE] and closes while the pool's body is still open: a
+    delivered stream (ok, the pool's usage counts), not a client that left."""
+    rid, hold = request_id(), threading.Event()
+    scripted.scripts[rid] = Script(pieces=[*TOKENS, usage_frame(7, 3), DONE_FRAME], hold=hold)
+    client = openai.OpenAI(base_url=sidecar.url + "/v1", api_key="unused", max_retries=0)
+    try:
+        with client.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": rid}],
+            stream=True,
+            extra_headers={"x-request-id": rid},
+            timeout=10,
+        ) as chunks:
+            text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    finally:
+        hold.set()
+        client.close()
+    assert text == "a b c"
+    ev = sidecar.event(rid)
+    assert (ev["status"], ev["error_class"], ev["completion_tokens"]) == (c.OK, None, 3)
