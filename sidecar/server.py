@@ -96,10 +96,10 @@ def _serve_one(
 
 def relay_server(settings: Settings, app: SidecarApp) -> uvicorn.Server:
     """The server ``serve`` runs ``app`` on, not started: uvloop, httptools behind the
-    connection limits of ``settings.limits`` (``Guard``: fitted to the open-file limit, its
-    counters on the app's registry). Process-wide tuning (the collector, the switch
-    interval, signals, structlog) is left to the caller: ``run()`` in a thread of another
-    program (a test) installs no signal handlers."""
+    connection limits of ``settings.limits`` (``Guard``: fitted to the open-file limit, raised
+    to its hard value first; its counters on the app's registry). Other process-wide tuning
+    (the collector, the switch interval, signals, structlog) is left to the caller: ``run()``
+    in a thread of another program (a test) installs no signal handlers."""
     nofile = raise_nofile()
     limits = settings.limits.fitted(nofile_cap(nofile))
     if limits.max_connections < settings.limits.max_connections:

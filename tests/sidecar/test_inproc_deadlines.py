@@ -59,7 +59,6 @@ def test_idle_timeout_mid_stream(
     assert r.content.startswith(token_frame("a") + token_frame(" b"))
     error = stream_error(r.content)
     assert (error["type"], error["code"]) == ("GatewayTimeoutError", 504)
-    assert "idle timeout" in error["message"]
     ev = sidecar.event(rid)
     assert (ev["status"], ev["error_class"], ev["error_phase"]) == (
         c.ERROR,
@@ -82,7 +81,6 @@ def test_first_token_deadline_on_stream(
     assert r.status_code == 200
     error = stream_error(r.content)
     assert (error["type"], error["code"]) == ("GatewayTimeoutError", 504)
-    assert "first_token_s" in error["message"]
     ev = sidecar.event(rid)
     assert (ev["status"], ev["error_class"], ev["error_phase"]) == (
         c.ERROR,

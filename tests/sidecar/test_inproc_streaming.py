@@ -139,3 +139,4 @@ def test_openai_client_closing_after_done_is_ok(
     assert text == "a b c"
     ev = sidecar.event(rid)
     assert (ev["status"], ev["error_class"], ev["completion_tokens"]) == (c.OK, None, 3)
+    assert ev["tokens_source"] == c.TOKENS_FROM_USAGE

@@ -9,8 +9,9 @@ event log (``event``) and ``/metrics`` (``samples``).
 
 What stays out of the test process: ``serve``'s process-wide tuning (``gc.freeze``, the
 switch interval, signal handlers, structlog's configuration), which ``relay_server`` leaves
-to its caller. A pool here is ``ScriptedUpstream`` (also a thread of this process) or a
-port nothing listens on; what only a real engine shows needs the ``engine`` tier.
+to its caller; it does raise the soft open-file limit to the hard one, as ``serve`` does.
+A pool here is ``ScriptedUpstream`` (also a thread of this process) or a port nothing
+listens on; what only a real engine shows needs the ``engine`` tier.
 """
 
 from __future__ import annotations
