@@ -144,3 +144,31 @@ def test_streams_share_one_sidecar(scripted: ScriptedUpstream, sidecar: InProces
     for rid, r in zip(rids, answers, strict=True):
         assert r.content == b"".join(scripted.scripts[rid].pieces)
         assert sidecar.event(rid)["completion_tokens"] == 5
+
+
+def test_large_body_relayed_as_sent(scripted: ScriptedUpstream, sidecar: InProcessSidecar) -> None:
+    """A body past the size parsed on the event loop (300 KB of prompt) is parsed off it and
+    still reaches the pool byte for byte."""
+    rid = request_id()
+    raw = orjson.dumps(chat_body(rid + " " + "word " * 60_000))
+    scripted.scripts[rid] = Script(content_type="application/json", pieces=[COMPLETION])
+    headers = {"x-request-id": rid, "content-type": "application/json"}
+    r = httpx.post(sidecar.url + CHAT, content=raw, headers=headers)
+    assert (r.status_code, r.content) == (200, COMPLETION)
+    assert (CHAT, raw) in scripted.received
+    assert sidecar.event(rid)["status"] == c.OK
+
+
+def test_body_over_json_element_cap_refused(
+    scripted: ScriptedUpstream, sidecar: InProcessSidecar
+) -> None:
+    """A large body holding more JSON values than --max-json-elements (200,000) is refused
+    with 413 before it is parsed, and never reaches the pool."""
+    rid = request_id()
+    raw = orjson.dumps({**chat_body(rid), "logit_bias": [0] * 250_000})
+    headers = {"x-request-id": rid, "content-type": "application/json"}
+    r = httpx.post(sidecar.url + CHAT, content=raw, headers=headers)
+    assert (r.status_code, r.json()["error"]["type"]) == (413, "PayloadTooLargeError")
+    ev = sidecar.event(rid)
+    assert (ev["status"], ev["error_class"]) == (c.CLIENT_ERROR, "bad_request")
+    assert all(rid.encode() not in body for _, body in scripted.received)
