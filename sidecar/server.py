@@ -14,7 +14,7 @@ import uvicorn
 from prometheus_client import start_http_server
 
 from obs.errors import ConfigError
-from obs.sidecar.app import create_app
+from obs.sidecar.app import SidecarApp, create_app
 from obs.sidecar.budgets import nofile_cap, raise_nofile
 from obs.sidecar.guard import Guard, GuardCollector
 from obs.sidecar.settings import Settings
@@ -67,17 +67,7 @@ def _serve_one(
 ) -> int:
     """One relay process: on its own port, or as a worker on the supervisor's socket."""
     app = create_app(settings)
-    nofile = raise_nofile()
-    limits = settings.limits.fitted(nofile_cap(nofile))
-    if limits.max_connections < settings.limits.max_connections:
-        log.warning(
-            "max_connections_lowered",
-            max_connections=limits.max_connections,
-            asked=settings.limits.max_connections,
-            nofile=nofile,
-        )
-    guard = Guard(limits)  # header, timeout and connection limits (docs/security.md)
-    app.registry.register(GuardCollector(guard))
+    server = relay_server(settings, app)
     metrics_server = None
     if metrics_sock is not None and settings.worker is not None:
         serve_private_metrics(metrics_sock, app.registry, settings.worker)
@@ -96,6 +86,31 @@ def _serve_one(
     # export, metrics). When a socket wakes the loop while one of them runs, the loop waits
     # for the GIL up to the switch interval: 5 ms by default, added to a token's latency.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
+    try:
+        server.run(sockets=None if sock is None else [sock])
+    finally:
+        if metrics_server is not None:
+            metrics_server.shutdown()
+    return 0
+
+
+def relay_server(settings: Settings, app: SidecarApp) -> uvicorn.Server:
+    """The server ``serve`` runs ``app`` on, not started: uvloop, httptools behind the
+    connection limits of ``settings.limits`` (``Guard``: fitted to the open-file limit, raised
+    to its hard value first; its counters on the app's registry). Other process-wide tuning
+    (the collector, the switch interval, signals, structlog) is left to the caller: ``run()``
+    in a thread of another program (a test) installs no signal handlers."""
+    nofile = raise_nofile()
+    limits = settings.limits.fitted(nofile_cap(nofile))
+    if limits.max_connections < settings.limits.max_connections:
+        log.warning(
+            "max_connections_lowered",
+            max_connections=limits.max_connections,
+            asked=settings.limits.max_connections,
+            nofile=nofile,
+        )
+    guard = Guard(limits)  # header, timeout and connection limits (docs/security.md)
+    app.registry.register(GuardCollector(guard))
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -110,9 +125,4 @@ def _serve_one(
         server_header=False,
         proxy_headers=False,  # nothing reads the client's address: no per-request rewrite
     )
-    try:
-        uvicorn.Server(config).run(sockets=None if sock is None else [sock])
-    finally:
-        if metrics_server is not None:
-            metrics_server.shutdown()
-    return 0
+    return uvicorn.Server(config)

@@ -20,12 +20,12 @@ from obs import conventions as c
 from obs.config import default_config_path
 from obs.engine import VllmServer
 from tests.conftest import SidecarFactory
+from tests.support.event_log import EventLog
 from tests.support.fuzz_support import (
     CHAT,
     FUZZ,
     JSON_SCALARS,
     JSON_VALUES,
-    EventLog,
     assert_event_well_typed,
     assert_no_crash_logged,
     assert_no_traceback,

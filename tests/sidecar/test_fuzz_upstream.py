@@ -22,19 +22,19 @@ from hypothesis import strategies as st
 
 from obs import conventions as c
 from tests.conftest import SidecarFactory
+from tests.support.event_log import EventLog
 from tests.support.fuzz_support import (
     CHAT,
     FUZZ,
     JSON_VALUES,
     STREAM_FAILURES,
-    EventLog,
     assert_event_well_typed,
     assert_no_crash_logged,
     assert_no_traceback,
     log_size,
 )
 from tests.support.probes import DONE_FRAME, is_error_frame, label_values, sse_frames
-from tests.support.scripted_upstream import Script, ScriptedUpstream
+from tests.support.scripted_upstream import Script, ScriptedUpstream, chunk_frame, sse_frame
 
 
 @pytest.fixture
@@ -44,25 +44,16 @@ def upstream() -> Iterator[ScriptedUpstream]:
         yield fake
 
 
-def _frame(obj: Any) -> bytes:
-    """One SSE frame as vLLM writes it: compact JSON, UTF-8."""
-    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-    return b"data: " + text.encode() + b"\n\n"
-
-
-def _chunk(choice: dict[str, Any], **extra: Any) -> bytes:
-    base = {"id": "chatcmpl-f", "object": "chat.completion.chunk", "created": 0, "model": "tiny"}
-    return _frame({**base, "choices": [{"index": 0, **choice}], **extra})
-
-
 TEXT = st.text(st.characters(codec="utf-8"), max_size=40)  # multi-byte UTF-8 included
 GOOD_FRAMES = st.one_of(
-    TEXT.map(lambda t: _chunk({"delta": {"content": t}, "finish_reason": None})),
+    TEXT.map(lambda t: chunk_frame({"delta": {"content": t}, "finish_reason": None})),
     st.sampled_from(["stop", "length", "abort"]).map(
-        lambda r: _chunk({"delta": {"content": ""}, "finish_reason": r}, system_fingerprint=None)
+        lambda r: chunk_frame(
+            {"delta": {"content": ""}, "finish_reason": r}, system_fingerprint=None
+        )
     ),
     st.tuples(st.integers(0, 5000), st.integers(0, 5000), st.integers(0, 5000)).map(
-        lambda t: _frame(
+        lambda t: sse_frame(
             {
                 "id": "chatcmpl-f",
                 "object": "chat.completion.chunk",
@@ -106,8 +97,8 @@ ODD_JSON_FRAMES = st.one_of(
             "usage": ODD_USAGE,
             "system_fingerprint": JSON_VALUES,
         },
-    ).map(_frame),
-    JSON_VALUES.map(_frame),
+    ).map(sse_frame),
+    JSON_VALUES.map(sse_frame),
 )
 GARBAGE_FRAMES = st.one_of(
     st.binary(max_size=120)
@@ -125,7 +116,7 @@ GARBAGE_FRAMES = st.one_of(
     ),
 )
 HUGE_FRAMES = st.sampled_from([70_000, 1_000_000, 3_000_000]).map(
-    lambda n: _chunk({"delta": {"content": "\u00e9" * n}, "finish_reason": None})
+    lambda n: chunk_frame({"delta": {"content": "\u00e9" * n}, "finish_reason": None})
 )
 FRAMES = st.one_of(GOOD_FRAMES, GOOD_FRAMES, ODD_JSON_FRAMES, GARBAGE_FRAMES)
 
@@ -356,7 +347,7 @@ def test_pool_inventing_finish_reasons_cannot_grow_label_cardinality(
         for i in range(n):
             rid = uuid.uuid4().hex
             frames = [
-                _chunk({"delta": {"content": "a"}, "finish_reason": f"reason-{i}"}),
+                chunk_frame({"delta": {"content": "a"}, "finish_reason": f"reason-{i}"}),
                 DONE_FRAME,
             ]
             upstream.scripts[rid] = Script(pieces=frames)

@@ -85,6 +85,15 @@ def is_error_frame(frame: bytes) -> bool:
     return isinstance(obj, dict) and isinstance(obj.get("error"), dict)
 
 
+def stream_error(body: bytes) -> dict[str, Any]:
+    """The error a stream ended with: its frame before the closing ``[DONE]``."""
+    frames = sse_frames(body)
+    assert frames[-1:] == [DONE_FRAME.rstrip()], f"no [DONE] at the end: {body[-200:]!r}"
+    assert len(frames) > 1 and is_error_frame(frames[-2]), f"no error frame: {body[-300:]!r}"
+    error: dict[str, Any] = frame_json(frames[-2])["error"]
+    return error
+
+
 def open_fds(pid: int) -> int:
     """Number of open file descriptors of ``pid``."""
     return len(os.listdir(f"/proc/{pid}/fd"))
@@ -176,12 +185,12 @@ def prometheus_at(directory: Path, target: str, binary: str) -> PrometheusProces
     return PrometheusProcess(binary, path, data, log, free_port()).start()
 
 
-def wait_for(what: str, check: Callable[[], T], timeout_s: float = 60.0) -> T:
-    """``check()``'s first truthy result, polled every 0.5 s; fails after ``timeout_s``."""
+def wait_for(what: str, check: Callable[[], T], timeout_s: float = 60.0, every_s: float = 0.5) -> T:
+    """``check()``'s first truthy result, polled every ``every_s``; fails after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:
         got = check()
         if got:
             return got
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
+        time.sleep(every_s)

@@ -7,6 +7,9 @@ Every test that uses it says why a real engine cannot produce its case.
 
 from __future__ import annotations
 
+import json
+import select
+import socket
 import sys
 import threading
 import time
@@ -14,6 +17,35 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from obs.procs import free_port
+
+HOLD_MAX_S = 30.0  # longest a held response waits for its test
+_CHUNK = {"id": "chatcmpl-f", "object": "chat.completion.chunk", "created": 0, "model": "tiny"}
+
+
+def sse_frame(obj: Any) -> bytes:
+    """One SSE frame as vLLM writes it: compact JSON, UTF-8."""
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    return b"data: " + text.encode() + b"\n\n"
+
+
+def chunk_frame(choice: dict[str, Any], **extra: Any) -> bytes:
+    """A ``chat.completion.chunk`` frame with one choice (``extra``: more top-level fields)."""
+    return sse_frame({**_CHUNK, "choices": [{"index": 0, **choice}], **extra})
+
+
+def token_frame(text: str, finish_reason: str | None = None) -> bytes:
+    """A chat chunk carrying ``text`` as its content delta."""
+    return chunk_frame({"delta": {"content": text}, "finish_reason": finish_reason})
+
+
+def usage_frame(prompt_tokens: int, completion_tokens: int) -> bytes:
+    """The last chunk of a stream asked for usage: no choices, the token counts."""
+    usage = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+    return sse_frame({**_CHUNK, "choices": [], "usage": usage})
 
 
 class Script:
@@ -23,7 +55,8 @@ class Script:
     without the final chunk. ``gap_s``: the pause between pieces; ``end_delay_s``: how long
     the pool waits after the last piece before it ends the body. ``burst``: every piece (one
     HTTP chunk each) goes out in one write, so the sidecar reads them together, as from a
-    loaded vLLM API server.
+    loaded vLLM API server. ``hold``: the pool ends the body only once this event is set (at
+    most ``HOLD_MAX_S``), so a test decides when a request stops occupying its lane.
     """
 
     def __init__(
@@ -35,8 +68,10 @@ class Script:
         end_delay_s: float = 0.0,
         burst: bool = False,
         gap_s: float = 0.001,
+        hold: threading.Event | None = None,
     ) -> None:
         self.gap_s = gap_s
+        self.hold = hold
         self.status = status
         self.end_delay_s = end_delay_s
         self.burst = burst
@@ -51,6 +86,16 @@ class Script:
             f"Script(status={self.status}, content_type={self.content_type!r}, "
             f"ending={self.ending!r}, pieces={pieces!r})"
         )
+
+
+def _hung_up_while(conn: socket.socket, hold: threading.Event) -> bool:
+    """Wait until ``hold`` is set (at most ``HOLD_MAX_S``); True if the peer closed first."""
+    deadline = time.monotonic() + HOLD_MAX_S
+    while not hold.wait(0.005) and time.monotonic() < deadline:
+        readable, _, _ = select.select([conn], [], [], 0)
+        if readable and conn.recv(1, socket.MSG_PEEK) == b"":
+            return True
+    return False
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -75,6 +120,7 @@ class ScriptedUpstream:
         self.url = f"http://127.0.0.1:{self.port}"
         self.scripts: dict[str, Script] = {}
         self.received: list[tuple[str, bytes]] = []  # (path, body) of every POST, in order
+        self.cut_off: set[str] = set()  # request ids whose answer the sidecar hung up on
         upstream = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -93,7 +139,8 @@ class ScriptedUpstream:
             def do_POST(self) -> None:
                 n = int(self.headers.get("content-length") or 0)
                 upstream.received.append((self.path, self.rfile.read(n)))
-                script = upstream.scripts.get(self.headers.get("x-request-id", ""), Script())
+                rid = self.headers.get("x-request-id", "")
+                script = upstream.scripts.get(rid, Script())
                 self.send_response(script.status)
                 self.send_header("content-type", script.content_type)
                 self.send_header("transfer-encoding", "chunked")
@@ -106,12 +153,15 @@ class ScriptedUpstream:
                         self.wfile.flush()
                         time.sleep(script.gap_s)  # let the sidecar read each piece on its own
                     time.sleep(script.end_delay_s)
+                    if script.hold is not None and _hung_up_while(self.connection, script.hold):
+                        raise ConnectionResetError("the sidecar closed the connection")
                     if script.ending == "cut":
                         self.close_connection = True
                         return
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()
                 except OSError:
+                    upstream.cut_off.add(rid)
                     self.close_connection = True
 
             def log_message(self, *args: object) -> None:

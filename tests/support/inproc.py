@@ -1,0 +1,130 @@
+"""The sidecar in the test process: its real server in a thread, for the hot path in milliseconds.
+
+``InProcessSidecar`` builds the app with ``create_app`` (on a registry of its own) and runs
+it on the very server ``vllm-obs sidecar`` runs (``obs.sidecar.server.relay_server``:
+uvloop, httptools behind the connection limits) in a thread, on a free 127.0.0.1 port. It
+starts in a fraction of a second and stops cleanly (uvicorn's own shutdown: the lifespan
+flushes the exporters). What a test reads is what a user reads: the HTTP answers, the JSONL
+event log (``event``) and ``/metrics`` (``samples``).
+
+What stays out of the test process: ``serve``'s process-wide tuning (``gc.freeze``, the
+switch interval, signal handlers, structlog's configuration), which ``relay_server`` leaves
+to its caller; it does raise the soft open-file limit to the hard one, as ``serve`` does.
+A pool here is ``ScriptedUpstream`` (also a thread of this process) or a port nothing
+listens on; what only a real engine shows needs the ``engine`` tier.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+from prometheus_client import CollectorRegistry
+
+from obs.config import Config, parse_config
+from obs.procs import free_port
+from obs.sidecar.app import create_app
+from obs.sidecar.server import relay_server
+from obs.sidecar.settings import Settings
+from tests.support.event_log import EventLog
+from tests.support.probes import Samples, parse_samples
+
+START_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 10.0
+
+
+def request_id() -> str:
+    """A fresh request id (what a test scripts the pool's answer under)."""
+    return uuid.uuid4().hex[:16]
+
+
+def lane_config(pools: dict[str, list[str]], *more: dict[str, Any], **lane: Any) -> Config:
+    """A config with these pools (name: replica URLs) and the default lane, ``main``, on the
+    first pool; ``lane``: more of its fields (``timeouts``, ``admission``, ``fallback``);
+    ``more``: other lanes, whole (each with its ``match``)."""
+    first = next(iter(pools))
+    return parse_config(
+        {
+            "pools": [{"name": name, "replicas": urls} for name, urls in pools.items()],
+            "lanes": [{"name": "main", "pool": first, **lane}, *more],
+            "default_lane": "main",
+        },
+        "<inproc>",
+    )
+
+
+class InProcessSidecar:
+    """``vllm-obs sidecar`` for ``config`` in a thread of this process; ``stop()`` ends it.
+
+    ``settings``: more ``Settings`` fields (``max_body_bytes``, ``limits``, ...). Pools are
+    polled once a minute: a test decides when a replica is down, not the poll.
+    """
+
+    def __init__(self, config: Config, events_path: Path, **settings: Any) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        fields: dict[str, Any] = {"pool_poll_interval_s": 60.0, "shutdown_grace_s": 1.0}
+        self.settings = Settings(
+            config=config,
+            port=self.port,
+            events_path=events_path,
+            log_level="warning",
+            **{**fields, **settings},
+        )
+        self._app = create_app(self.settings, registry=CollectorRegistry())
+        self._server = relay_server(self.settings, self._app)
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="inproc-sidecar", daemon=True)
+        self._log: EventLog | None = None
+
+    @property
+    def events_path(self) -> Path | None:
+        return self.settings.events_path
+
+    def _run(self) -> None:
+        try:
+            self._server.run()
+        except BaseException as err:  # SystemExit included: uvicorn exits on a bind failure
+            self._failure = err
+
+    def start(self) -> InProcessSidecar:
+        """Serve, and return once the server accepts connections (RuntimeError if it fails)."""
+        self._thread.start()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the in-process sidecar did not start: {self._failure!r}")
+            time.sleep(0.002)
+        self._log = EventLog(self)
+        return self
+
+    def stop(self) -> None:
+        """Shut down as on SIGTERM (requests in flight get ``shutdown_grace_s``), and wait."""
+        self._server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join(STOP_TIMEOUT_S)
+        assert not self._thread.is_alive(), "the in-process sidecar did not stop"
+
+    def event(self, request_id: str) -> dict[str, Any]:
+        """The one event of ``request_id``, once the JSONL writer has flushed it."""
+        assert self._log is not None, "start() the sidecar first"
+        return self._log.one(request_id)
+
+    def metrics(self) -> str:
+        """``/metrics`` as a scraper reads it (the text format)."""
+        return httpx.get(self.url + "/metrics", timeout=10).text
+
+    def samples(self) -> Samples:
+        """``/metrics``' samples by name: (labels, value) pairs."""
+        return parse_samples(self.metrics())
+
+    def __enter__(self) -> InProcessSidecar:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
