@@ -58,10 +58,11 @@ class Event:
         "requests and for error replies (an error body is not a first token)."
     )
     tpot_ms: float | None = _f(
-        "Time per output token after the first, as produced by the pool: (last output "
-        "chunk's arrival - first's) / (completion_tokens - chunks that came with the first). "
-        "Null when all output arrived in one read (a burst: the cadence was not seen), "
-        "unless the engine's span gives it (engine_decode_ms / (completion_tokens - 1))."
+        "Time per output token after the first, as produced by the pool. With the engine's "
+        "span joined (engine_view `joined`), the engine's own clock: engine_decode_ms / "
+        "(completion_tokens - 1). Otherwise the sidecar's: (last output chunk's arrival - "
+        "first's) / (completion_tokens - chunks that came with the first); null when more "
+        "than half the tokens came with the first read (a burst: the cadence was not seen)."
     )
     cache_hit: bool | None = _f("True when any prompt token came from the prefix cache.")
     finish_reason: str | None = _f("Finish reason of the (first) choice: stop, length, ...")

@@ -60,19 +60,24 @@ def fill_timings(f: Finished) -> None:
 
 
 def tpot_ns(f: Finished) -> int | None:
-    """Time per output token after the first, or None where the cadence was not seen.
+    """Time per output token after the first, as the pool produced it; None where unknown.
 
-    Streamed output that arrived over several reads: the time from the first output read to
-    the last, over the tokens that came after the first read (the chunks of the first read
-    were made before it arrived: counting them would shrink TPOT). All output in one read
-    (a burst) shows no cadence: the engine's decode time stands in when its span was joined.
+    With the engine's span joined, the engine's own: its decode time over the tokens after
+    the first (on the engine's clock, which no scheduling of the sidecar can stretch).
+    Otherwise on the sidecar's clock, from streamed output that arrived over several reads:
+    the time from the first output read to the last, over the tokens that came after the
+    first read (the chunks of the first read were made before it arrived: counting them
+    would shrink TPOT). When more than half the tokens came with the first read (a burst,
+    or a sidecar that was not scheduled while the pool streamed), the cadence was not seen:
+    a span over a few late tokens would stretch TPOT by up to the whole delay.
     """
     ev, clock = f.event, f.clock
     n = ev.completion_tokens
     if not n or n < 2:
         return None
-    if f.itl_ns and clock.last_up > clock.first_up > 0:
-        return (clock.last_up - clock.first_up) // max(1, n - max(1, f.first_read_chunks))
     if ev.engine_decode_ms is not None and ev.engine_view == "joined":
         return int(ev.engine_decode_ms * 1_000_000) // (n - 1)
+    after = n - max(1, f.first_read_chunks)
+    if f.itl_ns and clock.last_up > clock.first_up > 0 and 2 * after >= n - 1:
+        return (clock.last_up - clock.first_up) // max(1, after)
     return None

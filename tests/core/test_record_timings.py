@@ -48,6 +48,21 @@ def test_tpot_spreads_the_time_over_tokens_after_the_first_read() -> None:
     assert tpot_ns(finished(11, [10, 110], first_read=6)) == 100 * MS // 5
 
 
+def test_a_joined_engine_span_gives_the_pools_own_tpot() -> None:
+    """With the engine's span joined, TPOT is the engine's decode over the tokens after the
+    first, whatever the sidecar's reads (a starved sidecar's late reads stretch no TPOT)."""
+    f = finished(11, [10, 20, 30, 410])  # the sidecar read the last token 380 ms late
+    f.event.engine_view, f.event.engine_decode_ms = "joined", 30.0
+    assert tpot_ns(f) == 3 * MS
+
+
+def test_a_first_read_with_most_tokens_shows_no_cadence() -> None:
+    """More than half the tokens in the first read: no TPOT on the sidecar's clock (two
+    late tokens would carry the whole span); half or fewer: the span over the rest."""
+    assert tpot_ns(finished(11, [10, 110], first_read=7)) is None
+    assert tpot_ns(finished(11, [10, 110], first_read=6)) == 100 * MS // 5
+
+
 def test_a_single_read_has_no_tpot_unless_the_engine_says() -> None:
     """All output in one read: no cadence seen; the joined engine span's decode stands in."""
     f = finished(10, [10], first_read=10)
@@ -74,13 +89,15 @@ def test_no_first_token_no_ttft() -> None:
 def test_tpot_is_never_negative_and_needs_two_reads(
     tokens: int, gaps: list[int], first_read: int
 ) -> None:
-    """TPOT is null without two reads or two tokens, else non-negative and at most the span."""
+    """TPOT is null without two reads or two tokens, or with most tokens in the first read,
+    else non-negative and at most the span."""
     reads = [10]
     for g in gaps:
         reads.append(reads[-1] + g)
     f = finished(tokens, reads, first_read=first_read)
     t = tpot_ns(f)
-    if tokens < 2 or len(reads) < 2 or reads[-1] == reads[0]:
+    after = tokens - first_read
+    if tokens < 2 or len(reads) < 2 or reads[-1] == reads[0] or 2 * after < tokens - 1:
         assert t is None
     else:
         assert t is not None and 0 <= t <= (reads[-1] - reads[0]) * MS
