@@ -9,6 +9,7 @@ import time
 import pytest
 
 from obs.config import Admission, Lane
+from obs.engine.sim.frontend import FrontEnd, FrontEndCost
 from obs.engine.sim.hardware import StepWork, perf_model
 from obs.engine.sim.scheduler import SchedulerConfig, SimRequest
 from obs.sidecar.admission import LaneGate, Rejected, Ticket
@@ -91,3 +92,23 @@ def test_a_replica_takes_the_modelled_time_and_batches_a_second_request() -> Non
     assert a.finished_s is not None and b.finished_s is not None
     assert 0.2 < b.first_token_s < b.finished_s  # type: ignore[operator]
     assert replica.kv.free == replica.kv.num_blocks
+
+
+def test_an_api_server_in_front_delays_a_request_in_and_its_tokens_out() -> None:
+    """With the API server modelled, one request's first token comes its intake later and
+    one token's streaming after the prefill step; it finishes that streaming after its last
+    step; the replica without one is unchanged."""
+    cost = FrontEndCost(prompt_token_s=1e-5, token_s=1e-3)
+    times: dict[bool, tuple[float | None, float | None, float]] = {}
+    for frontend in (None, FrontEnd(cost)):
+        loop = VirtualLoop()
+        replica = VirtualReplica(loop, H100, SchedulerConfig(), frontend=frontend)
+        req = SimRequest("a", 1000, 20)
+        loop.run_until_complete(replica.submit(req))
+        loop.close()
+        times[frontend is None] = (req.first_token_s, req.finished_s, loop.time())
+    (first0, end0, _), (first1, end1, resolved) = times[True], times[False]
+    assert first0 is not None and end0 is not None and first1 is not None
+    assert first1 == pytest.approx(first0 + 1000 * 1e-5 + 1e-3)
+    assert end1 == pytest.approx(end0 + 1000 * 1e-5 + 1e-3)
+    assert resolved == pytest.approx(end1)
