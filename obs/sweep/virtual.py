@@ -9,10 +9,11 @@ gates, their ``asyncio.wait_for`` queue timeouts) runs unchanged, in virtual sec
 performance model) on that clock with timers: a step ends ``step_seconds`` after it
 began; runs of identical decode-only steps are taken in one timer and cut short
 when a request arrives (it joins at the next step boundary, as in the real engine).
-Given a :class:`~obs.engine.sim.frontend.FrontEnd` (the API server's CPU), a request
-reaches the scheduler when the front end has taken it in, and its first token and its
-end reach the caller when the front end has streamed them; without one (the stress
-replay's default) both are immediate.
+Each request keeps its inter-token gaps as the engine samples its tokens, a run's steps
+as one pair (its step time, how many). Given a :class:`~obs.engine.sim.frontend.FrontEnd`
+(the API server's CPU), a request reaches the scheduler when the front end has taken it
+in, and its first token and its end reach the caller when the front end has streamed
+them; without one (the stress replay's default) both are immediate.
 """
 
 from __future__ import annotations
@@ -154,6 +155,7 @@ class VirtualReplica:
         self.steps += steps
         now = self.loop.time()
         emitted, finished = self.scheduler.complete_run(batch, steps, now)
+        self._keep_gaps(emitted, steps, now)
         if self.frontend is not None:
             out = self.frontend.stream(self._start, self._dt, steps, len(emitted))
             for req in emitted:
@@ -170,6 +172,19 @@ class VirtualReplica:
                     self.loop.call_at(req.finished_s or now, _resolve, fut, req)
         self._next()
 
+    def _keep_gaps(self, emitted: list[SimRequest], steps: int, now: float) -> None:
+        """Each request's gaps since its last token: the first step of the run ended
+        ``step_s`` after it began; every step after it is one more gap of ``step_s``."""
+        first_end = self._start + self._dt
+        for req in emitted:
+            last = req.last_token_s
+            req.last_token_s = now
+            if last is None:
+                continue  # its first token
+            req.gaps.append((first_end - last, 1))
+            if steps > 1:
+                req.gaps.append((self._dt, steps - 1))
+
     def _refuse_stuck(self) -> None:
         s = self.scheduler
         if s.running or not s.waiting:
@@ -178,6 +193,19 @@ class VirtualReplica:
         fut = req.owner
         if isinstance(fut, asyncio.Future) and not fut.done():
             fut.set_exception(RuntimeError("the request needs more KV cache than the replica has"))
+
+
+def gap_percentile(gaps: list[tuple[float, int]], q: float) -> float:
+    """Nearest-rank percentile (as obs.phases.percentile) of gaps kept as (seconds, how
+    many) pairs; 0 for none."""
+    ordered = sorted(gaps)
+    n = sum(count for _, count in ordered)
+    rank = max(0, min(n - 1, int(q * n + 0.999999) - 1))
+    for gap, count in ordered:
+        if rank < count:
+            return gap
+        rank -= count
+    return 0.0
 
 
 def _resolve(fut: asyncio.Future[SimRequest], req: SimRequest) -> None:

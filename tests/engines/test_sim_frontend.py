@@ -19,7 +19,7 @@ def test_requests_taken_in_together_queue_one_behind_another() -> None:
     assert fe.intake(5.0, 1000) == pytest.approx(5.01)  # idle again: no wait
 
 
-def test_a_step_s_tokens_are_out_after_its_own_work_when_the_front_end_keeps_up() -> None:
+def test_each_steps_tokens_are_out_after_its_own_work_when_the_front_end_keeps_up() -> None:
     """Ten tokens a step (1 ms of work) after 20 ms steps: each step's tokens are out 1 ms
     after it ends, and the front end was busy for the work alone."""
     fe = FrontEnd(COST)
