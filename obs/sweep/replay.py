@@ -40,7 +40,7 @@ from obs.loadgen.plan import Arrivals, PlannedRequest, iter_plan
 from obs.sidecar.admission import LaneGate, Rejected, Ticket
 from obs.sidecar.pools import PoolSet
 from obs.sweep.profile import Profile
-from obs.sweep.virtual import VirtualLoop, VirtualReplica
+from obs.sweep.virtual import VirtualLoop, VirtualReplica, gap_percentile
 
 ROUTE = "/v1/chat/completions"
 MODEL = "llama-3.1-8b"
@@ -287,6 +287,10 @@ class Replay:
                 event.stream_ms = (end - req.finished_s) * 1000
                 if req.output > 1:
                     event.tpot_ms = (req.finished_s - first) * 1000 / (req.output - 1)
+                if req.gaps:  # as sampled: a slow reader's own pace is its stream_ms
+                    event.itl_p50_ms = round(gap_percentile(req.gaps, 0.5) * 1000, 3)
+                    event.itl_p95_ms = round(gap_percentile(req.gaps, 0.95) * 1000, 3)
+                    event.itl_max_ms = round(max(g for g, _ in req.gaps) * 1000, 3)
             else:
                 event.ttft_ms = (req.finished_s - received) * 1000
         assert self._writer is not None

@@ -9,6 +9,11 @@ gates, their ``asyncio.wait_for`` queue timeouts) runs unchanged, in virtual sec
 performance model) on that clock with timers: a step ends ``step_seconds`` after it
 began; runs of identical decode-only steps are taken in one timer and cut short
 when a request arrives (it joins at the next step boundary, as in the real engine).
+Each request keeps its inter-token gaps as the engine samples its tokens, a run's steps
+as one pair (its step time, how many). Given a :class:`~obs.engine.sim.frontend.FrontEnd`
+(the API server's CPU), a request reaches the scheduler when the front end has taken it
+in, and its first token and its end reach the caller when the front end has streamed
+them; without one (the stress replay's default) both are immediate.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import math
 import selectors
 from typing import Any
 
+from obs.engine.sim.frontend import FrontEnd
 from obs.engine.sim.hardware import PerfModel
 from obs.engine.sim.kvcache import KvCache
 from obs.engine.sim.scheduler import Batch, Scheduler, SchedulerConfig, SimRequest
@@ -62,8 +68,11 @@ class VirtualReplica:
         config: SchedulerConfig,
         block_size: int = 16,
         num_blocks: int | None = None,
+        frontend: FrontEnd | None = None,
     ) -> None:
         self.loop = loop
+        self.frontend = frontend
+        self._intake: set[SimRequest] = set()  # with the front end, not yet scheduled
         self.perf = perf
         self.kv = KvCache(num_blocks or perf.kv_blocks(block_size), block_size)
         self.scheduler = Scheduler(config, self.kv)
@@ -78,16 +87,30 @@ class VirtualReplica:
         """Queue ``req``; the future is done when it finishes (or fails: ``owner`` says)."""
         fut: asyncio.Future[SimRequest] = self.loop.create_future()
         req.owner = fut
-        req.arrival_s = self.loop.time()
+        req.arrival_s = now = self.loop.time()
+        if self.frontend is None:
+            self._enter(req)
+        else:
+            self._intake.add(req)
+            self.loop.call_at(self.frontend.intake(now, req.prompt_tokens), self._enter, req)
+        return fut
+
+    def _enter(self, req: SimRequest) -> None:
+        if self.frontend is not None:
+            if req not in self._intake:
+                return  # aborted while the front end took it in
+            self._intake.discard(req)
         self.scheduler.add(req)
         if self._batch is None:
             self._next()
         elif self._steps > 1:
             self._cut()
-        return fut
 
     def abort(self, req: SimRequest) -> None:
         """Drop a request still in the engine (the sidecar gave up on it)."""
+        if req in self._intake:
+            self._intake.discard(req)
+            return
         if req.finished_s is None:
             if self._batch is not None and any(r is req for r, _ in self._batch.items):
                 self._cut_to_one_step()
@@ -130,12 +153,37 @@ class VirtualReplica:
         batch, steps = self._batch, self._steps
         assert batch is not None
         self.steps += steps
-        _, finished = self.scheduler.complete_run(batch, steps, self.loop.time())
+        now = self.loop.time()
+        emitted, finished = self.scheduler.complete_run(batch, steps, now)
+        self._keep_gaps(emitted, steps, now)
+        if self.frontend is not None:
+            out = self.frontend.stream(self._start, self._dt, steps, len(emitted))
+            for req in emitted:
+                if req.first_token_s == now:
+                    req.first_token_s = out
+            for req in finished:
+                req.finished_s = out
         for req in finished:
             fut = req.owner
             if isinstance(fut, asyncio.Future) and not fut.done():
-                fut.set_result(req)
+                if req.finished_s == now:
+                    fut.set_result(req)
+                else:
+                    self.loop.call_at(req.finished_s or now, _resolve, fut, req)
         self._next()
+
+    def _keep_gaps(self, emitted: list[SimRequest], steps: int, now: float) -> None:
+        """Each request's gaps since its last token: the first step of the run ended
+        ``step_s`` after it began; every step after it is one more gap of ``step_s``."""
+        first_end = self._start + self._dt
+        for req in emitted:
+            last = req.last_token_s
+            req.last_token_s = now
+            if last is None:
+                continue  # its first token
+            req.gaps.append((first_end - last, 1))
+            if steps > 1:
+                req.gaps.append((self._dt, steps - 1))
 
     def _refuse_stuck(self) -> None:
         s = self.scheduler
@@ -145,3 +193,21 @@ class VirtualReplica:
         fut = req.owner
         if isinstance(fut, asyncio.Future) and not fut.done():
             fut.set_exception(RuntimeError("the request needs more KV cache than the replica has"))
+
+
+def gap_percentile(gaps: list[tuple[float, int]], q: float) -> float:
+    """Nearest-rank percentile (as obs.phases.percentile) of gaps kept as (seconds, how
+    many) pairs; 0 for none."""
+    ordered = sorted(gaps)
+    n = sum(count for _, count in ordered)
+    rank = max(0, min(n - 1, int(q * n + 0.999999) - 1))
+    for gap, count in ordered:
+        if rank < count:
+            return gap
+        rank -= count
+    return 0.0
+
+
+def _resolve(fut: asyncio.Future[SimRequest], req: SimRequest) -> None:
+    if not fut.done():
+        fut.set_result(req)

@@ -20,7 +20,8 @@ def test_small_stress_accounts_for_every_request_and_names_the_best_profile(
 ) -> None:
     """Every planned request of every profile becomes exactly one event (none lost), the
     matrix has each profile's whole-system row over those requests and a best profile,
-    and each event's lane and pool are the profile's own."""
+    each event's lane and pool are the profile's own, and each streamed answer of more
+    than one token carries its inter-token gaps."""
     out = tmp_path / "stress.json"
     args = ["--profile", "all", "--requests", str(REQUESTS), "--events", str(tmp_path)]
     assert stress.main([*args, "--matrix", "--out", str(out)]) == 0
@@ -40,3 +41,5 @@ def test_small_stress_accounts_for_every_request_and_names_the_best_profile(
         for e in events:
             assert config.lane(e["lane"]).pool == e["pool"]
             assert e["status"] in ("ok", "rejected", "error")
+            if e["status"] == "ok" and e["stream"] and e["completion_tokens"] > 1:
+                assert 0 < e["itl_p50_ms"] <= e["itl_p95_ms"] <= e["itl_max_ms"]

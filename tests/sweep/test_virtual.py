@@ -9,10 +9,11 @@ import time
 import pytest
 
 from obs.config import Admission, Lane
+from obs.engine.sim.frontend import FrontEnd, FrontEndCost
 from obs.engine.sim.hardware import StepWork, perf_model
 from obs.engine.sim.scheduler import SchedulerConfig, SimRequest
 from obs.sidecar.admission import LaneGate, Rejected, Ticket
-from obs.sweep.virtual import VirtualLoop, VirtualReplica
+from obs.sweep.virtual import VirtualLoop, VirtualReplica, gap_percentile
 
 H100 = perf_model("H100", "llama-3.1-8b")
 
@@ -91,3 +92,48 @@ def test_a_replica_takes_the_modelled_time_and_batches_a_second_request() -> Non
     assert a.finished_s is not None and b.finished_s is not None
     assert 0.2 < b.first_token_s < b.finished_s  # type: ignore[operator]
     assert replica.kv.free == replica.kv.num_blocks
+
+
+def test_an_api_server_in_front_delays_a_request_in_and_its_tokens_out() -> None:
+    """With the API server modelled, one request's first token comes its intake later and
+    one token's streaming after the prefill step; it finishes that streaming after its last
+    step; the replica without one is unchanged."""
+    cost = FrontEndCost(prompt_token_s=1e-5, token_s=1e-3)
+    times: dict[bool, tuple[float | None, float | None, float]] = {}
+    for frontend in (None, FrontEnd(cost)):
+        loop = VirtualLoop()
+        replica = VirtualReplica(loop, H100, SchedulerConfig(), frontend=frontend)
+        req = SimRequest("a", 1000, 20)
+        loop.run_until_complete(replica.submit(req))
+        loop.close()
+        times[frontend is None] = (req.first_token_s, req.finished_s, loop.time())
+    (first0, end0, _), (first1, end1, resolved) = times[True], times[False]
+    assert first0 is not None and end0 is not None and first1 is not None
+    assert first1 == pytest.approx(first0 + 1000 * 1e-5 + 1e-3)
+    assert end1 == pytest.approx(end0 + 1000 * 1e-5 + 1e-3)
+    assert resolved == pytest.approx(end1)
+
+
+def test_a_request_keeps_one_gap_per_token_after_its_first() -> None:
+    """A request alone: its gaps count one per token after the first, each a decode step of
+    the model (a run of steps kept as one pair), whatever runs the replica took them in."""
+    loop = VirtualLoop()
+    replica = VirtualReplica(loop, H100, SchedulerConfig())
+    req = SimRequest("a", 100, 30)
+    loop.run_until_complete(replica.submit(req))
+    loop.close()
+    assert sum(n for _, n in req.gaps) == 29
+    decode = H100.step_seconds(StepWork(1, 100, 101))
+    assert all(g == pytest.approx(decode, rel=0.01) for g, _ in req.gaps)
+    assert req.last_token_s == req.finished_s
+
+
+def test_gap_percentiles_count_each_gap_of_a_run() -> None:
+    """Nearest-rank percentiles over (gap, count) pairs equal those over the gaps listed
+    one by one; no gaps give 0."""
+    gaps = [(0.05, 1), (0.01, 8), (0.2, 1)]
+    listed = sorted([0.05] + [0.01] * 8 + [0.2])
+    assert gap_percentile(gaps, 0.5) == listed[4] == 0.01
+    assert gap_percentile(gaps, 0.9) == listed[8] == 0.05
+    assert gap_percentile(gaps, 0.95) == listed[9] == 0.2
+    assert gap_percentile([], 0.5) == 0.0

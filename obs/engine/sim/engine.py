@@ -39,7 +39,6 @@ class Ticket:
     req: SimRequest
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     failed: str | None = None
-    last_token_s: float = 0.0
 
 
 class SimEngine:
@@ -115,11 +114,11 @@ class SimEngine:
             for req in emitted:
                 ticket = req.owner
                 assert isinstance(ticket, Ticket)
-                if req.output == 1:
+                if req.output == 1 or req.last_token_s is None:
                     self.metrics.first_token(req)
                 else:
-                    self.metrics.itl.observe(now - ticket.last_token_s)
-                ticket.last_token_s = now
+                    self.metrics.itl.observe(now - req.last_token_s)
+                req.last_token_s = now
                 ticket.changed.set()
             for req in finished:
                 self.metrics.finished(req)

@@ -53,6 +53,9 @@ class SimRequest:
     preemptions: int = 0
     prompt_counted: bool = False
     cached_tokens: int = 0  # prompt tokens found in the prefix cache when first scheduled
+    last_token_s: float | None = None  # when its latest token was sampled (its caller sets it)
+    # Its inter-token gaps as (seconds, how many), kept by the virtual-time replica.
+    gaps: list[tuple[float, int]] = field(default_factory=list)
 
     @property
     def total(self) -> int:
