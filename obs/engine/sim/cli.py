@@ -6,14 +6,17 @@ import argparse
 import contextlib
 import signal
 from dataclasses import dataclass
-
-from aiohttp import web
+from typing import TYPE_CHECKING
 
 from obs.engine.sim.engine import EngineConfig, SimEngine
 from obs.engine.sim.hardware import GPUS, MODELS, Calibration, perf_model
 from obs.engine.sim.scheduler import SchedulerConfig
-from obs.engine.sim.server import ServerConfig, create_app
 from obs.errors import ConfigError, ObsError
+
+if TYPE_CHECKING:  # the web server is imported by the handler: `vllm-obs --help` skips it
+    from aiohttp import web
+
+    from obs.engine.sim.server import ServerConfig
 
 DESCRIPTION = """\
 Serve a simulated vLLM replica: vLLM's OpenAI routes, /metrics under vLLM's V1 names,
@@ -158,18 +161,24 @@ def options(args: argparse.Namespace) -> SimOptions:
         stream_interval=args.stream_interval,
         speed=args.speed,
     )
+    from obs.engine.sim.server import ServerConfig
+
     server = ServerConfig(args.gpu, args.model.lower(), args.default_output_tokens)
     return SimOptions(args.host, args.port, server, engine, args.gpu_memory_utilization)
 
 
 def build(opts: SimOptions) -> web.Application:
     """The replica's app for ``opts`` (tests run it in process)."""
+    from obs.engine.sim.server import create_app
+
     base = perf_model(opts.server.gpu, opts.server.model)
     perf = type(base)(base.gpu, base.model, Calibration(memory_utilization=opts.memory_utilization))
     return create_app(SimEngine(opts.engine, perf), opts.server)
 
 
 def run(args: argparse.Namespace) -> int:
+    from aiohttp import web
+
     opts = options(args)
     app = build(opts)
     ready = (
