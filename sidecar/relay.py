@@ -25,7 +25,7 @@ from obs.lanes import Classifier
 from obs.record import Finished, fill_timings
 from obs.sidecar import errors as e
 from obs.sidecar import traffic
-from obs.sidecar.admission import LaneGate, Rejected, Ticket
+from obs.sidecar.admission import LaneGate, Ticket
 from obs.sidecar.auth import Tenants
 from obs.sidecar.bodies import MAX_JSON_ELEMENTS, BodyParser, ClientGone, read_body
 from obs.sidecar.capture import TextCapture
@@ -44,6 +44,7 @@ from obs.sidecar.payloads import (
 from obs.sidecar.pools import PoolSet, Replica
 from obs.sidecar.recognition import Recognizer
 from obs.sidecar.request import Plan, Request
+from obs.sidecar.respond import fail, send_head
 from obs.sidecar.streaming import relay_stream, relay_whole
 from obs.sidecar.traffic import FallBack
 from obs.sidecar.types import Message, Receive, Scope, Send
@@ -56,7 +57,6 @@ log = structlog.get_logger("vllm_obs.relay")
 
 # Response headers not copied from the pool (hop-by-hop, or set by our server).
 _SKIP_HEADERS = {b"connection", b"keep-alive", b"transfer-encoding", b"date", b"server"}
-_BODY = "http.response.body"
 # Past --shutdown-grace, how long a cut stream's buffered bytes (up to the lane's slow_client
 # buffer, then the error frame) may take to reach a slow client before the process exits.
 SHUTDOWN_FLUSH_S = 5.0
@@ -109,7 +109,7 @@ class Relay:
         try:
             await self._handle(req, scope, receive, send)
         except e.RelayError as err:
-            await self._fail(req, send, err)
+            await fail(req, send, err, req.clock.current_phase())
         except asyncio.CancelledError:
             # uvicorn cancels the requests still running when --shutdown-grace ends: close the
             # upstream (vLLM aborts), tell the client, and log the request like any other.
@@ -118,13 +118,12 @@ class Relay:
             if req.response is not None:
                 req.response.close()
             if not req.done:  # else the client has the whole answer: it stays as it was
-                await self._fail(req, send, e.ShuttingDown(SHUTDOWN_MESSAGE))
+                await fail(req, send, e.ShuttingDown(SHUTDOWN_MESSAGE), req.clock.current_phase())
             if req.conn is not None:  # what is still buffered reaches the client before exit
                 await req.conn.drained(SHUTDOWN_FLUSH_S)
         except Exception as err:  # never a traceback to the client, never a lost event
             log.exception("relay_internal_error", request_id=req.event.request_id)
-            await self._fail(req, send, e.RelayError("internal error in the sidecar"))
-            req.event.error_message = f"internal error in the sidecar: {err!r}"[:300]
+            await fail(req, send, e.Internal(err), req.clock.current_phase())
         finally:
             self._finish(req)
             if task is not None:
@@ -317,8 +316,6 @@ class Relay:
             for k, v in resp.raw_headers
             if k.lower() not in _SKIP_HEADERS and (sized or k.lower() != b"content-length")
         ]
-        if not any(k == b"x-request-id" for k, _ in out_headers):
-            out_headers.append((b"x-request-id", ev.request_id.encode("latin-1")))
         t = lane.timeouts
         slow = lane.admission.slow_client
         deadline = Deadline(
@@ -328,10 +325,7 @@ class Relay:
             if resp.status >= 400 or not is_sse:
                 await relay_whole(req, resp, out_headers, send, deadline)
                 return
-            await send(
-                {"type": "http.response.start", "status": resp.status, "headers": out_headers}
-            )
-            req.started = True
+            await send_head(req, send, resp.status, out_headers)
             await relay_stream(
                 req, resp, inject, send, lane.admission.slow_client, deadline, t.idle_s
             )
@@ -340,36 +334,12 @@ class Relay:
 
     # ---- failure and finish -------------------------------------------------------------
 
-    async def _fail(self, req: Request, send: Send, err: e.RelayError) -> None:
-        ev = req.event
-        ev.status = e.outcome(err.status)
-        if isinstance(err, Rejected):
-            ev.status = c.REJECTED
-            ev.rejection_reason = err.reason
-        elif isinstance(err, e.UpstreamUnavailable):
-            ev.rejection_reason = c.POOL_UNAVAILABLE  # still an error: it counts against SLOs
-        ev.error_class = err.error_class
-        ev.error_message = err.message[:300]
-        ev.error_phase = req.clock.current_phase()
-        if req.started:
-            if not req.done:
-                req.done = True
-                await send({"type": _BODY, "body": err.sse_frame(), "more_body": False})
-            return
-        ev.http_status = err.status
-        req.started = req.done = True
-        headers = [*err.headers(), (b"x-request-id", ev.request_id.encode("latin-1"))]
-        await send({"type": "http.response.start", "status": err.status, "headers": headers})
-        await send({"type": _BODY, "body": err.body(), "more_body": False})
-
     def _finish(self, req: Request) -> None:
         ev, clock = req.event, req.clock
         if not clock.end:
             clock.end = time.perf_counter_ns()
         if req.disconnected and ev.status == c.OK:
-            ev.status = c.DISCONNECTED
-            ev.error_class = "client_disconnect"
-            ev.error_phase = clock.current_phase()
+            e.ClientLeft().record(ev, clock.current_phase())
         ids = req.ids or new_ids(None)
         finished = Finished(
             ev, clock, req.wall_ns, ids, req.itl, req.operation, req.first_read_chunks
