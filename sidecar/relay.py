@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -22,7 +21,7 @@ import structlog
 from obs import conventions as c
 from obs.config import Lane
 from obs.lanes import Classifier
-from obs.record import Finished, fill_timings
+from obs.record import Finished
 from obs.sidecar import errors as e
 from obs.sidecar import traffic
 from obs.sidecar.admission import LaneGate, Ticket
@@ -43,6 +42,7 @@ from obs.sidecar.payloads import (
 )
 from obs.sidecar.pools import PoolSet, Replica
 from obs.sidecar.recognition import Recognizer
+from obs.sidecar.recorder import JoinEngineSpan, Recorder
 from obs.sidecar.request import Plan, Request
 from obs.sidecar.respond import fail, send_head
 from obs.sidecar.streaming import relay_stream, relay_whole
@@ -50,8 +50,6 @@ from obs.sidecar.traffic import FallBack
 from obs.sidecar.types import Message, Receive, Scope, Send
 from obs.sidecar.upstream import ConnectFailed, Response, Upstream, UpstreamError
 from obs.tracecontext import new_ids
-
-ExportFn = Callable[[Finished], None]
 
 log = structlog.get_logger("vllm_obs.relay")
 
@@ -70,32 +68,31 @@ class Relay:
         self,
         classifier: Classifier,
         pools: PoolSet,
-        export: ExportFn,
+        recorder: Recorder,
         upstream: Upstream,
         *,
+        gates: dict[str, LaneGate],
+        tenants: Tenants,
         max_body_bytes: int,
         pool_keys: dict[str, str] | None = None,
         capture: TextCapture | None = None,
-        workers: int = 1,
-        on_dispatch: Callable[[str, str, str], None] | None = None,
+        engine_spans: JoinEngineSpan | None = None,
         max_json_elements: int = MAX_JSON_ELEMENTS,
         recognizer: Recognizer | None = None,
-        max_tenants_per_client: int = 0,
     ) -> None:
         self.classifier = classifier
         self.recognizer = recognizer or Recognizer(classifier.config.recognition)
         self.pools = pools
-        self.export = export
+        self.recorder = recorder  # where each finished request's record goes, once
         self.upstream = upstream
         self.max_body_bytes = max_body_bytes
         self.pool_keys = pool_keys or {}
         self.capture = capture
-        self.on_dispatch = on_dispatch  # (pool, trace id, span id): what the pool is sent
+        self.engine_spans = engine_spans  # told which ids each traced pool is sent
         self.json = BodyParser(max_json_elements)
-        config = classifier.config
-        self.gates = {lane.name: LaneGate(lane, workers) for lane in config.lanes}
-        self.tenants = Tenants(config.auth, max_tenants_per_client)
-        self.running: set[asyncio.Task[Any]] = set()  # handlers, for shutdown to wait on
+        self.gates = gates  # each lane's admission gate, by lane name
+        self.tenants = tenants
+        self._running: set[asyncio.Task[Any]] = set()  # handlers, for shutdown to wait on
         self.needs_prompt_tokens = classifier.needs_prompt_tokens or any(
             g.needs_prompt_tokens for g in self.gates.values()
         )
@@ -105,7 +102,7 @@ class Relay:
         req = Request(scope["path"], received_ns(scope))
         task = asyncio.current_task()
         if task is not None:
-            self.running.add(task)
+            self._running.add(task)
         try:
             await self._handle(req, scope, receive, send)
         except e.RelayError as err:
@@ -127,7 +124,13 @@ class Relay:
         finally:
             self._finish(req)
             if task is not None:
-                self.running.discard(task)
+                self._running.discard(task)
+
+    async def wait_running(self, timeout_s: float) -> None:
+        """Until the requests still running end (cut at the end of the shutdown grace, they
+        send their last words and write their events), at most ``timeout_s``."""
+        if self._running:
+            await asyncio.wait(self._running, timeout=timeout_s)
 
     # ---- request side -------------------------------------------------------------------
 
@@ -198,8 +201,8 @@ class Relay:
             h["authorization"] = headers["authorization"]
         if "tracestate" in headers:
             h["tracestate"] = headers["tracestate"]
-        if self.on_dispatch is not None:
-            self.on_dispatch(pool, req.ids.trace_id_hex, req.ids.span_id_hex)
+        if self.engine_spans is not None:
+            self.engine_spans.dispatched(pool, req.ids.trace_id_hex, req.ids.span_id_hex)
         return h
 
     async def _dispatch(self, req: Request, plan: Plan, receive: Receive, send: Send) -> None:
@@ -340,18 +343,15 @@ class Relay:
             clock.end = time.perf_counter_ns()
         if req.disconnected and ev.status == c.OK:
             e.ClientLeft().record(ev, clock.current_phase())
-        ids = req.ids or new_ids(None)
-        finished = Finished(
-            ev, clock, req.wall_ns, ids, req.itl, req.operation, req.first_read_chunks
-        )
-        try:
-            fill_timings(finished)
-        except Exception:  # never lose the event over what a pool sent
-            log.exception("timings_failed", request_id=ev.request_id)
-        self.recognizer.slow.observe(req.client_id, ev)
         if self.capture is not None:
             try:
                 self.capture.fill(ev, req.capture_body, req.capture_frames, req.capture_whole)
             except Exception:  # never lose the event over a text it should carry
                 log.exception("capture_failed", request_id=ev.request_id)
-        self.export(finished)
+        ids = req.ids or new_ids(None)
+        self.recorder.record(
+            Finished(
+                ev, clock, req.wall_ns, ids, req.itl, req.operation, req.first_read_chunks,
+                client_id=req.client_id,
+            )
+        )  # fmt: skip
