@@ -4,7 +4,10 @@ Hot path per upstream chunk (obs.sidecar.streaming, in the pool socket's
 callback): one ``perf_counter_ns``, frame split, ``classify``, a list append
 for the inter-token gap, and a write to the client's transport. All
 per-request bookkeeping (event, spans, metrics) happens once, after the last
-byte, in the exporters.
+byte: the relay hands the finished record to its ``Recorder``
+(obs.sidecar.recorder: processors, then the exporters) and reads nothing back.
+How a request fails, and what the client and the event are told, is the error
+type's (obs.sidecar.errors), answered through obs.sidecar.respond.
 """
 
 from __future__ import annotations
