@@ -25,6 +25,7 @@ class Finished:
     first_read_chunks: int = 1  # tokens that arrived with the first one (in the same read)
     # Gates of the lane's SLO it missed, as (slo, phase, cause): set by obs.attribution.
     misses: tuple[tuple[str, str, str], ...] = ()
+    client_id: str | None = None  # who sent it, as the sidecar recognizes clients (slow readers)
 
     def wall_ns(self, perf_ns: int) -> int:
         """A ``perf_counter_ns`` reading of this request converted to wall-clock ns."""

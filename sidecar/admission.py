@@ -46,12 +46,15 @@ class Rejected(RelayError):
 
     def __init__(self, reason: str, message: str, status: int, retry_after: int | None) -> None:
         super().__init__(message)
-        self.reason = reason
+        self.reason = self.rejection_reason = reason
         self.status = status
         self.type_ = {413: "PayloadTooLargeError", 429: "RateLimitError"}.get(
             status, "ServiceUnavailableError"
         )
         self.retry_after = retry_after
+
+    def event_status(self) -> str:
+        return c.REJECTED
 
 
 @dataclass(slots=True, eq=False)

@@ -26,7 +26,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from obs import conventions as c
 from obs.attribution import MissStamp
-from obs.engine_spans import SPANLESS
 from obs.exporters.base import Exporter, Fanout
 from obs.exporters.clickhouse import start_exporter
 from obs.exporters.jsonl import JsonlExporter
@@ -37,9 +36,9 @@ from obs.exporters.otlp_metrics import GenAiMetricsExporter
 from obs.exporters.prom import Metrics, PoolStateCollector
 from obs.exporters.served import DriftCollector, ServedCollector
 from obs.lanes import Classifier
-from obs.phases import Clock
-from obs.record import Finished
 from obs.served import config_fingerprint
+from obs.sidecar.admission import LaneGate
+from obs.sidecar.auth import Tenants
 from obs.sidecar.engine_join import EngineJoin
 from obs.sidecar.errors import (
     MethodNotAllowed,
@@ -56,13 +55,19 @@ from obs.sidecar.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES, request_he
 from obs.sidecar.pools import PoolSet
 from obs.sidecar.recognition import Recognizer
 from obs.sidecar.record_rate import RefusedRecord
+from obs.sidecar.recorder import (
+    JoinEngineSpan,
+    Recorder,
+    SampleRefusals,
+    sidecar_pipeline,
+    stamp_config,
+)
 from obs.sidecar.relay import SHUTDOWN_FLUSH_S, Relay
 from obs.sidecar.settings import Settings
 from obs.sidecar.traces import TraceReceiver, refusal_counter
 from obs.sidecar.types import Receive, Scope, Send
 from obs.sidecar.upstream import Upstream
 from obs.sidecar.worker_metrics import merged_registry
-from obs.tracecontext import new_ids
 
 log = structlog.get_logger("vllm_obs.sidecar")
 SUMMARY_PERIOD_S = 0.25  # how often pending summary records are checked (written each second)
@@ -103,9 +108,6 @@ class SidecarApp:
         exporters, self.jsonl = _exporters(settings, self.metrics, self.otlp)
         # Each record's SLO misses are attributed before any exporter sees it.
         self.exporters = Fanout([MissStamp(settings.config), *exporters], failures=self.metrics)
-        self.metrics_only = Fanout([self.metrics], failures=self.metrics)
-        self.record_only = Fanout(_record_sinks(exporters), failures=self.metrics)
-        self.refused_record = RefusedRecord(settings.rejected_events_per_s, self.registry)
         self._summaries: asyncio.Task[None] | None = None
         self._session: aiohttp.ClientSession | None = None  # polling, /v1/models, forwarding
         self.upstream = Upstream()  # the relay's pool connections
@@ -119,27 +121,32 @@ class SidecarApp:
             self.exporters.export, settings.engine_join_wait_s, self.metrics.engine_span
         )
         self.traced_pools = {p.name for p in settings.config.pools if p.engine_traces}
+        self.recognizer = Recognizer(settings.config.recognition, self.registry)
+        self.recorder = self._recorder(exporters)
         self.forwarder = (
             None
             if self.otlp is None
             else TraceForwarder(self.otlp, self.session, self.metrics.exporter_failed)
         )
         self.traces = self._trace_receiver()
+        self.pool_keys = pool_keys
+        self.gates = {lane.name: LaneGate(lane, settings.workers) for lane in settings.config.lanes}
+        self.tenants = Tenants(settings.config.auth, settings.max_tenants_per_client)
         self.relay = Relay(
             Classifier(settings.config),
             self.pools,
-            self._submit,
+            self.recorder,
             self.upstream,
+            gates=self.gates,
+            tenants=self.tenants,
             max_body_bytes=settings.max_body_bytes,
             pool_keys=pool_keys,
             capture=settings.capture,
-            workers=settings.workers,
-            on_dispatch=self._dispatched,
+            engine_spans=self.engine_spans,
             max_json_elements=settings.max_json_elements,
-            recognizer=Recognizer(settings.config.recognition, self.registry),
-            max_tenants_per_client=settings.max_tenants_per_client,
+            recognizer=self.recognizer,
         )
-        self.metrics.watch_lanes(self.relay.gates)
+        self.metrics.watch_lanes(self.gates)
         self.routes = set(GENERATE_ROUTES) | set(PASSTHROUGH_ROUTES) | set(settings.extra_routes)
         self.api = self._build_api()
         self.health_listener = (
@@ -175,38 +182,27 @@ class SidecarApp:
             )
         return self._session
 
-    def _submit(self, finished: Finished) -> None:
-        finished.event.config_fingerprint = self.config_fingerprint
-        if not self.refused_record.keep(finished.event):
-            self.metrics_only.export(finished)
-            if self.refused_record.due():
-                self._write_summaries()
-            return
-        self.join.submit(
-            finished, self._spans_expected(finished.event.pool, finished.event.replica)
+    def _recorder(self, exporters: list[Exporter]) -> Recorder:
+        """Each finished request's way to the exporters (``obs.sidecar.recorder``)."""
+        metrics_only = Fanout([self.metrics], failures=self.metrics)
+        record_only = Fanout(_record_sinks(exporters), failures=self.metrics)
+        stamp = stamp_config(self.config_fingerprint)
+        self.refusals = SampleRefusals(
+            RefusedRecord(self.settings.rejected_events_per_s, self.registry),
+            metrics_only.export,
+            Recorder([stamp], record_only.export).record,
         )
-
-    def _write_summaries(self) -> None:
-        for ev in self.refused_record.flush():
-            ev.config_fingerprint = self.config_fingerprint
-            self.record_only.export(Finished(ev, Clock(received=0), 0, new_ids(None)))
+        self.engine_spans = JoinEngineSpan(self.join, self.traced_pools, self.pools.engine)
+        processors = sidecar_pipeline(
+            self.recognizer.slow, self.config_fingerprint, self.refusals, self.engine_spans
+        )
+        return Recorder(processors, self.exporters.export)
 
     async def _summarize(self) -> None:
         """Write the pending summary records each second, so a flood's end is counted too."""
         while True:
             await asyncio.sleep(SUMMARY_PERIOD_S)
-            if self.refused_record.due():
-                self._write_summaries()
-
-    def _spans_expected(self, pool: str | None, replica: str | None) -> bool:
-        """A traced pool whose replica's engine sends spans (an ``auto`` llama.cpp one does not)."""
-        if pool not in self.traced_pools:
-            return False
-        return self.pools.engine(pool or "", replica or "") not in SPANLESS
-
-    def _dispatched(self, pool: str, trace_id: str, span_id: str) -> None:
-        if pool in self.traced_pools:  # the engine's span may name these ids
-            self.join.issue(trace_id, span_id)
+            self.refusals.write_due()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] in self.routes:
@@ -232,12 +228,12 @@ class SidecarApp:
         try:
             yield
         finally:
-            if self.relay.running:  # requests cut at the end of the grace: their last words
-                await asyncio.wait(self.relay.running, timeout=SHUTDOWN_FLUSH_S + 1)
+            # Requests cut at the end of the grace: their last words and their events.
+            await self.relay.wait_running(SHUTDOWN_FLUSH_S + 1)
             self.join.flush()
             if self._summaries is not None:
                 self._summaries.cancel()
-            self._write_summaries()
+            self.refusals.write()
             if self.forwarder is not None:
                 await self.forwarder.drain(5)
             await self.pools.stop()
@@ -293,11 +289,11 @@ class SidecarApp:
         """The union of the pools' model lists (``obs.sidecar.models_route``)."""
         try:
             headers = request_headers(request.scope)
-            self.relay.tenants.resolve(headers)
+            self.tenants.resolve(headers)
         except RelayError as err:
             return _error(err)
         models = await union_models(
-            self.session(), self.pools, headers, self.relay.pool_keys, self.relay.tenants
+            self.session(), self.pools, headers, self.pool_keys, self.tenants
         )
         if not models:
             return _error(UpstreamUnavailable("no pool answered /v1/models"))

@@ -1,11 +1,25 @@
-"""The sidecar's own errors, mapped to HTTP status and an OpenAI-style body in one place."""
+"""One home for a request's outcome: every way a request can fail, as an error type.
+
+Each type knows its HTTP status, its OpenAI error body, its SSE frame inside a started
+stream, and what the event records (``record``: status, error class, message, phase,
+rejection reason), so what the client reads and what the event says cannot drift apart.
+The pool's own failures (an error status, an error frame, vLLM's queue full) are types
+here too: the relay passes the pool's bytes through, and the event records them the same
+way. ``obs.sidecar.respond`` sends them.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 import orjson
 
 from obs import conventions as c
 from obs.errors import ObsError
+from obs.events import Event
+from obs.openai_api import error_code
+
+MAX_MESSAGE = 300  # characters of an error's message the event keeps
 
 
 class RelayError(ObsError):
@@ -15,11 +29,30 @@ class RelayError(ObsError):
     type_ = "InternalServerError"
     error_class = "internal"
     retry_after: int | None = None
+    rejection_reason: str | None = None  # what the event's rejection_reason says, if anything
 
     def __init__(self, message: str, *, param: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
+
+    def event_status(self) -> str:
+        """The event's status: by the HTTP status (``outcome``) unless the type says more."""
+        return outcome(self.status)
+
+    def recorded_message(self) -> str | None:
+        """The event's ``error_message``: the client's message unless the type keeps more."""
+        return self.message[:MAX_MESSAGE]
+
+    def record(self, ev: Event, phase: str | None) -> None:
+        """This outcome on the event: status, error class, message, phase (and a refusal's
+        reason), the one place they are written."""
+        ev.status = self.event_status()
+        if self.rejection_reason is not None:
+            ev.rejection_reason = self.rejection_reason
+        ev.error_class = self.error_class
+        ev.error_message = self.recorded_message()
+        ev.error_phase = phase
 
     def body(self) -> bytes:
         return error_body(self.message, self.type_, self.status, self.param)
@@ -72,6 +105,7 @@ class UpstreamUnavailable(RelayError):
     type_ = "ServiceUnavailableError"
     error_class = "upstream_connect"
     retry_after = 1
+    rejection_reason = c.POOL_UNAVAILABLE  # still an error: it counts against the SLOs
 
 
 class ShuttingDown(RelayError):
@@ -102,6 +136,75 @@ class UpstreamProtocol(RelayError):
     error_class = "upstream_protocol"
 
 
+class Internal(RelayError):
+    """A fault in the sidecar itself: the client reads a plain 500, the event keeps the cause."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__("internal error in the sidecar")
+        self.cause = cause
+
+    def recorded_message(self) -> str | None:
+        return f"{self.message}: {self.cause!r}"[:MAX_MESSAGE]
+
+
+class ClientLeft(RelayError):
+    """The client went away before the end: nothing is sent, the event says it left."""
+
+    status = 499  # nginx's "client closed request"
+    type_ = "ClientClosedRequest"
+    error_class = "client_disconnect"
+
+    def __init__(self) -> None:
+        super().__init__("the client closed the connection before the response ended")
+
+    def event_status(self) -> str:
+        return c.DISCONNECTED
+
+    def recorded_message(self) -> str | None:
+        return None
+
+
+class PoolStatus(RelayError):
+    """The pool answered with an error status; its body reaches the client as it came."""
+
+    error_class = "upstream_status"
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.type_ = _type_of(status)
+
+
+class EngineQueueFull(RelayError):
+    """vLLM's own admission refused the request (503: ``--max-num-queued-reqs``/-tokens)."""
+
+    status = 503
+    type_ = "ServiceUnavailableError"
+    error_class = "admission"
+    rejection_reason = c.ENGINE_QUEUE_FULL
+
+    def event_status(self) -> str:
+        return c.REJECTED
+
+
+class PoolErrorFrame(RelayError):
+    """An error frame the pool sent inside its stream, relayed as it came; its ``code`` says
+    whose mistake it was (none: the pool's)."""
+
+    error_class = "upstream_stream_error"
+
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__(str(error.get("message", "")))
+        code = error_code(error)
+        self.status = code if code is not None else 502
+        self.type_ = str(error.get("type") or _type_of(self.status))
+
+
+def pool_status(status: int, message: str) -> RelayError:
+    """The outcome of the pool's error status ``status`` with ``message`` in its body."""
+    return EngineQueueFull(message) if status == 503 else PoolStatus(status, message)
+
+
 def outcome(status: int | None) -> str:
     """The event status of a failure answered with HTTP ``status`` (a response's, an error
     frame's ``code``, the sidecar's own): a 4xx is the client's (``client_error``); a 5xx,
@@ -118,6 +221,11 @@ def for_status(status: int, message: str) -> RelayError:
     err = RelayError(message)
     err.status, err.type_ = status, "Error"
     return err
+
+
+def _type_of(status: int) -> str:
+    """The OpenAI error type of ``status`` (``Error`` if unmapped)."""
+    return next((cls.type_ for cls in _BY_STATUS if cls.status == status), "Error")
 
 
 _BY_STATUS: tuple[type[RelayError], ...] = (

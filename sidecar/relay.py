@@ -4,7 +4,10 @@ Hot path per upstream chunk (obs.sidecar.streaming, in the pool socket's
 callback): one ``perf_counter_ns``, frame split, ``classify``, a list append
 for the inter-token gap, and a write to the client's transport. All
 per-request bookkeeping (event, spans, metrics) happens once, after the last
-byte, in the exporters.
+byte: the relay hands the finished record to its ``Recorder``
+(obs.sidecar.recorder: processors, then the exporters) and reads nothing back.
+How a request fails, and what the client and the event are told, is the error
+type's (obs.sidecar.errors), answered through obs.sidecar.respond.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -22,10 +24,10 @@ import structlog
 from obs import conventions as c
 from obs.config import Lane
 from obs.lanes import Classifier
-from obs.record import Finished, fill_timings
+from obs.record import Finished
 from obs.sidecar import errors as e
 from obs.sidecar import traffic
-from obs.sidecar.admission import LaneGate, Rejected, Ticket
+from obs.sidecar.admission import LaneGate, Ticket
 from obs.sidecar.auth import Tenants
 from obs.sidecar.bodies import MAX_JSON_ELEMENTS, BodyParser, ClientGone, read_body
 from obs.sidecar.capture import TextCapture
@@ -43,20 +45,19 @@ from obs.sidecar.payloads import (
 )
 from obs.sidecar.pools import PoolSet, Replica
 from obs.sidecar.recognition import Recognizer
+from obs.sidecar.recorder import JoinEngineSpan, Recorder
 from obs.sidecar.request import Plan, Request
+from obs.sidecar.respond import fail, send_head
 from obs.sidecar.streaming import relay_stream, relay_whole
 from obs.sidecar.traffic import FallBack
 from obs.sidecar.types import Message, Receive, Scope, Send
 from obs.sidecar.upstream import ConnectFailed, Response, Upstream, UpstreamError
 from obs.tracecontext import new_ids
 
-ExportFn = Callable[[Finished], None]
-
 log = structlog.get_logger("vllm_obs.relay")
 
 # Response headers not copied from the pool (hop-by-hop, or set by our server).
 _SKIP_HEADERS = {b"connection", b"keep-alive", b"transfer-encoding", b"date", b"server"}
-_BODY = "http.response.body"
 # Past --shutdown-grace, how long a cut stream's buffered bytes (up to the lane's slow_client
 # buffer, then the error frame) may take to reach a slow client before the process exits.
 SHUTDOWN_FLUSH_S = 5.0
@@ -70,32 +71,31 @@ class Relay:
         self,
         classifier: Classifier,
         pools: PoolSet,
-        export: ExportFn,
+        recorder: Recorder,
         upstream: Upstream,
         *,
+        gates: dict[str, LaneGate],
+        tenants: Tenants,
         max_body_bytes: int,
         pool_keys: dict[str, str] | None = None,
         capture: TextCapture | None = None,
-        workers: int = 1,
-        on_dispatch: Callable[[str, str, str], None] | None = None,
+        engine_spans: JoinEngineSpan | None = None,
         max_json_elements: int = MAX_JSON_ELEMENTS,
         recognizer: Recognizer | None = None,
-        max_tenants_per_client: int = 0,
     ) -> None:
         self.classifier = classifier
         self.recognizer = recognizer or Recognizer(classifier.config.recognition)
         self.pools = pools
-        self.export = export
+        self.recorder = recorder  # where each finished request's record goes, once
         self.upstream = upstream
         self.max_body_bytes = max_body_bytes
         self.pool_keys = pool_keys or {}
         self.capture = capture
-        self.on_dispatch = on_dispatch  # (pool, trace id, span id): what the pool is sent
+        self.engine_spans = engine_spans  # told which ids each traced pool is sent
         self.json = BodyParser(max_json_elements)
-        config = classifier.config
-        self.gates = {lane.name: LaneGate(lane, workers) for lane in config.lanes}
-        self.tenants = Tenants(config.auth, max_tenants_per_client)
-        self.running: set[asyncio.Task[Any]] = set()  # handlers, for shutdown to wait on
+        self.gates = gates  # each lane's admission gate, by lane name
+        self.tenants = tenants
+        self._running: set[asyncio.Task[Any]] = set()  # handlers, for shutdown to wait on
         self.needs_prompt_tokens = classifier.needs_prompt_tokens or any(
             g.needs_prompt_tokens for g in self.gates.values()
         )
@@ -105,11 +105,11 @@ class Relay:
         req = Request(scope["path"], received_ns(scope))
         task = asyncio.current_task()
         if task is not None:
-            self.running.add(task)
+            self._running.add(task)
         try:
             await self._handle(req, scope, receive, send)
         except e.RelayError as err:
-            await self._fail(req, send, err)
+            await fail(req, send, err, req.clock.current_phase())
         except asyncio.CancelledError:
             # uvicorn cancels the requests still running when --shutdown-grace ends: close the
             # upstream (vLLM aborts), tell the client, and log the request like any other.
@@ -118,17 +118,22 @@ class Relay:
             if req.response is not None:
                 req.response.close()
             if not req.done:  # else the client has the whole answer: it stays as it was
-                await self._fail(req, send, e.ShuttingDown(SHUTDOWN_MESSAGE))
+                await fail(req, send, e.ShuttingDown(SHUTDOWN_MESSAGE), req.clock.current_phase())
             if req.conn is not None:  # what is still buffered reaches the client before exit
                 await req.conn.drained(SHUTDOWN_FLUSH_S)
         except Exception as err:  # never a traceback to the client, never a lost event
             log.exception("relay_internal_error", request_id=req.event.request_id)
-            await self._fail(req, send, e.RelayError("internal error in the sidecar"))
-            req.event.error_message = f"internal error in the sidecar: {err!r}"[:300]
+            await fail(req, send, e.Internal(err), req.clock.current_phase())
         finally:
             self._finish(req)
             if task is not None:
-                self.running.discard(task)
+                self._running.discard(task)
+
+    async def wait_running(self, timeout_s: float) -> None:
+        """Until the requests still running end (cut at the end of the shutdown grace, they
+        send their last words and write their events), at most ``timeout_s``."""
+        if self._running:
+            await asyncio.wait(self._running, timeout=timeout_s)
 
     # ---- request side -------------------------------------------------------------------
 
@@ -199,8 +204,8 @@ class Relay:
             h["authorization"] = headers["authorization"]
         if "tracestate" in headers:
             h["tracestate"] = headers["tracestate"]
-        if self.on_dispatch is not None:
-            self.on_dispatch(pool, req.ids.trace_id_hex, req.ids.span_id_hex)
+        if self.engine_spans is not None:
+            self.engine_spans.dispatched(pool, req.ids.trace_id_hex, req.ids.span_id_hex)
         return h
 
     async def _dispatch(self, req: Request, plan: Plan, receive: Receive, send: Send) -> None:
@@ -317,8 +322,6 @@ class Relay:
             for k, v in resp.raw_headers
             if k.lower() not in _SKIP_HEADERS and (sized or k.lower() != b"content-length")
         ]
-        if not any(k == b"x-request-id" for k, _ in out_headers):
-            out_headers.append((b"x-request-id", ev.request_id.encode("latin-1")))
         t = lane.timeouts
         slow = lane.admission.slow_client
         deadline = Deadline(
@@ -328,10 +331,7 @@ class Relay:
             if resp.status >= 400 or not is_sse:
                 await relay_whole(req, resp, out_headers, send, deadline)
                 return
-            await send(
-                {"type": "http.response.start", "status": resp.status, "headers": out_headers}
-            )
-            req.started = True
+            await send_head(req, send, resp.status, out_headers)
             await relay_stream(
                 req, resp, inject, send, lane.admission.slow_client, deadline, t.idle_s
             )
@@ -340,48 +340,21 @@ class Relay:
 
     # ---- failure and finish -------------------------------------------------------------
 
-    async def _fail(self, req: Request, send: Send, err: e.RelayError) -> None:
-        ev = req.event
-        ev.status = e.outcome(err.status)
-        if isinstance(err, Rejected):
-            ev.status = c.REJECTED
-            ev.rejection_reason = err.reason
-        elif isinstance(err, e.UpstreamUnavailable):
-            ev.rejection_reason = c.POOL_UNAVAILABLE  # still an error: it counts against SLOs
-        ev.error_class = err.error_class
-        ev.error_message = err.message[:300]
-        ev.error_phase = req.clock.current_phase()
-        if req.started:
-            if not req.done:
-                req.done = True
-                await send({"type": _BODY, "body": err.sse_frame(), "more_body": False})
-            return
-        ev.http_status = err.status
-        req.started = req.done = True
-        headers = [*err.headers(), (b"x-request-id", ev.request_id.encode("latin-1"))]
-        await send({"type": "http.response.start", "status": err.status, "headers": headers})
-        await send({"type": _BODY, "body": err.body(), "more_body": False})
-
     def _finish(self, req: Request) -> None:
         ev, clock = req.event, req.clock
         if not clock.end:
             clock.end = time.perf_counter_ns()
         if req.disconnected and ev.status == c.OK:
-            ev.status = c.DISCONNECTED
-            ev.error_class = "client_disconnect"
-            ev.error_phase = clock.current_phase()
-        ids = req.ids or new_ids(None)
-        finished = Finished(
-            ev, clock, req.wall_ns, ids, req.itl, req.operation, req.first_read_chunks
-        )
-        try:
-            fill_timings(finished)
-        except Exception:  # never lose the event over what a pool sent
-            log.exception("timings_failed", request_id=ev.request_id)
-        self.recognizer.slow.observe(req.client_id, ev)
+            e.ClientLeft().record(ev, clock.current_phase())
         if self.capture is not None:
             try:
                 self.capture.fill(ev, req.capture_body, req.capture_frames, req.capture_whole)
             except Exception:  # never lose the event over a text it should carry
                 log.exception("capture_failed", request_id=ev.request_id)
-        self.export(finished)
+        ids = req.ids or new_ids(None)
+        self.recorder.record(
+            Finished(
+                ev, clock, req.wall_ns, ids, req.itl, req.operation, req.first_read_chunks,
+                client_id=req.client_id,
+            )
+        )  # fmt: skip

@@ -22,9 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from obs import conventions as c
 from obs.config import SlowClient
-from obs.openai_api import error_code
 from obs.phases import ms
 from obs.sidecar import errors as e
 from obs.sidecar.client import ClientConn
@@ -37,11 +35,11 @@ from obs.sidecar.payloads import (
     upstream_error,
 )
 from obs.sidecar.request import Request
+from obs.sidecar.respond import BODY as _BODY
+from obs.sidecar.respond import send_error, send_head
 from obs.sidecar.sse import FrameSplitter, StreamState, UsageStripper, classify
 from obs.sidecar.types import Send
 from obs.sidecar.upstream import Response, UpstreamError
-
-_BODY = "http.response.body"
 
 
 class StreamSink:
@@ -239,10 +237,7 @@ async def relay_stream(
         stream_failed(req, state, err)
         tail.append(err.sse_frame())
     elif state.error is not None:  # the pool's error frame: a 4xx code is the client's mistake
-        ev.status = e.outcome(error_code(state.error))
-        ev.error_class = "upstream_stream_error"
-        ev.error_message = str(state.error.get("message", ""))[:300]
-        ev.error_phase = clock.current_phase(upstream_done=True)
+        e.PoolErrorFrame(state.error).record(ev, clock.current_phase(upstream_done=True))
     elif req.json_answer is not None:  # the whole answer came: judge it (a cut one is not)
         ev.json_valid = req.json_answer.verdict()
     perf = time.perf_counter_ns
@@ -307,22 +302,14 @@ async def relay_whole(
         clock.first_up = clock.last_up = time.perf_counter_ns()
     if req.capture_frames is not None:
         req.capture_whole = data
-    if resp.status == 503:  # vLLM's own admission (--max-num-queued-reqs/-tokens)
-        ev.status = c.REJECTED
-        ev.rejection_reason = c.ENGINE_QUEUE_FULL
-        ev.error_class = "admission"
-        ev.error_message = error_message(data)
-    elif resp.status >= 400:
-        ev.status = e.outcome(resp.status)
-        ev.error_class = "upstream_status"
-        ev.error_message = error_message(data)
+    if resp.status >= 400:  # 503: vLLM's own admission (--max-num-queued-reqs/-tokens)
+        e.pool_status(resp.status, error_message(data)).record(ev, None)
     elif ev.route in GENERATE_ROUTES:
         read_completion(ev, data)
         if req.json_answer is not None:
             req.json_answer.feed_body(data)
             ev.json_valid = req.json_answer.verdict()
-    await send({"type": "http.response.start", "status": resp.status, "headers": out_headers})
-    req.started = True
+    await send_head(req, send, resp.status, out_headers)
     await send({"type": _BODY, "body": data, "more_body": False})
     req.done = True
     clock.end = time.perf_counter_ns()
@@ -340,17 +327,14 @@ async def _abort_slow_reader(req: Request, state: StreamState, send: Send, limit
 
 
 def stream_failed(req: Request, state: StreamState, err: e.RelayError) -> None:
-    ev = req.event
-    ev.status = e.outcome(err.status)  # a stalled client (408): its own
-    ev.error_class = err.error_class
-    ev.error_message = err.message
-    ev.error_phase = req.clock.current_phase()
-    apply_usage(ev, state)
+    """The stream failed with ``err`` (a stalled client's 408 is its own): the event says so,
+    with the tokens that came."""
+    err.record(req.event, req.clock.current_phase())
+    apply_usage(req.event, state)
 
 
 async def end_stream_with_error(req: Request, send: Send, err: e.RelayError) -> None:
     """End a started stream with ``err``'s frame: its own type and code (an idle timeout's
     504, a stalled client's 408, a broken pool's 502), as the event records it."""
-    req.done = True
-    await send({"type": _BODY, "body": err.sse_frame(), "more_body": False})
+    await send_error(req, send, err)
     req.clock.end = time.perf_counter_ns()
