@@ -22,7 +22,7 @@ from pathlib import Path
 
 from obs.engine import VllmServer, ensure_engine
 from obs.procs import ManagedProcess, NotReady, free_port
-from obs.sidecar.testing import SidecarProcess
+from obs.sidecar.process import SidecarProcess
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 ROOT = Path(__file__).resolve().parent.parent

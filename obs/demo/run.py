@@ -241,7 +241,7 @@ class Demo:
             )
 
     def _start_sidecar(self) -> str:
-        from obs.sidecar.testing import SidecarProcess
+        from obs.sidecar.process import SidecarProcess
 
         args = ["--pool-poll-interval", "1"]
         sidecar = SidecarProcess(

@@ -290,7 +290,7 @@ class Sweep:
         return replicas
 
     def _sidecar(self, folder: Path, record: RunRecord) -> str | None:
-        from obs.sidecar.testing import SidecarProcess
+        from obs.sidecar.process import SidecarProcess
 
         sidecar = SidecarProcess(
             config=folder / "lanes.yaml",
