@@ -225,6 +225,10 @@ async def relay_stream(
         return
     req.release()  # the pool is done with this request, whatever the client still has to read
     if req.disconnected:
+        # A client that leaves on the pool's error frame (the openai SDK raises on it and
+        # closes) left because of the pool's answer: that answer is the outcome.
+        if state.error is not None:
+            e.PoolErrorFrame(state.error).record(ev, clock.current_phase(upstream_done=True))
         ev.stream_blocked_ms = ms(sink.blocked)
         apply_usage(ev, state)
         return

@@ -171,3 +171,26 @@ def test_outcomes_counted(scripted: ScriptedUpstream, sidecar: InProcessSidecar)
 
 def _requests(sidecar: InProcessSidecar, outcome: str) -> float:
     return metric(sidecar.url, c.REQUESTS.name + "_total", outcome=outcome)
+
+
+@pytest.mark.parametrize(("code", "outcome"), [(400, c.CLIENT_ERROR), (500, c.ERROR)])
+def test_client_leaving_on_the_pools_error_frame_records_that_frame(
+    scripted: ScriptedUpstream, sidecar: InProcessSidecar, code: int, outcome: str
+) -> None:
+    """A client that closes on the pool's error frame (the openai SDK raises on it) before
+    the pool ends its body: the event is the frame's outcome, not a client_disconnect."""
+    rid = request_id()
+    frame = _error_frame(code, "BadRequestError" if code == 400 else "InternalServerError")
+    scripted.scripts[rid] = Script(pieces=[token_frame("x"), frame, DONE_FRAME], end_delay_s=2)
+    body = chat_body(rid, stream=True)
+    read = b""
+    with (
+        httpx.Client() as client,
+        client.stream("POST", sidecar.url + CHAT, json=body, headers={"x-request-id": rid}) as r,
+    ):
+        for piece in r.iter_raw():
+            read += piece
+            if b'"error"' in read:
+                break  # leave on the error, as the SDK does
+    ev = sidecar.event(rid)
+    assert (ev["status"], ev["error_class"]) == (outcome, "upstream_stream_error")
