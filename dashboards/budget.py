@@ -2,9 +2,10 @@
 
 Budget left per SLO, the burn rate split by phase and by cause (the recording rules
 ``burn_by_phase_rule`` and ``burn_by_cause_rule`` over the long window of the lane's fastest
-alert), and the misses of the dashboard's range by phase and cause
-(``vllm_obs_slo_misses_total``, attributed by ``obs.attribution``). The same split is in the
-burn-rate alerts' annotations and in ``vllm-obs query budget``.
+alert), the misses of the dashboard's range by phase and cause
+(``vllm_obs_slo_misses_total``, attributed by ``obs.attribution``), and those misses over
+time with their exemplars: the trace ids of missed requests, points that open the trace.
+The same split is in the burn-rate alerts' annotations and in ``vllm-obs query budget``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from obs.config import Lane
 from . import expr as e
 from . import sli
 from .overview import BUDGET_STEPS
-from .panels import Grid, Query, stat, timeseries
+from .panels import WIDTH, Grid, Query, stat, timeseries
 
 
 def fastest_window(lane: Lane) -> str:
@@ -68,19 +69,15 @@ def lane_row(grid: Grid, lane: Lane) -> None:
             8,
         )
     (misses,) = c.SLO_MISSES.series
+    by_cause = (c.SLO_LABEL, c.PHASE, c.CAUSE)
+    legend = "{{slo}} {{phase}}/{{cause}}"
     grid.add(
         stat(
             f"{name}: misses in range by phase and cause",
             [
                 Query(
-                    e.agg(
-                        "sum",
-                        e.increase(e.selector(misses, only), "$__range"),
-                        c.SLO_LABEL,
-                        c.PHASE,
-                        c.CAUSE,
-                    ),
-                    "{{slo}} {{phase}}/{{cause}}",
+                    e.agg("sum", e.increase(e.selector(misses, only), "$__range"), *by_cause),
+                    legend,
                 )
             ],
             unit="short",
@@ -93,5 +90,23 @@ def lane_row(grid: Grid, lane: Lane) -> None:
             decimals=0,
         ),
         6,
+        8,
+    )
+    grid.add(
+        timeseries(
+            f"{name}: misses by phase and cause, with their traces",
+            [Query(e.agg("sum", e.increase(e.selector(misses, only), e.RATE), *by_cause), legend)],
+            unit="short",
+            stack=True,
+            description=(
+                "Misses per interval by the phase and cause they are charged to. Each point "
+                "drawn over the bars is an exemplar: the trace id of a request that missed "
+                "(where the sidecar's exemplars are on and Prometheus stores them); click it "
+                "to open that trace."
+            ),
+            no_value="no misses",
+            exemplars=True,
+        ),
+        WIDTH,
         8,
     )

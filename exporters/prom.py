@@ -2,9 +2,10 @@
 
 Every name comes from ``obs.conventions``. Histograms get every SLO threshold
 of the config as an exact bucket bound. The TTFT, TPOT and end-to-end histograms
-carry the request's trace id as an exemplar (``{trace_id="..."}``, in the
-OpenMetrics exposition only) when its trace is sampled, so a latency panel links
-to the one slow request's trace. Per-pool engine state is read at
+and the SLO misses counter carry the request's trace id as an exemplar
+(``{trace_id="..."}``, in the OpenMetrics exposition only) when its trace is
+sampled, so a latency panel links to the one slow request's trace and the
+error-budget row to the trace of a recent miss. Per-pool engine state is read at
 scrape time from the last snapshot the pool monitor took (a custom
 ``Collector``), never fetched inside a scrape and never refilled by handlers.
 """
@@ -131,13 +132,13 @@ class Metrics:
         if count is None:
             count = self._counts[key] = self.requests.labels(*key)
         count.inc()
+        ids = finished.ids
+        ex = {c.EXEMPLAR_TRACE_ID: ids.trace_id_hex} if self.exemplars and ids.sampled else None
         for slo, phase, cause in finished.misses:
-            self._miss(ev.lane, slo, phase, cause)
+            self._miss(ev.lane, slo, phase, cause, ex)
         s = self._series.get(lp)
         if s is None:
             s = self._series[lp] = _Series(self, lp)
-        ids = finished.ids
-        ex = {c.EXEMPLAR_TRACE_ID: ids.trace_id_hex} if self.exemplars and ids.sampled else None
         s.duration.observe(ev.e2e_ms / 1000, ex)
         if ev.rejection_reason:
             self.rejections.labels(ev.lane, ev.rejection_reason).inc()
@@ -167,8 +168,9 @@ class Metrics:
         elif ev.status == c.ERROR and ev.error_class:
             self.upstream_errors.labels(*lp, ev.error_class).inc()
 
-    def _miss(self, lane: str, slo: str, phase: str, cause: str) -> None:
-        """Count one missed gate; labels outside the fixed enums count as ``other``."""
+    def _miss(self, lane: str, slo: str, phase: str, cause: str, ex: dict[str, str] | None) -> None:
+        """Count one missed gate, with the request's trace id as the exemplar (``ex``);
+        labels outside the fixed enums count as ``other``."""
         key = (
             lane,
             slo if slo in c.SLO_KINDS else c.OVERFLOW_LABEL,
@@ -178,7 +180,7 @@ class Metrics:
         child = self._miss_children.get(key)
         if child is None:
             child = self._miss_children[key] = self.misses.labels(*key)
-        child.inc()
+        child.inc(1, ex)
 
     def force_flush(self, timeout_s: float = 10.0) -> bool:
         return True

@@ -22,10 +22,11 @@ Each missed gate is attributed to a **phase** and a **cause** (``MISS_CAUSES``),
      read nothing (``error_class`` slow_client); ``upstream_error`` when the pool refused,
      failed or timed out (``upstream_*``, or no replica accepting connections); else
      ``other``;
-   * phase ``queue``: ``admission_queue`` (the time from arrival to dispatch is the lane's
-     admission gate and the connect);
-   * phase ``prefill``: ``engine_queue`` when the engine's span shows its waiting queue took
-     at least half of the prefill's excess; ``long_prefill`` when the prompt has at least
+   * phase ``queue``: ``engine_queue`` when the engine's span shows its waiting queue took
+     at least half of the queue's excess (``obs.engine_view`` moves the engine's wait from
+     prefill into the queue phase); else ``admission_queue`` (the time from arrival to
+     dispatch is the lane's admission gate and the connect);
+   * phase ``prefill``: ``long_prefill`` when the prompt has at least
      ``LONG_PROMPT_FACTOR`` times the tokens of the lane's good requests; ``cache_miss`` when
      no prompt token came from the prefix cache while at least ``CACHED_SHARE`` of the lane's
      good requests hit it; else ``other``;
@@ -199,12 +200,12 @@ def _failure_cause(f: Facts) -> str:
 def _latency_cause(f: Facts, phase: str, base: Baseline) -> str:
     over = excess(f, phase, base)
     if phase == "queue":
-        return "admission_queue"
-    if phase == "prefill":
         if f.engine_queue_ms is not None:
             waited = f.engine_queue_ms - (base.engine_queue_ms or 0.0)
             if over > 0 and waited >= over / 2:
                 return "engine_queue"
+        return "admission_queue"
+    if phase == "prefill":
         if (
             f.prompt_tokens is not None
             and base.prompt_tokens

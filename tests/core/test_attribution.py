@@ -79,6 +79,15 @@ def test_admission_queue_wait_is_charged_to_the_queue() -> None:
     assert only(f) == ("ttft", "queue", "admission_queue")
 
 
+def test_engine_wait_in_the_queue_phase_is_the_engine_queue() -> None:
+    """The engine view moves the engine's wait into the queue phase: when it explains at
+    least half the queue's excess, queue / engine_queue; a smaller share stays admission."""
+    waited = facts(phases=(900.0, 100.0, 1.0, 300.0, 1.0), ttft_ms=1001.0, engine_queue_ms=850.0)
+    assert only(waited) == ("ttft", "queue", "engine_queue")
+    gate = facts(phases=(900.0, 100.0, 1.0, 300.0, 1.0), ttft_ms=1001.0, engine_queue_ms=300.0)
+    assert only(gate) == ("ttft", "queue", "admission_queue")
+
+
 def test_refused_connection_is_an_upstream_error() -> None:
     """A pool that refuses connections fails the request in the queue: upstream_error."""
     f = facts(
@@ -97,12 +106,10 @@ def test_failure_cause_from_error_class() -> None:
 
 
 def test_prefill_causes_in_order() -> None:
-    """Slow prefill: engine queue when its span says so, then long prompt, then cache miss."""
+    """Slow prefill: long prompt, then cache miss (the engine's wait is not prefill)."""
     slow = (10.0, 900.0, 1.0, 300.0, 1.0)
     ttft = 911.0
-    queued = facts(phases=slow, ttft_ms=ttft, engine_queue_ms=700.0, prompt_tokens=500)
-    assert only(queued) == ("ttft", "prefill", "engine_queue")
-    long = facts(phases=slow, ttft_ms=ttft, engine_queue_ms=5.0, prompt_tokens=500)
+    long = facts(phases=slow, ttft_ms=ttft, engine_queue_ms=700.0, prompt_tokens=500)
     assert only(long) == ("ttft", "prefill", "long_prefill")
     miss = facts(phases=slow, ttft_ms=ttft, prompt_tokens=60, cache_hit=False)
     assert only(miss) == ("ttft", "prefill", "cache_miss")

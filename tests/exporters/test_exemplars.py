@@ -15,6 +15,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from obs import conventions as c
+from obs.attribution import MissStamp
 from obs.config import Config, parse_config
 from obs.dashboards.build import iter_panels
 from obs.dashboards.build import render as render_dashboards
@@ -35,11 +36,25 @@ CONFIG: Config = parse_config(
 )
 
 
-def _finished(trace_id: int, *, sampled: bool = True, ttft_ms: float = 21.5) -> Finished:
+# A lane judged on TTFT: a request over 500 ms misses it.
+JUDGED: Config = parse_config(
+    {
+        "pools": [{"name": "small", "replicas": ["http://127.0.0.1:9"]}],
+        "lanes": [
+            {"name": "chat", "pool": "small", "slo": {"ttft": {"threshold_ms": 500}}},
+        ],
+        "default_lane": "chat",
+    }
+)
+
+
+def _finished(
+    trace_id: int, *, sampled: bool = True, ttft_ms: float = 21.5, lane: str = "chat"
+) -> Finished:
     ev = Event(
         request_id=f"r{trace_id}",
         model="tiny",
-        lane="chat",
+        lane=lane,
         pool="small",
         stream=True,
         completion_tokens=8,
@@ -62,10 +77,12 @@ def _exemplars(page: str) -> dict[str, set[str]]:
     return out
 
 
-def _page(*finished: Finished) -> str:
+def _page(*finished: Finished, config: Config = CONFIG) -> str:
+    """The OpenMetrics page after the sidecar's fan-out (attribution, then the metrics)."""
     reg = CollectorRegistry()
-    metrics = Metrics(CONFIG, reg)
+    stamp, metrics = MissStamp(config), Metrics(config, reg)
     for f in finished:
+        stamp.export(f)
         metrics.export(f)
     return openmetrics.generate_latest(reg).decode()
 
@@ -77,6 +94,26 @@ def test_latency_histograms_carry_the_trace_id_in_openmetrics() -> None:
     want = {m.name: {f.ids.trace_id_hex} for m in c.EXEMPLAR_METRICS}
     assert _exemplars(page) == want
     assert f'# {{trace_id="{f.ids.trace_id_hex}"}} 0.0215' in page
+
+
+def test_misses_counter_carries_the_trace_id_of_a_missed_request() -> None:
+    """The SLO misses counter's exemplar is the trace id of the request that missed (the
+    latest miss of its series); a good request leaves the counter without one."""
+    good, slow = _finished(0x10), _finished(0x11, ttft_ms=900.0)
+    slower = _finished(0x12, ttft_ms=2_000.0)
+    page = _page(good, config=JUDGED)
+    assert c.SLO_MISSES.name not in _exemplars(page)
+    page = _page(good, slow, config=JUDGED)
+    assert _exemplars(page)[c.SLO_MISSES.name] == {slow.ids.trace_id_hex}
+    assert f'# {{trace_id="{slow.ids.trace_id_hex}"}} 1.0' in page
+    page = _page(good, slow, slower, config=JUDGED)
+    (fam,) = [f for f in text_string_to_metric_families(page) if f.name == c.SLO_MISSES.name]
+    (total,) = [s for s in fam.samples if s.name.endswith("_total")]
+    assert total.value == 2  # both misses charged alike: one series, the later exemplar
+    assert total.exemplar is not None
+    assert total.exemplar.labels == {c.EXEMPLAR_TRACE_ID: slower.ids.trace_id_hex}
+    unsampled = _finished(0x13, sampled=False, ttft_ms=900.0)
+    assert c.SLO_MISSES.name not in _exemplars(_page(good, unsampled, config=JUDGED))
 
 
 def test_unsampled_requests_and_the_text_format_have_no_exemplars() -> None:
@@ -155,3 +192,20 @@ def test_latency_panels_ask_for_exemplars_once_per_panel() -> None:
         ("vllm-obs-lane", "TPOT p50 / p95 / p99"),
     }
     assert all(flags[0] and not any(flags[1:]) for flags in asking.values())
+
+
+def test_error_budget_row_shows_the_misses_exemplars() -> None:
+    """A lane with an SLO: its error-budget row has one panel that fetches the misses
+    counter's exemplars (on its first target), beside the latency panels."""
+    boards = render_dashboards(JUDGED)
+    asking = [
+        (uid, p["title"], p["targets"][0]["expr"])
+        for uid, board in boards.items()
+        for p in iter_panels(board)
+        if p.get("targets") and p["targets"][0].get("exemplar")
+    ]
+    budget = [(uid, title, expr) for uid, title, expr in asking if c.SLO_MISSES.name in expr]
+    assert [(uid, title) for uid, title, _ in budget] == [
+        ("vllm-obs-slo", "chat: misses by phase and cause, with their traces")
+    ]
+    assert 'lane="chat"' in budget[0][2]

@@ -9,10 +9,7 @@ the queue phase and its admission queue, the second's to the upstream error.
 
 from __future__ import annotations
 
-import json
 import socket
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,7 +22,14 @@ from obs import conventions as c
 from obs.engine import VllmServer
 from tests.conftest import SidecarFactory
 from tests.support import chat_body, probes
-from tests.support.lanes_support import holding, lane_spec, lanes_config, post_lane, wait_queued
+from tests.support.lanes_support import (
+    holding,
+    lane_spec,
+    lanes_config,
+    post_lane,
+    query_budget,
+    wait_queued,
+)
 
 pytestmark = pytest.mark.engine
 
@@ -47,16 +51,6 @@ def _stream(sc: Any, lane: str, text: str) -> int:
     ) as r:
         r.read()
         return r.status_code
-
-
-def _budget(events: Path) -> dict[tuple[str, str], dict[str, Any]]:
-    out = subprocess.run(
-        [sys.executable, "-m", "obs.cli", "query", "budget", str(events), "--config",
-         str(events.parent / "lanes.yaml"), "--format", "json", "--no-progress"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    return {(e["lane"], e["slo"]): e for e in json.loads(out.stdout)["slos"]}
 
 
 def test_budget_names_the_admission_queue_and_the_refused_pool(
@@ -92,7 +86,7 @@ def test_budget_names_the_admission_queue_and_the_refused_pool(
     assert misses == QUEUED
 
     assert sc.events_path is not None
-    spent = _budget(sc.events_path)
+    spent = query_budget(sc.events_path)
     q, d = spent[("q", "ttft")], spent[("down", "availability")]
     assert q["misses"] >= QUEUED and q["budget_spent"] > 1
     top = q["by_phase_cause"][0]

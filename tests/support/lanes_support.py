@@ -4,7 +4,10 @@ sidecar's gauges, rejections and events."""
 
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from collections import Counter
@@ -141,3 +144,15 @@ def assert_rejected(r: httpx.Response, status: int, reason: str) -> None:
     if status == 429:
         assert int(r.headers["retry-after"]) >= 1
     assert reason  # the event carries it; checked by the caller
+
+
+def query_budget(events: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """`vllm-obs query budget --format json` over ``events`` with the ``lanes.yaml`` beside
+    it (as ``lanes_config`` writes it): each (lane, slo) entry."""
+    out = subprocess.run(
+        [sys.executable, "-m", "obs.cli", "query", "budget", str(events), "--config",
+         str(events.parent / "lanes.yaml"), "--format", "json", "--no-progress"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return {(e["lane"], e["slo"]): e for e in json.loads(out.stdout)["slos"]}
