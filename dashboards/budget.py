@@ -68,6 +68,12 @@ def lane_row(grid: Grid, lane: Lane) -> None:
             7,
             8,
         )
+    _misses(grid, name, only)
+
+
+def _misses(grid: Grid, name: str, only: str) -> None:
+    """The lane's misses by phase and cause: a count over the range, and per interval with
+    their exemplars."""
     (misses,) = c.SLO_MISSES.series
     by_cause = (c.SLO_LABEL, c.PHASE, c.CAUSE)
     legend = "{{slo}} {{phase}}/{{cause}}"
