@@ -66,7 +66,9 @@ def mixed(
 
 
 def _chat(url: str, headers: dict[str, str] | None = None) -> None:
-    body = chat_body("def fibonacci(n):", 6, stream=True)
+    # Greedy and past EOS: six tokens from either engine (llama-server samples at 0.8 by
+    # default, and the tiny model's sampled EOS once ended an answer at five).
+    body = chat_body("def fibonacci(n):", 6, stream=True, temperature=0, ignore_eos=True)
     httpx.post(url + CHAT, json=body, headers=headers, timeout=60).raise_for_status()
 
 

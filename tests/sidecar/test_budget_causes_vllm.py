@@ -4,7 +4,7 @@ the misses counter's exemplars.
 
 One engine for the module, made to show each cause large: ``--max-num-batched-tokens 128``
 (a 3000-token prompt prefills in ~25 engine steps, a short one in one: ~130 ms against
-~10 ms), and a client that reads a ~180 KB stream through a 4 KiB window after a pause (the
+~10 ms), and a client that reads a ~200-360 KB stream through a 4 KiB window after a pause (the
 relay waits on it for seconds). Each cause has its own lane, so each lane's baseline is its
 own good requests. (The engine queue is not here: on this CPU engine vLLM's API server, not
 its scheduler, holds a request while two others generate, so its span's queue time is a
@@ -123,11 +123,13 @@ def _long_prefill(sc: SidecarProcess) -> list[str]:
 
 
 def _slow_reader(sc: SidecarProcess) -> str:
-    """A stream of ~180 KB (top-20 logprobs per token) read through a 4 KiB window, after a
-    4 s pause (40 ms per token at least): far behind the engine, so the relay waits on it."""
+    """A stream of 200 tokens with their top-20 logprobs (200-360 KB: sampled tokens vary the
+    size, and 100 of them once fit the ~80 KB of socket buffers on the way) read through a
+    4 KiB window after a 6 s pause (30 ms per token at least): far behind the engine, so the
+    relay waits on it and the pool's stream with it."""
     rid = f"slow-{uuid.uuid4().hex[:6]}"
     opts = [(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)]
-    body = chat_body(f"slow {rid}", 100, stream=True, ignore_eos=True, logprobs=True)
+    body = chat_body(f"slow {rid}", 200, stream=True, ignore_eos=True, logprobs=True)
     body["top_logprobs"] = 20
     headers = {"x-lane": "sc", "x-request-id": rid}
     with (
@@ -136,7 +138,7 @@ def _slow_reader(sc: SidecarProcess) -> str:
     ):
         chunks = r.iter_raw(1024)
         next(chunks)
-        time.sleep(4)
+        time.sleep(6)
         tail = b"".join(chunks)
     assert tail.rstrip().endswith(b"data: [DONE]")
     return rid

@@ -181,10 +181,11 @@ def test_slow_readers_leave_other_lanes_alone_and_show_their_lag(
     # with when they overlap (20x under load in a test run), not with the relay.
     fields = (("ttft_ms", 250.0), ("itl_p50_ms", 25.0)) if slow_engine == "vllm" else ()
     for field, slack_ms in fields:
-        base = _median([ev[field] for ev in runs["fast readers"]["fast"] if ev[field] is not None])
-        with_slow = _median(
-            [ev[field] for ev in runs["slow readers"]["fast"] if ev[field] is not None]
-        )
+        base_xs = [ev[field] for ev in runs["fast readers"]["fast"] if ev[field] is not None]
+        slow_xs = [ev[field] for ev in runs["slow readers"]["fast"] if ev[field] is not None]
+        if field == "itl_p50_ms" and not (base_xs and slow_xs):
+            continue  # every short answer of a run came in one read (vLLM wrote it whole)
+        base, with_slow = _median(base_xs), _median(slow_xs)
         assert with_slow <= 2 * base + slack_ms, (field, base, with_slow)
 
 
