@@ -123,7 +123,10 @@ def _json(raw: bytes) -> object:
 
 
 def _connector(rcvbuf: int | None = None) -> aiohttp.TCPConnector:
-    """Idle connections kept ``KEEPALIVE_S``; with ``rcvbuf``, sockets with that receive buffer."""
+    """Idle connections kept ``KEEPALIVE_S``; with ``rcvbuf``, sockets with that receive buffer,
+    one per request: a slow reader finishes reading long after the server sent the last byte
+    and started its keep-alive clock, so the connection it would pool may already be closed
+    (the next request then fails to write, and never reaches the server)."""
     if rcvbuf is None:
         return aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
 
@@ -132,7 +135,7 @@ def _connector(rcvbuf: int | None = None) -> aiohttp.TCPConnector:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         return sock
 
-    return aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S, socket_factory=factory)
+    return aiohttp.TCPConnector(limit=0, force_close=True, socket_factory=factory)
 
 
 class Driver:
