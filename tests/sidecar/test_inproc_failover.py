@@ -16,16 +16,14 @@ import orjson
 import pytest
 
 from obs import conventions as c
-from obs.procs import free_port
 from tests.sidecar.conftest import InprocFactory
 from tests.support import chat_body
 from tests.support.inproc import InProcessSidecar, lane_config, request_id
-from tests.support.probes import CHAT, DONE_FRAME, metric, stream_error
+from tests.support.probes import CHAT, DONE_FRAME, metric, refused_url, stream_error
 from tests.support.scripted_upstream import Script, ScriptedUpstream, token_frame
 
 STREAM = [token_frame("a"), token_frame(" b", "stop"), DONE_FRAME]
 BUSY = orjson.dumps({"error": {"message": "busy", "type": "ServiceUnavailable", "code": 503}})
-DEAD = f"http://127.0.0.1:{free_port()}"  # nothing listens there
 FIRST_TOKEN_S = 0.4
 
 
@@ -34,6 +32,13 @@ def silent() -> Iterator[str]:
     """A pool's URL that accepts connections and never answers (it listens, never accepts)."""
     with socket.create_server(("127.0.0.1", 0)) as listener:
         yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+@pytest.fixture(scope="module")
+def dead() -> Iterator[str]:
+    """A replica's URL that refuses connections while the module runs."""
+    with refused_url() as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -49,15 +54,19 @@ def _lane(name: str, pool: str, **fields: object) -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def sidecar(
-    scripted: ScriptedUpstream, second: ScriptedUpstream, silent: str, inproc: InprocFactory
+    scripted: ScriptedUpstream,
+    second: ScriptedUpstream,
+    silent: str,
+    dead: str,
+    inproc: InprocFactory,
 ) -> InProcessSidecar:
     """Lanes by the x-lane header: ``main`` on two live replicas, ``half`` on a dead and a
     live one, ``down`` on a dead one, ``fb`` on one replica falling back to the other,
     ``hush`` on a silent pool falling back after 0.4 s without a first token."""
     pools = {
         "pair": [scripted.url, second.url],
-        "half": [DEAD, second.url],
-        "down": [DEAD],
+        "half": [dead, second.url],
+        "down": [dead],
         "solo": [scripted.url],
         "spare": [second.url],
         "silent": [silent],
@@ -114,7 +123,9 @@ def test_both_replicas_busy(
     )
 
 
-def test_dead_replica_passed_over(second: ScriptedUpstream, sidecar: InProcessSidecar) -> None:
+def test_dead_replica_passed_over(
+    second: ScriptedUpstream, sidecar: InProcessSidecar, dead: str
+) -> None:
     """A pool with a replica that refuses connections serves the request from its live
     replica, and /health reports the dead one down."""
     rid = request_id()
@@ -123,7 +134,7 @@ def test_dead_replica_passed_over(second: ScriptedUpstream, sidecar: InProcessSi
     assert (r.status_code, r.content) == (200, b"".join(STREAM))
     assert sidecar.event(rid)["replica"] == second.url
     health = httpx.get(sidecar.url + "/health").json()
-    assert health["pools"]["half"] == {DEAD: False, second.url: True}
+    assert health["pools"]["half"] == {dead: False, second.url: True}
 
 
 def test_pool_without_replicas_unavailable(sidecar: InProcessSidecar) -> None:

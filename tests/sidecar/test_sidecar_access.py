@@ -6,22 +6,31 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import pytest
 
 from obs import conventions as c
 from obs.procs import free_port
 from tests.conftest import SidecarFactory
 from tests.support import probes
 
-DEAD_POOL = f"http://127.0.0.1:{free_port()}"
+
+@pytest.fixture
+def dead_pool() -> Iterator[str]:
+    """A pool that refuses every connection."""
+    with probes.refused_url() as url:
+        yield url
 
 
-def test_metrics_address_serves_metrics_apart_from_the_relay(sidecar: SidecarFactory) -> None:
+def test_metrics_address_serves_metrics_apart_from_the_relay(
+    sidecar: SidecarFactory, dead_pool: str
+) -> None:
     """--metrics-address: /metrics answers there, and the relay's port answers 404 for it."""
     port = free_port()
-    sc = sidecar(DEAD_POOL, args=("--metrics-address", f"127.0.0.1:{port}"), traces=False)
+    sc = sidecar(dead_pool, args=("--metrics-address", f"127.0.0.1:{port}"), traces=False)
     relay = httpx.get(sc.url + "/metrics")
     assert relay.status_code == 404
     assert f"127.0.0.1:{port}" in relay.json()["error"]["message"]
@@ -30,9 +39,11 @@ def test_metrics_address_serves_metrics_apart_from_the_relay(sidecar: SidecarFac
     assert "vllm_obs_requests_total" in scraped.text or "vllm_obs_lane_info" in scraped.text
 
 
-def test_rejection_counters_exist_at_zero_before_any_request(sidecar: SidecarFactory) -> None:
+def test_rejection_counters_exist_at_zero_before_any_request(
+    sidecar: SidecarFactory, dead_pool: str
+) -> None:
     """Every lane x reason rejection series is 0 from the start, so rate() sees a first burst."""
-    sc = sidecar(DEAD_POOL, traces=False)
+    sc = sidecar(dead_pool, traces=False)
     series = probes.samples(sc.url)[c.ADMISSION_REJECTIONS.name + "_total"]
     seen = {(lb[c.LANE], lb[c.REASON]): v for lb, v in series}
     lanes = {lb[c.LANE] for lb, _ in probes.samples(sc.url)[c.LANE_INFO.name]}
@@ -40,7 +51,7 @@ def test_rejection_counters_exist_at_zero_before_any_request(sidecar: SidecarFac
     assert set(seen.values()) == {0.0}
 
 
-def test_metrics_address_in_use_is_a_clear_error(tmp_path: Path) -> None:
+def test_metrics_address_in_use_is_a_clear_error(tmp_path: Path, dead_pool: str) -> None:
     """A --metrics-address that cannot be bound stops the start with one line, no traceback."""
     port = free_port()
     taken = subprocess.Popen(
@@ -56,7 +67,7 @@ def test_metrics_address_in_use_is_a_clear_error(tmp_path: Path) -> None:
             except httpx.TransportError:
                 time.sleep(0.05)
         r = subprocess.run(
-            [sys.executable, "-m", "obs.cli", "sidecar", "--upstream", DEAD_POOL,
+            [sys.executable, "-m", "obs.cli", "sidecar", "--upstream", dead_pool,
              "--port", str(free_port()), "--events", str(tmp_path / "e.jsonl"),
              "--metrics-address", f"127.0.0.1:{port}"],
             capture_output=True, text=True, timeout=60,
@@ -69,9 +80,9 @@ def test_metrics_address_in_use_is_a_clear_error(tmp_path: Path) -> None:
     assert "Traceback" not in r.stderr
 
 
-def test_event_file_is_readable_by_its_owner_only(sidecar: SidecarFactory) -> None:
+def test_event_file_is_readable_by_its_owner_only(sidecar: SidecarFactory, dead_pool: str) -> None:
     """The JSONL event log is created 0600: prompts' metadata is not for every local user."""
-    sc = sidecar(DEAD_POOL, traces=False)
+    sc = sidecar(dead_pool, traces=False)
     httpx.post(sc.url + "/v1/completions", json={"model": "m", "prompt": "x"}, timeout=10)
     sc.wait_events(1)
     assert sc.events_path is not None

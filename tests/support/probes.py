@@ -6,10 +6,12 @@ process exposes (``/metrics``, ``/proc``); nothing reaches into the sidecar.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -44,6 +46,16 @@ def request_body(route: str, stream: bool, usage: bool | None, max_tokens: int) 
         if usage is not None:
             body["stream_options"] = {"include_usage": usage}
     return body
+
+
+@contextlib.contextmanager
+def refused_url() -> Iterator[str]:
+    """A loopback URL that refuses connections for the block: its port is bound and never
+    listened on, so no other process of a long suite can take it (a port that was merely
+    free when a module was imported may be a server's by the time its test runs)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{s.getsockname()[1]}"
 
 
 def samples(base_url: str) -> Samples:
