@@ -74,22 +74,27 @@ def test_cancelled_stream_records_the_tokens_relayed(
     """A client that cancels mid-stream leaves counted output tokens, not null usage."""
     sc = sidecar(vllm.url, traces=False)
     client = openai.OpenAI(base_url=sc.url + "/v1", api_key="x", max_retries=0)
-    rid = uuid.uuid4().hex
-    chunks = client.chat.completions.create(
-        model="tiny",
-        messages=MSGS,
-        max_tokens=1500,
-        stream=True,
-        extra_body={"ignore_eos": True},
-        extra_headers={"X-Request-Id": rid},
-    )
-    read = 0
-    for ch in chunks:
-        read += 1 if ch.choices and ch.choices[0].delta.content else 0
-        if read == 20:
+    for attempt in range(3):
+        rid = uuid.uuid4().hex
+        chunks = client.chat.completions.create(
+            model="tiny",
+            messages=MSGS,
+            max_tokens=1500,
+            stream=True,
+            extra_body={"ignore_eos": True},
+            extra_headers={"X-Request-Id": rid},
+        )
+        read = 0
+        for ch in chunks:
+            read += 1 if ch.choices and ch.choices[0].delta.content else 0
+            if read == 20:
+                break
+        chunks.close()
+        ev = events_by_id(sc, attempt + 1)[rid]
+        # On a starved machine vLLM can finish all 1500 tokens, and the sidecar hand the
+        # last to the kernel, before the close reaches it: no cancel happened, run it again.
+        if (ev["status"], ev["completion_tokens"]) != (c.OK, 1500):
             break
-    chunks.close()
-    ev = events_by_id(sc, 1)[rid]
     assert ev["status"] == c.DISCONNECTED
     assert ev["tokens_source"] == c.TOKENS_COUNTED
     assert ev["completion_tokens"] == ev["output_chunks"] >= 20
