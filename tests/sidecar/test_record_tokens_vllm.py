@@ -20,15 +20,15 @@ from obs import conventions as c
 from obs.engine import VllmServer
 from obs.sidecar.testing import SidecarProcess
 from tests.conftest import SidecarFactory
-from tests.support.engine_core import engine_core_frozen
+from tests.support.engine_core import engine_core_throttled
 from tests.support.probes import metric, wait_for
 
 pytestmark = pytest.mark.engine
 
 EMPTY_TEXT: Any = [{"role": "user", "content": "\u201c"}]  # greedy tokens with no text
 GENERATED = "vllm:generation_tokens_total"
-# Nearly the shared engine's whole context (2048): the engine runs ahead of the client
-# (socket buffers hold its frames), and must still be decoding when the test freezes it.
+# Nearly the shared engine's whole context (2048): the engine must still be decoding when
+# the test freezes it.
 MANY = 2000
 
 
@@ -109,12 +109,14 @@ def test_cancelled_empty_text_streams_count_the_tokens_made(
     for _ in range(3):
         before = idle_generated(vllm)
         rid = uuid.uuid4().hex
-        chunks = client_of(sc, timeout_s=3).chat.completions.create(
-            model="tiny", messages=EMPTY_TEXT, max_tokens=MANY, temperature=0, stream=True,
-            extra_body=extra, extra_headers={"X-Request-Id": rid},
-        )  # fmt: skip
-        read = read_tokens(chunks, stop_at=10)
-        with engine_core_frozen(vllm):
+        # The engine runs in slices until the client has read 10 tokens, then stops.
+        with client_of(sc, timeout_s=3) as client, engine_core_throttled(vllm) as freeze:
+            chunks = client.chat.completions.create(
+                model="tiny", messages=EMPTY_TEXT, max_tokens=MANY, temperature=0, stream=True,
+                extra_body=extra, extra_headers={"X-Request-Id": rid},
+            )  # fmt: skip
+            read = read_tokens(chunks, stop_at=10)
+            freeze()
             read += read_tokens(chunks)  # what was made before the freeze, then a read timeout
             chunks.close()
             ev = sc.events_of(rid)[0]
@@ -123,8 +125,8 @@ def test_cancelled_empty_text_streams_count_the_tokens_made(
             # resumes.
             time.sleep(1)
         made = idle_generated(vllm) - before
-        # On a starved machine the engine can make all MANY tokens before this process runs
-        # again to freeze it: no cancel happened, so the scenario is run again.
+        # Should the slices not hold the engine back (a starved test process), the engine
+        # makes all MANY tokens before the freeze: no cancel happened, so run it again.
         if (ev["status"], ev["completion_tokens"]) != (c.OK, MANY):
             break
     assert (ev["status"], ev["tokens_source"]) == (c.DISCONNECTED, c.TOKENS_COUNTED)
