@@ -113,7 +113,7 @@ def _pool_alerts(model: AlertModel, p: PoolHealth) -> list[Rule]:
             "cache cannot hold the batch, and preempted requests are recomputed.",
         ),
     ]
-    # An engine that does not report a value gets no alert judged on it (obs.engines).
+    # An engine that does not report a value gets no alert judged on it (obs.engines.adapters).
     judged = [
         r for r, field in zip(saturation, _SATURATION_FIELDS, strict=True) if field in p.reports
     ]

@@ -12,8 +12,8 @@ from typing import Final
 from obs import conventions as c
 from obs.config import Config, Lane
 from obs.durations import seconds
-from obs.engine_metrics import STATE_FIELDS
-from obs.engines import reports
+from obs.engines.adapters import reports
+from obs.engines.metrics import STATE_FIELDS
 from obs.errors import ConfigError
 from obs.slo import Objective, objectives
 
@@ -74,7 +74,7 @@ class PoolHealth:
     kv_cache_usage_max: float
     engine: str = "auto"
     reports: frozenset[str] = frozenset(STATE_FIELDS)
-    """Pool-state fields its engine reports (obs.engines): no alert is judged on the rest."""
+    """Pool-state fields its engine reports (its adapter): no alert is judged on the rest."""
     kv_cache_usage_for: str = "5m"
     engine_waiting_max: float = 100
     throughput_drop_ratio: float = 0.5

@@ -23,7 +23,7 @@ import yaml
 from obs.demo.options import LOCAL_POOLS
 from obs.demo.stack import local_pools
 from obs.demo.workload import write_lanes
-from obs.engine.setup import ensure_engine
+from obs.engines.setup import ensure_engine
 
 RESULT = Path(__file__).parent / "results" / "canary_walkthrough.txt"
 

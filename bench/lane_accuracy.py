@@ -21,7 +21,8 @@ from typing import Any
 import yaml
 
 from obs.config import default_config_path
-from obs.engine import VllmServer, ensure_engine
+from obs.engines.server import VllmServer
+from obs.engines.setup import ensure_engine
 from obs.loadgen.check import check_files
 from obs.sidecar.testing import SidecarProcess
 

@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.procs import Server
-from obs.engine import engine_home
-from obs.engine.setup import engine_environment, locked, read_json, run_logged
+from obs.engines.setup import engine_environment, engine_home, locked, read_json, run_logged
 from obs.procs import free_port
 
 MODEL = "tiny"  # the name `vllm bench serve` sends (bench/vllm_bench.py) and the fake serves

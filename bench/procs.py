@@ -20,7 +20,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from obs.engine import VllmServer, ensure_engine
+from obs.engines.server import VllmServer
+from obs.engines.setup import ensure_engine
 from obs.procs import ManagedProcess, NotReady, free_port
 from obs.sidecar.process import SidecarProcess
 

@@ -27,7 +27,7 @@ import openai
 
 from bench.procs import vllm_and_sidecar
 from obs import conventions as c
-from obs.engine import VllmServer
+from obs.engines.server import VllmServer
 from obs.prom.api import scrape as samples
 from obs.sidecar.testing import SidecarProcess
 

@@ -52,7 +52,7 @@ from bench import classify_cost, report
 from bench.peers import PEERS, start_peer
 from bench.procs import FakeVllm, Nginx, ProcStat, Scraper, Server
 from bench.vllm_bench import RunResult, Workload, run
-from obs.engine import ensure_engine
+from obs.engines.setup import ensure_engine
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
 
 LEVELS = {

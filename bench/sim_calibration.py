@@ -5,7 +5,7 @@ virtual time: ``vllm bench serve``-style closed loop (``concurrency`` clients, e
 sending its next request when the last one ends; fixed input and output lengths,
 random prompts so no prefix-cache hits) and compares the simulator's output
 throughput and mean TTFT with the published figures. The replica has vLLM's API server
-in front of it (obs.engine.sim.frontend, its costs from the sources docs/sim.md cites);
+in front of it (obs.engines.sim.frontend, its costs from the sources docs/sim.md cites);
 each row also gives the mean TTFT without it, and the share of the run it was busy.
 
     python -m bench.sim_calibration --out bench/results/sim_calibration.json
@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from obs.engine.sim.frontend import FrontEnd
-from obs.engine.sim.hardware import perf_model
-from obs.engine.sim.scheduler import SchedulerConfig, SimRequest
+from obs.engines.sim.frontend import FrontEnd
+from obs.engines.sim.hardware import perf_model
+from obs.engines.sim.scheduler import SchedulerConfig, SimRequest
 from obs.sweep.virtual import VirtualLoop, VirtualReplica
 
 LIMIT = 0.25  # the bar: each figure within 25% of the published one

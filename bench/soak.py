@@ -51,7 +51,7 @@ from bench.soak_faults import STARTUP_TIMEOUT_S, Injector, log, restart, running
 from bench.soak_probe import Sample, get_json, metric_sum, post_chat, sample
 from obs.config import default_config_path
 from obs.demo.workload import write_mix
-from obs.engine import VllmServer
+from obs.engines.server import VllmServer
 from obs.loadgen.check import check_files
 from obs.loadgen.records import read_jsonl
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess

@@ -8,7 +8,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from obs.engine import ServerError, VllmServer, ensure_engine
+from obs.engines.server import ServerError, VllmServer
+from obs.engines.setup import ensure_engine
 
 # A restart competes with the load for the CPU: on 2 cores it has taken over 3 minutes.
 STARTUP_TIMEOUT_S = 600.0

@@ -37,7 +37,8 @@ from typing import Any
 import httpx
 
 from bench.procs import ProcStat
-from obs.engine import VllmServer, ensure_engine
+from obs.engines.server import VllmServer
+from obs.engines.setup import ensure_engine
 from obs.procs import free_port
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
 

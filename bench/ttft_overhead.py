@@ -23,7 +23,7 @@ import urllib.request
 from pathlib import Path
 
 from bench.procs import vllm_and_sidecar
-from obs.engine import ensure_engine
+from obs.engines.setup import ensure_engine
 from obs.sidecar.testing import OtlpReceiver
 
 

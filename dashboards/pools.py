@@ -6,7 +6,7 @@ from grafanalib.core import Dashboard
 
 from obs import conventions as c
 from obs.config import Config
-from obs.engines import reports
+from obs.engines.adapters import reports
 
 from . import expr as e
 from . import links

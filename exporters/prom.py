@@ -29,7 +29,7 @@ from prometheus_client.utils import floatToGoString
 
 from obs import conventions as c
 from obs.config import Config, Lane
-from obs.engine_metrics import EngineState
+from obs.engines.metrics import EngineState
 from obs.record import Finished
 
 NS = 1e9

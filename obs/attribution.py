@@ -23,7 +23,7 @@ Each missed gate is attributed to a **phase** and a **cause** (``MISS_CAUSES``),
      failed or timed out (``upstream_*``, or no replica accepting connections); else
      ``other``;
    * phase ``queue``: ``engine_queue`` when the engine's span shows its waiting queue took
-     at least half of the queue's excess (``obs.engine_view`` moves the engine's wait from
+     at least half of the queue's excess (``obs.engines.view`` moves the engine's wait from
      prefill into the queue phase); else ``admission_queue`` (the time from arrival to
      dispatch is the lane's admission gate and the connect);
    * phase ``prefill``: ``long_prefill`` when the prompt has at least

@@ -26,7 +26,7 @@ COMMANDS = (
     "obs.kube.cli",
     "obs.query.cli",
     "obs.clickhouse.cli",
-    "obs.engine.cli",
+    "obs.engines.cli",
     "obs.demo.cli",
     "obs.sweep.cli",
 )

@@ -204,9 +204,9 @@ class Pool(PoolBlocks):
     model: str | None = None
     api_key_env: str | None = None  # name of the env var holding the pool's API key
     # True when the pool's engine exports its request spans to this sidecar (vLLM, SGLang,
-    # TGI: obs.engine_spans; llama.cpp has none): events then wait for the engine view.
+    # TGI: obs.engines.spans; llama.cpp has none): events then wait for the engine view.
     engine_traces: bool = False
-    # Which engine serves the pool (obs.engines, ``auto``: detected), and its flags: PoolBlocks
+    # Which engine serves the pool (its adapter; ``auto``: detected), and its flags: PoolBlocks
     engine: EngineKind = "auto"
     health: HealthCheck = HealthCheck()
     kv_cache_usage_max: Ratio = 0.9

@@ -31,7 +31,7 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-# Which engine serves a pool (obs.engines): its adapter maps the engine's /metrics to the pool
+# Which engine serves a pool (obs.engines.adapters): its adapter maps its /metrics to the pool
 # state; ``auto`` detects it from the metric names each replica exports.
 EngineKind = Literal["auto", "vllm", "sglang", "llamacpp", "tgi", "sim"]
 

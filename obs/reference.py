@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from obs import conventions as c
-from obs.engines import matrix
+from obs.engines.adapters import matrix
 from obs.events import field_docs
 
 

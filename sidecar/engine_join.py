@@ -4,7 +4,7 @@ A request is held only when its pool sends spans (``engine_traces``), it
 succeeded (vLLM exports no span for aborted or failed requests), and the
 join wait is positive. It is exported as soon as its engine's request span
 arrives (vLLM's ``llm_request``, SGLang's root span, TGI's handler span:
-``obs.engine_spans``), or after ``wait_s`` without it (``engine_view: absent``).
+``obs.engines.spans``), or after ``wait_s`` without it (``engine_view: absent``).
 
 Requests are keyed by (trace id, the sidecar's span id): the relay sends its
 own span id to the pool in ``traceparent``, the engine makes it the parent of
@@ -12,7 +12,7 @@ its request span, so two requests that share a client's trace never
 collide, and a span is only ever joined to a request whose ids the sidecar
 issued for it (``issue``) and, for vLLM, whose ``gen_ai.request.id`` is the id
 vLLM derived from our ``X-Request-Id``. Every latency is checked first
-(``obs.engine_spans.read_span``): a span with a number that is not a
+(``obs.engines.spans.read_span``): a span with a number that is not a
 plausible duration, or with no timing at all, is rejected and its request is
 written at once without the engine view. Each span's result is reported to ``on_result``: joined,
 late (its request was already written), rejected, or unknown (not a request
@@ -28,8 +28,8 @@ from collections.abc import Callable
 import structlog
 
 from obs import conventions as c
-from obs.engine_spans import read_span
-from obs.engine_view import BadEngineSpan, apply_engine_view, engine_request_ids
+from obs.engines.spans import read_span
+from obs.engines.view import BadEngineSpan, apply_engine_view, engine_request_ids
 from obs.record import Finished
 from obs.sidecar.otlp import ReceivedSpan
 
@@ -91,7 +91,7 @@ class EngineJoin:
         self._pending[key] = (finished, handle)
 
     def on_span(self, span: ReceivedSpan) -> None:
-        """An engine's request span arrived (``obs.engine_spans``)."""
+        """An engine's request span arrived (``obs.engines.spans``)."""
         result = self._on_span(span)
         if result:
             self._on_result(result)

@@ -6,7 +6,7 @@ the sidecar does not read, and parsing all of it costs ~13 ms of event-loop time
 per replica and poll; so the page is first cut down to the lines of the metric
 families the engine's adapter wants (a ``str.startswith`` per line), and only
 those are parsed. The adapter (``obs.engines``) maps the sums to an
-:class:`~obs.engine_metrics.EngineState`.
+:class:`~obs.engines.metrics.EngineState`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import replace
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from obs.engine_metrics import EngineState, Sums
-from obs.engines import ADAPTERS, AUTO, Adapter, unknown_state
+from obs.engines.adapters import ADAPTERS, AUTO, Adapter, unknown_state
+from obs.engines.metrics import EngineState, Sums
 from obs.served import VLLM_CACHE_CONFIG, vllm_cache_settings
 
 

@@ -27,8 +27,8 @@ import aiohttp
 import structlog
 
 from obs.config import Config
-from obs.engine_metrics import EngineState
-from obs.engines import AUTO, unknown_state
+from obs.engines.adapters import AUTO, unknown_state
+from obs.engines.metrics import EngineState
 from obs.served import Served
 from obs.sidecar.engine_scrape import ExpositionError, read_state
 from obs.sidecar.served_poll import SettingsPoll

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 
 import structlog
 
-from obs.engine_spans import SPANLESS
+from obs.engines.spans import SPANLESS
 from obs.phases import Clock
 from obs.record import Finished, fill_timings
 from obs.sidecar.engine_join import EngineJoin

@@ -25,7 +25,7 @@ import aiohttp
 import orjson
 import structlog
 
-from obs.engines import UNKNOWN
+from obs.engines.adapters import UNKNOWN
 from obs.served import (
     EXTRA_PAGES,
     SETTINGS_PAGES,

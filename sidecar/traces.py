@@ -15,7 +15,7 @@ only:
   never on the event loop.
 
 Its engines' request spans (vLLM's ``llm_request``, SGLang's and TGI's: see
-``obs.engine_spans``) go to the engine join (``obs.sidecar.engine_join``),
+``obs.engines.spans``) go to the engine join (``obs.sidecar.engine_join``),
 which takes only spans of requests the sidecar itself sent. When the sidecar
 exports spans (``OTEL_EXPORTER_OTLP_*``), the export is forwarded to the same
 collector with only the spans the sidecar's own spans parent (the engine's
@@ -42,7 +42,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter
 
 from obs import conventions as c
-from obs.engine_spans import engine_of
+from obs.engines.spans import engine_of
 from obs.sidecar.bodies import ClientGone, read_body
 from obs.sidecar.engine_join import EngineJoin
 from obs.sidecar.errors import PayloadTooLarge, error_body
@@ -74,7 +74,7 @@ class _Refused(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Decoded:
-    spans: list[ReceivedSpan]  # the engines' request spans only (obs.engine_spans)
+    spans: list[ReceivedSpan]  # the engines' request spans only (obs.engines.spans)
     forward: bytes | None  # the export with only our traces' spans, or None (nothing of ours)
 
 

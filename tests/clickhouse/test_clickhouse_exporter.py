@@ -16,7 +16,7 @@ import pytest
 from obs.clickhouse.client import Client
 from obs.clickhouse.schema import TableSpec, init
 from obs.clickhouse.testing import ClickHouseServer
-from obs.engine import VllmServer
+from obs.engines.server import VllmServer
 from obs.procs import free_port
 from tests.conftest import SidecarFactory
 

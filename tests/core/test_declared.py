@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from obs.config import default_config_path, load_config, parse_config
-from obs.engine.declare import declared_flags, engine_block
+from obs.engines.declare import declared_flags, engine_block
 from obs.errors import ConfigError
 from obs.served import DECLARED_KEYS, ChangeTracker, Served, drift, merge
 from obs.sweep.profile import parse_profile

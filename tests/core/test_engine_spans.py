@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from obs.config import parse_config
-from obs.engine_spans import engine_of, read_span, rust_duration_s
-from obs.engine_view import MAX_ENGINE_S, BadEngineSpan
+from obs.engines.spans import engine_of, read_span, rust_duration_s
+from obs.engines.view import MAX_ENGINE_S, BadEngineSpan
 from obs.errors import ConfigError
 from obs.events import Event
 from obs.phases import Clock

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from obs import conventions as c
-from obs.engine_view import apply_engine_view
+from obs.engines.view import apply_engine_view
 from obs.events import Event
 from obs.phases import Clock
 from obs.record import Finished, fill_timings, tpot_ns

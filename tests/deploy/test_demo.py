@@ -21,7 +21,7 @@ from obs.demo.options import LOCAL_MAX_MODEL_LEN
 from obs.demo.prometheus import Alert, write_config
 from obs.demo.stack import descendants, pid_alive
 from obs.demo.workload import CLASSES, LiveView, load_demo_mix, write_lanes, write_mix
-from obs.engine.server import VllmServer
+from obs.engines.server import VllmServer
 from obs.loadgen.plan import Arrivals, bounded, iter_plan
 from obs.loadgen.records import Record
 from obs.procs import group_alive

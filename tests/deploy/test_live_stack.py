@@ -21,7 +21,8 @@ from obs import conventions as c
 from obs.cli import main
 from obs.dashboards import all_queries
 from obs.demo.workload import CLASSES, load_demo_mix, write_mix
-from obs.engine import EnginePaths, VllmServer
+from obs.engines.server import VllmServer
+from obs.engines.setup import EnginePaths
 from obs.loadgen.plan import Arrivals, bounded, iter_plan
 from obs.prom.api import QueryError
 from tests.conftest import require_binary

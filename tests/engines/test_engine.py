@@ -15,14 +15,8 @@ from typing import Any
 
 import pytest
 
-from obs.engine import (
-    EnginePaths,
-    ServerError,
-    VllmServer,
-    build_tiny_model,
-    engine_home,
-    ensure_engine,
-)
+from obs.engines.server import ServerError, VllmServer
+from obs.engines.setup import EnginePaths, build_tiny_model, engine_home, ensure_engine
 from obs.procs import group_alive, port_in_use
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))

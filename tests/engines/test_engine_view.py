@@ -12,7 +12,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from obs.engine import EnginePaths, VllmServer
+from obs.engines.server import VllmServer
+from obs.engines.setup import EnginePaths
 from obs.procs import free_port
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
 from tests.conftest import SidecarFactory

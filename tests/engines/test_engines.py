@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from obs.config import parse_config
-from obs.engine_metrics import STATE_FIELDS, EngineState, Sums, plus
-from obs.engines import ADAPTERS, reports, unknown_state
+from obs.engines.adapters import ADAPTERS, reports, unknown_state
+from obs.engines.metrics import STATE_FIELDS, EngineState, Sums, plus
 from obs.errors import ConfigError
 from obs.exporters.prom import PoolStateCollector
 from obs.sidecar.engine_scrape import ExpositionError, detect_page, parse_sums, read_state

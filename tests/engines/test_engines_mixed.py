@@ -22,7 +22,8 @@ from obs.config import load_config
 from obs.dashboards import all_queries
 from obs.demo.prometheus import PrometheusProcess, find_prometheus
 from obs.demo.prometheus import write_config as write_prometheus_config
-from obs.engine import LlamaServer, VllmServer
+from obs.engines.llamacpp_server import LlamaServer
+from obs.engines.server import VllmServer
 from obs.procs import free_port
 from obs.sidecar.testing import SidecarProcess
 from tests.conftest import SidecarFactory, require_binary

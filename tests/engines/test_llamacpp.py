@@ -17,9 +17,10 @@ import httpx
 import pytest
 import yaml
 
-from obs.engine import LlamaCppPaths, LlamaServer, ServerError, ensure_llamacpp
-from obs.engine.llamacpp_setup import LLAMACPP_VERSION
-from obs.engines.base import ENGINE_VIEW_FIELDS
+from obs.engines.adapters.base import ENGINE_VIEW_FIELDS
+from obs.engines.llamacpp_server import LlamaServer
+from obs.engines.llamacpp_setup import LLAMACPP_VERSION, LlamaCppPaths, ensure_llamacpp
+from obs.engines.server import ServerError
 from obs.sidecar.engine_scrape import read_state
 from obs.sidecar.testing import SidecarProcess
 from tests.conftest import SidecarFactory

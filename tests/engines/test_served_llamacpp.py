@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from obs import conventions as c
-from obs.engine import LlamaServer
+from obs.engines.llamacpp_server import LlamaServer
 from obs.served import merge, page_settings
 from tests.conftest import SidecarFactory
 from tests.support import probes

@@ -28,7 +28,8 @@ from obs import conventions as c
 from obs.config import default_config_path, load_config
 from obs.dashboards.build import render
 from obs.demo.prometheus import PrometheusProcess, find_prometheus, host_port
-from obs.engine import EnginePaths, VllmServer
+from obs.engines.server import VllmServer
+from obs.engines.setup import EnginePaths
 from obs.procs import free_port
 from obs.sidecar.testing import SidecarProcess
 from tests.conftest import SidecarFactory, require_binary

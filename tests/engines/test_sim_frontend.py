@@ -1,4 +1,4 @@
-"""The simulated API server's CPU (obs.engine.sim.frontend): one queue, in arrival order."""
+"""The simulated API server's CPU (obs.engines.sim.frontend): one queue, in arrival order."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from obs.engine.sim.frontend import FrontEnd, FrontEndCost
+from obs.engines.sim.frontend import FrontEnd, FrontEndCost
 
 COST = FrontEndCost(prompt_token_s=1e-5, token_s=1e-4)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from obs.engine.sim.hardware import StepWork, perf_model
-from obs.engine.sim.kvcache import KvCache
-from obs.engine.sim.scheduler import Scheduler, SchedulerConfig, SimRequest
+from obs.engines.sim.hardware import StepWork, perf_model
+from obs.engines.sim.kvcache import KvCache
+from obs.engines.sim.scheduler import Scheduler, SchedulerConfig, SimRequest
 
 H100 = perf_model("H100", "llama-3.1-8b")
 

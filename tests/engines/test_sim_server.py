@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from obs import conventions as c
-from obs.engine.sim.process import SimServer
+from obs.engines.sim.process import SimServer
 from tests.conftest import SidecarFactory
 from tests.support import probes
 

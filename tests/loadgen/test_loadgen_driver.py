@@ -204,17 +204,19 @@ def test_streamed_requests_carry_ids_and_class_headers(standin: StandIn) -> None
 
 def test_streamed_record_measures_ttft_itl_and_usage_tokens(standin: StandIn) -> None:
     """A streamed record has TTFT, ITL stats, e2e and tokens taken from usage."""
-    standin.token_delay_s = 0.02
+    standin.token_delay_s = 0.05
     mix = load_mix(sets=[*QUIET, *SMALL])
     _, records = drive(standin.url, mix, Arrivals(rate=100), 2)
     for r in records:
         assert r.status == "ok" and r.http_status == 200 and r.error is None
         assert r.tokens_source == "usage" and r.completion_tokens == r.max_tokens
         assert r.output_chunks == r.max_tokens and r.finish_reason == "length"
-        assert r.ttft_ms is not None and r.ttft_ms >= 15
+        assert r.ttft_ms is not None and r.ttft_ms >= 45
         assert r.itl_p50_ms is not None and r.itl_max_ms is not None
-        assert 15 <= r.itl_p50_ms <= r.itl_max_ms
-        assert r.e2e_ms >= r.ttft_ms + (r.max_tokens - 1) * 15
+        # A client starved of CPU reads some frames together (gaps near 0): the p50 is not
+        # bounded below, but frames 50 ms apart show at least one gap of that order.
+        assert 0 <= r.itl_p50_ms <= r.itl_max_ms and r.itl_max_ms >= 45
+        assert r.e2e_ms >= r.ttft_ms + (r.max_tokens - 1) * 45
         assert r.prompt_tokens == 11 and r.ts.endswith("Z")
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from obs.cli import main as cli_main
-from obs.engine import VllmServer
+from obs.engines.server import VllmServer
 from obs.loadgen.check import check_files
 from obs.loadgen.mix import CLASS_NAMES
 from obs.loadgen.records import Record, read_records

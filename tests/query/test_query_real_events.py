@@ -14,7 +14,7 @@ import yaml
 
 import obs.query as q
 from obs.config import default_config_path
-from obs.engine import VllmServer
+from obs.engines.server import VllmServer
 from tests.conftest import require_binary
 
 pytestmark = pytest.mark.engine

@@ -26,7 +26,8 @@ import yaml
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from obs import conventions as c
-from obs.engine import EnginePaths, VllmServer
+from obs.engines.server import VllmServer
+from obs.engines.setup import EnginePaths
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
 from tests.support import chat_body
 from tests.support.lanes_support import query_budget

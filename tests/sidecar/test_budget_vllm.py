@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from obs import conventions as c
-from obs.engine import VllmServer
+from obs.engines.server import VllmServer
 from tests.conftest import SidecarFactory
 from tests.support import chat_body, probes
 from tests.support.lanes_support import (

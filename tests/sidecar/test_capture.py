@@ -10,7 +10,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from obs.engine import VllmServer
+from obs.engines.server import VllmServer
 from obs.sidecar.capture import HOOK_FAILED, prompt_text, redact
 from obs.sidecar.testing import OtlpReceiver
 from tests.conftest import SidecarFactory

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from obs import conventions as c
-from obs.engine_view import MAX_ENGINE_S, BadEngineSpan, engine_numbers
+from obs.engines.view import MAX_ENGINE_S, BadEngineSpan, engine_numbers
 from obs.events import Event
 from obs.phases import Clock
 from obs.record import Finished

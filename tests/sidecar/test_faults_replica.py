@@ -28,7 +28,7 @@ import openai
 import pytest
 
 from obs import conventions as c
-from obs.engine import VllmServer
+from obs.engines.server import VllmServer
 from tests.conftest import SidecarFactory
 from tests.support.faults_support import (
     CHAT,

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from obs import conventions as c
-from obs.engine import VllmServer
+from obs.engines.server import VllmServer
 from tests.conftest import SidecarFactory
 from tests.support.faults_support import (
     CHAT,

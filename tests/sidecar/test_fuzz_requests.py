@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from obs import conventions as c
 from obs.config import default_config_path
-from obs.engine import VllmServer
+from obs.engines.server import VllmServer
 from tests.conftest import SidecarFactory
 from tests.support.event_log import EventLog
 from tests.support.fuzz_support import (

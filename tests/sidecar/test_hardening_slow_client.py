@@ -16,7 +16,7 @@ import orjson
 import pytest
 import yaml
 
-from obs.engine import VllmServer
+from obs.engines.server import VllmServer
 from tests.conftest import SidecarFactory
 
 pytestmark = pytest.mark.engine

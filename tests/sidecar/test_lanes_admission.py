@@ -21,7 +21,8 @@ import pytest
 import yaml
 
 from obs import conventions as c
-from obs.engine import LlamaServer, VllmServer
+from obs.engines.llamacpp_server import LlamaServer
+from obs.engines.server import VllmServer
 from tests.conftest import VLLM_B_QUEUE_CAP, SidecarFactory
 from tests.support import chat_body, event_of
 from tests.support.lanes_support import (

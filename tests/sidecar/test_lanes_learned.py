@@ -18,7 +18,7 @@ import pytest
 
 from obs import conventions as c
 from obs.demo.workload import write_lanes
-from obs.engine import VllmServer
+from obs.engines.server import VllmServer
 from tests.conftest import SidecarFactory
 from tests.support import chat_body
 from tests.support.lanes_support import CHAT, LONG

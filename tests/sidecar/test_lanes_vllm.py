@@ -25,7 +25,7 @@ import pytest
 from obs import conventions as c
 from obs.cli import main as cli_main
 from obs.demo.workload import write_lanes
-from obs.engine import VllmServer
+from obs.engines.server import VllmServer
 from obs.loadgen.records import read_records
 from obs.sidecar.testing import SidecarProcess
 from tests.conftest import SidecarFactory

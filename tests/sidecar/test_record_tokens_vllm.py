@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from obs import conventions as c
-from obs.engine import VllmServer
+from obs.engines.server import VllmServer
 from obs.sidecar.testing import SidecarProcess
 from tests.conftest import SidecarFactory
 from tests.support.engine_core import engine_core_throttled

@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from obs import conventions as c
-from obs.engine import VllmServer
+from obs.engines.server import VllmServer
 from obs.sidecar.testing import SidecarProcess
 from tests.conftest import SidecarFactory
 from tests.support.probes import frame_json, metric, sse_frames

@@ -17,7 +17,7 @@ import openai
 import orjson
 import pytest
 
-from obs.engine import VllmServer
+from obs.engines.server import VllmServer
 from obs.procs import free_port, wait_http
 
 pytestmark = pytest.mark.engine

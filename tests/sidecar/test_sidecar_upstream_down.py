@@ -7,7 +7,7 @@ import time
 import httpx
 import pytest
 
-from obs.engine import VllmServer
+from obs.engines.server import VllmServer
 from obs.procs import free_port
 from tests.conftest import SidecarFactory
 from tests.support.forwarder import Forwarder

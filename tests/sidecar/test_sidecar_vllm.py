@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from obs.conventions import PHASES
-from obs.engine import VllmServer
+from obs.engines.server import VllmServer
 from obs.sidecar.testing import OtlpReceiver
 from tests.conftest import SidecarFactory, require_binary
 from tests.support import probes

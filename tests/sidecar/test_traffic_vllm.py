@@ -17,7 +17,7 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from obs import conventions as c
-from obs.engine import VllmServer
+from obs.engines.server import VllmServer
 from obs.procs import free_port
 from tests.conftest import SidecarFactory
 from tests.support import MODEL, probes

@@ -18,7 +18,7 @@ import orjson
 import pytest
 import uvloop
 
-from obs.engine import VllmServer
+from obs.engines.server import VllmServer
 from obs.sidecar.upstream import ConnectFailed, Response, Upstream, UpstreamError
 from tests.support import chat_body
 

@@ -18,7 +18,7 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from obs import conventions as c
-from obs.engine import VllmServer
+from obs.engines.server import VllmServer
 from obs.procs import free_port
 from obs.sidecar.testing import SidecarProcess
 from obs.sidecar.worker_metrics import merge_pages

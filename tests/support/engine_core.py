@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from obs.engine import VllmServer
+from obs.engines.server import VllmServer
 
 ENGINE_CORE = "VLLM::EngineCor"  # the process title, as /proc's 15-character comm shows it
 

@@ -15,7 +15,7 @@ import httpx
 import orjson
 import yaml
 
-from obs.engine import ServerError, VllmServer
+from obs.engines.server import ServerError, VllmServer
 from obs.sidecar.testing import SidecarProcess
 from tests.support.probes import DONE_FRAME, is_error_frame, metric, sse_frames
 

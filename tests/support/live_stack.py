@@ -45,7 +45,8 @@ from obs.demo.alertmanager import write_config as write_alertmanager_config
 from obs.demo.prometheus import PrometheusProcess, find_prometheus
 from obs.demo.prometheus import write_config as write_prometheus_config
 from obs.demo.workload import write_lanes, write_mix
-from obs.engine import EnginePaths, VllmServer
+from obs.engines.server import VllmServer
+from obs.engines.setup import EnginePaths
 from obs.loadgen.prompts import CharEstimate
 from obs.procs import free_port
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess

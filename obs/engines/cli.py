@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from obs.engine.declare import declared_flags, engine_block
-from obs.engine.llamacpp_setup import ensure_llamacpp
-from obs.engine.server import ServerError, VllmServer
-from obs.engine.setup import HOME_ENV_VAR, engine_home, ensure_engine
-from obs.engine.sim import cli as sim_cli
+from obs.engines.declare import declared_flags, engine_block
+from obs.engines.llamacpp_setup import ensure_llamacpp
+from obs.engines.server import ServerError, VllmServer
+from obs.engines.setup import HOME_ENV_VAR, engine_home, ensure_engine
+from obs.engines.sim import cli as sim_cli
 
 DEFAULT_PORT = 8000
 
@@ -176,8 +176,8 @@ def _serve_options(args: argparse.Namespace) -> ServeOptions:
 def serve(options: ServeOptions) -> int:
     """Run a server in the foreground until Ctrl-C/SIGTERM; return an exit status.
 
-    Raises :class:`~obs.engine.setup.EngineSetupError` or
-    :class:`~obs.engine.server.ServerError` if the engine cannot be set up or started.
+    Raises :class:`~obs.engines.setup.EngineSetupError` or
+    :class:`~obs.engines.server.ServerError` if the engine cannot be set up or started.
     """
     paths = ensure_engine(progress=print)
     server = VllmServer(

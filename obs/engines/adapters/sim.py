@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from obs.engine_metrics import EngineState, Sums
-from obs.engines.vllm import VLLM, read_v1
+from obs.engines.adapters.vllm import VLLM, read_v1
+from obs.engines.metrics import EngineState, Sums
 
 
 def _read(s: Sums) -> EngineState:

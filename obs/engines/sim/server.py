@@ -16,10 +16,10 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from obs.engine.sim.api import CHAT, COMPLETIONS, DONE, ApiError, Ask, Framer, error_frame, parse
-from obs.engine.sim.engine import SimEngine, Ticket
-from obs.engine.sim.scheduler import SimRequest
-from obs.engine.sim.tokens import block_hashes, output_text, token_ids
+from obs.engines.sim.api import CHAT, COMPLETIONS, DONE, ApiError, Ask, Framer, error_frame, parse
+from obs.engines.sim.engine import SimEngine, Ticket
+from obs.engines.sim.scheduler import SimRequest
+from obs.engines.sim.tokens import block_hashes, output_text, token_ids
 from obs.openai_api import prompt_text
 
 VERSION_PREFIX = "sim"

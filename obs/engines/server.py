@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
-from obs.engine.setup import (
+from obs.engines.setup import (
     EngineError,
     engine_environment,
     engine_home,

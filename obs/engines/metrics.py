@@ -1,6 +1,6 @@
 """The engine-neutral pool state: what the sidecar exports per replica, whatever the engine.
 
-An engine adapter (``obs.engines``) maps one engine's own ``/metrics`` samples to
+An engine adapter (``obs.engines.adapters``) maps one engine's own ``/metrics`` samples to
 an :class:`EngineState`. A value the engine does not report is ``None`` (absent),
 never 0: the sidecar then exports no gauge for it, the dashboards show "not
 reported by this engine" and no alert is judged on it.

@@ -14,7 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from obs import conventions as c
-from obs.engine.sim.scheduler import Scheduler, SimRequest
+from obs.engines.sim.scheduler import Scheduler, SimRequest
 
 LABELS = ("engine", "model_name")
 TTFT_BUCKETS: tuple[float, ...] = (

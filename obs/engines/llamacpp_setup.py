@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from hashlib import sha256
 from pathlib import Path
 
-from obs.engine.setup import (
+from obs.engines.setup import (
     EngineSetupError,
     Progress,
     engine_home,

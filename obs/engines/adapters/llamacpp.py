@@ -8,8 +8,8 @@ so those stay absent. ``llamacpp:prompt_tokens_total`` counts prompt tokens
 from __future__ import annotations
 
 from obs import conventions as c
-from obs.engine_metrics import EngineState, Sums, plus
-from obs.engines.base import ENGINE_VIEW_FIELDS, Adapter
+from obs.engines.adapters.base import ENGINE_VIEW_FIELDS, Adapter
+from obs.engines.metrics import EngineState, Sums, plus
 
 
 def _read(s: Sums) -> EngineState:

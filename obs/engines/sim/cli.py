@@ -8,15 +8,15 @@ import signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from obs.engine.sim.engine import EngineConfig, SimEngine
-from obs.engine.sim.hardware import GPUS, MODELS, Calibration, perf_model
-from obs.engine.sim.scheduler import SchedulerConfig
+from obs.engines.sim.engine import EngineConfig, SimEngine
+from obs.engines.sim.hardware import GPUS, MODELS, Calibration, perf_model
+from obs.engines.sim.scheduler import SchedulerConfig
 from obs.errors import ConfigError, ObsError
 
 if TYPE_CHECKING:  # the web server is imported by the handler: `vllm-obs --help` skips it
     from aiohttp import web
 
-    from obs.engine.sim.server import ServerConfig
+    from obs.engines.sim.server import ServerConfig
 
 DESCRIPTION = """\
 Serve a simulated vLLM replica: vLLM's OpenAI routes, /metrics under vLLM's V1 names,
@@ -161,7 +161,7 @@ def options(args: argparse.Namespace) -> SimOptions:
         stream_interval=args.stream_interval,
         speed=args.speed,
     )
-    from obs.engine.sim.server import ServerConfig
+    from obs.engines.sim.server import ServerConfig
 
     server = ServerConfig(args.gpu, args.model.lower(), args.default_output_tokens)
     return SimOptions(args.host, args.port, server, engine, args.gpu_memory_utilization)
@@ -169,7 +169,7 @@ def options(args: argparse.Namespace) -> SimOptions:
 
 def build(opts: SimOptions) -> web.Application:
     """The replica's app for ``opts`` (tests run it in process)."""
-    from obs.engine.sim.server import create_app
+    from obs.engines.sim.server import create_app
 
     base = perf_model(opts.server.gpu, opts.server.model)
     perf = type(base)(base.gpu, base.model, Calibration(memory_utilization=opts.memory_utilization))

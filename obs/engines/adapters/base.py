@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from obs.engine_metrics import EngineState, Sums
+from obs.engines.metrics import EngineState, Sums
 from obs.events import Event
 
 EVENT_FIELDS = frozenset(Event.__dataclass_fields__)
@@ -37,7 +37,7 @@ class Adapter:
     tested: str
     """What the adapter is tested against: a real server here, or captures of its source."""
     reports: frozenset[str] = field(init=False)
-    """The :data:`~obs.engine_metrics.STATE_FIELDS` this engine can report at all: what
+    """The :data:`~obs.engines.metrics.STATE_FIELDS` this engine can report at all: what
     ``read`` gives from a page carrying every sample it wants (``read`` is the one source)."""
 
     def __post_init__(self) -> None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from obs import conventions as c
-from obs.engine_metrics import EngineState, Sums
-from obs.engines.base import ENGINE_VIEW_FIELDS, Adapter
+from obs.engines.adapters.base import ENGINE_VIEW_FIELDS, Adapter
+from obs.engines.metrics import EngineState, Sums
 
 
 def read_v1(s: Sums, engine: str = "vllm") -> EngineState:

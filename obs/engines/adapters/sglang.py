@@ -10,8 +10,8 @@ counter, so preemptions stay absent rather than being guessed from it.
 from __future__ import annotations
 
 from obs import conventions as c
-from obs.engine_metrics import EngineState, Sums
-from obs.engines.base import ENGINE_VIEW_FIELDS, Adapter
+from obs.engines.adapters.base import ENGINE_VIEW_FIELDS, Adapter
+from obs.engines.metrics import EngineState, Sums
 
 
 def _read(s: Sums) -> EngineState:

@@ -1,7 +1,7 @@
 """The engine's view of a request, from its engine's request span, merged into the record.
 
 The span's numbers arrive as ``gen_ai.latency.*`` seconds whatever the engine
-(``obs.engine_spans`` maps SGLang's and TGI's). The engine measures from the
+(``obs.engines.spans`` maps SGLang's and TGI's). The engine measures from the
 moment the request reached it: time in its waiting queue, model prefill, model
 decode, TTFT (each where the engine reports it). The sidecar only sees the
 outside. Merging moves the phase boundaries, never the total:

@@ -7,8 +7,8 @@ fills the event fields that depend on the engine.
 from __future__ import annotations
 
 from obs import conventions as c
-from obs.engine_metrics import STATE_FIELDS
-from obs.engines import ADAPTERS
+from obs.engines.adapters import ADAPTERS
+from obs.engines.metrics import STATE_FIELDS
 
 # Each pool-state value: its label here, the panels that show it, the alerts judged on it.
 USES = {

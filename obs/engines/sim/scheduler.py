@@ -11,7 +11,7 @@ Then, if nothing was preempted, waiting requests join while the batch has fewer 
 cached blocks of its prompt's prefix. After a step, a request whose tokens are all
 computed samples one output token; it finishes at ``max_tokens``.
 
-Pure and clock-free: the caller times each step (obs.engine.sim.hardware) and says
+Pure and clock-free: the caller times each step (obs.engines.sim.hardware) and says
 when it ended. ``decode_run`` lets a caller in virtual time advance many identical
 decode-only steps at once.
 """
@@ -22,8 +22,8 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from obs.engine.sim.hardware import StepWork
-from obs.engine.sim.kvcache import Holding, KvCache
+from obs.engines.sim.hardware import StepWork
+from obs.engines.sim.kvcache import Holding, KvCache
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,10 +14,10 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 
-from obs.engine.sim.hardware import PerfModel
-from obs.engine.sim.kvcache import KvCache
-from obs.engine.sim.metrics import SimMetrics
-from obs.engine.sim.scheduler import Scheduler, SchedulerConfig, SimRequest
+from obs.engines.sim.hardware import PerfModel
+from obs.engines.sim.kvcache import KvCache
+from obs.engines.sim.metrics import SimMetrics
+from obs.engines.sim.scheduler import Scheduler, SchedulerConfig, SimRequest
 
 
 @dataclass(frozen=True, slots=True)

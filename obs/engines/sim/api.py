@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from obs.engine.sim.tokens import token_ids
+from obs.engines.sim.tokens import token_ids
 from obs.openai_api import messages, prompt_text
 
 CHAT = "chat"

@@ -1,7 +1,7 @@
 """Each engine's request span: which span it is, and its timing as the engine view's numbers.
 
 The engine join (``obs.sidecar.engine_join``) merges one span per request into the
-event (``obs.engine_view``). Which span that is, and where its timing is, differ:
+event (``obs.engines.view``). Which span that is, and where its timing is, differ:
 
 - **vLLM**: ``llm_request``, ``gen_ai.latency.*`` in seconds (queue, prefill,
   decode, inference, TTFT), ``gen_ai.request.id`` derived from our ``X-Request-Id``
@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from obs.engine_view import MAX_ENGINE_S, BadEngineSpan, engine_numbers
+from obs.engines.view import MAX_ENGINE_S, BadEngineSpan, engine_numbers
 
 SPANLESS: Final = frozenset({"llamacpp", "sim"})  # engines that export no spans at all
 VLLM_SPAN: Final = "llm_request"
@@ -59,7 +59,7 @@ class EngineSpan:
     request_id: str | None
     """An id the engine derived from our ``X-Request-Id``, to check; None: none to check."""
     numbers: dict[str, float]
-    """``gen_ai.latency.*`` seconds, checked (``obs.engine_view.engine_numbers``)."""
+    """``gen_ai.latency.*`` seconds, checked (``obs.engines.view.engine_numbers``)."""
 
 
 def engine_of(name: str, attrs: Mapping[str, Any]) -> str | None:

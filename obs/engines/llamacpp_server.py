@@ -1,7 +1,7 @@
 """Start and stop a real llama.cpp ``llama-server`` on 127.0.0.1, by process group.
 
 The process handling (launch in its own session, wait for ``/health``, SIGTERM then
-SIGKILL the group, log tail) is :class:`~obs.engine.server.VllmServer`'s; only the
+SIGKILL the group, log tail) is :class:`~obs.engines.server.VllmServer`'s; only the
 command line, the environment and what "installed" means differ.
 """
 
@@ -11,7 +11,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from obs.engine.server import HOST, ServerError, VllmServer
+from obs.engines.server import HOST, ServerError, VllmServer
 
 # Flags every llama-server gets: loopback only, the Prometheus /metrics page (off by
 # default), no web UI, and one thread per slot so it shares a small machine politely.
