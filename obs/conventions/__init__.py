@@ -5,7 +5,9 @@ else; a test checks that every generated PromQL expression names only metrics
 defined in this module (or vLLM's own, listed in ``VLLM_METRICS``).
 
 The names live in submodules by kind (labels, metrics, engines, buckets, rules, spans, genai);
-import them from here: ``from obs import conventions as c``.
+import them from here: ``from obs import conventions as c``. Every public name of a submodule
+is a convention (a submodule keeps its helpers private with a leading ``_``), so adding a
+name is writing it once, in its submodule.
 """
 
 from __future__ import annotations

@@ -6,14 +6,6 @@ from typing import Final
 
 from obs.conventions.labels import MAX_MODEL_LABELS, OVERFLOW_LABEL
 
-__all__ = [
-    "LATENCY_BUCKETS",
-    "TOKEN_LATENCY_BUCKETS",
-    "BoundedLabel",
-    "bucket_le",
-    "merged_buckets",
-]
-
 # Latency buckets in seconds; SLO thresholds from the config are merged in
 # exactly (see ``latency_buckets``) so every threshold is a bucket boundary.
 LATENCY_BUCKETS: Final = (

@@ -4,43 +4,6 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = [
-    "DCGM_FB_FREE",
-    "DCGM_FB_USED",
-    "DCGM_GPU_UTIL",
-    "DCGM_METRICS",
-    "DCGM_POWER",
-    "LLAMACPP_CACHED_TOKENS",
-    "LLAMACPP_DEFERRED",
-    "LLAMACPP_PROCESSING",
-    "LLAMACPP_PROMPT_TOKENS",
-    "SGLANG_CACHED_TOKENS",
-    "SGLANG_PROMPT_TOKENS",
-    "SGLANG_RUNNING",
-    "SGLANG_TOKEN_USAGE",
-    "SGLANG_WAITING",
-    "TGI_BATCH_SIZE",
-    "TGI_QUEUE_SIZE",
-    "VLLM_DECODE_TIME",
-    "VLLM_GENERATION_TOKENS",
-    "VLLM_ITL",
-    "VLLM_KV_CACHE_USAGE",
-    "VLLM_LORA_INFO",
-    "VLLM_METRICS",
-    "VLLM_PREEMPTIONS",
-    "VLLM_PREFILL_TIME",
-    "VLLM_PREFIX_HITS",
-    "VLLM_PREFIX_QUERIES",
-    "VLLM_PROMPT_TOKENS",
-    "VLLM_QUEUE_TIME",
-    "VLLM_RUNNING",
-    "VLLM_SPEC_ACCEPTED",
-    "VLLM_SPEC_DRAFTS",
-    "VLLM_SPEC_DRAFT_TOKENS",
-    "VLLM_TTFT",
-    "VLLM_WAITING",
-]
-
 # vLLM's own metrics (as of 0.32) that the sidecar reads or the dashboards query.
 VLLM_KV_CACHE_USAGE: Final = "vllm:kv_cache_usage_perc"
 VLLM_RUNNING: Final = "vllm:num_requests_running"

@@ -17,22 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = [
-    "GENAI_METRICS",
-    "GENAI_OPT_IN",
-    "GENAI_REQUEST_DURATION",
-    "GENAI_SEMCONV_VERSION",
-    "GENAI_TIME_PER_OUTPUT_TOKEN",
-    "GENAI_TIME_TO_FIRST_TOKEN",
-    "GENAI_TOKEN_USAGE",
-    "OTEL_SEMCONV_STABILITY_OPT_IN",
-    "PROVIDER",
-    "TOKEN_INPUT",
-    "TOKEN_OUTPUT",
-    "GenAiMetric",
-    "latest_genai",
-]
-
 GENAI_SEMCONV_VERSION: Final = "1.41.0"
 OTEL_SEMCONV_STABILITY_OPT_IN: Final = "OTEL_SEMCONV_STABILITY_OPT_IN"
 GENAI_OPT_IN: Final = "gen_ai_latest_experimental"

@@ -5,38 +5,6 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = [
-    "ATTR_CACHED_INPUT_TOKENS",
-    "ATTR_ERROR_TYPE",
-    "ATTR_FINISH_REASONS",
-    "ATTR_HTTP_METHOD",
-    "ATTR_HTTP_ROUTE",
-    "ATTR_HTTP_STATUS",
-    "ATTR_INPUT_TOKENS",
-    "ATTR_LANE",
-    "ATTR_OPERATION",
-    "ATTR_OUTPUT_TOKENS",
-    "ATTR_PHASE",
-    "ATTR_POOL",
-    "ATTR_PROVIDER",
-    "ATTR_REJECTION_REASON",
-    "ATTR_REQUEST_ID",
-    "ATTR_REQUEST_MAX_TOKENS",
-    "ATTR_REQUEST_MODEL",
-    "ATTR_REQUEST_STREAM",
-    "ATTR_RESPONSE_MODEL",
-    "ATTR_SERVER_ADDRESS",
-    "ATTR_SERVER_PORT",
-    "ATTR_STATUS",
-    "ATTR_STREAM_BLOCKED_MS",
-    "ATTR_SYSTEM",
-    "ATTR_TENANT",
-    "ATTR_TIME_TO_FIRST_CHUNK",
-    "ATTR_TOKEN_TYPE",
-    "ATTR_TPOT_MS",
-    "ATTR_TTFT_MS",
-]
-
 # --- Span attributes (the OTLP encoder, exporters/otlp_proto.py; Tempo links in dashboards) ---
 # OpenTelemetry semantic conventions: GenAI (gen_ai.*), HTTP, server, error.
 ATTR_OPERATION: Final = "gen_ai.operation.name"
