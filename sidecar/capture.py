@@ -26,12 +26,13 @@ import structlog
 from obs.errors import ConfigError
 from obs.events import Event
 from obs.openai_api import content_texts, prompt_text
+from obs.sidecar import defaults as D
 
 log = structlog.get_logger("vllm_obs.capture")
 
 Redactor = Callable[[str], str]
 KINDS = ("prompt", "output")
-DEFAULT_MAX_CHARS = 4096
+DEFAULT_MAX_CHARS = D.CAPTURE_MAX_CHARS
 HOOK_FAILED = "[redaction hook failed: text dropped]"
 
 # What the default hook masks: secrets and identifiers that commonly leak into prompts.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from obs.sidecar import defaults as D
 from obs.sidecar import hardening_cli
 
 
@@ -29,28 +30,26 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         type=Path,
         help="lanes/pools YAML config (see `vllm-obs config check`)",
     )
+    p.add_argument("--host", default=D.HOST, help="address to listen on (default: %(default)s)")
     p.add_argument(
-        "--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"
-    )
-    p.add_argument(
-        "--port", type=int, default=8000, help="port to listen on (default: %(default)s)"
+        "--port", type=int, default=D.PORT, help="port to listen on (default: %(default)s)"
     )
     p.add_argument(
         "--events",
         metavar="PATH",
-        default="events.jsonl",
+        default=D.EVENTS,
         help="JSONL event log ('-' or 'none' to disable; default: %(default)s)",
     )
     p.add_argument(
         "--events-max-mb",
         type=float,
-        default=256,
+        default=D.EVENTS_MAX_MB,
         help="rotate the event log when it passes this size (default: %(default)s MB)",
     )
     p.add_argument(
         "--events-backups",
         type=int,
-        default=10,
+        default=D.EVENTS_BACKUPS,
         help="rotated event logs to keep (default: %(default)s)",
     )
     p.add_argument(
@@ -76,7 +75,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--pool-poll-interval",
         type=float,
-        default=5.0,
+        default=D.POOL_POLL_INTERVAL_S,
         metavar="SECONDS",
         help="how often to read each replica's /metrics for engine state (default: %(default)s)",
     )
@@ -86,7 +85,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--shutdown-grace",
         type=float,
-        default=30.0,
+        default=D.SHUTDOWN_GRACE_S,
         metavar="SECONDS",
         help="on SIGTERM, how long requests in flight may take to finish; those still running "
         "then end with an error frame or a 503 and are logged (default: %(default)s)",
@@ -101,7 +100,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--engine-join-wait",
         type=float,
-        default=6.0,
+        default=D.ENGINE_JOIN_WAIT_S,
         metavar="SECONDS",
         help="longest an event waits for the engine's span before it is written without "
         "(default: %(default)s; vLLM batches spans every OTEL_BSP_SCHEDULE_DELAY, 5 s by default)",
@@ -128,14 +127,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--capture-max-chars",
         type=int,
-        default=4096,
+        default=D.CAPTURE_MAX_CHARS,
         metavar="N",
         help="with --capture-text: keep at most N characters of each text (default: %(default)s)",
     )
     p.add_argument(
         "--workers",
         type=int,
-        default=1,
+        default=D.WORKERS,
         metavar="N",
         help="relay processes on the port, for more than one core's worth of traffic; "
         "metrics are merged across them, each enforces 1/N of every lane's limits, worker I>0 "
@@ -165,7 +164,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="MB",
         help="largest spool; events past it are dropped and counted (default: 1024)",
     )
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--log-level", default=D.LOG_LEVEL, choices=["debug", "info", "warning", "error"]
+    )
     hardening_cli.add_arguments(p)
     p.set_defaults(handler=run)
 

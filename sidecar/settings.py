@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from obs.config import ClickHouseExport, Config
+from obs.sidecar import defaults as D
 from obs.sidecar.capture import TextCapture
 from obs.sidecar.limits import Limits
 from obs.sidecar.worker_metrics import WorkerSlot
@@ -14,23 +15,23 @@ from obs.sidecar.worker_metrics import WorkerSlot
 @dataclass(frozen=True, slots=True)
 class Settings:
     config: Config
-    host: str = "127.0.0.1"
-    port: int = 8000
-    events_path: Path | None = Path("events.jsonl")
-    events_max_bytes: int = 256 << 20
-    events_backups: int = 10
+    host: str = D.HOST
+    port: int = D.PORT
+    events_path: Path | None = Path(D.EVENTS)
+    events_max_bytes: int = D.EVENTS_MAX_MB << 20
+    events_backups: int = D.EVENTS_BACKUPS
     otlp_endpoint: str | None = None  # None: the standard OTEL_* variables decide
     otlp_metrics_endpoint: str | None = None  # GenAI metrics; None: OTEL_..._METRICS_ENDPOINT
     otlp_logs_endpoint: str | None = None  # events as log records; None: OTEL_..._LOGS_ENDPOINT
-    pool_poll_interval_s: float = 5.0
+    pool_poll_interval_s: float = D.POOL_POLL_INTERVAL_S
     max_body_bytes: int = 32 << 20
-    shutdown_grace_s: float = 30.0
-    log_level: str = "info"
-    engine_join_wait_s: float = 6.0  # longest an event waits for the engine's span
+    shutdown_grace_s: float = D.SHUTDOWN_GRACE_S
+    log_level: str = D.LOG_LEVEL
+    engine_join_wait_s: float = D.ENGINE_JOIN_WAIT_S  # longest an event waits for its span
     extra_routes: tuple[str, ...] = field(default=())
     metrics_address: tuple[str, int] | None = None  # /metrics there instead of on the relay port
     capture: TextCapture | None = None  # None: no prompt or output text anywhere (the default)
-    workers: int = 1  # relay processes on the port (obs.sidecar.workers)
+    workers: int = D.WORKERS  # relay processes on the port (obs.sidecar.workers)
     worker: WorkerSlot | None = None  # set in each worker when workers > 1
     clickhouse: ClickHouseExport | None = None  # None: no ClickHouse exporter
     # Hardening (docs/security.md).

@@ -32,7 +32,8 @@ class ScriptedPool:
         self._sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
         self._open: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._acceptor = threading.Thread(target=self._accept, daemon=True)
+        self._acceptor.start()
 
     def _accept(self) -> None:
         while True:
@@ -65,6 +66,10 @@ class ScriptedPool:
         read_all(conn)  # a second request on this connection is never answered
 
     def stop(self) -> None:
+        # Stop accepting first (shutdown wakes the blocked accept): no connection accepted
+        # after the loop below is left for the collector unclosed.
+        self._sock.shutdown(socket.SHUT_RDWR)
+        self._acceptor.join()
         self._sock.close()
         for c in self._open:
             c.close()

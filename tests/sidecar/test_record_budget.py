@@ -50,9 +50,13 @@ class HoldingPool:
             self.conns.append(conn)
 
     def close(self) -> None:
+        # Stop accepting first (shutdown wakes the blocked accept), so no connection is
+        # accepted after the loop below and left for the collector unclosed.
+        self.sock.shutdown(socket.SHUT_RDWR)
+        self._thread.join()
+        self.sock.close()
         for conn in self.conns:
             conn.close()
-        self.sock.close()
 
 
 @pytest.fixture
