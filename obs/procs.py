@@ -107,6 +107,11 @@ def read_tail(path: Path | None, chars: int) -> str:
         return ""
 
 
+def tail_lines(path: Path | None, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of the file at ``path`` ('' if there is none)."""
+    return "\n".join(read_tail(path, 1 << 20).splitlines()[-lines:])
+
+
 class Exited(RuntimeError):
     """The process exited while it was being waited on."""
 
@@ -263,7 +268,7 @@ class ManagedProcess:
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         """The last ``lines`` lines of the log ('' if there is none)."""
-        return "\n".join(self.log_text().splitlines()[-lines:])
+        return tail_lines(self.log_path, lines)
 
     def _tail_note(self) -> str:
         if self.log_path is None:

