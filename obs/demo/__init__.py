@@ -6,7 +6,6 @@ six-class mix, and leaves events, rules, dashboards and an HTML report in one
 folder, stopping every process it started. The pieces: :mod:`~obs.demo.options`
 (what to run), :mod:`~obs.demo.stack` (processes), :mod:`~obs.demo.service` (a
 monitoring server on loopback), :mod:`~obs.demo.prometheus`,
-:mod:`~obs.demo.alertmanager` (with a webhook receiver; the live-stack tests use it),
 :mod:`~obs.demo.workload` (mix, lanes, load with a live view),
 :mod:`~obs.demo.results` (the closing commands and tables) and
 :mod:`~obs.demo.run` (the orchestration).

@@ -1,4 +1,4 @@
-"""``obs.demo.alertmanager``: a real Alertmanager on loopback delivers to the webhook receiver."""
+"""A real Alertmanager on loopback delivers to the webhook receiver (tests.support.alertmanager)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from obs.demo.alertmanager import AlertmanagerProcess, WebhookReceiver, write_config
 from obs.procs import free_port
 from tests.conftest import require_binary
+from tests.support.alertmanager import AlertmanagerProcess, WebhookReceiver, write_config
 
 pytestmark = pytest.mark.prometheus
 

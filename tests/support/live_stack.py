@@ -35,13 +35,6 @@ import yaml
 from obs import conventions as c
 from obs.cli import main
 from obs.config import Config, load_config
-from obs.demo.alertmanager import (
-    AlertmanagerProcess,
-    Notification,
-    WebhookReceiver,
-    find_alertmanager,
-)
-from obs.demo.alertmanager import write_config as write_alertmanager_config
 from obs.demo.prometheus import PrometheusProcess, find_prometheus
 from obs.demo.prometheus import write_config as write_prometheus_config
 from obs.demo.workload import write_lanes, write_mix
@@ -50,6 +43,13 @@ from obs.engines.setup import EnginePaths
 from obs.loadgen.prompts import CharEstimate
 from obs.procs import free_port
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
+from tests.support.alertmanager import (
+    AlertmanagerProcess,
+    Notification,
+    WebhookReceiver,
+    find_alertmanager,
+)
+from tests.support.alertmanager import write_config as write_alertmanager_config
 
 KV_CACHE_BYTES = 4 << 20  # 4096 tokens of the tiny model: 31 blocks of 128 tokens on CPU
 LIMITED = "limited"

@@ -1,4 +1,5 @@
-"""A real Alertmanager on loopback, its config, and a webhook receiver that keeps what it gets.
+"""A real Alertmanager on loopback, its config, and a webhook receiver that keeps what it gets
+(the live-stack and alert-delivery tests; the demo runs no Alertmanager).
 
 Stdlib only (plus PyYAML). ``AlertmanagerProcess`` runs the Debian
 ``prometheus-alertmanager`` (or upstream ``alertmanager``) binary with clustering
