@@ -14,7 +14,7 @@ from obs.alerts.rules import rule_files
 from obs.alerts.writer import write
 from obs.config import default_config_path, load_config
 from obs.durations import seconds
-from obs.prom.names import metric_names
+from tests.support.promql_names import metric_names
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_DIR = ROOT / "deploy" / "prometheus" / "rules"

@@ -1,10 +1,10 @@
-"""obs.prom.names: the metric names a PromQL expression reads."""
+"""tests/support/promql_names.py: the metric names a PromQL expression reads."""
 
 from __future__ import annotations
 
 import pytest
 
-from obs.prom.names import metric_names
+from tests.support.promql_names import metric_names
 
 
 @pytest.mark.parametrize(

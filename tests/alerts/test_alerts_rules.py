@@ -12,7 +12,7 @@ from obs import conventions as c
 from obs.alerts.model import build_model
 from obs.alerts.rules import alerts, rule_files
 from obs.config import default_config_path, load_config, parse_config
-from obs.prom.names import metric_names
+from tests.support.promql_names import metric_names
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNBOOK = ROOT / "docs" / "runbook.md"

@@ -16,9 +16,9 @@ from obs.config import Config
 from obs.dashboards import render
 from obs.dashboards.build import iter_panels
 from obs.dashboards.variables import referenced
-from obs.prom.names import metric_names
 from tests.support import strings
 from tests.support.dashboards_support import CONFIGS, UIDS, board_exprs, board_variables
+from tests.support.promql_names import metric_names
 
 ROOT = Path(__file__).resolve().parents[2]
 # vLLM 0.32's real /metrics output, captured into the repository (tests/data/README.md).
