@@ -13,9 +13,12 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
+import struct
 import sys
 import tempfile
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -225,3 +228,118 @@ def vllm_and_sidecar(
             yield vllm, sc, work
         finally:
             sc.stop()
+
+
+class AcceptQueue:
+    """Samples a listening socket's accept queue (connections the kernel completed, not yet
+    accepted) every ``interval_s`` in a thread, through the kernel's socket diagnostics
+    (``NETLINK_SOCK_DIAG``, what ``ss -lnt`` reads as Recv-Q; only listening sockets are
+    walked, so thousands of TIME_WAIT sockets cost nothing). By Little's law the queue's
+    length summed over time, divided by the connections that went through it, is the mean
+    time a connection waited to be accepted, whoever the server is.
+
+    It also finds the processes that hold the socket (nginx: its master and worker) and,
+    while a connection waits, reads whether one of their main threads is on or waiting
+    for a CPU (state R) or asleep (S: in ``epoll_wait``, not woken by the connection); and
+    how long their main threads ran and waited for a CPU over the run (``schedstat``).
+    """
+
+    _LISTEN = 10  # TCP_LISTEN
+    _DONE = 3  # NLMSG_DONE
+
+    def __init__(self, port: int, interval_s: float = 0.001) -> None:
+        self.port = port
+        self.interval_s = interval_s
+        self.samples = 0
+        self.busy = 0  # samples with a connection waiting
+        self.busy_asleep = 0  # ... while every holder's main thread slept
+        self.longest = 0
+        self.queued_s = 0.0  # connection-seconds spent waiting
+        self.inode = 0
+        self.pids: list[int] = []
+        self._sched: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"accept {port}")
+        sockid = bytes(44) + struct.pack("=II", 0xFFFFFFFF, 0xFFFFFFFF)  # no cookie
+        req = struct.pack("=BBBBI", socket.AF_INET, socket.IPPROTO_TCP, 0, 0, 1 << self._LISTEN)
+        self._request = struct.pack("=IHHII", 16 + len(req) + len(sockid), 20, 0x301, 1, 0)
+        self._request += req + sockid  # SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP
+
+    def queued(self, sock: socket.socket) -> int:
+        """Connections now waiting in the accept queue of 127.0.0.1:``port``."""
+        sock.send(self._request)
+        found = 0
+        while True:
+            data = sock.recv(65536)
+            at = 0
+            while at + 16 <= len(data):
+                size, kind = struct.unpack_from("=IH", data, at)
+                if kind == self._DONE or size < 16:
+                    return found
+                if struct.unpack_from("!H", data, at + 20)[0] == self.port:
+                    found += struct.unpack_from("=I", data, at + 72)[0]  # idiag_rqueue
+                    self.inode = struct.unpack_from("=I", data, at + 84)[0]
+                at += (size + 3) & ~3
+
+    def _holders(self) -> list[int]:
+        link = f"socket:[{self.inode}]"
+        pids = []
+        for proc in Path("/proc").iterdir():
+            if proc.name.isdigit():
+                with contextlib.suppress(OSError):
+                    if any(os.readlink(fd) == link for fd in (proc / "fd").iterdir()):
+                        pids.append(int(proc.name))
+        return pids
+
+    def _schedstat(self) -> list[int]:
+        """Run and run-queue wait ns of the holders' main threads, summed."""
+        total = [0, 0]
+        for pid in self.pids:
+            with contextlib.suppress(OSError):
+                run, wait, _ = Path(f"/proc/{pid}/schedstat").read_text().split()
+                total[0] += int(run)
+                total[1] += int(wait)
+        return total
+
+    def _asleep(self) -> bool:
+        for pid in self.pids:
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "R":
+                    return False
+        return True
+
+    def start(self) -> AcceptQueue:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 4) as sock:  # NETLINK_SOCK_DIAG
+            self.queued(sock)
+        self.pids = self._holders()
+        self._sched = self._schedstat()
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict[str, float]:
+        """Stop sampling; the figures of the run."""
+        self._stop.set()
+        self._thread.join(5)
+        run, wait = (b - a for a, b in zip(self._sched, self._schedstat(), strict=True))
+        return {
+            "accept_queue_max": self.longest,
+            "accept_queue_busy_share": self.busy / max(self.samples, 1),
+            "accept_busy_asleep_share": self.busy_asleep / max(self.busy, 1),
+            "accept_queued_s": self.queued_s,
+            "server_cpu_s": run / 1e9,
+            "server_runqueue_s": wait / 1e9,
+        }
+
+    def _run(self) -> None:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 4) as sock:
+            last = time.monotonic()
+            while not self._stop.wait(self.interval_s):
+                n = self.queued(sock)
+                now = time.monotonic()
+                self.samples += 1
+                if n:
+                    self.busy += 1
+                    self.busy_asleep += self._asleep()
+                self.longest = max(self.longest, n)
+                self.queued_s += n * (now - last)
+                last = now

@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
+from obs.progress import ProgressLine
+
 BAR_WIDTH = 24
 
 
@@ -33,7 +35,8 @@ def render(
 
 
 class Progress:
-    """Redraws the line at most every ``interval_s``; ``enabled=False`` makes it a no-op."""
+    """The bar on ``stream`` (``obs.progress.ProgressLine``, in place), redrawn at most every
+    ``interval_s``; ``enabled=False`` makes it a no-op."""
 
     def __init__(
         self,
@@ -45,40 +48,24 @@ class Progress:
         interval_s: float = 0.2,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._stream = stream
         self._total = total
         self._duration_s = duration_s
-        self._enabled = enabled
-        self._interval_s = interval_s
         self._clock = clock
         self._start = clock()
-        self._last = float("-inf")
-        self._width = 0
+        self._line = ProgressLine(stream, in_place=enabled, interval_s=interval_s, clock=clock)
 
     @property
     def enabled(self) -> bool:
-        return self._enabled
+        return self._line.enabled
 
     def update(self, done: int, errors: int, inflight: int, *, force: bool = False) -> None:
-        if not self._enabled:
+        if not self._line.enabled:
             return
-        now = self._clock()
-        if not force and now - self._last < self._interval_s:
-            return
-        self._last = now
+        elapsed = self._clock() - self._start
         line = render(
-            done,
-            errors,
-            inflight,
-            now - self._start,
-            total=self._total,
-            duration_s=self._duration_s,
+            done, errors, inflight, elapsed, total=self._total, duration_s=self._duration_s
         )
-        self._stream.write("\r" + line.ljust(self._width))
-        self._stream.flush()
-        self._width = len(line)
+        self._line.draw(line, force=force)
 
     def close(self) -> None:
-        if self._enabled and self._width:
-            self._stream.write("\n")
-            self._stream.flush()
+        self._line.end()

@@ -14,12 +14,10 @@ import contextlib
 import json
 import secrets
 import shutil
-import signal
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 from typing import Any, TextIO
 
 from obs.config import Config, load_config
@@ -32,36 +30,20 @@ from obs.demo.prometheus import (
     prometheus_version,
     write_config,
 )
-from obs.demo.stack import Stack, local_pools, start_servers
+from obs.demo.stack import Stack, local_pools, start_servers, start_sidecar
 from obs.errors import ObsError
+from obs.interrupt import Interrupted, Interruptible
 
 PROMETHEUS = "Prometheus"
-SIDECAR_START_TIMEOUT_S = 60.0
 
 
 class DemoError(ObsError):
     """A part of the demo could not be set up or started."""
 
 
-class Interrupted(BaseException):
-    """SIGINT or SIGTERM outside the load phase: stop everything and leave.
-
-    A BaseException, so that no ``except Exception`` on the way (a loop waiting for a
-    server to answer) can swallow it. The sweep raises the same one.
-    """
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
 def run_demo(opts: DemoOptions, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """Run the demo; returns the exit status (128 + signal number when interrupted)."""
     return Demo(opts, stdout or sys.stdout, stderr or sys.stderr).run()
-
-
-def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
-    raise Interrupted(signum)
 
 
 class Demo:
@@ -77,6 +59,9 @@ class Demo:
         self.alerts: list[Alert] | None = None
         self.prometheus_notes: list[str] = []
         self.config: Config | None = None
+        self.signals = Interruptible(
+            lambda: self.say("[demo] still stopping the demo's processes; a moment ...")
+        )
 
     # --- output ------------------------------------------------------------------
 
@@ -102,30 +87,17 @@ class Demo:
     # --- the run -----------------------------------------------------------------
 
     def run(self) -> int:
-        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-        self._install_handlers()
         status = 0
-        try:
-            status = self._run()
-        except Interrupted as e:
-            self.say(f"\n[demo] {e}: stopping everything the demo started")
-            status = 128 + e.signum
-        finally:
-            for s in previous:  # a second signal must not cut the clean-up short
-                signal.signal(s, self._still_stopping)
+        with self.signals:
             try:
-                status = self._stop_everything() or status
+                status = self._run()
+            except Interrupted as e:
+                self.say(f"\n[demo] {e}: stopping everything the demo started")
+                status = 128 + e.signum
             finally:
-                for s, handler in previous.items():
-                    signal.signal(s, handler)
+                self.signals.stopping()  # a second signal must not cut the clean-up short
+                status = self._stop_everything() or status
         return status
-
-    def _install_handlers(self) -> None:
-        for s in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(s, _raise_interrupted)
-
-    def _still_stopping(self, signum: int, frame: FrameType | None) -> None:
-        self.say("[demo] still stopping the demo's processes; a moment ...")
 
     def _run(self) -> int:
         opts = self.opts
@@ -241,24 +213,16 @@ class Demo:
             )
 
     def _start_sidecar(self) -> str:
-        from obs.sidecar.process import SidecarProcess
-
-        args = ["--pool-poll-interval", "1"]
-        sidecar = SidecarProcess(
-            config=self.out / "lanes.yaml",
-            events=self.out / "events.jsonl",
-            args=args,
-            log_path=self.out / "logs" / "sidecar.log",
-        )
-        self.stack.push("sidecar", sidecar.stop)
         t = time.monotonic()
         try:
-            sidecar.start(timeout_s=SIDECAR_START_TIMEOUT_S)
+            sidecar = start_sidecar(
+                self.stack,
+                self.out / "lanes.yaml",
+                self.out / "events.jsonl",
+                self.out / "logs" / "sidecar.log",
+            )
         except RuntimeError as e:
             raise DemoError(f"the sidecar did not start: {e}") from e
-        finally:
-            if sidecar.proc is not None:
-                self.stack.track("sidecar", sidecar.pid, group=False)
         cmd = results.display(["sidecar", "--config", "lanes.yaml", "--events", "events.jsonl"])
         self.say(f"[sidecar] {sidecar.url}  ($ {cmd}; ready in {time.monotonic() - t:.1f} s)")
         return sidecar.url
@@ -313,7 +277,7 @@ class Demo:
             view=view,
             notice=lambda m: self.say(f"\n[load] {m}"),
         )
-        self._install_handlers()  # the event loop removed its own
+        self.signals.arm()  # the event loop removed its own
         if outcome.aborted_by is not None:
             raise Interrupted(outcome.aborted_by)
         r = outcome.result

@@ -1,7 +1,10 @@
-"""The processes the demo starts, stopped in reverse order, and proof that none survive.
+"""The processes the demo and the sweep start, stopped in reverse order, and proof that
+none survive.
 
-Stdlib plus the project's own engine helpers. Each process is registered as soon
-as it exists, so an interrupt at any point stops exactly what was started.
+Stdlib plus the project's own engine and sidecar process helpers. Each process is
+registered as soon as it exists, so an interrupt at any point stops exactly what was
+started. ``start_servers`` starts the vLLM pools at once, ``start_sidecar`` the sidecar
+in front of them.
 """
 
 from __future__ import annotations
@@ -15,14 +18,20 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from obs.demo.options import LOCAL_MAX_MODEL_LEN, LOCAL_POOLS
 from obs.engines.server import ServerError, VllmServer
 from obs.engines.setup import EnginePaths
 from obs.procs import group_alive
 
+if TYPE_CHECKING:
+    from obs.sidecar.process import SidecarProcess
+
 WAIT_POLL_S = 0.2
 ABORT_WAIT_S = 30.0
+SIDECAR_START_TIMEOUT_S = 60.0
+SIDECAR = "sidecar"
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +170,30 @@ def _abort_start(server: VllmServer, finished: threading.Event) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
         finished.wait(max(0.0, deadline - time.monotonic()))
+
+
+def start_sidecar(
+    stack: Stack, config: Path, events: Path, log_path: Path, env: dict[str, str] | None = None
+) -> SidecarProcess:
+    """The sidecar on the lanes file ``config``, polling its pools every second: on the
+    stack before it starts, tracked once it runs. Raises ``RuntimeError`` or
+    ``TimeoutError`` when it does not start."""
+    from obs.sidecar.process import SidecarProcess
+
+    sidecar = SidecarProcess(
+        config=config,
+        events=events,
+        args=["--pool-poll-interval", "1"],
+        env=env,
+        log_path=log_path,
+    )
+    stack.push(SIDECAR, sidecar.stop)
+    try:
+        sidecar.start(timeout_s=SIDECAR_START_TIMEOUT_S)
+    finally:
+        if sidecar.proc is not None:
+            stack.track(SIDECAR, sidecar.pid, group=False)
+    return sidecar
 
 
 def local_pools(paths: EnginePaths, log_dir: Path) -> list[VllmServer]:

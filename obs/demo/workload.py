@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import yaml
 
 from obs.config import Config, default_config_path, load_config
+from obs.progress import ProgressLine
 
 if TYPE_CHECKING:
     from obs.loadgen.driver import Driver, RunResult
@@ -92,8 +93,8 @@ def write_lanes(path: Path, replicas: Mapping[str, list[str]]) -> Config:
 
 
 class LiveView:
-    """Requests finished per lane, drawn on ``stream``: one line redrawn in place on a
-    terminal, else a line every ``every_s`` seconds."""
+    """Requests finished per lane, drawn on ``stream`` as one ``ProgressLine``: redrawn in
+    place on a terminal, else a line every ``every_s`` seconds."""
 
     def __init__(
         self,
@@ -104,13 +105,11 @@ class LiveView:
         every_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._stream = stream
         self._duration_s = duration_s
         self._in_place = in_place
-        self._every_s = every_s
         self._clock = clock
         self._start = clock()
-        self._last_line = self._start
+        self._line = ProgressLine(stream, in_place=in_place, every_s=every_s, clock=clock)
         self.done: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
 
@@ -133,13 +132,7 @@ class LiveView:
         return f"  [{clock}] done per lane: {lanes} | in flight {inflight}, errors {errors}"
 
     def update(self, inflight: int, final: bool = False) -> None:
-        now = self._clock()
-        if self._in_place:
-            self._stream.write("\r\x1b[K" + self.line(inflight) + ("\n" if final else ""))
-        elif final or now - self._last_line >= self._every_s:
-            self._stream.write(self.line(inflight) + "\n")
-            self._last_line = now
-        self._stream.flush()
+        self._line.draw(self.line(inflight), final=final)
 
 
 @dataclass

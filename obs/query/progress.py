@@ -2,8 +2,9 @@
 
 DuckDB reports the running query's progress through
 ``connection.query_progress()``, which may be called from another thread;
-this polls it and redraws one line. Nothing is drawn for scans shorter than
-``delay_s`` or when stderr is not a terminal (pipes, CI, tests).
+this polls it and redraws one line (``obs.progress.ProgressLine``). Nothing is
+drawn for scans shorter than ``delay_s`` or when stderr is not a terminal (pipes,
+CI, tests).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import sys
 import threading
 from types import TracebackType
 from typing import Any, TextIO
+
+from obs.progress import ProgressLine
 
 
 class Progress:
@@ -34,7 +37,7 @@ class Progress:
         self._interval = interval_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._drawn = False
+        self._line = ProgressLine(self._stream, in_place=True)
 
     def __enter__(self) -> Progress:
         if self._enabled:
@@ -51,9 +54,7 @@ class Progress:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        if self._drawn:
-            self._stream.write("\r\033[K")
-            self._stream.flush()
+        self._line.clear()
 
     def _run(self) -> None:
         if self._stop.wait(self._delay):
@@ -64,7 +65,5 @@ class Progress:
             except Exception:  # the connection may be mid-teardown; progress is best effort
                 return
             if pct >= 0:
-                self._stream.write(f"\r\033[K{self._label}: {pct:5.1f}%")
-                self._stream.flush()
-                self._drawn = True
+                self._line.draw(f"{self._label}: {pct:5.1f}%")
             self._stop.wait(self._interval)

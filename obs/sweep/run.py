@@ -14,20 +14,18 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
-import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
 from obs.demo import workload
-from obs.demo.run import Interrupted
-from obs.demo.stack import Stack, start_servers
+from obs.demo.stack import Stack, start_servers, start_sidecar
 from obs.errors import ObsError
+from obs.interrupt import Interrupted, Interruptible
 from obs.sweep.options import DEFAULT_KV_CACHE_MIB, LOCAL_MAX_MODEL_LEN, SweepOptions
 from obs.sweep.profile import EngineFlags, Profile
 
@@ -36,7 +34,6 @@ if TYPE_CHECKING:
     from obs.engines.setup import EnginePaths
 
 MIB = 1 << 20
-SIDECAR_START_TIMEOUT_S = 60.0
 # Pools start one profile at a time on a machine others may share: be patient.
 POOL_START_TIMEOUT_S = 600.0
 OK = "ok"
@@ -84,10 +81,6 @@ def run_sweep(
     return Sweep(opts, stdout or sys.stdout, stderr or sys.stderr).run()
 
 
-def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
-    raise Interrupted(signum)
-
-
 class Sweep:
     def __init__(self, opts: SweepOptions, stdout: TextIO, stderr: TextIO) -> None:
         self.opts = opts
@@ -100,6 +93,11 @@ class Sweep:
         self.stack: Stack | None = None
         self.tracked: list[dict[str, Any]] = []
         self.stop_after_run = False
+        self.signals = Interruptible(
+            lambda: self.say(
+                "[sweep] still stopping the processes of the current run; a moment ..."
+            )
+        )
 
     def say(self, msg: str) -> None:
         print(msg, file=self.stderr, flush=True)
@@ -107,32 +105,19 @@ class Sweep:
     # --- the sweep ----------------------------------------------------------------
 
     def run(self) -> int:
-        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-        self._install_handlers()
         interrupted: int | None = None
-        try:
-            self._run_all()
-        except Interrupted as e:
-            self.say(f"\n[sweep] {e}: stopping the current run; keeping the runs that finished")
-            interrupted = e.signum
-        finally:
-            for s in previous:
-                signal.signal(s, self._still_stopping)
+        with self.signals:
             try:
-                self._stop_current()
+                self._run_all()
+            except Interrupted as e:
+                self.say(f"\n[sweep] {e}: stopping the current run; keeping the runs that finished")
+                interrupted = e.signum
             finally:
-                for s, handler in previous.items():
-                    signal.signal(s, handler)
+                self.signals.stopping()
+                self._stop_current()
         self._write_runs()
         status = self._results()
         return 128 + interrupted if interrupted is not None else status
-
-    def _install_handlers(self) -> None:
-        for s in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(s, _raise_interrupted)
-
-    def _still_stopping(self, signum: int, frame: FrameType | None) -> None:
-        self.say("[sweep] still stopping the processes of the current run; a moment ...")
 
     def _run_all(self) -> None:
         opts = self.opts
@@ -291,27 +276,21 @@ class Sweep:
         return replicas
 
     def _sidecar(self, folder: Path, record: RunRecord) -> str | None:
-        from obs.sidecar.process import SidecarProcess
-
-        sidecar = SidecarProcess(
-            config=folder / "lanes.yaml",
-            events=folder / "events.jsonl",
-            args=["--pool-poll-interval", "1"],
-            env={"OTEL_TRACES_EXPORTER": "none"},
-            log_path=folder / "logs" / "sidecar.log",
-        )
         assert self.stack is not None
-        self.stack.push("sidecar", sidecar.stop)
         try:
-            sidecar.start(timeout_s=SIDECAR_START_TIMEOUT_S)
+            sidecar = start_sidecar(
+                self.stack,
+                folder / "lanes.yaml",
+                folder / "events.jsonl",
+                folder / "logs" / "sidecar.log",
+                env={"OTEL_TRACES_EXPORTER": "none"},
+            )
         except (RuntimeError, TimeoutError) as e:
             record.status = "sidecar-failed"
             record.message = str(e)
             return None
         finally:
-            if sidecar.proc is not None:
-                self.stack.track("sidecar", sidecar.pid, group=False)
-                self._track()
+            self._track()
         return sidecar.url
 
     def _load(self, url: str, mix: Any, folder: Path, record: RunRecord) -> None:
@@ -330,7 +309,7 @@ class Sweep:
             sessions=opts.sessions,
             whole_plan=True,  # every profile gets every planned request, however busy
         )
-        self._install_handlers()  # the event loop removed its own
+        self.signals.arm()  # the event loop removed its own
         if outcome.aborted_by is not None:
             record.status = "interrupted"
             raise Interrupted(outcome.aborted_by)
