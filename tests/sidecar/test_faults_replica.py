@@ -221,7 +221,7 @@ def test_replica_not_accepting_times_out_at_connect_and_fails_over(
 # ---- a replica killed mid-stream (last: it leaves the spare engine dead) -----------------
 
 
-@pytest.mark.ends_engine
+@pytest.mark.ends_engine("spare")
 def test_replica_killed_mid_stream_ends_stream_cleanly_then_fails_over(
     vllm: VllmServer, spare: VllmServer, sidecar: SidecarFactory, tmp_path: Path
 ) -> None:
