@@ -49,9 +49,15 @@ def _ends_main_engine(item: pytest.Item) -> bool:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked ``ends_engine`` stop or kill a session engine: they run after all others,
-    in their collection order, so no other test finds that engine gone (or starts it again);
-    one that ends the main engine (``ends_engine("vllm")``) after those, which may use it."""
+    """Tests that use the session's ``clickhouse`` server are marked ``clickhouse``
+    (``scripts/check --fast`` starts no server; a test that starts its own is marked where it
+    is written). Tests marked ``ends_engine`` stop or kill a session engine: they
+    run after all others, in their collection order, so no other test finds that engine gone
+    (or starts it again); one that ends the main engine (``ends_engine("vllm")``) after those,
+    which may use it."""
+    for item in items:
+        if "clickhouse" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.clickhouse)
     ending = [item for item in items if item.get_closest_marker("ends_engine")]
     if ending:
         ending.sort(key=_ends_main_engine)  # stable: collection order otherwise
