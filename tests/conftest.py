@@ -38,11 +38,24 @@ def require_binary(name: str) -> str:
     return path
 
 
+def _ends_main_engine(item: pytest.Item) -> bool:
+    marker = item.get_closest_marker("ends_engine")
+    return marker is not None and "vllm" in marker.args
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked ``ends_engine`` stop or kill a session engine: they run after all others,
-    in their collection order, so no other test finds that engine gone (or starts it again)."""
+    """Tests that use the session's ``clickhouse`` server are marked ``clickhouse``
+    (``scripts/check --fast`` starts no server; a test that starts its own is marked where it
+    is written). Tests marked ``ends_engine`` stop or kill a session engine: they
+    run after all others, in their collection order, so no other test finds that engine gone
+    (or starts it again); one that ends the main engine (``ends_engine("vllm")``) after those,
+    which may use it."""
+    for item in items:
+        if "clickhouse" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.clickhouse)
     ending = [item for item in items if item.get_closest_marker("ends_engine")]
     if ending:
+        ending.sort(key=_ends_main_engine)  # stable: collection order otherwise
         items[:] = [item for item in items if not item.get_closest_marker("ends_engine")] + ending
 
 
@@ -152,7 +165,8 @@ def clickhouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClickHouseS
 # ---- a spare engine to freeze and kill (tests/test_faults_*.py) ----------------------------
 
 
-def _engine_running(server: VllmServer) -> bool:
+def engine_running(server: VllmServer) -> bool:
+    """Whether a session engine's process is up (False when it was never started)."""
     try:
         return server.poll() is None
     except ServerError:  # never started
@@ -163,12 +177,15 @@ def _engine_running(server: VllmServer) -> bool:
 def spare_engine(
     engine_paths: EnginePaths, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[VllmServer]:
-    """A second real engine for the fault suites, which freeze it; the tests that kill it are
-    marked ``ends_engine`` (started on first use; ``spare`` restarts it when found dead)."""
+    """A second real engine for the fault suites, which freeze it, and the error-budget causes
+    (tests/sidecar/test_budget_causes_vllm.py), which need a prefill of many engine steps: a
+    4096-token context, ``--max-num-batched-tokens 128``. The tests that kill it are marked
+    ``ends_engine`` (started on first use; ``spare`` restarts it when found dead)."""
     server = VllmServer(
         engine_paths.model_dir,
         max_model_len=4096,
         kv_cache_bytes=64 << 20,
+        extra_args=("--max-num-batched-tokens", "128"),
         log_path=tmp_path_factory.mktemp("spare") / "vllm.log",
         python=engine_paths.python,
         launcher=engine_paths.launcher,
@@ -180,10 +197,10 @@ def spare_engine(
 @pytest.fixture
 def spare(spare_engine: VllmServer) -> Iterator[VllmServer]:
     """The spare engine, running; thawed after the test whatever happened."""
-    if not _engine_running(spare_engine):
+    if not engine_running(spare_engine):
         spare_engine.start()
     yield spare_engine
-    if _engine_running(spare_engine):
+    if engine_running(spare_engine):
         spare_engine.resume()
 
 

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import orjson
+import pytest
 
 from bench import stress
 from obs.sweep.profile import SHIPPED, resolve
@@ -15,6 +16,7 @@ from obs.sweep.profile import SHIPPED, resolve
 REQUESTS = 2000
 
 
+@pytest.mark.slow
 def test_small_stress_accounts_for_every_request_and_names_the_best_profile(
     tmp_path: Path,
 ) -> None:

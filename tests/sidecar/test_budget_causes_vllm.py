@@ -2,13 +2,13 @@
 happen, then found named by each event's ``miss_cause``, by ``vllm-obs query budget`` and by
 the misses counter's exemplars.
 
-One engine for the module, made to show each cause large: ``--max-num-batched-tokens 128``
-(a 3000-token prompt prefills in ~25 engine steps, a short one in one: ~130 ms against
-~10 ms), and a client that reads a ~200-360 KB stream through a 4 KiB window after a pause (the
-relay waits on it for seconds). Each cause has its own lane, so each lane's baseline is its
-own good requests. (The engine queue is not here: on this CPU engine vLLM's API server, not
-its scheduler, holds a request while two others generate, so its span's queue time is a
-fraction of the wait; see tests/core/test_attribution.py for the rule.)
+The session's spare engine (tests/conftest.py) shows each cause large: its
+``--max-num-batched-tokens 128`` makes a 3000-token prompt prefill in ~25 engine steps, a short
+one in one (~130 ms against ~10 ms); and a client that reads a ~200-360 KB stream through a 4
+KiB window after a pause (the relay waits on it for seconds). Each cause has its own lane, so
+each lane's baseline is its own good requests. (The engine queue is not here: on this CPU engine
+vLLM's API server, not its scheduler, holds a request while two others generate, so its span's
+queue time is a fraction of the wait; see tests/core/test_attribution.py for the rule.)
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from obs import conventions as c
 from obs.engines.server import VllmServer
-from obs.engines.setup import EnginePaths
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
+from tests.conftest import engine_running
 from tests.support import chat_body
 from tests.support.lanes_support import query_budget
 
@@ -59,20 +59,15 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack(
-    engine_paths: EnginePaths,
+    spare_engine: VllmServer,
     otlp_receiver: OtlpReceiver,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Stack]:
-    """The engine above, and a sidecar with one lane per cause."""
+    """The spare engine (started if it is not running), and a sidecar with one lane per cause."""
     work = tmp_path_factory.mktemp("causes")
-    vllm = VllmServer(
-        engine_paths.model_dir,
-        max_model_len=4096,
-        extra_args=("--max-num-batched-tokens", "128"),
-        log_path=work / "vllm.log",
-        python=engine_paths.python,
-        launcher=engine_paths.launcher,
-    ).start()
+    vllm = spare_engine
+    if not engine_running(vllm):
+        vllm.start()
     lanes = [
         _lane("lp", {"ttft": {"threshold_ms": PREFILL_TTFT_MS, "objective": 0.9}}),
         _lane("sc", {"tpot": {"threshold_ms": SLOW_TPOT_MS, "objective": 0.9}}),
@@ -94,8 +89,7 @@ def stack(
         sidecar.start()
         yield Stack(vllm, sidecar, config)
     finally:
-        sidecar.stop()
-        vllm.stop()
+        sidecar.stop()  # the spare engine is the session's: conftest stops it
 
 
 def _chat(sc: SidecarProcess, lane: str, rid: str, text: str, max_tokens: int) -> None:

@@ -65,7 +65,9 @@ def test_budget_names_the_admission_queue_and_the_refused_pool(
     sc = sidecar(config=cfg, traces=False)
     for i in range(3):  # good requests: the lane's baseline
         assert _stream(sc, "q", f"warm {i}") == 200
-    with holding(sc, "q", 1), ThreadPoolExecutor(QUEUED) as ex:
+    # The holder lets go on leaving the block, before the pool waits for the queued requests
+    # (they need its slot: in the other order the block ended only at the sidecar's timeout).
+    with ThreadPoolExecutor(QUEUED) as ex, holding(sc, "q", 1):
         waiting = [ex.submit(_stream, sc, "q", f"queued {i}") for i in range(QUEUED)]
         wait_queued(sc, "q", QUEUED)
         time.sleep(HOLD_S)

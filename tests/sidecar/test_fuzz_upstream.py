@@ -202,6 +202,7 @@ LIST_PROMPT_TOKENS = b'data: {"usage":{"prompt_tokens":[]}}\n\n'
 LIST_CACHED_TOKENS = b'data: {"usage":{"prompt_tokens_details":{"cached_tokens":[]}}}\n\n'
 
 
+@pytest.mark.slow
 def test_fuzzed_upstream_streams_end_cleanly_with_one_event_each(
     upstream: ScriptedUpstream, sidecar: SidecarFactory
 ) -> None:
@@ -281,6 +282,7 @@ def whole_scripts(draw: st.DrawFn) -> Script:
     return Script(status=status, content_type=ctype, pieces=[raw], ending=ending)
 
 
+@pytest.mark.slow
 def test_fuzzed_upstream_whole_answers_are_relayed_with_one_event_each(
     upstream: ScriptedUpstream, sidecar: SidecarFactory
 ) -> None:

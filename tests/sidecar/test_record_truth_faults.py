@@ -1,4 +1,5 @@
-"""The record tells the truth where only a precise fault shows it (scripted pool).
+"""The record tells the truth where only a precise fault shows it (scripted pool), with the
+sidecar in the test process (tests/support/inproc.py).
 
 A real vLLM sends these cases only now and then (a loaded API server delivering a
 whole answer in one read, a client closing between ``[DONE]`` and the body's last
@@ -12,18 +13,14 @@ import json
 import socket
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from obs import conventions as c
-from obs.sidecar.testing import SidecarProcess
-from tests.conftest import SidecarFactory
-from tests.support import event_of
-from tests.support.faults_support import write_config
+from tests.sidecar.conftest import InprocFactory
+from tests.support.inproc import InProcessSidecar, lane_config
 from tests.support.probes import DONE_FRAME, frame_json, metric, sse_frames
 from tests.support.scripted_upstream import Script, ScriptedUpstream
 
@@ -52,14 +49,14 @@ def answer(tokens: int) -> list[bytes]:
     return [*body, usage_frame(5, tokens), DONE_FRAME]
 
 
-@pytest.fixture
-def upstream() -> Iterator[ScriptedUpstream]:
-    """The scripted pool (no real vLLM can be made to send these cases on demand)."""
-    with ScriptedUpstream() as fake:
-        yield fake
+def sidecar(inproc: InprocFactory, pool: ScriptedUpstream, **timeouts: float) -> InProcessSidecar:
+    """A sidecar of its own (fresh /metrics) before the scripted pool (the module's
+    ``scripted``: no real vLLM can be made to send these cases on demand)."""
+    lane = {"timeouts": timeouts} if timeouts else {}
+    return inproc(lane_config({"main": [pool.url]}, **lane))
 
 
-def stream(sc: SidecarProcess, rid: str, **extra: Any) -> httpx.Response:
+def stream(sc: InProcessSidecar, rid: str, **extra: Any) -> httpx.Response:
     body = {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "stream": True}
     return httpx.post(
         sc.url + CHAT, json={**body, **extra}, headers={"X-Request-Id": rid}, timeout=30
@@ -67,13 +64,13 @@ def stream(sc: SidecarProcess, rid: str, **extra: Any) -> httpx.Response:
 
 
 def test_client_closing_after_done_is_a_delivered_stream(
-    upstream: ScriptedUpstream, sidecar: SidecarFactory
+    scripted: ScriptedUpstream, inproc: InprocFactory
 ) -> None:
     """A client that closes after reading [DONE] (as the openai SDK does) got it all: ok."""
-    sc = sidecar(upstream.url, traces=False)
+    sc = sidecar(inproc, scripted)
     rid = uuid.uuid4().hex
     # The pool ends its body 1 s after [DONE]: the client is long gone by then.
-    upstream.scripts[rid] = Script(pieces=answer(4), end_delay_s=1.0)
+    scripted.scripts[rid] = Script(pieces=answer(4), end_delay_s=1.0)
     raw = (
         f"POST {CHAT} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
         f"x-request-id: {rid}\r\ncontent-length: {{n}}\r\n\r\n"
@@ -84,26 +81,26 @@ def test_client_closing_after_done_is_a_delivered_stream(
         got = b""
         while DONE_FRAME not in got:
             got += s.recv(65536)
-    ev = event_of(sc, rid)
+    ev = sc.event(rid)
     assert (ev["status"], ev["error_class"], ev["http_status"]) == (c.OK, None, 200)
     assert (ev["completion_tokens"], ev["tokens_source"]) == (4, c.TOKENS_FROM_USAGE)
 
 
 def test_answer_in_one_read_has_no_cadence(
-    upstream: ScriptedUpstream, sidecar: SidecarFactory
+    scripted: ScriptedUpstream, inproc: InprocFactory
 ) -> None:
     """A whole answer in one read: TPOT and ITL null, the burst flagged, no histogram sample."""
-    sc = sidecar(upstream.url, traces=False)
+    sc = sidecar(inproc, scripted)
     spread, burst = uuid.uuid4().hex, uuid.uuid4().hex
-    upstream.scripts[spread] = Script(pieces=answer(6), gap_s=0.05)
-    upstream.scripts[burst] = Script(pieces=answer(6), burst=True)
+    scripted.scripts[spread] = Script(pieces=answer(6), gap_s=0.05)
+    scripted.scripts[burst] = Script(pieces=answer(6), burst=True)
     assert stream(sc, spread).status_code == 200
-    ev = event_of(sc, spread)
+    ev = sc.event(spread)
     assert ev["burst_chunks"] == 1 and ev["tpot_ms"] > 0 and ev["itl_p50_ms"] > 0
     tpot_before = metric(sc.url, c.TPOT.series[2])
     itl_before = metric(sc.url, c.ITL.series[2])
     assert stream(sc, burst).status_code == 200
-    ev = event_of(sc, burst)
+    ev = sc.event(burst)
     assert ev["burst_chunks"] == 6 and ev["output_chunks"] == 6
     assert ev["tpot_ms"] is None and ev["itl_p50_ms"] is None and ev["itl_max_ms"] is None
     assert ev["completion_tokens"] == 6 and ev["ttft_ms"] is not None
@@ -112,17 +109,17 @@ def test_answer_in_one_read_has_no_cadence(
 
 
 def test_streamed_error_reply_is_no_first_token(
-    upstream: ScriptedUpstream, sidecar: SidecarFactory
+    scripted: ScriptedUpstream, inproc: InprocFactory
 ) -> None:
     """A 5xx JSON body to a streamed request: no TTFT, no output chunk, no TTFT sample."""
-    sc = sidecar(upstream.url, traces=False)
+    sc = sidecar(inproc, scripted)
     rid = uuid.uuid4().hex
     err = b'{"error":{"message":"boom","type":"InternalServerError","code":500}}'
-    upstream.scripts[rid] = Script(status=500, content_type="application/json", pieces=[err])
+    scripted.scripts[rid] = Script(status=500, content_type="application/json", pieces=[err])
     ttft_before = metric(sc.url, c.TTFT.series[2])
     r = stream(sc, rid)
     assert (r.status_code, r.content) == (500, err)
-    ev = event_of(sc, rid)
+    ev = sc.event(rid)
     assert (ev["status"], ev["ttft_ms"], ev["tpot_ms"], ev["output_chunks"]) == (
         c.ERROR,
         None,
@@ -133,12 +130,12 @@ def test_streamed_error_reply_is_no_first_token(
 
 
 def test_queue_starts_at_the_first_bytes_of_the_request(
-    upstream: ScriptedUpstream, sidecar: SidecarFactory
+    scripted: ScriptedUpstream, inproc: InprocFactory
 ) -> None:
     """Time between the request's first bytes and its handler is the sidecar's queue."""
-    sc = sidecar(upstream.url, traces=False)
+    sc = sidecar(inproc, scripted)
     rid = uuid.uuid4().hex
-    upstream.scripts[rid] = Script(pieces=answer(2))
+    scripted.scripts[rid] = Script(pieces=answer(2))
     body = json.dumps({"model": "tiny", "messages": [], "stream": True}).encode()
     head = (
         f"host: x\r\ncontent-type: application/json\r\nx-request-id: {rid}\r\n"
@@ -150,7 +147,7 @@ def test_queue_starts_at_the_first_bytes_of_the_request(
         s.sendall(head + body)
         while s.recv(65536):
             pass
-    ev = event_of(sc, rid)
+    ev = sc.event(rid)
     # The handler started 0.4 s after the first bytes (on a busy machine the read of those
     # bytes can itself come a little late, hence 350).
     assert ev["queue_ms"] >= 350 and ev["e2e_ms"] >= 350
@@ -158,22 +155,21 @@ def test_queue_starts_at_the_first_bytes_of_the_request(
 
 
 def test_stream_silent_past_idle_s_ends_with_a_504_frame(
-    upstream: ScriptedUpstream, sidecar: SidecarFactory, tmp_path: Path
+    scripted: ScriptedUpstream, inproc: InprocFactory
 ) -> None:
     """A pool silent mid-stream past idle_s: the client's error frame is the 504 the event says.
 
     Scripted: a real vLLM goes silent mid-stream only when frozen, for an unpredictable while.
     """
-    config = write_config(tmp_path / "lanes.yaml", [upstream.url], first_token_s=30, idle_s=0.5)
-    sc = sidecar(config=config, traces=False)
+    sc = sidecar(inproc, scripted, first_token_s=30, idle_s=0.5)
     rid = uuid.uuid4().hex
-    upstream.scripts[rid] = Script(pieces=[chunk("a"), chunk("")], end_delay_s=5)
+    scripted.scripts[rid] = Script(pieces=[chunk("a"), chunk("")], end_delay_s=5)
     r = stream(sc, rid)
     frames = sse_frames(r.content)
     assert r.status_code == 200 and frames[-1] + b"\n\n" == DONE_FRAME
     err = frame_json(frames[-2])["error"]
     assert (err["type"], err["code"]) == ("GatewayTimeoutError", 504)
-    ev = event_of(sc, rid)
+    ev = sc.event(rid)
     assert (ev["status"], ev["error_class"], ev["error_phase"]) == (
         c.ERROR,
         "upstream_timeout",
@@ -184,19 +180,19 @@ def test_stream_silent_past_idle_s_ends_with_a_504_frame(
 
 @pytest.mark.parametrize(("code", "status"), [(400, c.CLIENT_ERROR), (500, c.ERROR)])
 def test_error_frame_is_the_clients_or_the_pools_by_its_code(
-    upstream: ScriptedUpstream, sidecar: SidecarFactory, code: int, status: str
+    scripted: ScriptedUpstream, inproc: InprocFactory, code: int, status: str
 ) -> None:
     """An error frame inside a stream: a 4xx code is the client's mistake, a 5xx the pool's.
 
     Scripted for the 5xx: no real vLLM fails inside a stream on demand (its 4xx frame is
     pinned on the real engine in test_record_tokens_vllm).
     """
-    sc = sidecar(upstream.url, traces=False)
+    sc = sidecar(inproc, scripted)
     rid = uuid.uuid4().hex
     err = frame({"error": {"message": "no", "type": "E", "param": None, "code": code}})
-    upstream.scripts[rid] = Script(pieces=[chunk("a"), err, DONE_FRAME])
+    scripted.scripts[rid] = Script(pieces=[chunk("a"), err, DONE_FRAME])
     r = stream(sc, rid)
     assert r.status_code == 200 and err in r.content
-    ev = event_of(sc, rid)
+    ev = sc.event(rid)
     assert (ev["status"], ev["error_class"]) == (status, "upstream_stream_error")
     assert metric(sc.url, c.REQUESTS.series[0], outcome=status) == 1

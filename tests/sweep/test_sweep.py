@@ -1,8 +1,9 @@
 """``vllm-obs sweep --short`` against real CPU vLLM pools: the matrix, its files, clean stops.
 
 Every vLLM start costs ~22 s here, so the real sweep runs the shipped profiles that cover each
-shape of local pools (one pool, one pool of two replicas, two pools: the shipped lanes) and
-one whose pool cannot start. The other shipped profiles serve the same six lanes
+shape of local pools (one pool of two replicas, two pools: the shipped lanes; a pool of one
+replica starts as each of those replicas does) and one whose pool cannot start. The other
+shipped profiles serve the same six lanes
 (test_sweep_profiles.py) and get the same seeded plan, which reaches every lane within
 --short's 5 s (tests/deploy/test_demo.py); vLLM's own parser accepts the serve line of every
 pool of every shipped profile (tests/deploy/test_vllm_serve_lines.py).
@@ -29,8 +30,8 @@ from obs.sweep.profile import resolve
 SWEEP_TIMEOUT_S = 3600
 BROKEN = "needs-partial-prefills"
 SLOS = resolve("class-aware").gates()
-# The baseline first; then a pool of two replicas and the shipped lanes' two pools.
-REAL = ("single-balanced", "prefix-routing", "class-aware")
+# The baseline, a pool of two replicas, first; then the shipped lanes' two pools.
+REAL = ("prefix-routing", "class-aware")
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
@@ -130,7 +131,7 @@ def test_a_pool_that_fails_is_reported_and_the_sweep_goes_on(
     failed = next(r for r in runs if r["profile"] == BROKEN)
     assert "exited with status" in failed["message"]
     assert f"{BROKEN} round 1: pool-failed" in proc.stdout
-    assert "run 2/4: round 1/1, profile needs-partial-prefills" in proc.stderr
+    assert f"run 2/{len(REAL) + 1}: round 1/1, profile needs-partial-prefills" in proc.stderr
     tracked = json.loads((out / "pids.json").read_text())
     assert len(tracked) >= 2 * len(REAL)
     for t in tracked:
