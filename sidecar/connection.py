@@ -133,9 +133,7 @@ class HttpConnection(asyncio.Protocol):
         for ex in (self.current, self.reading, *self.pipeline):
             if ex is not None:
                 ex.lost()
-        self.flow.resume()
-        if self.writable_callback is not None:
-            self.writable_callback()
+        self.flow.resume()  # a drain waiting on the client ends; the relay sees it leave
 
     def pause_writing(self) -> None:
         self.flow.pause()
