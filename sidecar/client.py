@@ -17,11 +17,10 @@ At the end of a stream :meth:`ClientConn.drained` waits until the client's
 side has received every byte, so the event's stream phase is the time the
 client's slowness cost.
 
-``SidecarHttpProtocol`` is uvicorn's httptools protocol with one addition:
-each request's scope carries its connection under ``scope["extensions"]`` (the
-guarded protocol in ``obs.sidecar.guard`` adds when its first bytes were read).
-Under another server the extension is absent and streams are relayed at the
-client's pace (the ASGI default).
+The relay's server (obs.sidecar.connection) puts each request's ``ClientConn``
+under ``scope["extensions"]``, with when its first bytes were read. Under another
+ASGI server the extension is absent and streams are relayed at the client's pace
+(the ASGI default).
 """
 
 from __future__ import annotations
@@ -33,13 +32,15 @@ import socket
 import struct
 import termios
 from collections.abc import Callable, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+if TYPE_CHECKING:
+    from obs.sidecar.connection import HttpConnection
+    from obs.sidecar.wire import Exchange
 
 EXTENSION = "vllm_obs.client_conn"
 # scope["extensions"]["vllm_obs"]: {"received_ns": perf_counter_ns of the read that began the
-# request}, set by the guarded protocol (obs.sidecar.guard)
+# request}, set by the relay's server (obs.sidecar.connection)
 OBS_EXTENSION = "vllm_obs"
 KERNEL_SNDBUF = 64 << 10
 DEFAULT_HIGH_WATER = 64 << 10  # asyncio's and uvloop's default, restored after each stream
@@ -49,19 +50,19 @@ NEVER_WAIT = (1 << 31) - 1  # abort policy: the relay checks the bound itself
 class ClientConn:
     """The transport of one client connection, seen by the relay."""
 
-    __slots__ = ("_cycle", "_fd", "_flow", "_protocol", "_sock", "_transport")
+    __slots__ = ("_conn", "_ex", "_fd", "_flow", "_sock", "_transport")
 
-    def __init__(self, protocol: SidecarHttpProtocol) -> None:
-        self._protocol = protocol
-        self._transport: asyncio.Transport = protocol.transport
-        self._flow = protocol.flow
-        self._sock = self._transport.get_extra_info("socket")
-        self._fd: int = self._sock.fileno() if self._sock is not None else -1
-        self._cycle: Any = None  # uvicorn's RequestResponseCycle of this request
+    def __init__(self, conn: HttpConnection, ex: Exchange) -> None:
+        self._conn = conn
+        self._ex = ex  # the request this connection answers
+        self._transport: asyncio.Transport = conn.transport
+        self._flow = conn.flow
+        self._sock = conn.sock
+        self._fd = conn.fd
 
     def on_writable(self, callback: Callable[[], None] | None) -> None:
         """Call ``callback`` when the client has taken enough for writing to go on."""
-        self._protocol.writable_callback = callback
+        self._conn.writable_callback = callback
 
     @property
     def paused(self) -> bool:
@@ -69,20 +70,12 @@ class ClientConn:
         return bool(self._flow.write_paused)
 
     def write_body(self, data: bytes) -> None:
-        """Write one piece of a started response's body, as uvicorn's ``send`` frames it.
+        """Write one piece of a started response's body, framed as its head said.
 
-        The relay's per-token path: no ASGI message, no coroutine. The response must
-        have been started with ``http.response.start`` and is ended with a last ASGI
-        ``http.response.body`` as usual, so uvicorn's own bookkeeping stays right.
+        The relay's per-token path: no ASGI message, no coroutine. The response is
+        started and ended through the request's ``send`` as usual.
         """
-        cycle = self._cycle
-        if cycle.disconnected:
-            return
-        if cycle.chunked_encoding:
-            self._transport.write(b"%x\r\n%b\r\n" % (len(data), data))
-        else:
-            cycle.expected_content_length -= len(data)
-            self._transport.write(data)
+        self._ex.write(data)
 
     def bound(self, limit: int, *, wait: bool) -> None:
         """Start a stream: buffer up to ``limit`` bytes, waiting (or not) past it."""
@@ -122,7 +115,7 @@ class ClientConn:
                 t.set_write_buffer_limits(high=0, low=0)  # pauses the protocol until empty
                 await asyncio.wait_for(self._flow.drain(), timeout_s)
             pause = 0.002
-            # A closing transport (uvicorn closes it after the last byte of a response when the
+            # A closing transport (the server closes it after the last byte of a response when the
             # connection is not kept alive, e.g. at shutdown) still flushes its buffer: wait
             # for that too, or the process could exit with the stream's end unsent.
             while t.get_write_buffer_size() or (not t.is_closing() and self.unsent()):
@@ -150,26 +143,3 @@ def received_ns(scope: MutableMapping[str, Any]) -> int | None:
     """When the request's first bytes were read (under our server), else None."""
     ours = (scope.get("extensions") or {}).get(OBS_EXTENSION)
     return ours.get("received_ns") if ours else None
-
-
-class SidecarHttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, exposing the connection to the relay."""
-
-    _conn: ClientConn | None = None
-    writable_callback: Callable[[], None] | None = None
-
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._conn = ClientConn(self)
-        ext: dict[str, Any] = {EXTENSION: self._conn}
-        self.scope["extensions"] = ext
-
-    def on_headers_complete(self) -> None:
-        super().on_headers_complete()
-        if self._conn is not None:  # the cycle this request's response is written by
-            self._conn._cycle = self.cycle
-
-    def resume_writing(self) -> None:
-        super().resume_writing()
-        if self.writable_callback is not None:
-            self.writable_callback()

@@ -14,7 +14,7 @@ class Limits:
     max_headers: int = 100
     header_timeout_s: float = 10.0
     body_timeout_s: float = 60.0
-    idle_timeout_s: float = 5.0  # uvicorn's keep-alive default
+    idle_timeout_s: float = 5.0  # as vLLM's server (uvicorn) keeps an idle connection
     max_connections: int = 2048  # lowered at start to what the open-file limit allows
     max_client_connections: int | None = None  # one address's; None: a quarter of the above
     max_body_memory: int = 256 << 20  # bytes of request bodies held at once, all clients

@@ -111,7 +111,7 @@ class Relay:
         except e.RelayError as err:
             await fail(req, send, err, req.clock.current_phase())
         except asyncio.CancelledError:
-            # uvicorn cancels the requests still running when --shutdown-grace ends: close the
+            # The server cancels the requests still running when --shutdown-grace ends: close the
             # upstream (vLLM aborts), tell the client, and log the request like any other.
             if task is not None:
                 task.uncancel()

@@ -1,29 +1,28 @@
-"""The guarded protocol tells the app when each request's first bytes were read.
+"""The relay's server tells the app when each request's first bytes were read.
 
 ``scope["extensions"]["vllm_obs"]["received_ns"]`` (issue 22, for the queue
-phase): a tiny ASGI app under uvicorn with the sidecar's own protocol class
+phase): a tiny ASGI app on the sidecar's own server (``RelayServer``, in a thread)
 answers with the value it was given, so the test compares it with its clock.
 """
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
-import uvicorn
 
 from obs.procs import free_port, wait_http
 from obs.sidecar.guard import Guard
 from obs.sidecar.limits import Limits
+from obs.sidecar.server import RelayServer
+from obs.sidecar.types import Receive, Scope, Send
 from tests.support.rawhttp import read_response
 
 
-async def _echo_received(scope: dict[str, Any], receive: Any, send: Any) -> None:
+async def _echo_received(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["type"] != "http":
         return
     ns = scope["extensions"]["vllm_obs"]["received_ns"]
@@ -36,16 +35,16 @@ async def _echo_received(scope: dict[str, Any], receive: Any, send: Any) -> None
 @pytest.fixture
 def served() -> Iterator[int]:
     port = free_port()
-    guard = Guard(Limits())
-    config = uvicorn.Config(_echo_received, host="127.0.0.1", port=port, loop="asyncio",
-                            http=guard.protocol(), lifespan="off", log_level="warning")  # fmt: skip
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
+    server = RelayServer(
+        _echo_received, Guard(Limits()), host="127.0.0.1", port=port, shutdown_grace_s=1
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_http(f"http://127.0.0.1:{port}/")
     yield port
     server.should_exit = True
     thread.join(10)
+    assert not thread.is_alive()
 
 
 def test_received_ns_is_the_first_read_of_each_request(served: int) -> None:

@@ -148,7 +148,7 @@ def event_of(sc: SidecarProcess, request_id: str, timeout_s: float = 10) -> dict
     return mine[0]
 
 
-# uvicorn re-raises the signal it stopped on, after a complete graceful shutdown.
+# The sidecar re-raises the signal it stopped on, after a complete graceful shutdown.
 GRACEFUL = (0, -signal.SIGTERM)
 
 
@@ -160,7 +160,7 @@ def assert_exits_promptly(sc: SidecarProcess) -> None:
     rc = sc.stop()
     took = time.monotonic() - t0
     log = sc.log_tail(1 << 20)
-    assert rc in GRACEFUL and "Application shutdown complete" in log, log[-3000:]
+    assert rc in GRACEFUL and "sidecar_stopped" in log, log[-3000:]
     assert took < 5, f"SIGTERM took {took:.1f} s: something held the shutdown"
     assert "Cancel" not in log, "tasks were still running at shutdown"
 

@@ -1,10 +1,11 @@
 """The sidecar in the test process: its real server in a thread, for the hot path in milliseconds.
 
 ``InProcessSidecar`` builds the app with ``create_app`` (on a registry of its own) and runs
-it on the very server ``vllm-obs sidecar`` runs (``obs.sidecar.server.relay_server``:
-uvloop, httptools behind the connection limits) in a thread, on a free 127.0.0.1 port. It
-starts in a fraction of a second and stops cleanly (uvicorn's own shutdown: the lifespan
-flushes the exporters). What a test reads is what a user reads: the HTTP answers, the JSONL
+it on the very server ``vllm-obs sidecar`` runs (``obs.sidecar.server.relay_server``: the
+sidecar's ``RelayServer``, httptools over uvloop behind the connection limits) in a thread,
+on a free 127.0.0.1 port. It starts in a fraction of a second and stops cleanly (the
+server's own shutdown, as on SIGTERM: the lifespan flushes the exporters). What a test
+reads is what a user reads: the HTTP answers, the JSONL
 event log (``event``) and ``/metrics`` (``samples``).
 
 What stays out of the test process: ``serve``'s process-wide tuning (``gc.freeze``, the
@@ -88,7 +89,7 @@ class InProcessSidecar:
     def _run(self) -> None:
         try:
             self._server.run()
-        except BaseException as err:  # SystemExit included: uvicorn exits on a bind failure
+        except BaseException as err:  # a bind failure (ConfigError) included
             self._failure = err
 
     def start(self) -> InProcessSidecar:
