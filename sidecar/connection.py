@@ -327,10 +327,14 @@ class HttpConnection(asyncio.Protocol):
     def _bad_request(self) -> None:
         if self.transport.is_closing():
             return
-        msg = BAD_REQUEST.encode()
+        self._answer_and_close(400, b"text/plain; charset=utf-8", BAD_REQUEST.encode())
+
+    def _answer_and_close(self, status: int, content_type: bytes, body: bytes) -> None:
+        """The server's own answer (no app ran, or its answer goes nowhere), then close."""
         self.transport.write(
-            b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n"
-            b"content-length: %d\r\nconnection: close\r\n\r\n%b" % (len(msg), msg)
+            b"HTTP/1.1 %d %b\r\ncontent-type: %b\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n%b"
+            % (status, REASONS[status], content_type, len(body), body)
         )
         self.transport.close()
 
@@ -342,18 +346,16 @@ class HttpConnection(asyncio.Protocol):
         if transport.is_closing():
             return
         ex = self.current
-        if ex is None or ex.response_complete or not ex.response_started:
-            body = error_body(message, "RequestLimitError", status)
-            transport.write(
-                b"HTTP/1.1 %d %b\r\ncontent-type: application/json\r\n"
-                b"content-length: %d\r\nconnection: close\r\n\r\n%b"
-                % (status, REASONS[status], len(body), body)
-            )
+        answer = ex is None or ex.response_complete or not ex.response_started
         if ex is not None:  # the app's own answer, if any, goes nowhere; the relay sees it
             ex.lost()
         if self.reading is not None:
             self.reading.lost()
-        transport.close()
+        if answer:
+            body = error_body(message, "RequestLimitError", status)
+            self._answer_and_close(status, b"application/json", body)
+        else:
+            transport.close()
 
     def _arm(self, delay_s: float, limit: str) -> None:
         if self._timer is not None:

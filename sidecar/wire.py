@@ -86,6 +86,7 @@ class Exchange:
         "_reading_paused",
         "_resume_reading",
         "body",
+        "body_bytes",
         "chunked",
         "clock",
         "disconnected",
@@ -120,6 +121,7 @@ class Exchange:
         self.on_complete = on_complete
         self.head_only = scope["method"] == "HEAD"
         self.body: list[bytes] = []
+        self.body_bytes = 0  # bytes in ``body``, not yet handed over
         self.more_body: bool | None = True  # None: the whole body was handed over
         self.disconnected = False
         self.response_started = False
@@ -135,8 +137,9 @@ class Exchange:
     def feed(self, data: bytes) -> bool:
         """A piece of the body arrived; True when reading should pause until it is taken."""
         self.body.append(data)
+        self.body_bytes += len(data)
         self._event.set()
-        return sum(map(len, self.body)) > BODY_HIGH_WATER
+        return self.body_bytes > BODY_HIGH_WATER
 
     def body_complete(self) -> None:
         self.more_body = False
@@ -159,6 +162,7 @@ class Exchange:
         if (self.body or self.more_body is False) and not gone():
             data = self.body[0] if len(self.body) == 1 else b"".join(self.body)
             self.body = []
+            self.body_bytes = 0
             more = self.more_body
             if not more:
                 self.more_body = None  # handed over: what follows is the disconnect
