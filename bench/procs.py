@@ -122,6 +122,17 @@ class FakeVllm(Server):
         super().__init__("fake vllm", cmd, work / "fake_vllm.log", self.url + "/health")
 
 
+class PyForward(Server):
+    """``python -m bench.pyforward``: the floor of a Python relay (a bare TCP forwarder)."""
+
+    def __init__(self, work: Path, upstream_port: int) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [sys.executable, "-m", "bench.pyforward", "--port", str(self.port)]
+        cmd += ["--upstream-port", str(upstream_port)]
+        super().__init__("pyforward", cmd, work / "pyforward.log", self.url + "/health")
+
+
 NGINX_CONF = """\
 {user}worker_processes {workers};
 error_log {work}/nginx-error.log warn;

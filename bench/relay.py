@@ -50,7 +50,7 @@ from typing import Any
 
 from bench import classify_cost, report
 from bench.peers import PEERS, start_peer
-from bench.procs import FakeVllm, Nginx, ProcStat, Scraper, Server
+from bench.procs import FakeVllm, Nginx, ProcStat, PyForward, Scraper, Server
 from bench.vllm_bench import RunResult, Workload, run
 from obs.engines.setup import ensure_engine
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
@@ -59,6 +59,9 @@ LEVELS = {
     "c1": Workload("c1", concurrency=1, prompts=100),
     "c64": Workload("c64", concurrency=64, prompts=1500),
     "sat": Workload("sat", concurrency=256, prompts=3000, itl_ms=0),
+    # Two output lengths at c64 split a relay's CPU into a cost per request and per token.
+    "short": Workload("short", concurrency=64, prompts=1500, output_len=2, output_range=0.0),
+    "long": Workload("long", concurrency=64, prompts=800, output_len=160, output_range=0.0),
 }
 SIDECARS = {
     # name: (events, spans, scraped)
@@ -96,6 +99,7 @@ class Bench:
         self.fake = FakeVllm(work, args.ttft_ms, args.itl_ms)
         self.nginx: Nginx | None = None
         self.peers: list[Server] = []
+        self.servers: list[Server] = []
         self.sidecars: list[SidecarProcess] = []
         self.scrapers: list[Scraper] = []
         self.targets: dict[str, Target] = {}
@@ -107,6 +111,11 @@ class Bench:
         for name in names:
             if name == report.DIRECT:
                 self.targets[name] = Target(name, self.fake.url, None)
+            elif name == "pyforward":
+                fwd = PyForward(self.work, self.fake.port)
+                fwd.start()
+                self.servers.append(fwd)
+                self.targets[name] = Target(name, fwd.url, ProcStat(fwd.pid, False))
             elif name == "nginx":
                 self.nginx = Nginx(self.work, self.fake.port)
                 self.nginx.start()
@@ -179,8 +188,8 @@ class Bench:
             sc.stop()
         if self.nginx is not None:
             self.nginx.stop()
-        for peer in self.peers:
-            peer.stop()
+        for server in self.peers + self.servers:
+            server.stop()
         self.fake.stop()
         self.receiver.stop()
 
@@ -211,7 +220,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "into their own venvs under ~/.cache/vllm-obs on first use",
     )
     ap.add_argument("--exporters", action="store_true", help="add " + ", ".join(EXPORTER_TARGETS))
-    ap.add_argument("--levels", default="c1,c64,sat", help="comma-separated: c1, c64, sat")
+    ap.add_argument(
+        "--levels",
+        default="c1,c64,sat",
+        help="comma-separated: c1, c64, sat, short (c64, 2 tokens each), long (c64, 160 tokens "
+        "each); short and long together add the split of each relay's CPU into a cost per "
+        "request and per token",
+    )
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default: 3)")
     ap.add_argument(
         "--prompts",
@@ -246,7 +261,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             ap.error(f"--extra-sidecar takes NAME=PYTHONPATH, got {spec!r}")
         args.extra_sidecars[name] = path
         names.append(name)
-    known = {report.DIRECT, "nginx", *SIDECARS, *PEERS, *args.extra_sidecars}
+    known = {report.DIRECT, "nginx", "pyforward", *SIDECARS, *PEERS, *args.extra_sidecars}
     if bad := [t for t in names if t not in known]:
         ap.error(f"unknown target(s) {bad}; choose from {sorted(known)}")
     levels = [lv for lv in args.levels.split(",") if lv]
@@ -347,6 +362,10 @@ def main(argv: list[str] | None = None) -> int:
     if exporters:
         print("\nCost of each exporter on its own (difference to the bare sidecar):")
         print(exporters)
+    split = report.cost_split(rows)
+    if split:
+        print("\nEach relay's CPU split into a cost per request and per token (short vs long):")
+        print(split)
     print(
         f"\n{len(b.receiver.spans)} spans received over OTLP; events written: {counts}; "
         f"failed requests: {failed}"
@@ -361,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         "header": header,
         "table": table,
         "exporters": exporters,
+        "cost_split": split,
         "rows": [asdict(r) for r in rows],
         "rounds": round_figures(runs),
         "spans_received": len(b.receiver.spans),

@@ -209,3 +209,49 @@ def exporter_costs(all_rows: list[Row], base: str = "sidecar-bare") -> str:
         "| TTFT p50 / p99 change (ms) |\n|---|---|---|---|---|"
     )
     return head + "\n" + "\n".join(lines)
+
+
+def cost_split(all_rows: list[Row], short: str = "short", long: str = "long") -> str:
+    """Each relay's CPU as a cost per request plus a cost per token, from the same targets
+    at two output lengths (``short``, ``long``): per token, the CPU difference between
+    them over the token difference; per request, what the short run leaves (empty if
+    either level did not run)."""
+    at = {(r.level, r.target): r for r in all_rows}
+    lines = []
+    fits: dict[str, tuple[float, float]] = {}
+    for r in all_rows:
+        if r.level != short or (long, r.target) not in at:
+            continue
+        fit = _fit(r, at[long, r.target])
+        if fit is not None:
+            fits[r.target] = fit
+    if not fits:
+        return ""
+    ref = fits.get("nginx")
+    for target, (per_req_s, per_tok_s) in fits.items():
+        vs = f"{per_tok_s / ref[1]:.2f}x" if ref and ref[1] > 0 else "-"
+        vs_req = f"{per_req_s / ref[0]:.1f}x" if ref and ref[0] > 0 else "-"
+        lines.append(
+            f"| {target} | {per_req_s * 1e3:.3f} | {vs_req} | {per_tok_s * 1e6:.1f} | {vs} |"
+        )
+    head = (
+        "| relay | CPU ms per request | vs nginx | CPU µs per token | vs nginx |\n"
+        "|---|---|---|---|---|"
+    )
+    return head + "\n" + "\n".join(lines)
+
+
+def _fit(short: Row, long: Row) -> tuple[float, float] | None:
+    """(CPU s per request, CPU s per token) through the two rows' (tokens, CPU) per request."""
+    points = []
+    for r in (short, long):
+        if not r.cpu_s_per_1k_requests or not r.cpu_s_per_100k_tokens:
+            return None
+        cpu = r.cpu_s_per_1k_requests / 1000  # per request
+        tokens = cpu / (r.cpu_s_per_100k_tokens / 100_000)  # tokens per request
+        points.append((tokens, cpu))
+    (t0, c0), (t1, c1) = points
+    if t1 <= t0:
+        return None
+    per_token = (c1 - c0) / (t1 - t0)
+    return c0 - per_token * t0, per_token

@@ -144,16 +144,18 @@ class Served:
 
     engine: str
     settings: tuple[tuple[str, str], ...] = ()
+    # Read by every request's event (its replica's settings): hashed once, here.
+    fingerprint: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        text = self.engine + "".join(f"|{k}={v}" for k, v in self.settings)
+        object.__setattr__(self, "fingerprint", short_hash(text))
 
     @classmethod
     def of(cls, engine: str, values: Mapping[str, object]) -> Served:
         """Only known setting names, only values that say something, in ``SETTING_KEYS`` order."""
         kept = {k: value_text(values.get(k)) for k in SETTING_KEYS}
         return cls(engine, tuple((k, v) for k, v in kept.items() if v is not None))
-
-    @property
-    def fingerprint(self) -> str:
-        return short_hash(self.engine + "".join(f"|{k}={v}" for k, v in self.settings))
 
     def as_dict(self) -> dict[str, str]:
         return {"engine": self.engine, **dict(self.settings)}

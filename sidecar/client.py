@@ -64,6 +64,13 @@ class ClientConn:
         """Call ``callback`` when the client has taken enough for writing to go on."""
         self._conn.writable_callback = callback
 
+    def on_disconnect(self, callback: Callable[[], None] | None) -> None:
+        """Call ``callback`` (once, in the connection's callback) if the client leaves before
+        the response ends; at once if it has left already."""
+        self._ex.on_lost = callback
+        if callback is not None and self._ex.disconnected:
+            callback()
+
     @property
     def paused(self) -> bool:
         """The write buffer is past its high-water mark (the client is behind)."""
@@ -81,9 +88,10 @@ class ClientConn:
         """Start a stream: buffer up to ``limit`` bytes, waiting (or not) past it."""
         if self._transport.is_closing():
             return  # the client reset the connection as its stream starts: the relay sees it
-        if self._sock is not None:
+        if self._sock is not None and not self._conn.sndbuf_pinned:  # once per connection
             with contextlib.suppress(OSError, ValueError):  # uvloop: ValueError once closed
                 self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, KERNEL_SNDBUF)
+                self._conn.sndbuf_pinned = True
         high = limit if wait else NEVER_WAIT
         self._transport.set_write_buffer_limits(high=high, low=high // 4)
 

@@ -80,6 +80,7 @@ class HttpConnection(asyncio.Protocol):
         self.writable_callback: Callable[[], None] | None = None
         self.sock: Any = None  # the transport's socket (uvloop's pseudo-socket), for the relay
         self.fd: int = -1
+        self.sndbuf_pinned = False  # the kernel send buffer was pinned for a stream (client.py)
         self.client: tuple[str, int] | None = None
         self.server: tuple[str, int] | None = None
         self.current: Exchange | None = None  # the request being answered

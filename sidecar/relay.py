@@ -13,8 +13,8 @@ type's (obs.sidecar.errors), answered through obs.sidecar.respond.
 from __future__ import annotations
 
 import asyncio
+import random
 import time
-import uuid
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -142,7 +142,7 @@ class Relay:
         ev.ts = datetime.fromtimestamp(req.wall_ns / 1e9, UTC).isoformat(timespec="milliseconds")
         headers = request_headers(scope)
         # Made ids have vLLM's own length (16 hex), so response ids keep vLLM's form.
-        ev.request_id = headers.get("x-request-id") or uuid.uuid4().hex[:16]
+        ev.request_id = headers.get("x-request-id") or f"{random.getrandbits(64):016x}"
         if len(ev.request_id) > 128:
             ev.request_id = ev.request_id[:128]
         req.ids = new_ids(headers.get("traceparent"))
@@ -210,26 +210,28 @@ class Relay:
 
     async def _dispatch(self, req: Request, plan: Plan, receive: Receive, send: Send) -> None:
         """Admit the request through its lane's gate, then try up to two replicas."""
-        listener = asyncio.ensure_future(receive())
-        listener.add_done_callback(lambda f: self._on_client_message(req, f))
+        # A client that leaves from here on is seen at once: its connection calls back (under
+        # our server), or a task waits for the server's disconnect message (under another).
+        listener: asyncio.Future[Message] | None = None
+        if req.conn is not None:
+            req.conn.on_disconnect(lambda: self._client_left(req))
+        else:
+            listener = asyncio.ensure_future(receive())
+            listener.add_done_callback(lambda f: self._on_client_message(req, f))
         ev = req.event
         ticket = req.ticket = Ticket(req.share_key, plan.cost, priority=ev.priority or 0)
         req.gate = plan.gate
         try:
             admitted = await plan.gate.admit(ticket)
-        except BaseException:
-            listener.cancel()
-            raise
-        if not admitted:  # the client left while queued
-            listener.cancel()
-            return
-        req.admitted = True
-        try:
-            await self._route(req, plan, send)
+            if admitted:  # else the client left while queued
+                req.admitted = True
+                await self._route(req, plan, send)
         finally:
             req.release()
-            if not listener.done():
+            if listener is not None and not listener.done():
                 listener.cancel()
+            if req.conn is not None:
+                req.conn.on_disconnect(None)
 
     async def _route(self, req: Request, plan: Plan, send: Send) -> None:
         """To the request's pool, then, if it refused, failed or timed out before the first
@@ -296,7 +298,11 @@ class Relay:
     def _on_client_message(self, req: Request, fut: asyncio.Future[Message]) -> None:
         if fut.cancelled() or fut.exception() is not None:
             return
-        if fut.result().get("type") == "http.disconnect" and not (req.done or req.delivered):
+        if fut.result().get("type") == "http.disconnect":
+            self._client_left(req)
+
+    def _client_left(self, req: Request) -> None:
+        if not (req.done or req.delivered):
             req.disconnected = True
             if req.response is not None:
                 req.response.close()  # closes the connection: vLLM aborts the request

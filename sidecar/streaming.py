@@ -2,7 +2,7 @@
 frame, or a whole body.
 
 A stream is relayed inside the pool socket's callback (``StreamSink.on_body``,
-called by ``obs.sidecar.upstream`` for each de-chunked piece): one
+called by ``obs.sidecar.upstream`` with the de-chunked body of each read): one
 ``perf_counter_ns``, the frame split, ``classify``, a list append for the
 inter-token gap, and a write straight to the client's transport. No task
 switch and no ASGI message per token; the relay's coroutine awaits once, for

@@ -3,10 +3,11 @@
 Why not aiohttp here (it still serves pool polling and ``/v1/models``): on the
 token path aiohttp hands each read to a ``StreamReader`` and wakes the relay's
 task to take it, one task switch and a few Python frames per token. Here a
-pool connection is a plain asyncio protocol with an httptools parser; each
-de-chunked piece of body goes to the response's ``sink`` inside the socket's
-``data_received``, so the relay can time, classify and forward a token
-without a task switch. Whole bodies (non-streamed answers, errors) are
+pool connection is a plain asyncio protocol with an httptools parser; the
+de-chunked body of each socket read goes to the response's ``sink`` in one
+piece inside the socket's ``data_received``, so the relay can time, classify
+and forward a token without a task switch, and writes once per read however
+many HTTP chunks the read carried. Whole bodies (non-streamed answers, errors) are
 buffered and awaited once.
 
 Connections are kept per replica and reused while idle for less than
@@ -59,6 +60,7 @@ class _Conn(asyncio.Protocol):
         self.idle_since = 0.0
         self.lost = False
         self.paused = False  # reading paused for a slow client
+        self.parts: list[bytes] = []  # body pieces of the read being parsed, for the sink
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -72,6 +74,7 @@ class _Conn(asyncio.Protocol):
         self.resp.read_ns = time.perf_counter_ns()  # one arrival time for the whole read
         try:
             self.parser.feed_data(data)
+            self._deliver()
         except httptools.HttpParserCallbackError as err:
             cause = err.__context__
             self._fail(cause if isinstance(cause, UpstreamError) else UpstreamError(str(err)))
@@ -96,8 +99,23 @@ class _Conn(asyncio.Protocol):
         how = f"{exc.__class__.__name__}: {exc}" if exc else "closed by the pool"
         resp._fail(UpstreamError(f"the pool's connection failed while {doing} ({how})"))
 
+    def _deliver(self) -> None:
+        """Hand the sink the body bytes of this read's HTTP chunks as one piece: one write to
+        the client per pool read, however many chunks it carried (a read under load carries
+        several)."""
+        parts = self.parts
+        if parts:
+            data = parts[0] if len(parts) == 1 else b"".join(parts)
+            parts.clear()
+            assert self.resp is not None and self.resp.sink is not None
+            self.resp.sink.on_body(data)
+
     def _fail(self, err: UpstreamError) -> None:
         self.lost = True  # never parked again, even before connection_lost runs
+        try:
+            self._deliver()  # what came before the failure is relayed, then the failure
+        except Exception:  # the sink's own failure: the first error is the one told
+            self.parts.clear()
         if self.resp is not None and not self.resp.complete:
             self.resp._fail(err)
         if self.transport is not None:
@@ -130,12 +148,13 @@ class _Conn(asyncio.Protocol):
         resp = self.resp
         assert resp is not None
         if resp.sink is not None:
-            resp.sink.on_body(body)
+            self.parts.append(body)  # to the sink at the end of the read (_deliver)
         else:
             resp.chunks.append(body)
 
     def on_message_complete(self) -> None:
         assert self.resp is not None
+        self._deliver()
         self.resp._complete()
 
 

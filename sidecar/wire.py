@@ -96,6 +96,7 @@ class Exchange:
         "keep_alive",
         "more_body",
         "on_complete",
+        "on_lost",
         "response_complete",
         "response_started",
         "scope",
@@ -128,6 +129,7 @@ class Exchange:
         self.response_complete = False
         self.chunked = False
         self.expected = 0  # body bytes still owed under the response's content-length
+        self.on_lost: Callable[[], None] | None = None  # the client left before the end
         self._event = asyncio.Event()
         self._reading_paused = False
         self._resume_reading = resume_reading
@@ -149,6 +151,8 @@ class Exchange:
         """The client's connection closed."""
         if not self.response_complete:
             self.disconnected = True
+            if self.on_lost is not None:
+                self.on_lost()
         self._event.set()
 
     # ---- ASGI ----------------------------------------------------------------------------
@@ -187,11 +191,10 @@ class Exchange:
                 raise RuntimeError(f"expected http.response.start, got {kind!r}")
             self.start(message["status"], message.get("headers", ()))
         elif kind == "http.response.body" and not self.response_complete:
-            body = message.get("body", b"")
-            more = message.get("more_body", False)
-            self.write(body)
-            if not more:
-                self.end()
+            if message.get("more_body", False):
+                self.write(message.get("body", b""))
+            else:
+                self.end(message.get("body", b""))
         else:
             raise RuntimeError(f"unexpected {kind!r} after the response was complete")
 
@@ -238,12 +241,18 @@ class Exchange:
         self.expected -= len(data)
         self.transport.write(data)
 
-    def end(self) -> None:
-        """The body is complete: the connection goes on to the next request, or closes."""
+    def end(self, data: bytes = b"") -> None:
+        """The body's last piece, ``data``: the connection goes on to the next request, or
+        closes. A chunked body's last piece and its end go out in one write."""
         if self.response_complete:
             return
         if self.chunked and not self.head_only and not self.disconnected:
-            self.transport.write(b"0\r\n\r\n")
+            if data:
+                self.transport.write(b"%x\r\n%b\r\n0\r\n\r\n" % (len(data), data))
+            else:
+                self.transport.write(b"0\r\n\r\n")
+        else:
+            self.write(data)
         self.response_complete = True
         self._event.set()
         if not self.keep_alive:

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from obs.sidecar import defaults as D
-from obs.sidecar import hardening_cli
+from obs.sidecar.cli import hardening
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -167,7 +167,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--log-level", default=D.LOG_LEVEL, choices=["debug", "info", "warning", "error"]
     )
-    hardening_cli.add_arguments(p)
+    hardening.add_arguments(p)
     p.set_defaults(handler=run)
 
 
@@ -212,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
             spool=args.clickhouse_spool,
             spool_max_mb=args.clickhouse_spool_max_mb,
         ),
-        **hardening_cli.settings_kwargs(args),
+        **hardening.settings_kwargs(args),
     )
     return serve(settings)
 
@@ -234,4 +234,4 @@ def _url(value: str | None, flag: str) -> str | None:
 
 
 def _address(value: str) -> tuple[str, int]:
-    return hardening_cli.address(value, "--metrics-address")
+    return hardening.address(value, "--metrics-address")

@@ -1,4 +1,4 @@
-"""The sidecar's hardening flags (docs/security.md): added to ``vllm-obs sidecar``."""
+"""The sidecar's hardening flags (docs/security.md), a part of `vllm-obs sidecar`'s parser."""
 
 from __future__ import annotations
 
