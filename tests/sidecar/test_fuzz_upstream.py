@@ -139,6 +139,17 @@ def stream_scripts(draw: st.DrawFn) -> Script:
     return Script(status=status, pieces=pieces, ending=ending)
 
 
+def _shapes(script: Script) -> set[str]:
+    """What kind of answer ``script`` is: its ending, an error status, a huge frame, its type.
+    (The fuzz tests check that their examples reached each kind.)"""
+    shapes = {script.ending, script.content_type}
+    if script.status != 200:
+        shapes.add("error status")
+    if len(script.body) > 65536:
+        shapes.add("huge")
+    return shapes
+
+
 def _upstream_view(script: Script) -> tuple[bytes, bool, bool]:
     """(the complete frames the pool sent, did it finish with [DONE], did it send an error)."""
     sent = script.body
@@ -211,6 +222,7 @@ def test_fuzzed_upstream_streams_end_cleanly_with_one_event_each(
     log = EventLog(sc)
     sent = [0]
     client = httpx.Client(base_url=sc.url, timeout=60)
+    shapes: set[str] = set()
 
     @FUZZ
     @given(script=stream_scripts(), include_usage=st.booleans())
@@ -224,6 +236,7 @@ def test_fuzzed_upstream_streams_end_cleanly_with_one_event_each(
     # and a cached_tokens list that made the event disappear (TypeError after the response).
     @example(script=Script(pieces=[LIST_CACHED_TOKENS, DONE_FRAME]), include_usage=False)
     def check(script: Script, include_usage: bool) -> None:
+        shapes.update(_shapes(script))
         rid = uuid.uuid4().hex
         mark = log_size(sc)
         upstream.scripts[rid] = script
@@ -252,6 +265,7 @@ def test_fuzzed_upstream_streams_end_cleanly_with_one_event_each(
         client.close()
     assert httpx.get(sc.url + "/health").status_code == 200
     assert len(log.wait(sent[0], timeout_s=2)) == sent[0]
+    assert shapes >= {"done", "eof", "cut", "error status", "huge"}, shapes
 
 
 @st.composite
@@ -291,6 +305,7 @@ def test_fuzzed_upstream_whole_answers_are_relayed_with_one_event_each(
     log = EventLog(sc)
     sent = [0]
     client = httpx.Client(base_url=sc.url, timeout=60)
+    shapes: set[str] = set()
 
     @FUZZ
     @given(script=whole_scripts())
@@ -310,6 +325,7 @@ def test_fuzzed_upstream_whole_answers_are_relayed_with_one_event_each(
         )
     )
     def check(script: Script) -> None:
+        shapes.update(_shapes(script))
         rid = uuid.uuid4().hex
         mark = log_size(sc)
         upstream.scripts[rid] = script
@@ -337,6 +353,7 @@ def test_fuzzed_upstream_whole_answers_are_relayed_with_one_event_each(
     finally:
         client.close()
     assert len(log.wait(sent[0], timeout_s=2)) == sent[0]
+    assert shapes >= {"eof", "cut", "error status", "text/event-stream"}, shapes
 
 
 def test_pool_inventing_finish_reasons_cannot_grow_label_cardinality(
