@@ -26,16 +26,13 @@ import yaml
 from obs.demo.stack import pid_alive
 from obs.procs import group_alive
 from obs.sweep.profile import resolve
+from tests.support import QUICK_DRAIN
 
 SWEEP_TIMEOUT_S = 3600
 BROKEN = "needs-partial-prefills"
 SLOS = resolve("class-aware").gates()
 # The baseline, a pool of two replicas, first; then the shipped lanes' two pools.
 REAL = ("prefix-routing", "class-aware")
-# The plan's classes and arrivals as shipped; its longest requests cut short, so each run's
-# drain after the load (agent turns, slow readers, a batch answer) takes seconds, not ten.
-QUICK_DRAIN = ["agent.think_time_s=[0.1, 0.3]", "slow-stream.max_tokens=[16, 32]"]
-QUICK_DRAIN += ["batch.max_tokens=[16, 32]"]
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
@@ -60,9 +57,7 @@ def short_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path
     )
     profiles = [REAL[0], str(broken), *REAL[1:]]
     out = root / "out"
-    cmd = [sys.executable, "-m", "obs.cli", "sweep", "--short", "--out", str(out)]
-    for s in QUICK_DRAIN:
-        cmd += ["--set", s]
+    cmd = [sys.executable, "-m", "obs.cli", "sweep", "--short", *QUICK_DRAIN, "--out", str(out)]
     for p in profiles:
         cmd += ["--profile", p]
     started = time.monotonic()
@@ -173,9 +168,7 @@ def test_ctrl_c_keeps_the_finished_runs_of_an_external_sweep(vllm: Any, tmp_path
         files += ["--profile", str(path)]
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "obs.cli", "sweep", "--external", *files, "--rounds", "2"]
-    cmd += ["--duration", "3", "--out", str(out)]
-    for s in QUICK_DRAIN:
-        cmd += ["--set", s]
+    cmd += ["--duration", "3", *QUICK_DRAIN, "--out", str(out)]
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
         assert p.stderr is not None
         try:
