@@ -115,6 +115,7 @@ GARBAGE_FRAMES = st.one_of(
         ]
     ),
 )
+HUGE = chunk_frame({"delta": {"content": "\u00e9" * 70_000}, "finish_reason": None})
 HUGE_FRAMES = st.sampled_from([70_000, 1_000_000, 3_000_000]).map(
     lambda n: chunk_frame({"delta": {"content": "\u00e9" * n}, "finish_reason": None})
 )
@@ -137,17 +138,6 @@ def stream_scripts(draw: st.DrawFn) -> Script:
     pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
     status = draw(st.sampled_from([200] * 12 + [400, 500, 503]))
     return Script(status=status, pieces=pieces, ending=ending)
-
-
-def _shapes(script: Script) -> set[str]:
-    """What kind of answer ``script`` is: its ending, an error status, a huge frame, its type.
-    (The fuzz tests check that their examples reached each kind.)"""
-    shapes = {script.ending, script.content_type}
-    if script.status != 200:
-        shapes.add("error status")
-    if len(script.body) > 65536:
-        shapes.add("huge")
-    return shapes
 
 
 def _upstream_view(script: Script) -> tuple[bytes, bool, bool]:
@@ -222,7 +212,6 @@ def test_fuzzed_upstream_streams_end_cleanly_with_one_event_each(
     log = EventLog(sc)
     sent = [0]
     client = httpx.Client(base_url=sc.url, timeout=60)
-    shapes: set[str] = set()
 
     @FUZZ
     @given(script=stream_scripts(), include_usage=st.booleans())
@@ -235,8 +224,13 @@ def test_fuzzed_upstream_streams_end_cleanly_with_one_event_each(
     @example(script=Script(pieces=[LIST_PROMPT_TOKENS, DONE_FRAME]), include_usage=True)
     # and a cached_tokens list that made the event disappear (TypeError after the response).
     @example(script=Script(pieces=[LIST_CACHED_TOKENS, DONE_FRAME]), include_usage=False)
+    # The rare kinds, whatever FUZZ's 40 drawn examples are: a huge frame cut off mid-way
+    # (split over reads), and the pool's error status.
+    @example(script=Script(pieces=[HUGE[:40_000], HUGE[40_000:90_000]], ending="cut"),
+             include_usage=True)  # fmt: skip
+    @example(script=Script(status=503, pieces=[b'{"error": {"message": "busy"}}'], ending="eof"),
+             include_usage=False)  # fmt: skip
     def check(script: Script, include_usage: bool) -> None:
-        shapes.update(_shapes(script))
         rid = uuid.uuid4().hex
         mark = log_size(sc)
         upstream.scripts[rid] = script
@@ -265,7 +259,6 @@ def test_fuzzed_upstream_streams_end_cleanly_with_one_event_each(
         client.close()
     assert httpx.get(sc.url + "/health").status_code == 200
     assert len(log.wait(sent[0], timeout_s=2)) == sent[0]
-    assert shapes >= {"done", "eof", "cut", "error status", "huge"}, shapes
 
 
 @st.composite
@@ -305,7 +298,6 @@ def test_fuzzed_upstream_whole_answers_are_relayed_with_one_event_each(
     log = EventLog(sc)
     sent = [0]
     client = httpx.Client(base_url=sc.url, timeout=60)
-    shapes: set[str] = set()
 
     @FUZZ
     @given(script=whole_scripts())
@@ -324,8 +316,11 @@ def test_fuzzed_upstream_whole_answers_are_relayed_with_one_event_each(
             ending="eof",
         )
     )
+    # The rare kinds, whatever FUZZ's 40 drawn examples are: an error answer cut off, typed
+    # as a stream.
+    @example(script=Script(status=500, content_type="text/event-stream", pieces=[b"data: {"],
+                           ending="cut"))  # fmt: skip
     def check(script: Script) -> None:
-        shapes.update(_shapes(script))
         rid = uuid.uuid4().hex
         mark = log_size(sc)
         upstream.scripts[rid] = script
@@ -353,7 +348,6 @@ def test_fuzzed_upstream_whole_answers_are_relayed_with_one_event_each(
     finally:
         client.close()
     assert len(log.wait(sent[0], timeout_s=2)) == sent[0]
-    assert shapes >= {"eof", "cut", "error status", "text/event-stream"}, shapes
 
 
 def test_pool_inventing_finish_reasons_cannot_grow_label_cardinality(
