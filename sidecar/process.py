@@ -79,8 +79,9 @@ class SidecarProcess:
         """Every whole event line written so far."""
         if self.events_path is None or not self.events_path.exists():
             return []
-        lines = self.events_path.read_bytes().splitlines()
-        return [orjson.loads(line) for line in lines if line.strip()]
+        data = self.events_path.read_bytes()
+        whole = data[: data.rfind(b"\n") + 1]  # a line still being written is left for later
+        return [orjson.loads(line) for line in whole.splitlines() if line.strip()]
 
     def wait_events(self, n: int, timeout_s: float = 10.0) -> list[dict[str, Any]]:
         """Wait until at least ``n`` events are on disk (the writer flushes within ~0.2 s)."""

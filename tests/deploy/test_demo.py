@@ -26,6 +26,7 @@ from obs.loadgen.plan import Arrivals, bounded, iter_plan
 from obs.loadgen.records import Record
 from obs.procs import group_alive
 from tests.conftest import require_binary
+from tests.support import QUICK_DRAIN
 
 LANES = load_config(default_config_path()).lane_names
 DEMO_TIMEOUT_S = 600
@@ -234,7 +235,7 @@ def short_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path,
     out = tmp_path_factory.mktemp("demo") / "out"
     started = time.monotonic()
     proc = subprocess.run(
-        _demo("--duration", "15", "--out", str(out)),
+        _demo("--duration", "15", *QUICK_DRAIN, "--out", str(out)),
         capture_output=True,
         text=True,
         timeout=DEMO_TIMEOUT_S,

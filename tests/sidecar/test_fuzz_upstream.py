@@ -115,6 +115,7 @@ GARBAGE_FRAMES = st.one_of(
         ]
     ),
 )
+HUGE = chunk_frame({"delta": {"content": "\u00e9" * 70_000}, "finish_reason": None})
 HUGE_FRAMES = st.sampled_from([70_000, 1_000_000, 3_000_000]).map(
     lambda n: chunk_frame({"delta": {"content": "\u00e9" * n}, "finish_reason": None})
 )
@@ -223,6 +224,12 @@ def test_fuzzed_upstream_streams_end_cleanly_with_one_event_each(
     @example(script=Script(pieces=[LIST_PROMPT_TOKENS, DONE_FRAME]), include_usage=True)
     # and a cached_tokens list that made the event disappear (TypeError after the response).
     @example(script=Script(pieces=[LIST_CACHED_TOKENS, DONE_FRAME]), include_usage=False)
+    # The rare kinds, whatever FUZZ's 40 drawn examples are: a huge frame cut off mid-way
+    # (split over reads), and the pool's error status.
+    @example(script=Script(pieces=[HUGE[:40_000], HUGE[40_000:90_000]], ending="cut"),
+             include_usage=True)  # fmt: skip
+    @example(script=Script(status=503, pieces=[b'{"error": {"message": "busy"}}'], ending="eof"),
+             include_usage=False)  # fmt: skip
     def check(script: Script, include_usage: bool) -> None:
         rid = uuid.uuid4().hex
         mark = log_size(sc)
@@ -309,6 +316,10 @@ def test_fuzzed_upstream_whole_answers_are_relayed_with_one_event_each(
             ending="eof",
         )
     )
+    # The rare kinds, whatever FUZZ's 40 drawn examples are: an error answer cut off, typed
+    # as a stream.
+    @example(script=Script(status=500, content_type="text/event-stream", pieces=[b"data: {"],
+                           ending="cut"))  # fmt: skip
     def check(script: Script) -> None:
         rid = uuid.uuid4().hex
         mark = log_size(sc)

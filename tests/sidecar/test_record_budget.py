@@ -29,6 +29,7 @@ from tests.support.probes import metric
 
 FLOOD = 5_000
 BUDGET = 20  # --client-events-per-s
+FLOOD_S = 5  # the connect-and-close flood: thousands of connections, far past the budget
 
 
 class HoldingPool:
@@ -160,10 +161,10 @@ def _connect_and_close(port: int, until: float) -> int:
 
 
 @pytest.mark.slow
-def test_connect_and_close_for_ten_seconds_stays_within_the_event_budget(
+def test_connect_and_close_for_seconds_stays_within_the_event_budget(
     sidecar: SidecarFactory,
 ) -> None:
-    """10 s of connect-and-close: the events file grows by at most the budget (plus one summary
+    """5 s of connect-and-close: the events file grows by at most the budget (plus one summary
     a second), and the record counts as many client_disconnect as the sidecar's counter."""
     sc = sidecar(
         f"http://127.0.0.1:{free_port()}",
@@ -172,7 +173,7 @@ def test_connect_and_close_for_ten_seconds_stays_within_the_event_budget(
     )
     t0 = time.monotonic()
     with ThreadPoolExecutor(2) as ex:
-        sent = sum(ex.map(lambda _: _connect_and_close(sc.port, t0 + 10), range(2)))
+        sent = sum(ex.map(lambda _: _connect_and_close(sc.port, t0 + FLOOD_S), range(2)))
     # The last closes may still be in the sidecar when the flood ends: read the counter and
     # the record until they agree (the record is written a second behind), or 10 s pass.
     deadline = time.monotonic() + 10
@@ -183,7 +184,7 @@ def test_connect_and_close_for_ten_seconds_stays_within_the_event_budget(
             break
     # The sidecar took the flood's last connections up to now: the budget bounds this span.
     elapsed = time.monotonic() - t0
-    assert counter > 10 * BUDGET  # the flood went past the budget
+    assert counter > FLOOD_S * BUDGET  # the flood went past the budget
     assert counter <= sent
     assert _counted(events, c.DISCONNECTED) == counter
     one_by_one = [e for e in events if not e.get("summarized")]

@@ -14,6 +14,15 @@ from obs.sidecar.testing import SidecarProcess
 
 MODEL = "tiny"  # the served model name of the engine fixtures
 
+# ``--set`` options for ``vllm-obs demo``, ``sweep`` and ``load``: the shipped plan (classes,
+# arrivals, sessions) with the requests that outlive the load cut short, so its drain takes
+# seconds, not ten: agent turns 0.1-0.3 s apart, slow streams and batch answers of 16-32 tokens.
+QUICK_DRAIN = (
+    *("--set", "agent.think_time_s=[0.1, 0.3]"),
+    *("--set", "slow-stream.max_tokens=[16, 32]"),
+    *("--set", "batch.max_tokens=[16, 32]"),
+)
+
 
 def chat_body(text: str = "hi", max_tokens: int = 8, **extra: Any) -> dict[str, Any]:
     """A chat completions request for the tiny model: one user message, then ``extra``."""

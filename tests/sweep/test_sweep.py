@@ -26,6 +26,7 @@ import yaml
 from obs.demo.stack import pid_alive
 from obs.procs import group_alive
 from obs.sweep.profile import resolve
+from tests.support import QUICK_DRAIN
 
 SWEEP_TIMEOUT_S = 3600
 BROKEN = "needs-partial-prefills"
@@ -56,7 +57,7 @@ def short_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path
     )
     profiles = [REAL[0], str(broken), *REAL[1:]]
     out = root / "out"
-    cmd = [sys.executable, "-m", "obs.cli", "sweep", "--short", "--out", str(out)]
+    cmd = [sys.executable, "-m", "obs.cli", "sweep", "--short", *QUICK_DRAIN, "--out", str(out)]
     for p in profiles:
         cmd += ["--profile", p]
     started = time.monotonic()
@@ -167,7 +168,7 @@ def test_ctrl_c_keeps_the_finished_runs_of_an_external_sweep(vllm: Any, tmp_path
         files += ["--profile", str(path)]
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "obs.cli", "sweep", "--external", *files, "--rounds", "2"]
-    cmd += ["--duration", "3", "--out", str(out)]
+    cmd += ["--duration", "3", *QUICK_DRAIN, "--out", str(out)]
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
         assert p.stderr is not None
         try:

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from obs.sweep.profile import resolve
+from tests.support import QUICK_DRAIN
 
 PROFILES = ("single-balanced", "class-aware")
 
@@ -23,7 +24,7 @@ def test_sim_sweep_writes_whole_system_rows_and_marks_pools_simulated(tmp_path: 
     rows are still there, and every request the client sent has its event (none lost)."""
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "obs.cli", "sweep", "--engine", "sim", "--short"]
-    cmd += ["--duration", "3", "--set", "slow-stream.max_tokens=48", "--out", str(out)]
+    cmd += ["--duration", "3", *QUICK_DRAIN, "--out", str(out)]
     for p in PROFILES:
         cmd += ["--profile", p]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
