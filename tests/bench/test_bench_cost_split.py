@@ -51,6 +51,8 @@ def test_split_needs_both_lengths() -> None:
 
 
 class _Answer(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: both requests use one connection
+
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["content-length"]))
         self.send_response(200)
