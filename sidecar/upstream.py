@@ -112,10 +112,10 @@ class _Conn(asyncio.Protocol):
 
     def _fail(self, err: UpstreamError) -> None:
         self.lost = True  # never parked again, even before connection_lost runs
-        try:
-            self._deliver()  # what came before the failure is relayed, then the failure
-        except Exception:  # the sink's own failure: the first error is the one told
-            self.parts.clear()
+        # What came before the failure is relayed, then the failure. A sink that fails on it
+        # too is not told twice (_deliver empties the parts before handing them over).
+        with contextlib.suppress(Exception):
+            self._deliver()
         if self.resp is not None and not self.resp.complete:
             self.resp._fail(err)
         if self.transport is not None:
