@@ -13,7 +13,6 @@ queue time is a fraction of the wait; see tests/core/test_attribution.py for the
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -31,6 +30,7 @@ from obs.sidecar.testing import OtlpReceiver, SidecarProcess
 from tests.conftest import engine_running
 from tests.support import chat_body
 from tests.support.lanes_support import query_budget
+from tests.support.small_window import small_window_post
 
 pytestmark = pytest.mark.engine
 
@@ -123,18 +123,13 @@ def _slow_reader(sc: SidecarProcess) -> str:
     4 KiB window after a 6 s pause (30 ms per token at least): far behind the engine, so the
     relay waits on it and the pool's stream with it."""
     rid = f"slow-{uuid.uuid4().hex[:6]}"
-    opts = [(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)]
     body = chat_body(f"slow {rid}", 200, stream=True, ignore_eos=True, logprobs=True)
     body["top_logprobs"] = 20
     headers = {"x-lane": "sc", "x-request-id": rid}
-    with (
-        httpx.Client(transport=httpx.HTTPTransport(socket_options=opts), timeout=120) as cl,
-        cl.stream("POST", sc.url + CHAT, json=body, headers=headers) as r,
-    ):
-        chunks = r.iter_raw(1024)
-        next(chunks)
+    with small_window_post(sc.url, CHAT, body, headers) as r:
+        r.read(1024)
         time.sleep(6)
-        tail = b"".join(chunks)
+        tail = r.read()
     assert tail.rstrip().endswith(b"data: [DONE]")
     return rid
 

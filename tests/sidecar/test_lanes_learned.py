@@ -8,12 +8,10 @@ reading fast stays chat.
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from pathlib import Path
 
-import httpx
 import pytest
 
 from obs import conventions as c
@@ -23,6 +21,7 @@ from tests.conftest import SidecarFactory
 from tests.support import chat_body
 from tests.support.lanes_support import CHAT, LONG
 from tests.support.probes import metric
+from tests.support.small_window import small_window_post
 
 pytestmark = pytest.mark.engine
 
@@ -32,14 +31,10 @@ def _stream(url: str, key: str, rid: str, stall: bool) -> None:
     buffer) reads nothing until the pool has finished (the lane's slot is free again) and 1.5 s
     more, as a phone that stops reading: the sidecar holds the rest, and its stream phase shows
     the wait whatever the engine's speed."""
-    opts = [(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)] if stall else []
     body = chat_body(f"tell me {rid}", 120, stream=True, **LONG)
     headers = {"authorization": f"Bearer {key}", "x-request-id": rid}
-    with (
-        httpx.Client(transport=httpx.HTTPTransport(socket_options=opts), timeout=120) as cl,
-        cl.stream("POST", url + CHAT, json=body, headers=headers) as r,
-    ):
-        assert r.status_code == 200
+    with small_window_post(url, CHAT, body, headers, rcvbuf=4096 if stall else None) as r:
+        assert r.status == 200
         if stall:
             deadline = time.monotonic() + 60
             while metric(url, "vllm_obs_in_flight_requests") > 0:

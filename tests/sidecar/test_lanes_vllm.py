@@ -9,7 +9,6 @@ in-flight gauge, not guessed from timing.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -38,6 +37,7 @@ from tests.support.lanes_support import (
     lanes_config,
     post_lane,
 )
+from tests.support.small_window import small_window_post
 
 pytestmark = pytest.mark.engine
 
@@ -97,15 +97,11 @@ def _read_stream(sc: SidecarProcess, lane: str, rid: str, bytes_per_s: float | N
     The slow client's socket has a 4 KiB receive buffer, as a phone on a slow link has
     a small window: what it has not read stays on the sidecar's side.
     """
-    opts = [(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)] if bytes_per_s else []
     body = chat_body(f"slow {rid}", 300, stream=True, **LONG)
     headers = {"x-lane": lane, "x-request-id": rid}
     out = b""
-    with (
-        httpx.Client(transport=httpx.HTTPTransport(socket_options=opts), timeout=120) as cl,
-        cl.stream("POST", sc.url + CHAT, json=body, headers=headers) as r,
-    ):
-        for chunk in r.iter_raw(1024):
+    with small_window_post(sc.url, CHAT, body, headers, rcvbuf=4096 if bytes_per_s else None) as r:
+        while chunk := r.read(1024):
             out += chunk
             if bytes_per_s:
                 time.sleep(len(chunk) / bytes_per_s)
@@ -203,13 +199,9 @@ def test_abort_policy_ends_a_stream_whose_client_falls_behind(
     lanes = [lane_spec("a", slow_client={"buffer_bytes": 16384, "policy": "abort"})]
     sc = sidecar(config=lanes_config(tmp_path, {"p": [vllm.url]}, lanes), traces=False)
     rid = uuid.uuid4().hex
-    opts = [(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)]
     body = chat_body(f"never read {rid}", 1900, stream=True, **LONG)
     headers = {"x-lane": "a", "x-request-id": rid}
-    with (
-        httpx.Client(transport=httpx.HTTPTransport(socket_options=opts), timeout=60) as cl,
-        cl.stream("POST", sc.url + CHAT, json=body, headers=headers) as r,
-    ):
+    with small_window_post(sc.url, CHAT, body, headers, timeout_s=60) as r:
         ev = event_of(sc, rid)  # written while the client has read nothing yet
         rest = r.read()
     assert (ev["status"], ev["error_class"], ev["http_status"]) == (

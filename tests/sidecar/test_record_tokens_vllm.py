@@ -20,7 +20,7 @@ from obs import conventions as c
 from obs.engines.server import VllmServer
 from obs.sidecar.testing import SidecarProcess
 from tests.conftest import SidecarFactory
-from tests.support.engine_core import engine_core_throttled
+from tests.support.engine_core import Throttle, engine_core_throttled
 from tests.support.probes import metric, wait_for
 
 pytestmark = pytest.mark.engine
@@ -53,12 +53,17 @@ def tokens_read(chunk: Any) -> int:
     return n
 
 
-def read_tokens(chunks: Iterable[Any], stop_at: int | None = None) -> int:
-    """Tokens read from ``chunks`` (until ``stop_at`` of them, or a read timeout)."""
+def read_tokens(
+    chunks: Iterable[Any], stop_at: int | None = None, throttle: Throttle | None = None
+) -> int:
+    """Tokens read from ``chunks`` (until ``stop_at`` of them, or a read timeout); each read
+    lets ``throttle``'s engine run one more slice."""
     n = 0
     try:
         for ch in chunks:
             n += tokens_read(ch)
+            if throttle is not None:
+                throttle.read()
             if stop_at is not None and n >= stop_at:
                 break
     except openai.APITimeoutError:
@@ -109,14 +114,15 @@ def test_cancelled_empty_text_streams_count_the_tokens_made(
     for _ in range(3):
         before = idle_generated(vllm)
         rid = uuid.uuid4().hex
-        # The engine runs in slices until the client has read 10 tokens, then stops.
-        with client_of(sc, timeout_s=3) as client, engine_core_throttled(vllm) as freeze:
+        # The engine runs in slices, in step with the client, until the client has read 10
+        # tokens; then it stops.
+        with client_of(sc, timeout_s=3) as client, engine_core_throttled(vllm) as throttle:
             chunks = client.chat.completions.create(
                 model="tiny", messages=EMPTY_TEXT, max_tokens=MANY, temperature=0, stream=True,
                 extra_body=extra, extra_headers={"X-Request-Id": rid},
             )  # fmt: skip
-            read = read_tokens(chunks, stop_at=10)
-            freeze()
+            read = read_tokens(chunks, stop_at=10, throttle=throttle)
+            throttle.freeze()
             read += read_tokens(chunks)  # what was made before the freeze, then a read timeout
             chunks.close()
             ev = sc.events_of(rid)[0]
@@ -125,8 +131,8 @@ def test_cancelled_empty_text_streams_count_the_tokens_made(
             # resumes.
             time.sleep(1)
         made = idle_generated(vllm) - before
-        # Should the slices not hold the engine back (a starved test process), the engine
-        # makes all MANY tokens before the freeze: no cancel happened, so run it again.
+        # Should the slices still not hold the engine back, the engine makes all MANY tokens
+        # before the freeze: no cancel happened, so run it again.
         if (ev["status"], ev["completion_tokens"]) != (c.OK, MANY):
             break
     assert (ev["status"], ev["tokens_source"]) == (c.DISCONNECTED, c.TOKENS_COUNTED)

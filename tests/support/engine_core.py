@@ -5,7 +5,7 @@
 still relays every token made before, and still sees a client leave and aborts the
 request: a cancel with no token made after the client's last read, which no timing
 can give on a loaded machine. ``engine_core_throttled`` runs the engine in short slices
-first, so a client reading a long answer stays ahead of it until the test freezes it.
+first, in step with its reader, so the reader stays ahead of it until the test freezes it.
 """
 
 from __future__ import annotations
@@ -13,13 +13,38 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import threading
-from collections.abc import Callable, Iterator
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from obs.engines.server import VllmServer
 
 ENGINE_CORE = "VLLM::EngineCor"  # the process title, as /proc's 15-character comm shows it
+
+# The slicer, a process of its own: a thread of the test process waits for the GIL, which
+# C code in the test's client (the openai SDK building its models on a first call) held for
+# 2.5 s on a loaded machine while the engine ran free (stop 38's CI: 2,000 tokens made
+# before the client had read 10). Each byte on its stdin is a read by the reader; "f" ends it.
+SLICER = """
+import os, select, signal, sys, time
+pid, run_s, quiet_s = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+fd = sys.stdin.fileno()
+try:  # as root (CI): wake on time however busy the machine, or a slice runs on for 100s of ms
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+except OSError:
+    pass
+while True:
+    os.kill(pid, signal.SIGCONT)
+    time.sleep(run_s)
+    os.kill(pid, signal.SIGSTOP)
+    # The next slice once the reader has read since this one began, or quiet_s with no read
+    # (the slice made nothing to read yet).
+    if select.select([fd], [], [], quiet_s)[0]:
+        got = os.read(fd, 4096)
+        if not got or b"f" in got:
+            break
+"""
 
 
 def engine_core_pid(server: VllmServer) -> int:
@@ -38,36 +63,54 @@ def engine_core_pid(server: VllmServer) -> int:
     raise LookupError(f"no {ENGINE_CORE} process in vllm serve's group {server.pid}")
 
 
+class Throttle:
+    """The engine core runs ``run_s`` at a time; the next slice only once the reader has read
+    something since the last one began (``read``), or ``quiet_s`` went by with no read. A slow
+    reader holds the engine back with it."""
+
+    def __init__(self, pid: int, run_s: float, quiet_s: float) -> None:
+        self.pid = pid
+        os.kill(pid, signal.SIGSTOP)
+        args = [str(pid), str(run_s), str(quiet_s)]
+        self._slicer = subprocess.Popen(
+            [sys.executable, "-c", SLICER, *args], stdin=subprocess.PIPE
+        )
+
+    def read(self) -> None:
+        """The reader read a piece of the answer: the engine may run one more slice."""
+        self._tell(b"r")
+
+    def freeze(self) -> None:
+        """Stop the engine core for the rest of the block (no slice after this returns)."""
+        self._tell(b"f")
+        self._slicer.wait(10)
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def _tell(self, what: bytes) -> None:
+        stdin = self._slicer.stdin
+        if stdin is not None and self._slicer.poll() is None:
+            with contextlib.suppress(BrokenPipeError):
+                stdin.write(what)
+                stdin.flush()
+
+    def close(self) -> None:
+        self.freeze()
+        if self._slicer.stdin is not None:
+            self._slicer.stdin.close()
+        os.kill(self.pid, signal.SIGCONT)
+
+
 @contextlib.contextmanager
 def engine_core_throttled(
-    server: VllmServer, run_s: float = 0.004, stop_s: float = 0.04
-) -> Iterator[Callable[[], None]]:
-    """Run the engine core ``run_s`` in every ``run_s + stop_s`` until the block calls the
-    function it is given, which freezes the core for the rest of the block; SIGCONT after.
+    server: VllmServer, run_s: float = 0.004, quiet_s: float = 0.1
+) -> Iterator[Throttle]:
+    """Run ``server``'s engine core in slices in step with a reader (see ``Throttle``) until
+    the block calls ``freeze``, which stops it for the rest of the block; SIGCONT after.
 
     A tiny model on a fast machine makes thousands of tokens a second: without the slices,
     the engine can finish a long answer before the test process runs again to freeze it."""
-    pid = engine_core_pid(server)
-    frozen = threading.Event()
-
-    def slices() -> None:
-        while not frozen.is_set():
-            os.kill(pid, signal.SIGCONT)
-            frozen.wait(run_s)
-            os.kill(pid, signal.SIGSTOP)
-            frozen.wait(stop_s)
-
-    def freeze() -> None:
-        frozen.set()
-        thread.join()
-        os.kill(pid, signal.SIGSTOP)
-
-    os.kill(pid, signal.SIGSTOP)
-    thread = threading.Thread(target=slices, name="engine-core-slices", daemon=True)
-    thread.start()
+    throttle = Throttle(engine_core_pid(server), run_s, quiet_s)
     try:
-        yield freeze
+        yield throttle
     finally:
-        frozen.set()
-        thread.join()
-        os.kill(pid, signal.SIGCONT)
+        throttle.close()

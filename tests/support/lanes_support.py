@@ -5,7 +5,6 @@ sidecar's gauges, rejections and events."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -17,11 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import yaml
 
 from obs import conventions as c
 from obs.sidecar.testing import SidecarProcess
 from tests.support import chat_body, probes
+from tests.support.small_window import SmallWindow
 
 CHAT = "/v1/chat/completions"
 
@@ -77,22 +78,22 @@ class Holder:
 
     Lanes under test use the ``wait`` slow-client policy with a 4 KiB bound and the
     client a 4 KiB receive buffer, so the relay stops reading the pool once those fill:
-    the request stays in flight, whatever vLLM's pace, until the client lets go.
+    the request stays in flight, whatever vLLM's pace, until the client lets go. Its window is
+    small from its first packet (tests/support/small_window.py).
     """
 
     def __init__(self, sc: SidecarProcess, lane: str, headers: dict[str, str]) -> None:
-        opts = [(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)]
-        self.client = httpx.Client(transport=httpx.HTTPTransport(socket_options=opts), timeout=60)
         body = chat_body(f"hold {uuid.uuid4().hex}", 1900, stream=True, **LONG)
-        req = self.client.build_request(
-            "POST", sc.url + CHAT, json=body, headers={"x-lane": lane, **headers}
-        )
-        self.response = self.client.send(req, stream=True)
-        assert self.response.status_code == 200, self.response.read()
+        self.conn = SmallWindow(sc.url, timeout_s=60)
+        self.conn.request(
+            "POST", CHAT, orjson.dumps(body),
+            {"content-type": "application/json", "x-lane": lane, **headers},
+        )  # fmt: skip
+        self.response = self.conn.getresponse()
+        assert self.response.status == 200, self.response.read()
 
     def release(self) -> None:
-        self.response.close()
-        self.client.close()
+        self.conn.close()
 
 
 HOLD = {"slow_client": {"buffer_bytes": 4096, "policy": "wait"}}
