@@ -21,7 +21,7 @@ from tests.conftest import SidecarFactory
 from tests.support import chat_body
 from tests.support.lanes_support import CHAT, LONG
 from tests.support.probes import metric
-from tests.support.small_window import small_window_post
+from tests.support.small_window import RCVBUF, small_window_post
 
 pytestmark = pytest.mark.engine
 
@@ -33,7 +33,7 @@ def _stream(url: str, key: str, rid: str, stall: bool) -> None:
     the wait whatever the engine's speed."""
     body = chat_body(f"tell me {rid}", 120, stream=True, **LONG)
     headers = {"authorization": f"Bearer {key}", "x-request-id": rid}
-    with small_window_post(url, CHAT, body, headers, rcvbuf=4096 if stall else None) as r:
+    with small_window_post(url, CHAT, body, headers, rcvbuf=RCVBUF if stall else None) as r:
         assert r.status == 200
         if stall:
             deadline = time.monotonic() + 60

@@ -37,7 +37,7 @@ from tests.support.lanes_support import (
     lanes_config,
     post_lane,
 )
-from tests.support.small_window import small_window_post
+from tests.support.small_window import RCVBUF, small_window_post
 
 pytestmark = pytest.mark.engine
 
@@ -100,7 +100,9 @@ def _read_stream(sc: SidecarProcess, lane: str, rid: str, bytes_per_s: float | N
     body = chat_body(f"slow {rid}", 300, stream=True, **LONG)
     headers = {"x-lane": lane, "x-request-id": rid}
     out = b""
-    with small_window_post(sc.url, CHAT, body, headers, rcvbuf=4096 if bytes_per_s else None) as r:
+    with small_window_post(
+        sc.url, CHAT, body, headers, rcvbuf=RCVBUF if bytes_per_s else None
+    ) as r:
         while chunk := r.read(1024):
             out += chunk
             if bytes_per_s:

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 import yaml
 
 from obs import conventions as c
@@ -85,11 +84,7 @@ class Holder:
     def __init__(self, sc: SidecarProcess, lane: str, headers: dict[str, str]) -> None:
         body = chat_body(f"hold {uuid.uuid4().hex}", 1900, stream=True, **LONG)
         self.conn = SmallWindow(sc.url, timeout_s=60)
-        self.conn.request(
-            "POST", CHAT, orjson.dumps(body),
-            {"content-type": "application/json", "x-lane": lane, **headers},
-        )  # fmt: skip
-        self.response = self.conn.getresponse()
+        self.response = self.conn.post_json(CHAT, body, {"x-lane": lane, **headers})
         assert self.response.status == 200, self.response.read()
 
     def release(self) -> None:

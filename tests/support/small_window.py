@@ -40,6 +40,15 @@ class SmallWindow(http.client.HTTPConnection):
         sock.connect((self.host, self.port))
         self.sock = sock
 
+    def post_json(
+        self, path: str, body: dict[str, Any], headers: dict[str, str]
+    ) -> http.client.HTTPResponse:
+        """POST ``body`` as JSON; the response with only its head read (``read(n)`` for more)."""
+        self.request(
+            "POST", path, orjson.dumps(body), {"content-type": "application/json", **headers}
+        )
+        return self.getresponse()
+
 
 @contextmanager
 def small_window_post(
@@ -50,13 +59,9 @@ def small_window_post(
     timeout_s: float = 120,
     rcvbuf: int | None = RCVBUF,
 ) -> Iterator[http.client.HTTPResponse]:
-    """POST ``body`` as JSON from a small-window client; the response with only its head read
-    (``read(n)`` for more). The connection closes when the block ends, read or not."""
+    """``SmallWindow.post_json`` on a new connection, closed when the block ends, read or not."""
     conn = SmallWindow(url, timeout_s, rcvbuf)
     try:
-        conn.request(
-            "POST", path, orjson.dumps(body), {"content-type": "application/json", **headers}
-        )
-        yield conn.getresponse()
+        yield conn.post_json(path, body, headers)
     finally:
         conn.close()
