@@ -33,6 +33,15 @@ from obs.engines.metrics import EngineState
 from obs.record import Finished
 
 NS = 1e9
+# The request counts a lane starts at 0 per pool and model: answers that end by stop or length
+# (the availability SLI's denominator) and errors (its numerator; an error has no finish).
+PRIMED_REQUESTS: Final = ((c.OK, "stop"), (c.OK, "length"), (c.ERROR, "none"))
+
+
+def lane_pools(lane: Lane) -> tuple[str, ...]:
+    """Every pool a lane's requests may be answered by: its arms, then its fallback."""
+    pools = tuple(p for p, _ in lane.arms)
+    return pools + ((lane.fallback,) if lane.fallback and lane.fallback not in pools else ())
 
 
 def _counter(m: c.Metric, reg: CollectorRegistry) -> Counter:
@@ -90,10 +99,15 @@ class Metrics:
         # Children looked up once per label set: ``labels()`` costs more than the observation.
         self._counts: dict[tuple[str, ...], Any] = {}
         self._series: dict[tuple[str, str], _Series] = {}
+        # Every lane's series count from 0 on each pool it may use (arms, fallback): a series
+        # born at its first value loses that value to rate(), so a quiet lane's first requests
+        # (or all of them, when the scrapes around them fail) would never reach its SLO rules.
+        self._lanes_on: dict[str, list[str]] = {}
         for lane in config.lanes:
             lane_info.labels(lane.name, lane.pool).set(1)
-            for tokens in (self.prompt_tokens, self.cached_tokens, self.completion_tokens):
-                tokens.labels(lane.name, lane.pool)  # 0, not absent: ratios show 0% not no data
+            for pool in lane_pools(lane):
+                self._lanes_on.setdefault(pool, []).append(lane.name)
+                self._series[(lane.name, pool)] = _Series(self, (lane.name, pool))
             self.in_flight.labels(lane.name)
             self.queued.labels(lane.name)
             # 0 before the first rejection: else a lane's first burst of rejections creates the
@@ -101,6 +115,26 @@ class Metrics:
             for reason in c.REJECTION_REASONS:
                 self.rejections.labels(lane.name, reason)
             self._traffic_control(lane)
+        self._models_primed: set[tuple[str, str]] = set()
+        for p in config.pools:
+            if p.model:
+                self.pool_models(p.name, (p.model,))
+
+    def pool_models(self, pool: str, models: tuple[str, ...]) -> None:
+        """The models ``pool`` serves (config, or its replicas' /metrics): the model label
+        takes them, and its lanes' request counts start from 0 for them (``PRIMED_REQUESTS``).
+        """
+        self.model_label.allow(models)
+        for model in models:
+            if (pool, model) in self._models_primed:
+                continue
+            self._models_primed.add((pool, model))
+            label = self.model_label(model)
+            for lane in self._lanes_on.get(pool, ()):
+                for outcome, finish in PRIMED_REQUESTS:
+                    key = (lane, pool, label, outcome, finish)
+                    if key not in self._counts:
+                        self._counts[key] = self.requests.labels(*key)
 
     def _traffic_control(self, lane: Lane) -> None:
         """A split lane's arms and a lane's fallbacks count from 0 (rate() sees the first)."""

@@ -86,7 +86,7 @@ class SidecarApp:
         self.registry = registry or CollectorRegistry()
         self.metrics = Metrics(settings.config, self.registry)
         self.pools = PoolSet(settings.config, settings.pool_poll_interval_s)
-        self.pools.on_models = self.metrics.model_label.allow
+        self.pools.on_models = self.metrics.pool_models
         self.registry.register(PoolStateCollector(self.pools.snapshot))
         self.config_fingerprint = config_fingerprint(settings.config.model_dump_json())
         self.registry.register(

@@ -78,8 +78,9 @@ class PoolSet:
             p.name: [Replica(p.name, u, p.engine) for u in p.replicas] for p in config.pools
         }
         self._task: asyncio.Task[None] | None = None
-        # Told the model names each replica's /metrics carries (the metrics' model label).
-        self.on_models: Callable[[tuple[str, ...]], None] | None = None
+        # Told the pool and the model names each replica's /metrics carries (the metrics'
+        # model label).
+        self.on_models: Callable[[str, tuple[str, ...]], None] | None = None
         self.settings = SettingsPoll(
             {p.name: p.declared.values() for p in config.pools if p.declared is not None}
         )
@@ -188,7 +189,7 @@ class PoolSet:
             log.warning("replica_metrics_unreadable", pool=r.pool, replica=r.url, error=str(e))
             r.state = unknown_state()
         if r.state.models and self.on_models is not None:
-            self.on_models(r.state.models)
+            self.on_models(r.pool, r.state.models)
         await self.settings.read(session, r, text, limit)
         self.mark_ok(r)
 

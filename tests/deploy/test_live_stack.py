@@ -133,7 +133,25 @@ def test_every_recording_rule_produces_values(stack: LiveStack) -> None:
         labels = ",".join(f'{k}="{v}"' for k, v in rule.get("labels", {}).items())
         if not _query(stack, f"{rule['record']}{{{labels}}}"):
             missing.append(f"{name}: {rule['record']}{{{labels}}}")
-    assert not missing, "no value:\n" + "\n".join(missing)
+    assert not missing, "no value:\n" + "\n".join(missing) + "\n" + _scrapes(stack)
+
+
+def _scrapes(stack: LiveStack) -> str:
+    """How the sidecar's scrapes went over the run: (scrapes, failed, slowest) per job."""
+    window = f"{int(stack.finished - stack.started) + 10}s"
+    out = []
+    for job in ("vllm-obs-sidecar", "vllm"):
+        sel = f'{{job="{job}"}}[{window}]'
+        n, up, slow = (
+            [float(r["value"][1]) for r in _query(stack, f"{fn}({m}{sel})")]
+            for fn, m in (
+                ("count_over_time", "up"),
+                ("sum_over_time", "up"),
+                ("max_over_time", "scrape_duration_seconds"),
+            )
+        )
+        out.append(f"{job}: scrapes {n}, up {up}, slowest {slow} s")
+    return "\n".join(out)
 
 
 @live

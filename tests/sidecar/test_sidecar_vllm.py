@@ -202,9 +202,17 @@ def test_trace_has_root_five_phases_and_vllm_span(
 def test_metrics_pass_promtool_and_count_every_request(
     vllm: VllmServer, sidecar: SidecarFactory
 ) -> None:
-    """/metrics is valid for promtool, counts N requests in every histogram, shows pool state."""
+    """/metrics is valid for promtool, counts N requests in every histogram, shows pool state;
+    before the first request, the request counts of the model vLLM's page names are at 0."""
     promtool = require_binary("promtool")
     sc = sidecar(vllm.url, traces=False, args=("--pool-poll-interval", "0.5"))
+    time.sleep(1.2)  # one pool poll: the model's name comes from vLLM's /metrics
+    primed = probes.samples(sc.url)["vllm_obs_requests_total"]
+    assert {(lb["model"], lb["outcome"], lb["finish_reason"], v) for lb, v in primed} == {
+        (vllm.served_model_name, "ok", "stop", 0.0),
+        (vllm.served_model_name, "ok", "length", 0.0),
+        (vllm.served_model_name, "error", "none", 0.0),
+    }
     n_stream, n_plain = 3, 2
     for i in range(n_stream + n_plain):
         body = _body(CHAT, i < n_stream, None, max_tokens=5)
