@@ -206,10 +206,12 @@ class LiveStack:
         return self
 
     def _wait_scraped(self) -> None:
-        """Until Prometheus holds a sample of the sidecar: a counter's first rise needs one."""
+        """Until Prometheus holds the sidecar's request counts at 0 (they exist once its pool
+        poll has read the served model): a counter's first rise needs a sample before it."""
         assert self.prometheus is not None
         deadline = time.monotonic() + SCRAPED_WAIT_S
-        while not self.prometheus.client.query('up{job="vllm-obs-sidecar"} == 1'):
+        query = f'count({c.REQUESTS.name}_total{{job="vllm-obs-sidecar"}} == 0) > 0'
+        while not self.prometheus.client.query(query):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"Prometheus did not scrape the sidecar in {SCRAPED_WAIT_S:g} s")
             time.sleep(0.25)
