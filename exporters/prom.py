@@ -38,12 +38,6 @@ NS = 1e9
 PRIMED_REQUESTS: Final = ((c.OK, "stop"), (c.OK, "length"), (c.ERROR, "none"))
 
 
-def lane_pools(lane: Lane) -> tuple[str, ...]:
-    """Every pool a lane's requests may be answered by: its arms, then its fallback."""
-    pools = tuple(p for p, _ in lane.arms)
-    return pools + ((lane.fallback,) if lane.fallback and lane.fallback not in pools else ())
-
-
 def _counter(m: c.Metric, reg: CollectorRegistry) -> Counter:
     return Counter(m.name, m.help, m.labels, registry=reg)
 
@@ -102,11 +96,10 @@ class Metrics:
         # Every lane's series count from 0 on each pool it may use (arms, fallback): a series
         # born at its first value loses that value to rate(), so a quiet lane's first requests
         # (or all of them, when the scrapes around them fail) would never reach its SLO rules.
-        self._lanes_on: dict[str, list[str]] = {}
+        self._lanes = config.lanes
         for lane in config.lanes:
             lane_info.labels(lane.name, lane.pool).set(1)
-            for pool in lane_pools(lane):
-                self._lanes_on.setdefault(pool, []).append(lane.name)
+            for pool in lane.pools:
                 self._series[(lane.name, pool)] = _Series(self, (lane.name, pool))
             self.in_flight.labels(lane.name)
             self.queued.labels(lane.name)
@@ -115,7 +108,6 @@ class Metrics:
             for reason in c.REJECTION_REASONS:
                 self.rejections.labels(lane.name, reason)
             self._traffic_control(lane)
-        self._models_primed: set[tuple[str, str]] = set()
         for p in config.pools:
             if p.model:
                 self.pool_models(p.name, (p.model,))
@@ -125,12 +117,9 @@ class Metrics:
         takes them, and its lanes' request counts start from 0 for them (``PRIMED_REQUESTS``).
         """
         self.model_label.allow(models)
-        for model in models:
-            if (pool, model) in self._models_primed:
-                continue
-            self._models_primed.add((pool, model))
+        for model in models:  # each poll: a few lookups once the series exist
             label = self.model_label(model)
-            for lane in self._lanes_on.get(pool, ()):
+            for lane in (ln.name for ln in self._lanes if pool in ln.pools):
                 for outcome, finish in PRIMED_REQUESTS:
                     key = (lane, pool, label, outcome, finish)
                     if key not in self._counts:

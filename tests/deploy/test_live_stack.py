@@ -137,7 +137,8 @@ def test_every_recording_rule_produces_values(stack: LiveStack) -> None:
 
 
 def _scrapes(stack: LiveStack) -> str:
-    """How the sidecar's scrapes went over the run: (scrapes, failed, slowest) per job."""
+    """How the scrapes of the sidecar and the pools went over the run: per job, the scrapes,
+    how many were up and the slowest (a list per instance)."""
     window = f"{int(stack.finished - stack.started) + 10}s"
     out = []
     for job in ("vllm-obs-sidecar", "vllm"):

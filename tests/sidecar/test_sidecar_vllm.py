@@ -206,8 +206,10 @@ def test_metrics_pass_promtool_and_count_every_request(
     before the first request, the request counts of the model vLLM's page names are at 0."""
     promtool = require_binary("promtool")
     sc = sidecar(vllm.url, traces=False, args=("--pool-poll-interval", "0.5"))
-    time.sleep(1.2)  # one pool poll: the model's name comes from vLLM's /metrics
-    primed = probes.samples(sc.url)["vllm_obs_requests_total"]
+    primed = probes.wait_for(  # after a pool poll: the model's name is on vLLM's /metrics
+        "the served model's request counts",
+        lambda: probes.samples(sc.url).get("vllm_obs_requests_total", []),
+    )
     assert {(lb["model"], lb["outcome"], lb["finish_reason"], v) for lb, v in primed} == {
         (vllm.served_model_name, "ok", "stop", 0.0),
         (vllm.served_model_name, "ok", "length", 0.0),

@@ -213,7 +213,9 @@ class LiveStack:
         query = f'count({c.REQUESTS.name}_total{{job="vllm-obs-sidecar"}} == 0) > 0'
         while not self.prometheus.client.query(query):
             if time.monotonic() > deadline:
-                raise RuntimeError(f"Prometheus did not scrape the sidecar in {SCRAPED_WAIT_S:g} s")
+                raise RuntimeError(
+                    f"Prometheus held no request counts of the sidecar in {SCRAPED_WAIT_S:g} s"
+                )
             time.sleep(0.25)
 
     def close(self) -> None:
