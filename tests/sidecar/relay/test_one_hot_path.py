@@ -7,6 +7,7 @@ connection the sidecar's server hands over): no real server can be made to omit 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import MutableMapping
 from typing import Any
 
 import orjson
@@ -27,7 +28,7 @@ def test_a_request_without_the_client_connection_is_refused_and_recorded() -> No
     memory = InMemoryExporter()
     settings = Settings(config=single_upstream("http://127.0.0.1:9"), events_path=None)
     app = create_app(settings, registry=CollectorRegistry(), exporters=[memory])
-    sent: list[dict[str, Any]] = []
+    sent: list[MutableMapping[str, Any]] = []
     scope = {
         "type": "http", "method": "POST", "path": CHAT, "headers": [(b"x-request-id", b"r1")],
         "client": ("127.0.0.1", 1), "http_version": "1.1",
@@ -36,7 +37,7 @@ def test_a_request_without_the_client_connection_is_refused_and_recorded() -> No
     async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": b"{}", "more_body": False}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
 
     asyncio.run(app(scope, receive, send))
