@@ -352,8 +352,8 @@ class Relay:
         ev, clock = req.event, req.clock
         if not clock.end:
             clock.end = time.perf_counter_ns()
-        if req.disconnected and ev.status == c.OK:
-            e.ClientLeft().record(ev, clock.current_phase())
+        if req.disconnected:  # the client left: unless it ended otherwise before
+            req.settle(e.ClientLeft(), clock.current_phase())
         kept = None
         if self.capture is not None:  # redacted into the event by the capture step
             kept = (req.capture_body, req.capture_frames, req.capture_whole)

@@ -190,8 +190,7 @@ async def relay_stream(
         return
     if sink.error is not None and not req.disconnected:
         err = deadline.expired or e.lower_outcome(sink.error, "streaming")
-        stream_failed(req, state, err)
-        await end_stream_with_error(req, send, err)
+        await end_stream_with_error(req, send, stream_failed(req, state, err))
         ev.stream_blocked_ms = ms(sink.blocked)
         return
     req.release()  # the pool is done with this request, whatever the client still has to read
@@ -199,7 +198,7 @@ async def relay_stream(
         # A client that leaves on the pool's error frame (the openai SDK raises on it and
         # closes) left because of the pool's answer: that answer is the outcome.
         if state.error is not None:
-            e.PoolErrorFrame(state.error).record(ev, clock.current_phase(upstream_done=True))
+            req.settle(e.PoolErrorFrame(state.error), clock.current_phase(upstream_done=True))
         ev.stream_blocked_ms = ms(sink.blocked)
         apply_usage(ev, state)
         return
@@ -209,10 +208,9 @@ async def relay_stream(
         tail.append(splitter.pending)
     if not state.done and state.error is None:
         err = e.UpstreamProtocol("the pool ended the stream without [DONE]")
-        stream_failed(req, state, err)
-        tail.append(err.sse_frame())
+        tail.append(stream_failed(req, state, err).sse_frame())
     elif state.error is not None:  # the pool's error frame: a 4xx code is the client's mistake
-        e.PoolErrorFrame(state.error).record(ev, clock.current_phase(upstream_done=True))
+        req.settle(e.PoolErrorFrame(state.error), clock.current_phase(upstream_done=True))
     elif req.json_answer is not None:  # the whole answer came: judge it (a cut one is not)
         ev.json_valid = req.json_answer.verdict()
     perf = time.perf_counter_ns
@@ -246,7 +244,7 @@ async def relay_whole(
     if req.capture_frames is not None:
         req.capture_whole = data
     if resp.status >= 400:  # 503: vLLM's own admission (--max-num-queued-reqs/-tokens)
-        e.pool_status(resp.status, error_message(data)).record(ev, None)
+        req.settle(e.pool_status(resp.status, error_message(data)), None)
     elif ev.route in GENERATE_ROUTES:
         read_completion(ev, data)
         if req.json_answer is not None:
@@ -265,15 +263,15 @@ async def _abort_slow_reader(req: Request, state: StreamState, send: Send, limit
     err = e.SlowClientStalled(
         f"the client fell more than {limit} bytes behind the stream; aborted (slow_client)"
     )
-    stream_failed(req, state, err)
-    await end_stream_with_error(req, send, err)
+    await end_stream_with_error(req, send, stream_failed(req, state, err))
 
 
-def stream_failed(req: Request, state: StreamState, err: e.RelayError) -> None:
-    """The stream failed with ``err`` (a stalled client's 408 is its own): the event says so,
-    with the tokens that came."""
-    err.record(req.event, req.clock.current_phase())
+def stream_failed(req: Request, state: StreamState, err: e.RelayError) -> e.RelayError:
+    """The stream failed with ``err`` (a stalled client's 408 is its own): settled, so the
+    event says so, with the tokens that came; the settled outcome is returned."""
+    settled = req.settle(err, req.clock.current_phase())
     apply_usage(req.event, state)
+    return settled
 
 
 async def end_stream_with_error(req: Request, send: Send, err: e.RelayError) -> None:
