@@ -175,6 +175,10 @@ class ProfileSpec(_Model):
     lanes: list[dict[str, Any]] | dict[str, dict[str, Any]]
     default_lane: str | None = None
     auth: dict[str, Any] | None = None
+    # How the stress replay (obs.sweep.replay) admits: "capacity" sizes each lane's limit
+    # from its pools' capacity (obs.sweep.capacity), "shared" gives each pool one gate for
+    # all its lanes (the lab's global pool), "lanes" keeps the lanes' own blocks.
+    admission: Literal["capacity", "shared", "lanes"] = "capacity"
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +191,7 @@ class Profile:
     config: Config
     engines: dict[str, EngineFlags]
     external: dict[str, list[str]]  # pool -> replica URLs given in the file
+    admission: str = "capacity"  # the stress replay's admission (ProfileSpec.admission)
 
     def lanes_config(
         self, replicas: dict[str, list[str]], engine: str | None = None
@@ -273,6 +278,7 @@ def parse_profile(data: object, source: str = "<profile>") -> Profile:
         config=config,
         engines={p.name: p.engine for p in spec.pools},
         external={p.name: list(p.replicas) for p in spec.pools if p.replicas},
+        admission=spec.admission,
     )
 
 
