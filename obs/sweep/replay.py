@@ -4,9 +4,10 @@ Each planned request of the mix (obs.loadgen's seeded plan: the same arrivals,
 classes and lengths ``vllm-obs load`` sends) goes the way the sidecar takes it, with
 the sidecar's own code: classified by ``obs.lanes.Classifier`` on the attributes the
 relay computes (route, stream, the ``x-client-class`` header the load sets, the
-~4-characters-per-token prompt estimate), admitted by ``obs.sidecar.policy.admission.LaneGate``
-(concurrency, bounded queue with its timeout, token budget), routed by
-``obs.sidecar.pools.pools.pools.pools.pools.PoolSet.candidates`` (least outstanding or prefix affinity), then
+~4-characters-per-token prompt estimate), admitted by
+``obs.sidecar.policy.admission.LaneGate`` (concurrency, bounded queue with its timeout,
+token budget), routed by ``obs.sidecar.pools.pools.PoolSet.candidates`` (least
+outstanding or prefix affinity), then
 served by a simulated replica (obs.sweep.virtual). The first-token timeout of the
 lane aborts the request as the relay does. Each request becomes one request event
 (obs.events), so the matrix comes from the query engine's goodput code, as for a
