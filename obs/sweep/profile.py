@@ -207,8 +207,18 @@ class Profile:
 
     def gpu_pools(self) -> dict[str, GpuFlags]:
         """Each pool at GPU scale: its ``gpu:`` block, or one H100 replica with vLLM's
-        defaults when the profile gives none."""
-        return {name: flags.gpu or GpuFlags() for name, flags in self.engines.items()}
+        defaults when the profile gives none; the pool's ``prefix_caching`` and
+        ``stream_interval`` hold at GPU scale too unless the ``gpu:`` block sets its own."""
+        out = {}
+        for name, flags in self.engines.items():
+            gpu = flags.gpu or GpuFlags()
+            inherit: dict[str, Any] = {}
+            if "prefix_caching" not in gpu.model_fields_set:
+                inherit["prefix_caching"] = flags.prefix_caching
+            if gpu.stream_interval is None and flags.stream_interval is not None:
+                inherit["stream_interval"] = flags.stream_interval
+            out[name] = gpu.model_copy(update=inherit) if inherit else gpu
+        return out
 
     def gates(self) -> dict[str, tuple[Any, Any]]:
         """Per lane, its TTFT and TPOT SLOs: the gates of gated goodput."""

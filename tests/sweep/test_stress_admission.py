@@ -69,10 +69,12 @@ def test_the_single_pool_baseline_has_one_gate_for_all_traffic(tmp_path: Path) -
 
 
 def _profile(prefix_caching: bool, interval: int) -> dict:
-    gpu = {"replicas": 1, "prefix_caching": prefix_caching, "stream_interval": interval}
+    """The pool's flags at its own level (prefix caching) and in its gpu: block (interval)."""
+    gpu = {"replicas": 1, "stream_interval": interval}
+    engine = {"prefix_caching": prefix_caching, "gpu": gpu}
     return {
         "name": f"p{int(prefix_caching)}{interval}",
-        "pools": [{"name": "main", "engine": {"gpu": gpu}}],
+        "pools": [{"name": "main", "engine": engine}],
         "base_lanes": "default",
         "lanes": {lane: {"pool": "main"} for lane in SHIPPED_LANES},
     }
