@@ -145,6 +145,9 @@ def paired(a: dict[str, int], b: dict[str, int]) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
+CODE_PATHS = ("obs", "bench", "sidecar", ":(exclude)bench/results")
+
+
 def _version() -> str:
     root = Path(__file__).resolve().parents[1]
     try:
@@ -155,7 +158,7 @@ def _version() -> str:
             check=True,
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--", "obs", "bench", "sidecar"],
+            ["git", "-C", str(root), "status", "--porcelain", "--", *CODE_PATHS],
             capture_output=True,
             text=True,
             check=True,
@@ -165,8 +168,25 @@ def _version() -> str:
     return head + ("+uncommitted" if dirty else "")
 
 
+def _finished(
+    folder: Path, name: str, requests: int, load: float, scale: float
+) -> dict[str, Any] | None:
+    """The run record of a replay already done with these settings (``--resume``)."""
+    path = folder / f"{name}.run.json"
+    if not path.exists() or not (folder / f"{name}.jsonl.gz").exists():
+        return None
+    run: dict[str, Any] = json.loads(path.read_text())
+    same = run.get("planned") == requests and run.get("load") == load
+    return run if same and run.get("scale") == scale else None
+
+
 def sweep(
-    requests: int, loads: list[float], band: float, events: Path, progress: bool = True
+    requests: int,
+    loads: list[float],
+    band: float,
+    events: Path,
+    progress: bool = True,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Every profile at every load and scale; the per-load matrices and paired comparisons."""
     version = _version()
@@ -180,7 +200,8 @@ def sweep(
         for scale in scales:
             folder = events / f"load{load:g}-scale{scale:g}"
             for name in SHIPPED:
-                run = replay_one(name, requests, rate, folder, scale, load)
+                run = _finished(folder, name, requests, load, scale) if resume else None
+                run = run or replay_one(name, requests, rate, folder, scale, load)
                 runs.append(run)
                 if progress:
                     print(json.dumps(run), flush=True)
@@ -279,6 +300,11 @@ def main(argv: list[str] | None = None) -> int:
         default=0.17,
         help="calibration band: also replay with step times x (1 +- band) (default 0.17)",
     )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="--sweep: keep the replays already in --events with the same settings",
+    )
     args = p.parse_args(argv)
     args.events.mkdir(parents=True, exist_ok=True)
     if args.sweep:
@@ -288,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--loads {args.loads!r}: give numbers separated by commas")
         if not loads or min(loads) <= 0 or not 0 <= args.band < 1:
             p.error("--loads must be positive and --band in [0, 1)")
-        doc = sweep(args.requests, loads, args.band, args.events)
+        doc = sweep(args.requests, loads, args.band, args.events, resume=args.resume)
         for level in doc["levels"]:
             for row in level["system"]:
                 print(json.dumps({"load": level["load"], **row}))

@@ -53,7 +53,8 @@ def test_load_sweep_runs_each_profile_at_each_load_and_pairs_it_with_the_baselin
 ) -> None:
     """``--sweep`` replays the six profiles at each load and calibration scale, every
     planned request accounted for, each run naming its load; each profile but the baseline
-    is paired with it, and the interval with the calibration band holds the plain one."""
+    is paired with it, and the interval with the calibration band holds the plain one;
+    ``--resume`` keeps the replays already done and gives the same result."""
     out = tmp_path / "sweep.json"
     args = ["--sweep", "--requests", "300", "--loads", "0.5,1.2", "--band", "0.1"]
     assert stress.main([*args, "--events", str(tmp_path), "--out", str(out)]) == 0
@@ -72,3 +73,7 @@ def test_load_sweep_runs_each_profile_at_each_load_and_pairs_it_with_the_baselin
             v = r["vs_baseline"]
             low, high = v["interval_with_calibration"]
             assert low <= v["interval_95"][0] <= v["difference"] <= v["interval_95"][1] <= high
+    again = tmp_path / "again.json"
+    assert stress.main([*args, "--resume", "--events", str(tmp_path), "--out", str(again)]) == 0
+    redo = json.loads(again.read_text())
+    assert redo["runs"] == doc["runs"] and redo["levels"] == doc["levels"]
