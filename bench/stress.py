@@ -48,8 +48,8 @@ from obs.sweep.matrix import COLUMNS, ProfileData, build
 from obs.sweep.profile import SHIPPED, resolve
 from obs.sweep.replay import Replay
 
-# 36 sessions/s (~60 requests/s) loads the class-aware pools' 4 simulated H100s to
-# about three quarters of their modelled capacity (docs/sweep.md, "The stress").
+# The single-profile form's rate (sessions/s; about 1.16x the baseline's modelled capacity
+# of 31 sessions/s, obs.sweep.capacity); the load sweep takes its rates from that capacity.
 DEFAULT_RATE = 36.0
 SEED = 0
 
