@@ -180,6 +180,57 @@ def _finished(
     return run if same and run.get("scale") == scale else None
 
 
+LANE_FIELDS = (
+    "profile",
+    "lane",
+    "pool",
+    "requests",
+    "good",
+    "goodput_share",
+    "rejected",
+    "ttft_p99_ms",
+    "tpot_p95_ms",
+)
+
+
+def _level(
+    nominal: Path,
+    flags: dict[float, dict[str, dict[str, int]]],
+    scales: list[float],
+    requests: int,
+) -> dict[str, Any]:
+    """One load's matrix (at scale 1), each profile's good share over the scales, and each
+    profile paired with the baseline at every scale."""
+    data = [
+        ProfileData(
+            resolve(n),
+            (str(nominal / f"{n}.jsonl.gz"),),
+            json.loads((nominal / f"{n}.run.json").read_text())["virtual_s"],
+        )
+        for n in SHIPPED
+    ]
+    matrix = build(data, 0.01)
+    system = []
+    for row in matrix.system:
+        name = row["profile"]
+        shares = [sum(flags[s][name].values()) / requests for s in scales]
+        row = {**row, "good_share_band": [round(min(shares), 4), round(max(shares), 4)]}
+        if name != SHIPPED[0]:
+            each = [paired(flags[s][name], flags[s][SHIPPED[0]]) for s in scales]
+            mid = each[scales.index(1.0)]
+            row["vs_baseline"] = {
+                "difference": round(mid[0], 4),
+                "interval_95": [round(mid[1], 4), round(mid[2], 4)],
+                "interval_with_calibration": [
+                    round(min(e[1] for e in each), 4),
+                    round(max(e[2] for e in each), 4),
+                ],
+            }
+        system.append(row)
+    lanes = [{k: r[k] for k in LANE_FIELDS if k in r} for r in matrix.rows]
+    return {"system": system, "best_overall": matrix.best_overall, "lanes": lanes}
+
+
 def sweep(
     requests: int,
     loads: list[float],
@@ -206,60 +257,8 @@ def sweep(
                 if progress:
                     print(json.dumps(run), flush=True)
             flags[scale] = {name: good_flags(name, folder) for name in SHIPPED}
-        nominal = events / f"load{load:g}-scale1"
-        data = [
-            ProfileData(
-                resolve(n),
-                (str(nominal / f"{n}.jsonl.gz"),),
-                json.loads((nominal / f"{n}.run.json").read_text())["virtual_s"],
-            )
-            for n in SHIPPED
-        ]
-        matrix = build(data, 0.01)
-        system = []
-        for row in matrix.system:
-            name = row["profile"]
-            shares = [sum(flags[s][name].values()) / requests for s in scales]
-            row = {**row, "good_share_band": [round(min(shares), 4), round(max(shares), 4)]}
-            if name != SHIPPED[0]:
-                each = [paired(flags[s][name], flags[s][SHIPPED[0]]) for s in scales]
-                mid = each[scales.index(1.0)]
-                row["vs_baseline"] = {
-                    "difference": round(mid[0], 4),
-                    "interval_95": [round(mid[1], 4), round(mid[2], 4)],
-                    "interval_with_calibration": [
-                        round(min(e[1] for e in each), 4),
-                        round(max(e[2] for e in each), 4),
-                    ],
-                }
-            system.append(row)
-        lanes = [
-            {
-                k: r[k]
-                for k in (
-                    "profile",
-                    "lane",
-                    "pool",
-                    "requests",
-                    "good",
-                    "goodput_share",
-                    "rejected",
-                    "ttft_p99_ms",
-                    "tpot_p95_ms",
-                )
-                if k in r
-            }
-            for r in matrix.rows
-        ]
-        levels.append(
-            {
-                "load": load,
-                "rate_sessions_per_s": round(rate, 3),
-                "system": system,
-                "best_overall": matrix.best_overall,
-                "lanes": lanes,
-            }
-        )
+        level = _level(events / f"load{load:g}-scale1", flags, scales, requests)
+        levels.append({"load": load, "rate_sessions_per_s": round(rate, 3), **level})
     return {
         "what": "the six profiles at several offered loads (multiples of the single-pool "
         "baseline's modelled capacity), simulated GPU pools in virtual time, admission "
