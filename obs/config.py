@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from obs.config_blocks import EngineKind, LaneBlocks, PoolBlocks
+from obs.config_blocks import EngineKind, LaneBlocks, PoolBlocks, RateLimit, RateLimits, Tenant
 from obs.durations import seconds
 from obs.errors import ConfigError
 from obs.matching import Match, Recognition
@@ -235,8 +235,9 @@ class Pool(PoolBlocks):
         return self
 
 
-class ApiKey(_Model):
-    """A client API key, stored as its SHA-256 (``vllm-obs config hash-key``), and its tenant."""
+class ApiKey(RateLimit):
+    """A client API key, stored as its SHA-256 (``vllm-obs config hash-key``), its tenant, and
+    its own rate limits (``requests_per_minute``, ``tokens_per_minute``; beside its tenant's)."""
 
     sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
     tenant: Name
@@ -277,6 +278,9 @@ class Config(_Model):
     auth: Auth = Auth()
     clickhouse: ClickHouseExport | None = None
     recognition: Recognition = Recognition()
+    # Per-tenant rate limits and fair-share weights, by the tenant auth resolves.
+    tenants: dict[Name, Tenant] = Field(default_factory=dict)
+    rate_limits: RateLimits = RateLimits()
 
     @model_validator(mode="after")
     def _references(self) -> Config:
@@ -294,6 +298,14 @@ class Config(_Model):
                     )
         if self.default_lane not in self.lane_names:
             raise ValueError(f"default_lane {self.default_lane!r} is not a lane")
+        for p in self.pools:
+            weights = p.saturation.lane_weights if p.saturation is not None else {}
+            unknown = sorted(set(weights) - set(self.lane_names))
+            if unknown:
+                raise ValueError(
+                    f"pool {p.name!r}: saturation.lane_weights names unknown lane(s) "
+                    f"{', '.join(unknown)}"
+                )
         return self
 
     @property

@@ -23,6 +23,8 @@ from obs.engines.setup import EnginePaths, ensure_engine
 from obs.events import Event
 from obs.query.testing import mixed_events, write_jsonl
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
+from tests.support.redis_server import RedisServer
+from tests.support.redis_server import server_binary as redis_binary
 
 IN_CI = os.environ.get("CI") == "true"
 
@@ -158,6 +160,19 @@ def clickhouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClickHouseS
             pytest.fail(msg)
         pytest.skip(msg)
     server = ClickHouseServer(tmp_path_factory.mktemp("clickhouse")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One real redis-server (Debian's) for the session, stopped by PID."""
+    if redis_binary() is None:
+        msg = "redis-server not installed (apt-get install redis-server)"
+        if IN_CI:
+            pytest.fail(msg)
+        pytest.skip(msg)
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
     yield server
     server.stop()
 
