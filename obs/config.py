@@ -232,6 +232,13 @@ class Pool(PoolBlocks):
             raise ValueError("engine_traces: llama.cpp's llama-server exports no spans")
         if self.engine_traces and self.engine == "sim":
             raise ValueError("engine_traces: the simulated replica exports no spans")
+        if self.saturation is not None and (
+            self.declared is None or self.declared.max_num_seqs is None
+        ):
+            raise ValueError(
+                "saturation: admission by saturation reads running requests against the "
+                "pool's max_num_seqs; declare it (engine: {kind: ..., max_num_seqs: N})"
+            )
         return self
 
 
