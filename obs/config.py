@@ -22,7 +22,16 @@ from pydantic import (
     model_validator,
 )
 
-from obs.config_blocks import EngineKind, LaneBlocks, PoolBlocks, RateLimit, RateLimits, Tenant
+from obs.config_blocks import (
+    ClickHouseExport,
+    EngineKind,
+    HealthCheck,
+    LaneBlocks,
+    PoolBlocks,
+    RateLimit,
+    RateLimits,
+    Tenant,
+)
 from obs.durations import seconds
 from obs.errors import ConfigError
 from obs.matching import Match, Recognition
@@ -193,11 +202,6 @@ class Lane(LaneBlocks):
         return tuple(names)
 
 
-class HealthCheck(_Model):
-    path: str = "/health"
-    interval_s: PositiveFloat = 5.0
-
-
 class Pool(PoolBlocks):
     name: Name
     replicas: list[str] = Field(min_length=1)
@@ -264,17 +268,6 @@ class Auth(_Model):
         if len(set(hashes)) != len(hashes):
             raise ValueError("the same key hash is listed twice")
         return keys
-
-
-class ClickHouseExport(_Model):
-    """The sidecar's ClickHouse event exporter (``--clickhouse-url`` and friends override)."""
-
-    url: Annotated[str, Field(pattern=r"^https?://")]
-    table: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")] = (
-        "vllm_obs.events"
-    )
-    spool: str | None = None  # spool file; default: clickhouse-spool.jsonl beside the events
-    spool_max_mb: PositiveFloat = 1024
 
 
 class Config(_Model):

@@ -187,3 +187,19 @@ class RateLimits(_Model):
     store: Annotated[str, Field(pattern=r"^rediss?://")] | None = None
     on_store_error: Literal["open", "closed"] = "open"
     timeout_s: PositiveFloat = 0.25
+
+
+class ClickHouseExport(_Model):
+    """The sidecar's ClickHouse event exporter (``--clickhouse-url`` and friends override)."""
+
+    url: Annotated[str, Field(pattern=r"^https?://")]
+    table: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")] = (
+        "vllm_obs.events"
+    )
+    spool: str | None = None  # spool file; default: clickhouse-spool.jsonl beside the events
+    spool_max_mb: PositiveFloat = 1024
+
+
+class HealthCheck(_Model):
+    path: str = "/health"
+    interval_s: PositiveFloat = 5.0

@@ -32,6 +32,16 @@ CONFIG_VERSION: Final = "config_version"
 ARM: Final = "arm"  # the pool a split lane's arm sends to (bounded by the config's pools)
 SETTING: Final = "setting"  # a declared engine setting (obs.served.DRIFT_CHECKS)
 CLASS_SOURCE: Final = "source"
+TENANT: Final = "tenant"  # a tenant named in the config's ``tenants:`` (bounded by it)
+BAND: Final = "band"  # a request's priority band, 0-9
+GATE: Final = "gate"  # which bound of a pool's saturation held a request (GATES)
+KIND: Final = "kind"  # a rate limit's kind: requests or tokens
+
+# Which bound of a pool's saturation held a request (obs.sidecar.policy.saturation): the
+# ``gate`` label and the event's ``admission_gate`` (``pool:GATE``; ``lane`` and
+# ``rate_limit`` name the other gates).
+SATURATION_GATES: Final = ("waiting", "kv_cache", "stale", "no_replica")
+RATE_LIMIT_KINDS: Final = ("requests", "tokens")
 
 # What put a request in its lane: the ``source`` label and the event's ``class_source``.
 CLASS_SOURCES: Final = ("header", "rule", "learned", "default")

@@ -62,6 +62,9 @@ class PoolGate:
     def queued(self) -> int:
         return len(self.queue)
 
+    def waiting_by_band(self) -> dict[str, int]:
+        return self.queue.waiting_by("band")
+
     def room(self) -> Room:
         replicas, age = self.view()
         r = room(
