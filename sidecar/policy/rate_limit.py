@@ -13,7 +13,7 @@ oldest buckets leave the window (``retry_after_s``); a cost above the whole limi
 and is told to retry in a minute.
 
 ``Counters`` is the in-process store (each process holds the whole limit); the Redis store
-(``obs.sidecar.pools.rate_store``) runs the same rule in one Lua script, so every worker
+(``obs.sidecar.relay.rate_store``) runs the same rule in one Lua script, so every worker
 and sidecar replica shares one window. Pure bookkeeping: no I/O, times passed in.
 """
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from obs import conventions as c
 from obs.config import Config
-from obs.sidecar.admission import Rejected
+from obs.sidecar.policy.admission import Rejected
 
 WINDOW_S = 60
 REQUESTS = "requests"

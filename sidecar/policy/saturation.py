@@ -1,7 +1,7 @@
 """Admission by a pool's own measured state: how many more requests this process may send.
 
 Every sidecar process (any number of workers and replicas in front of the same pool) polls
-each replica's ``/metrics`` (``obs.sidecar.pools``) and knows exactly what it has itself in
+each replica's ``/metrics`` (``obs.sidecar.pools.pools``) and knows exactly what it has itself in
 flight. From the last poll of each healthy replica (requests waiting, requests running
 against the pool's declared ``max_num_seqs``, KV cache usage) and what this process sent or
 finished since that poll, it estimates the pool's waiting queue now:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from obs import conventions as c
 from obs.config import Config, parse_config
 from obs.sidecar.policy import rate_limit as rl
-from obs.sidecar.rate_store import LocalStore, RateLimiter
+from obs.sidecar.relay.rate_store import LocalStore, RateLimiter
 
 KEY = "sk-test-1"
 KEY_HASH = hashlib.sha256(KEY.encode()).hexdigest()

@@ -13,7 +13,7 @@ from obs import conventions as c
 from obs.config import Config, parse_config
 from obs.procs import free_port
 from obs.sidecar.policy import rate_limit as rl
-from obs.sidecar.rate_store import PREFIX, RateLimiter, RedisStore, StoreUnavailable
+from obs.sidecar.relay.rate_store import PREFIX, RateLimiter, RedisStore, StoreUnavailable
 from tests.support.redis_server import RedisServer
 
 

@@ -25,7 +25,7 @@ import structlog
 
 from obs import conventions as c
 from obs.config import Config, RateLimits
-from obs.sidecar.admission import Rejected
+from obs.sidecar.policy.admission import Rejected
 from obs.sidecar.policy.rate_limit import (
     WINDOW_S,
     Charge,
