@@ -14,6 +14,7 @@ import asyncio
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 import aiohttp
 import orjson
@@ -28,6 +29,7 @@ from obs import conventions as c
 from obs.attribution import MissStamp
 from obs.exporters.base import Exporter, Fanout
 from obs.exporters.clickhouse import start_exporter
+from obs.exporters.flow import FlowCollector
 from obs.exporters.jsonl import JsonlExporter
 from obs.exporters.otel import OtlpSettings, SpanExporter
 from obs.exporters.otlp_http import default_resource
@@ -46,6 +48,7 @@ from obs.sidecar.outcomes import (
 )
 from obs.sidecar.policy.admission import LaneGate
 from obs.sidecar.policy.auth import Tenants
+from obs.sidecar.policy.pool_gate import PoolGate
 from obs.sidecar.policy.recognition import Recognizer
 from obs.sidecar.pools.pools import PoolSet
 from obs.sidecar.pools.upstream import Upstream
@@ -59,8 +62,10 @@ from obs.sidecar.record.recorder import (
     sidecar_pipeline,
     stamp_config,
 )
+from obs.sidecar.relay.flow import FlowControl
 from obs.sidecar.relay.models_route import union_models
 from obs.sidecar.relay.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES, request_headers
+from obs.sidecar.relay.rate_store import RateLimiter
 from obs.sidecar.relay.relay import SHUTDOWN_FLUSH_S, Relay
 from obs.sidecar.relay.traces import TraceReceiver, refusal_counter
 from obs.sidecar.server.health_listener import HealthListener
@@ -131,6 +136,7 @@ class SidecarApp:
         self.traces = self._trace_receiver()
         self.pool_keys = pool_keys
         self.gates = {lane.name: LaneGate(lane, settings.workers) for lane in settings.config.lanes}
+        self.flow = self._flow_control()
         self.tenants = Tenants(settings.config.auth, settings.max_tenants_per_client)
         self.relay = Relay(
             Classifier(settings.config),
@@ -145,6 +151,7 @@ class SidecarApp:
             engine_spans=self.engine_spans,
             max_json_elements=settings.max_json_elements,
             recognizer=self.recognizer,
+            flow=self.flow,
         )
         self.metrics.watch_lanes(self.gates)
         self.routes = set(GENERATE_ROUTES) | set(PASSTHROUGH_ROUTES) | set(settings.extra_routes)
@@ -154,6 +161,28 @@ class SidecarApp:
             if settings.health_address is None
             else HealthListener(*settings.health_address, self.health)
         )
+
+    def _flow_control(self) -> FlowControl:
+        """Rate limits and each saturated pool's gate (obs.sidecar.relay.flow), told of each
+        poll; their state is on /metrics (exporters/flow.py)."""
+        config = self.settings.config
+        gates = {
+            p.name: PoolGate(
+                config,
+                p,
+                partial(self.pools.saturation_view, p.name),
+                self.settings.pool_poll_interval_s,
+            )
+            for p in config.pools
+            if p.saturation is not None
+        }
+        if gates:
+            self.pools.on_poll = lambda pool, done: (
+                gates[pool].on_poll(done) if pool in gates else None
+            )
+        self.registry.register(FlowCollector(config, gates))
+        limiter = RateLimiter(config, store_failed=self.metrics.flow.rate_limit_store_failed)
+        return FlowControl(config, limiter, gates)
 
     def _trace_receiver(self) -> TraceReceiver:
         """``POST /v1/traces``: the engine spans the traced pools' replicas send."""
@@ -237,6 +266,7 @@ class SidecarApp:
             if self.forwarder is not None:
                 await self.forwarder.drain(5)
             await self.pools.stop()
+            await self.flow.close()
             await self.loop_lag.stop()
             if self.health_listener is not None:
                 await self.health_listener.stop()

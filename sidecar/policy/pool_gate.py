@@ -55,6 +55,7 @@ class PoolGate:
         self.queue = PoolQueue()
         self.in_flight = 0
         self.at_poll = 0
+        self._polling = 0
         self.held = False
         self.last: Room | None = None  # the last room read (for /metrics)
 
@@ -138,10 +139,19 @@ class PoolGate:
         self.in_flight -= 1
         self.wake()
 
-    def polled(self) -> None:
-        """A poll of the pool's replicas completed: the counts since it start from now."""
-        self.at_poll = self.in_flight
+    def on_poll(self, done: bool) -> None:
+        """A poll of the pool's replicas starts (False) or ends (True): what it reads counts
+        this process's requests in flight when it started."""
+        if not done:
+            self._polling = self.in_flight
+            return
+        self.at_poll = min(self._polling, self.in_flight)
         self.wake()
+
+    def polled(self) -> None:
+        """A poll that read the pool at once (tests, the sweep's replay)."""
+        self.on_poll(False)
+        self.on_poll(True)
 
     def wake(self) -> None:
         """Admit queued requests while the pool has room."""

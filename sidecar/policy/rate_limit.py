@@ -19,6 +19,7 @@ and sidecar replica shares one window. Pure bookkeeping: no I/O, times passed in
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -158,6 +159,7 @@ class Charge:
 
     limits: tuple[Limit, ...]
     second: int
+    prompt_estimate: int = 0  # the prompt tokens the sidecar estimated (before calibration)
 
     def corrections(self, used_tokens: int) -> list[tuple[str, int]]:
         """(counter, delta) for each token counter: the tokens used minus those charged."""
@@ -190,6 +192,27 @@ def headers(limits: Sequence[Limit], d: Decision) -> list[tuple[bytes, bytes]]:
             (f"x-ratelimit-reset-{kind}".encode(), reset_text(reset).encode()),
         ]
     return out
+
+
+class PromptCalibration:
+    """How many tokens the pool counts per token the sidecar estimates from a prompt's
+    characters (``obs.lanes``: four characters a token; code and other languages run
+    denser), learned from finished requests' usage as a moving average and applied to the
+    prompt part of each charge, so admissions on estimates do not overshoot the limit."""
+
+    ALPHA = 0.2
+    BOUNDS = (0.25, 4.0)
+
+    def __init__(self) -> None:
+        self.ratio = 1.0
+
+    def scale(self, estimate: int) -> int:
+        return math.ceil(estimate * self.ratio)
+
+    def learn(self, estimate: int, actual: int) -> None:
+        if estimate > 0 and actual > 0:
+            seen = min(max(actual / estimate, self.BOUNDS[0]), self.BOUNDS[1])
+            self.ratio += self.ALPHA * (seen - self.ratio)
 
 
 class RateLimited(Rejected):

@@ -12,12 +12,16 @@ finished since that poll, it estimates the pool's waiting queue now:
     waiting_now = max(0, waiting + delta - free)
 
 and admits a request while ``waiting_now`` stays under ``max_waiting`` per healthy replica
-(its room: ``free + target - waiting - delta``)
+(its room: ``free + target - waiting - delta``), but grows its own in-flight count past its
+count at the poll by at most half the room the poll showed (rounded up): its own
+completions it refills at once, and two senders that saw the same room at one poll fill it
+between them instead of twice.
 (the target; default 2, ``obs.config_blocks.DEFAULT_MAX_WAITING``). Others' requests are
 seen at the next poll; this process's own completions free room at once, and it refills
 them, so in a steady flood each sender keeps its share and the pool's queue holds near the
 target without the senders talking to each other. Only a change of load (all senders seeing
-the same room at one poll) overshoots, by at most the room one poll showed, per sender.
+the same room at one poll) overshoots: by nothing with two senders, by half the room per
+sender beyond two.
 
 Hysteresis: once a request had to wait (the pool is *held*), the pool admits again only
 when the estimate is ``hysteresis`` (default 1) under the target, so it does not flap at
@@ -101,4 +105,6 @@ def room(
     delta = in_flight_now - in_flight_at_poll
     waiting = max(0.0, waiting_total + delta - free)
     gate = KV_CACHE if kv_bound and free == 0 else WAITING
-    return Room(math.floor(target + free - waiting_total - delta), waiting, gate)
+    at_poll = math.floor(target + free - waiting_total)  # the room the poll showed
+    growth = math.ceil(max(0, at_poll) / 2)  # this process's part of it until the next poll
+    return Room(min(at_poll, growth) - delta, waiting, gate)

@@ -32,6 +32,7 @@ from obs.sidecar.policy.rate_limit import (
     Counters,
     Decision,
     Limit,
+    PromptCalibration,
     RateLimited,
     limits_for,
 )
@@ -199,6 +200,7 @@ class RateLimiter:
             else LocalStore()
         )
         self.store_failed = store_failed  # counts rate_limit_store_errors_total
+        self.calibration = PromptCalibration()
 
     async def charge(
         self, tenant: str | None, key_hash: str | None, prompt_tokens: int, max_tokens: int
@@ -207,7 +209,8 @@ class RateLimiter:
         ``RateLimited`` (429) or ``StoreUnavailable`` (503, failing closed)."""
         if not self.enabled:
             return None
-        limits = limits_for(self.config, tenant, key_hash, prompt_tokens, max_tokens)
+        scaled = self.calibration.scale(prompt_tokens)
+        limits = limits_for(self.config, tenant, key_hash, scaled, max_tokens)
         if not limits:
             return None
         try:
@@ -222,10 +225,12 @@ class RateLimiter:
             return None
         if not d.allowed:
             raise RateLimited(limits, d)
-        return Charge(limits, d.second)
+        return Charge(limits, d.second, prompt_tokens)
 
-    async def settle(self, charge: Charge, used_tokens: int) -> None:
-        """Correct the token counters to what the finished request used."""
+    async def settle(self, charge: Charge, used_tokens: int, prompt_tokens: int = 0) -> None:
+        """Correct the token counters to what the finished request used (and learn how the
+        pool counts prompts from its ``prompt_tokens``)."""
+        self.calibration.learn(charge.prompt_estimate, prompt_tokens)
         for counter, delta in charge.corrections(used_tokens):
             await self.store.correct(counter, charge.second, delta)
 

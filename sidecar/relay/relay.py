@@ -27,7 +27,7 @@ from obs.lanes import Classifier
 from obs.record import Finished
 from obs.sidecar import outcomes as e
 from obs.sidecar.policy import traffic
-from obs.sidecar.policy.admission import LaneGate, Ticket
+from obs.sidecar.policy.admission import LaneGate, Rejected, Ticket
 from obs.sidecar.policy.auth import Tenants
 from obs.sidecar.policy.recognition import Recognizer
 from obs.sidecar.policy.traffic import FallBack
@@ -43,6 +43,7 @@ from obs.sidecar.relay.bodies import (
     read_body,
 )
 from obs.sidecar.relay.deadline import Deadline, first_token_timeout
+from obs.sidecar.relay.flow import LANE_GATE, FlowControl
 from obs.sidecar.relay.json_answers import JsonAnswer
 from obs.sidecar.relay.payloads import (
     GENERATE_ROUTES,
@@ -89,6 +90,7 @@ class Relay:
         engine_spans: JoinEngineSpan | None = None,
         max_json_elements: int = MAX_JSON_ELEMENTS,
         recognizer: Recognizer | None = None,
+        flow: FlowControl | None = None,
     ) -> None:
         self.classifier = classifier
         self.recognizer = recognizer or Recognizer(classifier.config.recognition)
@@ -102,9 +104,12 @@ class Relay:
         self.json = BodyParser(max_json_elements)
         self.gates = gates  # each lane's admission gate, by lane name
         self.tenants = tenants
+        self.flow = flow  # rate limits and saturated pools (obs.sidecar.relay.flow)
         self._running: set[asyncio.Task[Any]] = set()  # handlers, for shutdown to wait on
-        self.needs_prompt_tokens = classifier.needs_prompt_tokens or any(
-            g.needs_prompt_tokens for g in self.gates.values()
+        self.needs_prompt_tokens = (
+            classifier.needs_prompt_tokens
+            or any(g.needs_prompt_tokens for g in self.gates.values())
+            or (flow is not None and flow.needs_prompt_tokens)
         )
         self.recognizer.needs_shape = self.needs_prompt_tokens or classifier.needs_shape
 
@@ -231,16 +236,30 @@ class Relay:
         ticket = req.ticket = Ticket(req.share_key, plan.cost, priority=ev.priority or 0)
         req.gate = plan.gate
         try:
-            admitted = await plan.gate.admit(ticket)
+            if self.flow is not None:
+                await self.flow.charge(req, plan, self.tenants.key_hash(plan.headers))
+            admitted = await self._admit_lane(req, plan, ticket)
             if admitted:  # else the client left while queued
                 req.admitted = True
-                await self._route(req, plan, send)
+                if self.flow is None or await self.flow.admit_pool(req, plan):
+                    await self._route(req, plan, send)
         finally:
             req.release()
             if listener is not None and not listener.done():
                 listener.cancel()
             if req.conn is not None:
                 req.conn.on_disconnect(None)
+
+    async def _admit_lane(self, req: Request, plan: Plan, ticket: Ticket) -> bool:
+        """The lane's gate; the event names it when it queued or refused the request."""
+        try:
+            admitted = await plan.gate.admit(ticket)
+        except Rejected:
+            req.event.admission_gate = LANE_GATE
+            raise
+        if ticket.queued_at:
+            req.event.admission_gate = LANE_GATE
+        return admitted
 
     async def _route(self, req: Request, plan: Plan, send: Send) -> None:
         """To the request's pool, then, if it refused, failed or timed out before the first
@@ -317,6 +336,8 @@ class Relay:
                 req.response.close()  # closes the connection: vLLM aborts the request
             elif req.gate is not None and req.ticket is not None and not req.admitted:
                 req.gate.withdraw(req.ticket)
+            elif self.flow is not None:
+                self.flow.withdraw(req)
 
     async def _respond(
         self,
@@ -366,6 +387,8 @@ class Relay:
                 self.capture.fill(ev, req.capture_body, req.capture_frames, req.capture_whole)
             except Exception:  # never lose the event over a text it should carry
                 log.exception("capture_failed", request_id=ev.request_id)
+        if self.flow is not None:
+            self.flow.settle(req)
         ids = req.ids or new_ids(None)
         self.recorder.record(
             Finished(

@@ -10,6 +10,8 @@ from obs.config import Lane
 from obs.events import Event
 from obs.phases import Clock
 from obs.sidecar.policy.admission import LaneGate, Ticket
+from obs.sidecar.policy.pool_gate import Hold, PoolGate
+from obs.sidecar.policy.rate_limit import Charge
 from obs.sidecar.pools.upstream import Response
 from obs.sidecar.relay.json_answers import JsonAnswer
 from obs.sidecar.relay.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES
@@ -50,6 +52,7 @@ class Request:
         "capture_body",
         "capture_frames",
         "capture_whole",
+        "charge",
         "client_id",
         "clock",
         "conn",
@@ -63,6 +66,9 @@ class Request:
         "itl",
         "json_answer",
         "operation",
+        "pool_admitted",
+        "pool_gate",
+        "pool_hold",
         "response",
         "share_key",
         "started",
@@ -95,6 +101,12 @@ class Request:
         self.ticket: Ticket | None = None  # what the request holds (or waits for) of its lane
         self.share_key = ""  # what fair share counts it under (obs.sidecar.policy.auth.Tenants)
         self.admitted = False
+        # Flow control (obs.sidecar.relay.flow): the rate-limit charge, and the saturated
+        # pool's gate the request waits at or holds.
+        self.charge: Charge | None = None
+        self.pool_gate: PoolGate | None = None
+        self.pool_hold: Hold | None = None
+        self.pool_admitted = False
         self.client_id: str | None = None  # who sent it, for slow-reader learning
         # Kept for --capture-text only (None otherwise): read when the request ends.
         self.capture_body: dict[str, Any] | None = None
@@ -102,7 +114,11 @@ class Request:
         self.capture_whole: bytes | None = None
 
     def release(self) -> None:
-        """Give back the lane slot (once): when the pool is done, before a slow client is."""
+        """Give back the lane slot and the pool's room (once): when the pool is done, before
+        a slow client is."""
         if self.admitted and self.gate is not None and self.ticket is not None:
             self.admitted = False
             self.gate.release(self.ticket)
+        if self.pool_admitted and self.pool_gate is not None:
+            self.pool_admitted = False
+            self.pool_gate.release()

@@ -141,3 +141,25 @@ def test_limiter_charges_and_corrects() -> None:
         assert await limiter.charge(None, None, 1000, 1000) is None  # no tenant: no limit
 
     asyncio.run(go())
+
+
+def test_prompt_calibration_learns_the_pools_count() -> None:
+    """When the pool counts more prompt tokens than the sidecar estimated, later charges
+    scale the estimate by the learned ratio (bounded), so admissions do not overshoot."""
+    config = _config(tenants={"acme": {"tokens_per_minute": 100_000}})
+    limiter = RateLimiter(config, LocalStore(lambda: 0.0))
+
+    async def go() -> None:
+        for _ in range(30):
+            charge = await limiter.charge("acme", None, 100, 0)
+            assert charge is not None and charge.prompt_estimate == 100
+            await limiter.settle(charge, 150, prompt_tokens=150)
+        charge = await limiter.charge("acme", None, 100, 10)
+        assert charge is not None
+        assert [lim.cost for lim in charge.limits] == [160]  # 100 x 1.5 + 10
+
+    asyncio.run(go())
+    cal = rl.PromptCalibration()
+    for _ in range(100):
+        cal.learn(1, 1000)
+    assert cal.ratio <= rl.PromptCalibration.BOUNDS[1]
