@@ -62,6 +62,7 @@ from obs.sidecar.record.recorder import (
     sidecar_pipeline,
     stamp_config,
 )
+from obs.sidecar.record.span_handoff import SpanHandoff
 from obs.sidecar.relay.flow import FlowControl
 from obs.sidecar.relay.models_route import union_models
 from obs.sidecar.relay.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES, request_headers
@@ -152,6 +153,9 @@ class SidecarApp:
             max_json_elements=settings.max_json_elements,
             recognizer=self.recognizer,
             flow=self.flow,
+            worker=None
+            if settings.worker is None
+            else (settings.worker.index, settings.worker.count),
         )
         self.metrics.watch_lanes(self.gates)
         self.routes = set(GENERATE_ROUTES) | set(PASSTHROUGH_ROUTES) | set(settings.extra_routes)
@@ -185,8 +189,15 @@ class SidecarApp:
         return FlowControl(config, limiter, gates)
 
     def _trace_receiver(self) -> TraceReceiver:
-        """``POST /v1/traces``: the engine spans the traced pools' replicas send."""
+        """``POST /v1/traces``: the engine spans the traced pools' replicas send; under
+        ``--workers``, each span goes on to the worker that relayed its request."""
         config = self.settings.config
+        worker = self.settings.worker
+        self.span_handoff = (
+            None
+            if worker is None or not self.traced_pools
+            else SpanHandoff(worker.index, worker.metric_ports, self.session, self.join.on_span)
+        )
         return TraceReceiver(
             self.join,
             replicas=tuple(r for p in config.pools if p.engine_traces for r in p.replicas)
@@ -195,6 +206,7 @@ class SidecarApp:
             token=os.environ.get(self.settings.traces_token_env or "") or None,
             forward=None if self.forwarder is None else self.forwarder.forward,
             refused=refusal_counter(self.registry),
+            hand_off=self.span_handoff,
         )
 
     def health(self) -> dict[str, object]:
@@ -244,6 +256,8 @@ class SidecarApp:
     @asynccontextmanager
     async def lifespan(self, _: FastAPI) -> AsyncIterator[None]:
         self.pools.start(self.session())
+        if self.span_handoff is not None:
+            self.span_handoff.bind(asyncio.get_running_loop())
         self.loop_lag.start()
         self._summaries = asyncio.create_task(self._summarize())
         if self.health_listener is not None:

@@ -91,6 +91,7 @@ class Relay:
         max_json_elements: int = MAX_JSON_ELEMENTS,
         recognizer: Recognizer | None = None,
         flow: FlowControl | None = None,
+        worker: tuple[int, int] | None = None,
     ) -> None:
         self.classifier = classifier
         self.recognizer = recognizer or Recognizer(classifier.config.recognition)
@@ -105,6 +106,7 @@ class Relay:
         self.gates = gates  # each lane's admission gate, by lane name
         self.tenants = tenants
         self.flow = flow  # rate limits and saturated pools (obs.sidecar.relay.flow)
+        self.worker = worker  # (index, count) under --workers: our span ids name us
         self._running: set[asyncio.Task[Any]] = set()  # handlers, for shutdown to wait on
         self.needs_prompt_tokens = (
             classifier.needs_prompt_tokens
@@ -157,7 +159,7 @@ class Relay:
         ev.request_id = headers.get("x-request-id") or f"{random.getrandbits(64):016x}"
         if len(ev.request_id) > 128:
             ev.request_id = ev.request_id[:128]
-        req.ids = new_ids(headers.get("traceparent"))
+        req.ids = new_ids(headers.get("traceparent"), self.worker)
         ev.trace_id, ev.span_id = req.ids.trace_id_hex, req.ids.span_id_hex
         ev.tenant = self.tenants.resolve(headers)
         req.share_key = self.tenants.share_key(ev.tenant, scope.get("client"))
