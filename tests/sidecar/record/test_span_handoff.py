@@ -56,8 +56,9 @@ def test_a_sibling_receives_its_spans(tmp_path: Path) -> None:
             server = serve_private_metrics(socks[1], CollectorRegistry(), slot1, one.receive)
             try:
                 zero = SpanHandoff(0, ports, lambda: session, lambda s: None)
-                mine, theirs = _span(f"{new_span_id((0, 2)):016x}"), _span(
-                    f"{new_span_id((1, 2)):016x}"
+                mine, theirs = (
+                    _span(f"{new_span_id((0, 2)):016x}"),
+                    _span(f"{new_span_id((1, 2)):016x}"),
                 )
                 kept = await zero([mine, theirs])
                 assert kept == [mine]
