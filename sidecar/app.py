@@ -14,7 +14,6 @@ import asyncio
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from functools import partial
 
 import aiohttp
 import orjson
@@ -29,7 +28,6 @@ from obs import conventions as c
 from obs.attribution import MissStamp
 from obs.exporters.base import Exporter, Fanout
 from obs.exporters.clickhouse import start_exporter
-from obs.exporters.flow import FlowCollector
 from obs.exporters.jsonl import JsonlExporter
 from obs.exporters.otel import OtlpSettings, SpanExporter
 from obs.exporters.otlp_http import default_resource
@@ -48,7 +46,6 @@ from obs.sidecar.outcomes import (
 )
 from obs.sidecar.policy.admission import LaneGate
 from obs.sidecar.policy.auth import Tenants
-from obs.sidecar.policy.pool_gate import PoolGate
 from obs.sidecar.policy.recognition import Recognizer
 from obs.sidecar.pools.pools import PoolSet
 from obs.sidecar.pools.upstream import Upstream
@@ -66,7 +63,6 @@ from obs.sidecar.record.span_handoff import SpanHandoff
 from obs.sidecar.relay.flow import FlowControl
 from obs.sidecar.relay.models_route import union_models
 from obs.sidecar.relay.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES, request_headers
-from obs.sidecar.relay.rate_store import RateLimiter
 from obs.sidecar.relay.relay import SHUTDOWN_FLUSH_S, Relay
 from obs.sidecar.relay.traces import TraceReceiver, refusal_counter
 from obs.sidecar.server.health_listener import HealthListener
@@ -137,26 +133,11 @@ class SidecarApp:
         self.traces = self._trace_receiver()
         self.pool_keys = pool_keys
         self.gates = {lane.name: LaneGate(lane, settings.workers) for lane in settings.config.lanes}
-        self.flow = self._flow_control()
-        self.tenants = Tenants(settings.config.auth, settings.max_tenants_per_client)
-        self.relay = Relay(
-            Classifier(settings.config),
-            self.pools,
-            self.recorder,
-            self.upstream,
-            gates=self.gates,
-            tenants=self.tenants,
-            max_body_bytes=settings.max_body_bytes,
-            pool_keys=pool_keys,
-            capture=settings.capture,
-            engine_spans=self.engine_spans,
-            max_json_elements=settings.max_json_elements,
-            recognizer=self.recognizer,
-            flow=self.flow,
-            worker=None
-            if settings.worker is None
-            else (settings.worker.index, settings.worker.count),
+        self.flow = FlowControl.build(
+            settings.config, self.pools, self.registry, self.metrics.flow.rate_limit_store_failed
         )
+        self.tenants = Tenants(settings.config.auth, settings.max_tenants_per_client)
+        self.relay = self._relay()
         self.metrics.watch_lanes(self.gates)
         self.routes = set(GENERATE_ROUTES) | set(PASSTHROUGH_ROUTES) | set(settings.extra_routes)
         self.api = self._build_api()
@@ -166,27 +147,25 @@ class SidecarApp:
             else HealthListener(*settings.health_address, self.health)
         )
 
-    def _flow_control(self) -> FlowControl:
-        """Rate limits and each saturated pool's gate (obs.sidecar.relay.flow), told of each
-        poll; their state is on /metrics (exporters/flow.py)."""
-        config = self.settings.config
-        gates = {
-            p.name: PoolGate(
-                config,
-                p,
-                partial(self.pools.saturation_view, p.name),
-                self.settings.pool_poll_interval_s,
-            )
-            for p in config.pools
-            if p.saturation is not None
-        }
-        if gates:
-            self.pools.on_poll = lambda pool, done: (
-                gates[pool].on_poll(done) if pool in gates else None
-            )
-        self.registry.register(FlowCollector(config, gates))
-        limiter = RateLimiter(config, store_failed=self.metrics.flow.rate_limit_store_failed)
-        return FlowControl(config, limiter, gates)
+    def _relay(self) -> Relay:
+        """The relay of the generating routes, with everything it is handed."""
+        settings = self.settings
+        return Relay(
+            Classifier(settings.config),
+            self.pools,
+            self.recorder,
+            self.upstream,
+            gates=self.gates,
+            tenants=self.tenants,
+            max_body_bytes=settings.max_body_bytes,
+            pool_keys=self.pool_keys,
+            capture=settings.capture,
+            engine_spans=self.engine_spans,
+            max_json_elements=settings.max_json_elements,
+            recognizer=self.recognizer,
+            flow=self.flow,
+            worker=settings.worker.ids if settings.worker else None,
+        )
 
     def _trace_receiver(self) -> TraceReceiver:
         """``POST /v1/traces``: the engine spans the traced pools' replicas send; under

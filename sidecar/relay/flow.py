@@ -11,11 +11,17 @@ finished. A request sent to its lane's fallback pool is not gated again there.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from functools import partial
+
+from prometheus_client import CollectorRegistry
 
 from obs.config import Config
+from obs.exporters.flow import FlowCollector
 from obs.sidecar.policy.admission import Rejected
 from obs.sidecar.policy.pool_gate import Hold, PoolGate
 from obs.sidecar.policy.rate_limit import TOKENS
+from obs.sidecar.pools.pools import PoolSet
 from obs.sidecar.relay.rate_store import RateLimiter
 from obs.sidecar.relay.request import Plan, Request
 
@@ -35,6 +41,28 @@ class FlowControl:
             k.tokens_per_minute for k in config.auth.api_keys
         )
         self._settling: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    def build(
+        cls,
+        config: Config,
+        pools: PoolSet,
+        registry: CollectorRegistry,
+        store_failed: Callable[[], None],
+    ) -> FlowControl:
+        """The limiter and each saturated pool's gate, told of each poll of the pool set;
+        their state on ``registry`` (exporters/flow.py)."""
+        gates = {
+            p.name: PoolGate(
+                config, p, partial(pools.saturation_view, p.name), pools.poll_interval_s
+            )
+            for p in config.pools
+            if p.saturation is not None
+        }
+        if gates:
+            pools.on_poll = lambda pool, done: gates[pool].on_poll(done) if pool in gates else None
+        registry.register(FlowCollector(config, gates))
+        return cls(config, RateLimiter(config, store_failed=store_failed), gates)
 
     async def charge(self, req: Request, plan: Plan, key_hash: str | None) -> None:
         """Charge the request to its rate limits, or raise their 429 (or 503, failing closed)."""

@@ -30,7 +30,12 @@ from obs.procs import loopback_session
 
 FETCH_TIMEOUT_S = 2.0
 # Families every worker reads the same (pool polling, the config): taken once, not summed.
-TAKEN_ONCE_PREFIXES = (f"{c.NAMESPACE}_pool_", c.LANE_INFO.name, c.CONFIG_INFO.name)
+TAKEN_ONCE_PREFIXES = (
+    f"{c.NAMESPACE}_pool_",
+    c.LANE_INFO.name,
+    c.CONFIG_INFO.name,
+    c.RATE_LIMIT.name,  # the tenants' configured limits
+)
 COUNTING = ("counter", "histogram")  # what a dead worker's saved page still contributes
 SAVE_EVERY_S = 1.0
 # One page generated and saved at a time in this process, so the saved file never goes back
@@ -46,6 +51,11 @@ class WorkerSlot:
     count: int
     metric_ports: tuple[int, ...]
     rundir: str  # saved pages: worker-I.prom, retired-*.prom
+
+    @property
+    def ids(self) -> tuple[int, int]:
+        """(index, count): what names this worker's span ids (obs.tracecontext)."""
+        return (self.index, self.count)
 
     def page_path(self, i: int) -> Path:
         return Path(self.rundir) / f"worker-{i}.prom"
