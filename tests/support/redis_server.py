@@ -12,10 +12,6 @@ from obs.procs import ManagedProcess, free_port
 HOST = "127.0.0.1"
 
 
-def server_binary() -> str | None:
-    return shutil.which("redis-server")
-
-
 def answers_ping(port: int) -> bool:
     """Whether a Redis server on the port answers PING with PONG."""
     try:
@@ -32,7 +28,7 @@ class RedisServer:
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
         self.port = free_port()
-        binary = server_binary()
+        binary = shutil.which("redis-server")
         assert binary is not None, "redis-server not installed"
         self.proc = ManagedProcess(
             "redis-server",
