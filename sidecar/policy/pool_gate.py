@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from obs import conventions as c
 from obs.config import Config, Pool
 from obs.config_blocks import Saturation
-from obs.sidecar.policy.admission import Rejected
+from obs.sidecar.outcomes import Rejected
 from obs.sidecar.policy.pool_queue import PoolQueue, Waiting
 from obs.sidecar.policy.saturation import ReplicaView, Room, room
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from obs import conventions as c
 from obs.config import Config
-from obs.sidecar.policy.admission import Rejected
+from obs.sidecar.outcomes import RateLimited
 
 WINDOW_S = 60
 REQUESTS = "requests"
@@ -215,26 +215,20 @@ class PromptCalibration:
             self.ratio += self.ALPHA * (seen - self.ratio)
 
 
-class RateLimited(Rejected):
-    """429 from a tenant's or key's rate limit, with ``Retry-After`` and ``x-ratelimit-*``."""
-
-    def __init__(self, limits: Sequence[Limit], d: Decision) -> None:
-        assert d.blocked is not None
-        lim = limits[d.blocked]
-        who = lim.scope.replace(":", " ", 1)
-        if lim.cost > lim.limit:
-            msg = (
-                f"the request needs about {lim.cost} {lim.kind}, more than {who}'s whole limit "
-                f"of {lim.limit} per minute"
-            )
-        else:
-            msg = (
-                f"{who} is at its limit of {lim.limit} {lim.kind} per minute "
-                f"({d.used[d.blocked]} used); retry in {d.retry_after_s} s"
-            )
-        reason = c.RATE_LIMIT_TOKENS if lim.kind == TOKENS else c.RATE_LIMIT_REQUESTS
-        super().__init__(reason, msg, 429, d.retry_after_s)
-        self.rate_headers = headers(limits, d)
-
-    def headers(self) -> list[tuple[bytes, bytes]]:
-        return [*super().headers(), *self.rate_headers]
+def refusal(limits: Sequence[Limit], d: Decision) -> RateLimited:
+    """The 429 of a refused request: which counter refused, when to retry, and the headers."""
+    assert d.blocked is not None
+    lim = limits[d.blocked]
+    who = lim.scope.replace(":", " ", 1)
+    if lim.cost > lim.limit:
+        msg = (
+            f"the request needs about {lim.cost} {lim.kind}, more than {who}'s whole limit "
+            f"of {lim.limit} per minute"
+        )
+    else:
+        msg = (
+            f"{who} is at its limit of {lim.limit} {lim.kind} per minute "
+            f"({d.used[d.blocked]} used); retry in {d.retry_after_s} s"
+        )
+    reason = c.RATE_LIMIT_TOKENS if lim.kind == TOKENS else c.RATE_LIMIT_REQUESTS
+    return RateLimited(reason, msg, d.retry_after_s, headers(limits, d))

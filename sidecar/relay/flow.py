@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from obs.config import Config
 from obs.exporters.flow import FlowCollector
-from obs.sidecar.policy.admission import Rejected
+from obs.sidecar.outcomes import Rejected
 from obs.sidecar.policy.pool_gate import Hold, PoolGate
 from obs.sidecar.policy.rate_limit import TOKENS
 from obs.sidecar.pools.pools import PoolSet

@@ -25,7 +25,7 @@ import structlog
 
 from obs import conventions as c
 from obs.config import Config, RateLimits
-from obs.sidecar.policy.admission import Rejected
+from obs.sidecar.outcomes import Rejected
 from obs.sidecar.policy.rate_limit import (
     WINDOW_S,
     Charge,
@@ -33,8 +33,8 @@ from obs.sidecar.policy.rate_limit import (
     Decision,
     Limit,
     PromptCalibration,
-    RateLimited,
     limits_for,
+    refusal,
 )
 
 log = structlog.get_logger("vllm_obs.rate_limits")
@@ -100,10 +100,6 @@ return 0
 """
 
 
-class StoreError(Exception):
-    """The shared store did not answer (or answered nonsense)."""
-
-
 class Store(Protocol):
     async def take(self, limits: Sequence[Limit]) -> Decision: ...
     async def correct(self, counter: str, second: int, delta: int) -> None: ...
@@ -152,9 +148,9 @@ class RedisStore:
                 out = await self._take(keys=keys, args=[*args, WINDOW_S])
             allowed, now, blocked, wait, *used = (int(v) for v in out)
         except (TimeoutError, OSError, ValueError, TypeError) as e:
-            raise StoreError(f"{type(e).__name__}: {e}") from e
+            raise unavailable(e) from e
         except Exception as e:  # redis-py's own errors (connection refused, reset, ...)
-            raise StoreError(f"{type(e).__name__}: {e}") from e
+            raise unavailable(e) from e
         return Decision(bool(allowed), now, tuple(used), blocked - 1 if blocked else None, wait)
 
     async def correct(self, counter: str, second: int, delta: int) -> None:
@@ -168,16 +164,11 @@ class RedisStore:
         await self.client.aclose()
 
 
-class StoreUnavailable(Rejected):
-    """503: the shared rate-limit store did not answer and the config fails closed."""
-
-    def __init__(self, why: str) -> None:
-        super().__init__(
-            c.RATE_LIMIT_STORE,
-            f"the rate-limit store did not answer ({why}); try again shortly",
-            503,
-            1,
-        )
+def unavailable(err: Exception) -> Rejected:
+    """The store did not answer: 503 ``rate_limit_store`` when the config fails closed."""
+    why = f"{type(err).__name__}: {err}"
+    msg = f"the rate-limit store did not answer ({why}); try again shortly"
+    return Rejected(c.RATE_LIMIT_STORE, msg, 503, 1)
 
 
 class RateLimiter:
@@ -206,7 +197,7 @@ class RateLimiter:
         self, tenant: str | None, key_hash: str | None, prompt_tokens: int, max_tokens: int
     ) -> Charge | None:
         """Charge the request (None: nothing limits it, or the store failed open); raises
-        ``RateLimited`` (429) or ``StoreUnavailable`` (503, failing closed)."""
+        ``RateLimited`` (429) or ``Rejected`` ``rate_limit_store`` (503, failing closed)."""
         if not self.enabled:
             return None
         scaled = self.calibration.scale(prompt_tokens)
@@ -215,16 +206,16 @@ class RateLimiter:
             return None
         try:
             d = await self.store.take(limits)
-        except StoreError as err:
+        except Rejected as err:  # the store's: rate_limit_store
             self.store_failed()
             log.warning(
                 "rate_limit_store_unavailable", error=str(err), policy=self.policy.on_store_error
             )
             if self.policy.on_store_error == "closed":
-                raise StoreUnavailable(str(err)) from err
+                raise
             return None
         if not d.allowed:
-            raise RateLimited(limits, d)
+            raise refusal(limits, d)
         return Charge(limits, d.second, prompt_tokens)
 
     async def settle(self, charge: Charge, used_tokens: int, prompt_tokens: int = 0) -> None:

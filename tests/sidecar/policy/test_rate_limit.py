@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from obs import conventions as c
 from obs.config import Config, parse_config
+from obs.sidecar.outcomes import RateLimited
 from obs.sidecar.policy import rate_limit as rl
 from obs.sidecar.relay.rate_store import LocalStore, RateLimiter
 
@@ -53,7 +54,7 @@ def test_refusal_names_retry_and_headers() -> None:
     assert counters.take(lim, 1000).allowed
     d = counters.take(lim, 1010)
     assert not d.allowed and d.blocked == 0 and d.retry_after_s == 50
-    err = rl.RateLimited(lim, d)
+    err = rl.refusal(lim, d)
     assert err.status == 429 and err.rejection_reason == c.RATE_LIMIT_TOKENS
     h = dict(err.headers())
     assert h[b"retry-after"] == b"50"
@@ -69,7 +70,7 @@ def test_cost_over_whole_limit_never_fits() -> None:
     lim = (rl.Limit("tenant:a", rl.TOKENS, 100, 150),)
     d = rl.Counters().take(lim, 5)
     assert not d.allowed and d.retry_after_s == rl.WINDOW_S
-    assert "whole limit" in rl.RateLimited(lim, d).message
+    assert "whole limit" in rl.refusal(lim, d).message
 
 
 def test_all_or_none() -> None:
@@ -134,7 +135,7 @@ def test_limiter_charges_and_corrects() -> None:
         assert await limiter.charge("acme", None, 40, 200) is not None  # 60 + 240 = 300
         try:
             await limiter.charge("acme", None, 1, 0)
-        except rl.RateLimited as err:
+        except RateLimited as err:
             assert err.retry_after == 60
         else:
             raise AssertionError("the 301st token was admitted")

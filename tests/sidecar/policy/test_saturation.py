@@ -14,8 +14,8 @@ from obs import conventions as c
 from obs.config import Config, parse_config
 from obs.config_blocks import Saturation
 from obs.errors import ConfigError
+from obs.sidecar.outcomes import Rejected
 from obs.sidecar.policy import saturation as sat
-from obs.sidecar.policy.admission import Rejected
 from obs.sidecar.policy.pool_gate import Hold, PoolGate
 from obs.sidecar.policy.pool_queue import PoolQueue, Waiting
 

@@ -12,8 +12,9 @@ import pytest
 from obs import conventions as c
 from obs.config import Config, parse_config
 from obs.procs import free_port
+from obs.sidecar.outcomes import RateLimited, Rejected
 from obs.sidecar.policy import rate_limit as rl
-from obs.sidecar.relay.rate_store import PREFIX, RateLimiter, RedisStore, StoreUnavailable
+from obs.sidecar.relay.rate_store import PREFIX, RateLimiter, RedisStore
 from tests.support.redis_server import RedisServer
 
 
@@ -70,7 +71,7 @@ def test_two_limiters_share_one_window(redis_server: RedisServer) -> None:
                 limiter = a if i % 2 else b
                 try:
                     charge = await limiter.charge(tenant, None, 20, 80)
-                except rl.RateLimited as err:
+                except RateLimited as err:
                     refused.append(err)
                 else:
                     assert charge is not None
@@ -97,7 +98,7 @@ def test_unreachable_store(policy: str) -> None:
             if policy == "open":
                 assert await limiter.charge("acme", None, 10, 10) is None
             else:
-                with pytest.raises(StoreUnavailable) as info:
+                with pytest.raises(Rejected) as info:
                     await limiter.charge("acme", None, 10, 10)
                 assert info.value.status == 503
                 assert info.value.rejection_reason == c.RATE_LIMIT_STORE
