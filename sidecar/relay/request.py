@@ -9,6 +9,7 @@ from typing import Any
 from obs.config import Lane
 from obs.events import Event
 from obs.phases import Clock
+from obs.sidecar.outcomes import RelayError
 from obs.sidecar.policy.admission import LaneGate, Ticket
 from obs.sidecar.policy.pool_gate import Hold, PoolGate
 from obs.sidecar.policy.rate_limit import Charge
@@ -66,6 +67,7 @@ class Request:
         "itl",
         "json_answer",
         "operation",
+        "outcome",
         "pool_admitted",
         "pool_gate",
         "pool_hold",
@@ -108,10 +110,20 @@ class Request:
         self.pool_hold: Hold | None = None
         self.pool_admitted = False
         self.client_id: str | None = None  # who sent it, for slow-reader learning
+        self.outcome: RelayError | None = None  # how it ended, once settled (None: ok so far)
         # Kept for --capture-text only (None otherwise): read when the request ends.
         self.capture_body: dict[str, Any] | None = None
         self.capture_frames: list[bytes] | None = None
         self.capture_whole: bytes | None = None
+
+    def settle(self, outcome: RelayError, phase: str | None) -> RelayError:
+        """How the request ended: recorded on its event once. The first outcome settled
+        stands; it is returned, so what the client is answered is written from the same
+        object as the event (``obs.sidecar.relay.respond``)."""
+        if self.outcome is None:
+            self.outcome = outcome
+            outcome.record(self.event, phase)
+        return self.outcome
 
     def release(self) -> None:
         """Give back the lane slot and the pool's room (once): when the pool is done, before
