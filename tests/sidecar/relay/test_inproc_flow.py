@@ -6,6 +6,8 @@ rate_limit gate and counted per tenant."""
 
 from __future__ import annotations
 
+import hashlib
+
 from obs import conventions as c
 from obs.config import parse_config
 from tests.sidecar.conftest import InprocFactory
@@ -61,3 +63,36 @@ def test_tokens_limit_charges_refunds_and_refuses(
     assert sample_sum(page, c.RATE_LIMITED.series[0], tenant="acme", kind="tokens") == 1
     charged = sample_sum(page, c.RATE_LIMIT_USED.series[0], tenant="acme", kind="tokens")
     assert charged == 10 * 10  # the tokens used, as the usage said
+
+
+def test_api_key_requests_limit(scripted: ScriptedUpstream, inproc: InprocFactory) -> None:
+    """An API key's own requests_per_minute holds beside its tenant's (unlimited here): its
+    second request in the minute is refused 429 naming the requests limit; another key of the
+    same tenant is not."""
+    keys = {k: hashlib.sha256(k.encode()).hexdigest() for k in ("sk-one", "sk-two")}
+    config = parse_config(
+        {
+            "pools": [{"name": "p", "replicas": [scripted.url]}],
+            "lanes": [{"name": "main", "pool": "p"}],
+            "default_lane": "main",
+            "auth": {
+                "api_keys": [
+                    {"sha256": keys["sk-one"], "tenant": "acme", "requests_per_minute": 1},
+                    {"sha256": keys["sk-two"], "tenant": "acme"},
+                ]
+            },
+        }
+    )
+    sc = inproc(config)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+    def send(key: str) -> int:
+        r = sc.client.post(
+            "/v1/chat/completions", json=body, headers={"authorization": f"Bearer {key}"}
+        )
+        if r.status_code == 429:
+            assert r.headers["x-ratelimit-limit-requests"] == "1"
+            assert r.json()["error"]["type"] == "RateLimitError"
+        return r.status_code
+
+    assert [send("sk-one"), send("sk-one"), send("sk-two")] == [200, 429, 200]
