@@ -160,6 +160,9 @@ class Charge:
     limits: tuple[Limit, ...]
     second: int
     prompt_estimate: int = 0  # the prompt tokens the sidecar estimated (before calibration)
+    # x-ratelimit-* as the charge left them, sent with the pool's answer (OpenAI sends them on
+    # every response).
+    rate_headers: tuple[tuple[bytes, bytes], ...] = ()
 
     def corrections(self, used_tokens: int) -> list[tuple[str, int]]:
         """(counter, delta) for each token counter: the tokens used minus those charged."""

@@ -33,6 +33,7 @@ from obs.sidecar.policy.rate_limit import (
     Decision,
     Limit,
     PromptCalibration,
+    headers,
     limits_for,
     refusal,
 )
@@ -216,7 +217,7 @@ class RateLimiter:
             return None
         if not d.allowed:
             raise refusal(limits, d)
-        return Charge(limits, d.second, prompt_tokens)
+        return Charge(limits, d.second, prompt_tokens, tuple(headers(limits, d)))
 
     async def settle(self, charge: Charge, used_tokens: int, prompt_tokens: int = 0) -> None:
         """Correct the token counters to what the finished request used (and learn how the

@@ -353,6 +353,8 @@ class Relay:
             for k, v in resp.raw_headers
             if k.lower() not in _SKIP_HEADERS and (sized or k.lower() != b"content-length")
         ]
+        if req.charge is not None:  # the tenant's x-ratelimit-* (docs/flow.md)
+            out_headers += req.charge.rate_headers
         t = lane.timeouts
         slow = lane.admission.slow_client
         deadline = Deadline(

@@ -44,6 +44,7 @@ def test_tokens_limit_charges_refunds_and_refuses(
             headers={"x-request-id": rid, "x-tenant": "acme"},
         )
         assert r.status_code == 200, r.text
+        assert r.headers["x-ratelimit-limit-tokens"] == str(LIMIT)  # on every answer
         assert sc.event(rid)["tenant"] == "acme"
     rid = request_id()
     r = sc.client.post(
