@@ -22,17 +22,25 @@ Each missed gate is attributed to a **phase** and a **cause** (``MISS_CAUSES``),
      read nothing (``error_class`` slow_client); ``upstream_error`` when the pool refused,
      failed or timed out (``upstream_*``, or no replica accepting connections); else
      ``other``;
-   * phase ``queue``: ``engine_queue`` when the engine's span shows its waiting queue took
-     at least half of the queue's excess (``obs.engines.view`` moves the engine's wait from
-     prefill into the queue phase); else ``admission_queue`` (the time from arrival to
-     dispatch is the lane's admission gate and the connect);
+   * phase ``queue``: the engine's queue when the engine's wait (``engine_queue_ms``: its
+     span's, or, with no span, the estimate of ``obs.engine_queue`` from the pool's state at
+     dispatch, ``engine_view: inferred``) took at least half of the queue's excess; then named
+     by what the pool's state at dispatch says filled the engine: ``kv_pressure`` when its KV
+     cache was near full or it was preempting, ``prefills_ahead`` when the requests in flight
+     ahead carried prompts at least ``AHEAD_FACTOR`` times this one's (and the lane's usual),
+     else ``engine_queue`` (the pool was saturated); without that wait,
+     ``admission_queue`` (the time from arrival to dispatch is the lane's admission gate
+     and the connect);
    * phase ``prefill``: ``long_prefill`` when the prompt has at least
      ``LONG_PROMPT_FACTOR`` times the tokens of the lane's good requests; ``cache_miss`` when
      no prompt token came from the prefix cache while at least ``CACHED_SHARE`` of the lane's
-     good requests hit it; else ``other``;
+     good requests hit it; then, by the pool's state at dispatch, ``kv_pressure``,
+     ``prefills_ahead`` (long prompts prefilled in the same batches), or ``engine_queue``
+     when the request waited for a slot (a wait the estimate left in prefill); else ``other``;
    * phases ``first_token``, ``decode`` and ``stream``: ``slow_client`` when the relay was
      blocked writing to the client for at least half of the phase's excess (a stream always
-     is: its phase is the client reading the rest); else ``other``.
+     is: its phase is the client reading the rest); in ``decode``, ``kv_pressure`` when the
+     engine was short of KV cache at dispatch (a preempted request stalls); else ``other``.
 
 Replicas, tenants and models are not causes of one request (one request cannot tell whether
 its replica is unusual): ``vllm-obs query budget`` names the ones behind most misses.
@@ -47,18 +55,25 @@ from dataclasses import dataclass, field
 from dataclasses import replace as _replace
 from typing import Any, Final
 
+from obs import engine_queue
 from obs.config import Config, Lane
 from obs.conventions import BAD_OUTCOMES, MISS_CAUSES, OK, PHASES, SLO_KINDS
 from obs.record import Finished
 
 LONG_PROMPT_FACTOR: Final = 2.0
 CACHED_SHARE: Final = 0.5
+# Prompts in flight ahead at least this many times the request's own (and its lane's usual)
+# are long prefills ahead: the engine was busy prefilling them.
+AHEAD_FACTOR: Final = 4.0
 TTFT_PHASES: Final[tuple[str, ...]] = PHASES[:3]
 TPOT_PHASES: Final[tuple[str, ...]] = ("first_token", "decode")
 # How many good requests the running baseline averages over (the weight of a new one).
 BASELINE_REQUESTS: Final = 100
 SLOW_CLIENT, UPSTREAM_ERROR, OTHER = "slow_client", "upstream_error", "other"
-assert {SLOW_CLIENT, UPSTREAM_ERROR, OTHER} <= set(MISS_CAUSES)
+ENGINE_QUEUE, PREFILLS_AHEAD, KV_PRESSURE = "engine_queue", "prefills_ahead", "kv_pressure"
+assert {SLOW_CLIENT, UPSTREAM_ERROR, OTHER, ENGINE_QUEUE, PREFILLS_AHEAD, KV_PRESSURE} <= set(
+    MISS_CAUSES
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +94,14 @@ class Facts:
     cache_hit: bool | None = None
     engine_queue_ms: float | None = None
     stream_blocked_ms: float = 0.0
+    engine_view: str | None = None
+    # The pool's state at dispatch (the event's pool_* fields).
+    pool_in_flight: int | None = None
+    pool_max_running: int | None = None
+    pool_waiting: int | None = None
+    pool_kv_usage: float | None = None
+    pool_preempting: bool | None = None
+    pool_ahead_prompt_tokens: int | None = None
 
     @classmethod
     def of(cls, ev: Any) -> Facts:
@@ -88,14 +111,20 @@ class Facts:
             tuple(getattr(ev, f"{p}_ms") for p in PHASES),
             ev.ttft_ms, ev.tpot_ms, ev.error_class, ev.error_phase, ev.rejection_reason,
             ev.prompt_tokens, ev.cache_hit, ev.engine_queue_ms, ev.stream_blocked_ms or 0.0,
+            ev.engine_view, ev.pool_in_flight, ev.pool_max_running, ev.pool_waiting,
+            ev.pool_kv_usage, ev.pool_preempting, ev.pool_ahead_prompt_tokens,
         )  # fmt: skip
 
     @classmethod
     def of_row(cls, row: Mapping[str, Any]) -> Facts:
         """From an event as a mapping of its fields (a query's row; ClickHouse's 0/1 too)."""
         f = cls.of(_Row(row))
-        hit = row.get("cache_hit")
-        return f if hit is None or isinstance(hit, bool) else _replace(f, cache_hit=bool(hit))
+        hit, preempting = row.get("cache_hit"), row.get("pool_preempting")
+        if hit is not None and not isinstance(hit, bool):
+            f = _replace(f, cache_hit=bool(hit))
+        if preempting is not None and not isinstance(preempting, bool):
+            f = _replace(f, pool_preempting=bool(preempting))
+        return f
 
     @property
     def ttft_value(self) -> float | None:
@@ -203,7 +232,7 @@ def _latency_cause(f: Facts, phase: str, base: Baseline) -> str:
         if f.engine_queue_ms is not None:
             waited = f.engine_queue_ms - (base.engine_queue_ms or 0.0)
             if over > 0 and waited >= over / 2:
-                return "engine_queue"
+                return _engine_cause(f, base) or ENGINE_QUEUE
         return "admission_queue"
     if phase == "prefill":
         if (
@@ -214,10 +243,24 @@ def _latency_cause(f: Facts, phase: str, base: Baseline) -> str:
             return "long_prefill"
         if f.cache_hit is False and (base.cache_hit_ratio or 0.0) >= CACHED_SHARE:
             return "cache_miss"
-        return OTHER
+        return _engine_cause(f, base) or (ENGINE_QUEUE if engine_queue.queued(f) else OTHER)
     if phase == "stream" or (over > 0 and f.stream_blocked_ms >= over / 2):
         return SLOW_CLIENT
-    return OTHER
+    return KV_PRESSURE if phase == "decode" and engine_queue.kv_pressure(f) else OTHER
+
+
+def _engine_cause(f: Facts, base: Baseline) -> str | None:
+    """What the pool's state at dispatch says kept the engine busy: KV pressure, or long
+    prompts in flight ahead (per request at least ``AHEAD_FACTOR`` times this one's and its
+    lane's usual); None when it names neither."""
+    if engine_queue.kv_pressure(f):
+        return KV_PRESSURE
+    ahead, n = f.pool_ahead_prompt_tokens, f.pool_in_flight
+    if ahead and n:
+        own = max(f.prompt_tokens or 0, base.prompt_tokens or 0, 1)
+        if ahead / n >= AHEAD_FACTOR * own:
+            return PREFILLS_AHEAD
+    return None
 
 
 @dataclass(slots=True)
@@ -274,6 +317,11 @@ class Attributor:
         self._lanes = dict(lanes)
         self._baselines = {name: RunningBaseline() for name in self._lanes}
 
+    def base_prefill_ms(self, lane: str) -> float:
+        """The lane's good requests' mean prefill so far (0 before the first)."""
+        base = self._baselines.get(lane)
+        return base.phases_ms[PHASES.index("prefill")] if base is not None else 0.0
+
     def judge(self, f: Facts) -> tuple[Miss, ...]:
         lane = self._lanes.get(f.lane)
         base = self._baselines.get(f.lane)
@@ -288,8 +336,10 @@ class Attributor:
 class MissStamp:
     """The record's attribution step: first in the sidecar's fan-out, before every exporter.
 
-    Sets the event's ``miss_slo``, ``miss_phase`` and ``miss_cause`` and the record's
-    ``misses`` (every missed gate, for the ``slo_misses`` counter). Exporter interface.
+    With no engine span joined, first splits a queued request's engine wait from its prefill
+    (``obs.engine_queue``: ``engine_view: inferred``). Then sets the event's ``miss_slo``,
+    ``miss_phase`` and ``miss_cause`` and the record's ``misses`` (every missed gate, for the
+    ``slo_misses`` counter). Exporter interface.
     """
 
     name = "attribution"
@@ -299,6 +349,7 @@ class MissStamp:
 
     def export(self, finished: Finished) -> None:
         ev = finished.event
+        engine_queue.infer(finished, self._attributor.base_prefill_ms(ev.lane))
         misses = self._attributor.judge(Facts.of(ev))
         finished.misses = tuple((m.slo, m.phase, m.cause) for m in misses)
         if misses:

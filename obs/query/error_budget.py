@@ -38,7 +38,8 @@ DIMENSIONS = ("replica", "tenant", "model")
 _FACT_COLUMNS = (
     "lane", "status", "stream", "e2e_ms", *(f"{p}_ms" for p in PHASES), "ttft_ms", "tpot_ms",
     "error_class", "error_phase", "rejection_reason", "prompt_tokens", "cache_hit",
-    "engine_queue_ms", "stream_blocked_ms",
+    "engine_queue_ms", "stream_blocked_ms", "engine_view", "pool_in_flight", "pool_max_running",
+    "pool_waiting", "pool_kv_usage", "pool_preempting", "pool_ahead_prompt_tokens",
 )  # fmt: skip
 COLUMNS = ("request_id", "ts", *DIMENSIONS, *_FACT_COLUMNS)
 
