@@ -165,6 +165,25 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--format", choices=("table", "json", "markdown"), default="table")
     p.set_defaults(handler=_budget)
 
+    p = sub.add_parser(
+        "incident",
+        help="the postmortem's first draft, in words: which lanes missed, when, why, the lever",
+        description=(
+            "The first draft of a postmortem over the window (--since/--until): which lanes "
+            "missed which SLOs from when to when, the budget that burned, the phase and cause "
+            "behind most of it with the lever the runbook names for it, the replicas and "
+            "tenants behind the misses, the settings and config changes in the window, and, "
+            "with --prometheus, the alerts that fired. See docs/query.md."
+        ),
+    )
+    _common(p, fmt=False)
+    _config_arg(p)
+    p.add_argument(
+        "--prometheus", metavar="URL", help="read the alerts that fired from this Prometheus"
+    )
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(handler=_incident)
+
     p = sub.add_parser("report", help="self-contained HTML report with plots")
     _common(p, fmt=False)
     _config_arg(p)
@@ -369,6 +388,15 @@ def _budget(args: argparse.Namespace) -> int:
     if windowed is not scan.filters:
         scan = _scan(args, filters=windowed)
     _emit(render(budget(scan, _config(args), list(args.paths)), args.format))
+    _warn(scan)
+    return 0
+
+
+def _incident(args: argparse.Namespace) -> int:
+    from obs.query.incident import incident, render
+
+    scan = _scan(args)
+    _emit(render(incident(scan, _config(args), list(args.paths), args.prometheus), args.format))
     _warn(scan)
     return 0
 

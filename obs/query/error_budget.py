@@ -80,12 +80,12 @@ def window_filters(scan: Source, window: str | None) -> Filters:
         (newest,) = scan.run(f"SELECT max({col}) FROM {SRC} WHERE request_id IS NOT NULL").rows[0]
         if newest is None:
             return f
-        end = _utc(newest) + timedelta(milliseconds=1)
+        end = as_utc(newest) + timedelta(milliseconds=1)
     since = end - length
     return f.with_window(max(since, f.since) if f.since else since, end)
 
 
-def _utc(t: datetime | int) -> datetime:
+def as_utc(t: datetime | int) -> datetime:
     """A time column as naive UTC: DuckDB's timestamp, or ClickHouse's epoch milliseconds."""
     if isinstance(t, datetime):
         return t
@@ -215,7 +215,7 @@ def budget(scan: Source, config: Config, paths: list[str]) -> dict[str, Any]:
         entry["worst"] = [
             {
                 "request_id": row["request_id"],
-                "ts": _utc(row["_t"]).isoformat(timespec="milliseconds"),
+                "ts": as_utc(row["_t"]).isoformat(timespec="milliseconds"),
                 "phase": m.phase,
                 "cause": m.cause,
                 "over_ms" if s.slo != "availability" else "e2e_ms": round(_value(s, row), 3),
