@@ -109,6 +109,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="reply length when a request sets no max_tokens (default %(default)s)",
     )
     p.add_argument(
+        "--otlp-traces-endpoint",
+        metavar="URL",
+        help="send each finished request's llm_request span here, as vLLM does "
+        "(OTLP/HTTP protobuf, e.g. http://127.0.0.1:4318/v1/traces)",
+    )
+    p.add_argument(
         "--speed",
         type=float,
         default=1.0,
@@ -163,7 +169,13 @@ def options(args: argparse.Namespace) -> SimOptions:
     )
     from obs.engines.sim.server import ServerConfig
 
-    server = ServerConfig(args.gpu, args.model.lower(), args.default_output_tokens)
+    endpoint = args.otlp_traces_endpoint
+    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"--otlp-traces-endpoint {endpoint!r}: give an http:// or https:// URL "
+            "(the simulator sends OTLP/HTTP protobuf)"
+        )
+    server = ServerConfig(args.gpu, args.model.lower(), args.default_output_tokens, endpoint)
     return SimOptions(args.host, args.port, server, engine, args.gpu_memory_utilization)
 
 

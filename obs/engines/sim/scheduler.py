@@ -56,6 +56,8 @@ class SimRequest:
     last_token_s: float | None = None  # when its latest token was sampled (its caller sets it)
     # Its inter-token gaps as (seconds, how many), kept by the virtual-time replica.
     gaps: list[tuple[float, int]] = field(default_factory=list)
+    finish_reason: str = "length"  # at max_tokens: "length" if the client set it, else "stop"
+    n: int = 1  # the HTTP request's n (its choices are requests of their own)
 
     @property
     def total(self) -> int:
