@@ -10,13 +10,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
 import pytest
 
 from obs.config import default_config_path, load_config
-from obs.demo import results
+from obs.demo import results, story
 from obs.demo.options import LOCAL_MAX_MODEL_LEN
 from obs.demo.prometheus import Alert, write_config
 from obs.demo.stack import descendants, pid_alive
@@ -359,3 +360,39 @@ def test_ctrl_c_during_the_load_still_reports(vllm: VllmServer, tmp_path: Path) 
     assert (out / "report" / "report.html").exists()
     assert (out / "events.jsonl").read_text().strip()
     _assert_nothing_survives(out)
+
+
+def test_rate_is_a_share_of_the_probed_capacity_in_sessions(tmp_path: Path) -> None:
+    """The load's rate is LOAD_SHARE of the requests/s the probe completed, divided by how
+    many probe-sized requests one session of the mix asks for (never below 0.1/s)."""
+    cap = story.Capacity(requests_per_s=10.0, tokens_per_request=64.0, streams=16)
+    assert cap.rate(0.5, 128.0) == 2.5
+    assert cap.rate(0.5, 32.0) == 5.0  # a session smaller than a probe request counts as one
+    assert story.Capacity(0.05, 64.0, 16).rate(0.5, 640.0) == 0.1
+    mix = load_demo_mix(write_mix(tmp_path / "mix.yaml", False), ())
+    assert 64 < story.tokens_per_session(mix) < 400
+
+
+def test_closing_summary_names_the_incident_the_lane_and_the_coverage() -> None:
+    """The closing lines say when the burst hit, which lane missed (not the burst's own),
+    its top phase/cause and lever, and the share of completed requests with the engine's
+    view and of misses left `other`."""
+    burst = story.Burst("http://x", "tiny", 1.0)
+    burst.started_at = datetime(2026, 1, 1, 12, 0, 5, tzinfo=UTC)
+    slo = {
+        "budget_spent": 2.0, "judged": 40, "misses": 8, "most_from": "2026-01-01T12:00:06",
+        "most_until": "2026-01-01T12:00:20", "cause_share": 0.75, "phase": "prefill",
+        "cause": "prefills_ahead", "means": "waited behind long prompts", "lever": "split",
+    }  # fmt: skip
+    doc = {"slos": [{**slo, "lane": "rag", "slo": "ttft"}, {**slo, "lane": "chat", "slo": "ttft"}]}
+    events = [
+        {"status": "ok", "engine_view": "joined", "miss_cause": "prefills_ahead"},
+        {"status": "ok", "engine_view": "joined", "miss_cause": None},
+        {"status": "ok", "engine_view": "absent", "miss_cause": "other"},
+        {"status": "error", "engine_view": "absent", "miss_cause": "upstream_error"},
+    ]
+    text = story.closing(doc, events, burst)
+    assert text.splitlines()[0].startswith("At 2026-01-01T12:00:05+00:00 a burst of 24")
+    assert "Lane chat missed its ttft SLO on 8 of 40 requests (200% of its budget)" in text
+    assert "75% prefill/prefills_ahead" in text and "lever: split." in text
+    assert "Engine view on 67% of 3 completed requests; 33% of 3 misses" in text
