@@ -73,9 +73,16 @@ def incident(
         )  # fmt: skip
     slos.sort(key=lambda x: -(x["budget_spent"] or 0.0))
     changes = [{"at": _iso(ch.at), "pool": ch.pool, "change": ch.what} for ch in find_changes(scan)]
+    since, until = doc["since"], doc["until"]
+    if since is None or until is None:  # no window given: the events' own span
+        col = scan.dialect.ts_column
+        first, last = scan.run(f"SELECT min({col}), max({col}) FROM {scan.source}").rows[0]
+        if first is not None:
+            since = since or _iso(as_utc(first))
+            until = until or _iso(as_utc(last))
     return {
-        "since": doc["since"],
-        "until": doc["until"],
+        "since": since,
+        "until": until,
         "slos": slos,
         "changes": changes,
         "alerts": _alerts(prometheus, scan, slos) if prometheus else None,
