@@ -27,7 +27,8 @@ Each missed gate is attributed to a **phase** and a **cause** (``MISS_CAUSES``),
      dispatch, ``engine_view: inferred``) took at least half of the queue's excess; then named
      by what the pool's state at dispatch says filled the engine: ``kv_pressure`` when its KV
      cache was near full or it was preempting, ``prefills_ahead`` when the requests in flight
-     ahead carried prompts at least ``AHEAD_FACTOR`` times this one's (and the lane's usual),
+     ahead carried prompts (per request) at least ``AHEAD_FACTOR`` times what the lane's
+     good requests found ahead of them, and longer than this one's,
      else ``engine_queue`` (the pool was saturated); without that wait,
      ``admission_queue`` (the time from arrival to dispatch is the lane's admission gate
      and the connect);
@@ -40,7 +41,9 @@ Each missed gate is attributed to a **phase** and a **cause** (``MISS_CAUSES``),
    * phases ``first_token``, ``decode`` and ``stream``: ``slow_client`` when the relay was
      blocked writing to the client for at least half of the phase's excess (a stream always
      is: its phase is the client reading the rest); in ``decode``, ``kv_pressure`` when the
-     engine was short of KV cache at dispatch (a preempted request stalls); else ``other``.
+     engine was short of KV cache at dispatch (a preempted request stalls), and
+     ``prefills_ahead`` when the pool was saturated at dispatch (each waiting request it
+     admits is prefilled in the same steps as this one's decode); else ``other``.
 
 Replicas, tenants and models are not causes of one request (one request cannot tell whether
 its replica is unusual): ``vllm-obs query budget`` names the ones behind most misses.
@@ -62,9 +65,11 @@ from obs.record import Finished
 
 LONG_PROMPT_FACTOR: Final = 2.0
 CACHED_SHARE: Final = 0.5
-# Prompts in flight ahead at least this many times the request's own (and its lane's usual)
-# are long prefills ahead: the engine was busy prefilling them.
-AHEAD_FACTOR: Final = 4.0
+# Prompts in flight ahead (per request) at least this many times what the lane's good
+# requests found ahead of them, and longer than the request's own, are long prefills ahead:
+# the engine was busy prefilling them. With no such baseline yet: this many times its own.
+AHEAD_FACTOR: Final = 2.0
+AHEAD_OWN_FACTOR: Final = 4.0
 TTFT_PHASES: Final[tuple[str, ...]] = PHASES[:3]
 TPOT_PHASES: Final[tuple[str, ...]] = ("first_token", "decode")
 # How many good requests the running baseline averages over (the weight of a new one).
@@ -197,6 +202,7 @@ class Baseline:
     prompt_tokens: float | None = None
     cache_hit_ratio: float | None = None
     engine_queue_ms: float | None = None
+    ahead_tokens: float | None = None  # prompt tokens in flight ahead, per request ahead
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,21 +297,37 @@ def _latency_cause(f: Facts, phase: str, base: Baseline) -> str:
         return _engine_cause(f, base) or (ENGINE_QUEUE if engine_queue.queued(f) else OTHER)
     if phase == "stream" or (over > 0 and f.stream_blocked_ms >= over / 2):
         return SLOW_CLIENT
-    return KV_PRESSURE if phase == "decode" and engine_queue.kv_pressure(f) else OTHER
+    if phase == "decode" and engine_queue.kv_pressure(f):
+        return KV_PRESSURE
+    if phase == "decode" and engine_queue.queued(f):
+        # A saturated pool admits each waiting request as a slot frees, and prefills it in
+        # the same steps as the running requests' decode.
+        return PREFILLS_AHEAD
+    return OTHER
 
 
 def _engine_cause(f: Facts, base: Baseline) -> str | None:
     """What the pool's state at dispatch says kept the engine busy: KV pressure, or long
-    prompts in flight ahead (per request at least ``AHEAD_FACTOR`` times this one's and its
-    lane's usual); None when it names neither."""
+    prompts in flight ahead (per request at least ``AHEAD_FACTOR`` times what the lane's good
+    requests found ahead, and longer than its own; with no such baseline, ``AHEAD_OWN_FACTOR``
+    times its own); None when it names neither."""
     if engine_queue.kv_pressure(f):
         return KV_PRESSURE
-    ahead, n = f.pool_ahead_prompt_tokens, f.pool_in_flight
-    if ahead and n:
-        own = max(f.prompt_tokens or 0, base.prompt_tokens or 0, 1)
-        if ahead / n >= AHEAD_FACTOR * own:
+    per = ahead_per_request(f)
+    if per is not None:
+        own = f.prompt_tokens or 0
+        if base.ahead_tokens:
+            if per >= AHEAD_FACTOR * base.ahead_tokens and per > own:
+                return PREFILLS_AHEAD
+        elif per >= AHEAD_OWN_FACTOR * max(own, base.prompt_tokens or 0, 1):
             return PREFILLS_AHEAD
     return None
+
+
+def ahead_per_request(f: Facts) -> float | None:
+    """The prompt tokens in flight on the replica at dispatch, per request in flight."""
+    ahead, n = f.pool_ahead_prompt_tokens, f.pool_in_flight
+    return ahead / n if ahead is not None and n else None
 
 
 @dataclass(slots=True)
@@ -321,6 +343,7 @@ class RunningBaseline:
     prompt: tuple[int, float] = (0, 0.0)  # (samples, mean)
     cached: tuple[int, float] = (0, 0.0)
     engine_queue: tuple[int, float] = (0, 0.0)
+    ahead: tuple[int, float] = (0, 0.0)
 
     def add(self, f: Facts) -> None:
         """Count one good request of the lane."""
@@ -334,6 +357,9 @@ class RunningBaseline:
             self.cached = _mean(self.cached, 1.0 if f.cache_hit else 0.0)
         if f.engine_queue_ms is not None:
             self.engine_queue = _mean(self.engine_queue, f.engine_queue_ms)
+        per = ahead_per_request(f)
+        if per is not None:
+            self.ahead = _mean(self.ahead, per)
 
     def snapshot(self) -> Baseline:
         """The baseline as the rule reads it."""
@@ -342,6 +368,7 @@ class RunningBaseline:
             self.prompt[1] if self.prompt[0] else None,
             self.cached[1] if self.cached[0] else None,
             self.engine_queue[1] if self.engine_queue[0] else None,
+            self.ahead[1] if self.ahead[0] else None,
         )
 
 

@@ -37,7 +37,6 @@ BURST = 24
 BURST_PROMPT_TOKENS = 1400
 BURST_MAX_TOKENS = 16
 TIMEOUT_S = 120.0
-_WORDS = ("alpha", "bravo", "delta", "gamma", "kappa", "sigma", "omega", "theta")
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,12 +147,14 @@ class Burst:
         self._thread.start()
 
     def _one(self, i: int) -> bool:
+        from obs.loadgen.prompts import words  # the demo mix's vocabulary: its token sizes
+
         tag = uuid.uuid4().hex[:8]
-        words = " ".join(f"{_WORDS[k % len(_WORDS)]}{k}" for k in range(BURST_PROMPT_TOKENS // 2))
+        text = words(f"incident/{tag}/{i}", 4 * BURST_PROMPT_TOKENS)
         body = {
             "model": self.model,
             "messages": [
-                {"role": "system", "content": f"Document {tag}-{i}: {words}"},
+                {"role": "system", "content": f"Document {tag}-{i}: {text}"},
                 {"role": "user", "content": "Summarise the document in one line."},
             ],
             "max_tokens": BURST_MAX_TOKENS,

@@ -102,11 +102,13 @@ def _baselines(scan: Source, config: Config) -> tuple[dict[str, Baseline], dict[
     good = "_good"
     counted = "status NOT IN (" + ", ".join(map(sql_str, AVAILABILITY_EXCLUDED_OUTCOMES)) + ")"
     hit = "CASE WHEN cache_hit THEN 1.0 ELSE 0.0 END"
+    ahead = f"{good} AND pool_in_flight > 0 AND pool_ahead_prompt_tokens IS NOT NULL"
     items = [
         *(f"{d.agg_if('avg', f'{p}_ms', good)} AS _b_{p}" for p in PHASES),
         f"{d.agg_if('avg', 'prompt_tokens', good)} AS _b_prompt",
         f"{d.agg_if('avg', hit, f'{good} AND cache_hit IS NOT NULL')} AS _b_hit",
         f"{d.agg_if('avg', 'engine_queue_ms', good)} AS _b_engine_queue",
+        f"{d.agg_if('avg', 'pool_ahead_prompt_tokens / pool_in_flight', ahead)} AS _b_ahead",
         f"{d.count_if('_ttft_judged')} AS _n_ttft",
         f"{d.count_if('_tpot_judged')} AS _n_tpot",
         f"{d.count_if(f'request_id IS NOT NULL AND {counted}')} AS _n_availability",
@@ -125,7 +127,7 @@ def _baselines(scan: Source, config: Config) -> tuple[dict[str, Baseline], dict[
 
         bases[rec["_lane"]] = Baseline(
             tuple(f(f"_b_{p}") or 0.0 for p in PHASES),
-            f("_b_prompt"), f("_b_hit"), f("_b_engine_queue"),
+            f("_b_prompt"), f("_b_hit"), f("_b_engine_queue"), f("_b_ahead"),
         )  # fmt: skip
         counts[rec["_lane"]] = {k: int(rec[f"_n_{k}"] or 0) for k in SLO_KINDS}
     return bases, counts

@@ -330,3 +330,31 @@ def test_stamp_infers_before_judging() -> None:
     ev = f.event
     assert ev.engine_view == "inferred" and ev.engine_queue_ms is not None
     assert (ev.miss_slo, ev.miss_phase, ev.miss_cause) == ("ttft", "queue", "engine_queue")
+
+
+def test_prefills_ahead_is_judged_against_what_the_lanes_good_requests_found_ahead() -> None:
+    """With a baseline of what the lane's good requests found in flight ahead of them, prompts
+    ahead at least twice that (and longer than the request's own) are prefills_ahead; the
+    same prompts ahead as usual are a saturated pool, engine_queue."""
+    base = Baseline(BASE.phases_ms, prompt_tokens=400, ahead_tokens=500.0)
+    kw = {"phases": (900.0, 100.0, 1.0, 300.0, 1.0), "ttft_ms": 1001.0, "engine_queue_ms": 850.0}
+    burst = facts(**kw, pool_in_flight=30, pool_max_running=8, pool_ahead_prompt_tokens=36_000)
+    assert only(burst, base) == ("ttft", "queue", "prefills_ahead")
+    usual = facts(**kw, pool_in_flight=30, pool_max_running=8, pool_ahead_prompt_tokens=15_000)
+    assert only(usual, base) == ("ttft", "queue", "engine_queue")
+    longer_own = facts(
+        **kw, **{"pool_in_flight": 30, "pool_ahead_prompt_tokens": 36_000}, prompt_tokens=1500
+    )
+    assert only(longer_own, base)[2] == "engine_queue"
+    run = RunningBaseline()
+    run.add(facts(pool_in_flight=4, pool_ahead_prompt_tokens=2000))
+    run.add(facts(pool_in_flight=0, pool_ahead_prompt_tokens=0))
+    assert run.snapshot().ahead_tokens == 500.0
+
+
+def test_tpot_miss_on_a_saturated_pool_is_prefills_ahead() -> None:
+    """A decode miss on a replica whose slots were all taken at dispatch is prefills_ahead
+    (the requests it admits next prefill in the same steps); on an idle one, other."""
+    kw = {"phases": (10.0, 100.0, 1.0, 3000.0, 1.0), "tpot_ms": 90.0}
+    assert only(facts(**kw, **SATURATED)) == ("tpot", "decode", "prefills_ahead")
+    assert only(facts(**kw, pool_in_flight=0, pool_max_running=2))[2] == "other"
