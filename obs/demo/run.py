@@ -210,12 +210,23 @@ class Demo:
             self.say(f"[config] lanes.yaml: a copy of {self.opts.config}")
         else:
             local = self.opts.local_pools
-            engine = self.opts.engine if local and self.opts.engine == "sim" else ""
-            config = workload.write_lanes(lanes, pools, traced=local, engine=engine)
+            engine = self.opts.engine if local else ""
+            config = workload.write_lanes(
+                lanes, pools, traced=local, engine=engine, declared=self._declared()
+            )
             where = ", ".join(f"{name} {urls[0]}" for name, urls in pools.items())
             traced = "; engine traces on" if local else ""
             self.say(f"[config] lanes.yaml: the default six lanes on pools {where}{traced}")
         return config
+
+    def _declared(self) -> dict[str, dict[str, object]]:
+        """Each local pool's ``max_num_seqs``, as its lanes.yaml engine block declares it."""
+        out: dict[str, dict[str, object]] = {}
+        for spec in LOCAL_POOLS:
+            args = SIM_POOLS[spec.name] if self.opts.engine == "sim" else spec.vllm_args
+            if "--max-num-seqs" in args:
+                out[spec.name] = {"max_num_seqs": int(args[args.index("--max-num-seqs") + 1])}
+        return out
 
     def _generate(self) -> None:
         for what, args in (

@@ -85,16 +85,23 @@ def load_demo_mix(mix_path: Path | None, sets: tuple[str, ...]) -> Mix:
 
 
 def write_lanes(
-    path: Path, replicas: Mapping[str, list[str]], *, traced: bool = False, engine: str = ""
+    path: Path,
+    replicas: Mapping[str, list[str]],
+    *,
+    traced: bool = False,
+    engine: str = "",
+    declared: Mapping[str, Mapping[str, object]] | None = None,
 ) -> Config:
     """The default lanes with each pool's replicas replaced; written to ``path`` and validated.
     ``traced``: the pools send their request spans to the sidecar (``engine_traces``);
-    ``engine``: the pools' engine, when not detected (``sim``)."""
+    ``engine``: the pools' engine (``vllm``, ``sim``), with the flags ``declared`` per pool
+    (``engine: {kind: ENGINE, max_num_seqs: N}``: the sidecar then knows each replica's slots).
+    """
     data = yaml.safe_load(default_config_path().read_text(encoding="utf-8"))
     for pool in data["pools"]:
         pool["replicas"] = list(replicas[pool["name"]])
         if engine:
-            pool["engine"] = engine
+            pool["engine"] = {"kind": engine, **(declared or {}).get(pool["name"], {})}
         if traced:
             pool["engine_traces"] = True
     path.write_text(_LANES_HEADER + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
