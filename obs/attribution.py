@@ -35,15 +35,23 @@ Each missed gate is attributed to a **phase** and a **cause** (``MISS_CAUSES``),
    * phase ``prefill``: ``long_prefill`` when the prompt has at least
      ``LONG_PROMPT_FACTOR`` times the tokens of the lane's good requests; ``cache_miss`` when
      no prompt token came from the prefix cache while at least ``CACHED_SHARE`` of the lane's
-     good requests hit it; then, by the pool's state at dispatch, ``kv_pressure``,
-     ``prefills_ahead`` (long prompts prefilled in the same batches), or ``engine_queue``
-     when the request waited for a slot (a wait the estimate left in prefill); else ``other``;
+     good requests hit it; then, by the pool's state at dispatch: when every slot was taken,
+     or when the engine's span shows its own queue and prefill explain less than half the
+     phase's excess (the request waited before the engine's scheduler, in its API server),
+     as in the queue phase (``engine_queue`` by default); with a slot free, ``kv_pressure``,
+     ``prefills_ahead`` when the requests in flight carried at least ``AHEAD_FACTOR`` times
+     the prompt tokens the lane's good requests found in flight (the engine's steps were
+     busy prefilling them), or ``engine_queue`` when there were at least ``BUSY_FACTOR``
+     times as many requests in flight as they found (the pool was saturated); else
+     ``other``;
    * phases ``first_token``, ``decode`` and ``stream``: ``slow_client`` when the relay was
      blocked writing to the client for at least half of the phase's excess (a stream always
      is: its phase is the client reading the rest); in ``decode``, ``kv_pressure`` when the
      engine was short of KV cache at dispatch (a preempted request stalls), and
      ``prefills_ahead`` when the pool was saturated at dispatch (each waiting request it
-     admits is prefilled in the same steps as this one's decode); else ``other``.
+     admits is prefilled in the same steps as this one's decode) or its batch carried far
+     more prompt tokens than usual, and ``engine_queue`` for a batch of far more requests
+     than usual (as in prefill); else ``other``.
 
 Replicas, tenants and models are not causes of one request (one request cannot tell whether
 its replica is unusual): ``vllm-obs query budget`` names the ones behind most misses.
@@ -70,6 +78,9 @@ CACHED_SHARE: Final = 0.5
 # the engine was busy prefilling them. With no such baseline yet: this many times its own.
 AHEAD_FACTOR: Final = 2.0
 AHEAD_OWN_FACTOR: Final = 4.0
+# A replica with at least this many times the requests in flight that the lane's good
+# requests found there was saturated, slot free or not (each step serves a bigger batch).
+BUSY_FACTOR: Final = 1.5
 TTFT_PHASES: Final[tuple[str, ...]] = PHASES[:3]
 TPOT_PHASES: Final[tuple[str, ...]] = ("first_token", "decode")
 # How many good requests the running baseline averages over (the weight of a new one).
@@ -145,6 +156,7 @@ class Facts:
     engine_queue_ms: float | None = None
     stream_blocked_ms: float = 0.0
     engine_view: str | None = None
+    engine_prefill_ms: float | None = None
     # The pool's state at dispatch (the event's pool_* fields).
     pool_in_flight: int | None = None
     pool_max_running: int | None = None
@@ -161,7 +173,8 @@ class Facts:
             tuple(getattr(ev, f"{p}_ms") for p in PHASES),
             ev.ttft_ms, ev.tpot_ms, ev.error_class, ev.error_phase, ev.rejection_reason,
             ev.prompt_tokens, ev.cache_hit, ev.engine_queue_ms, ev.stream_blocked_ms or 0.0,
-            ev.engine_view, ev.pool_in_flight, ev.pool_max_running, ev.pool_waiting,
+            ev.engine_view, ev.engine_prefill_ms, ev.pool_in_flight, ev.pool_max_running,
+            ev.pool_waiting,
             ev.pool_kv_usage, ev.pool_preempting, ev.pool_ahead_prompt_tokens,
         )  # fmt: skip
 
@@ -203,6 +216,8 @@ class Baseline:
     cache_hit_ratio: float | None = None
     engine_queue_ms: float | None = None
     ahead_tokens: float | None = None  # prompt tokens in flight ahead, per request ahead
+    ahead_total: float | None = None  # prompt tokens in flight ahead, in all
+    in_flight: float | None = None  # requests in flight on the replica at dispatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,16 +309,48 @@ def _latency_cause(f: Facts, phase: str, base: Baseline) -> str:
             return "long_prefill"
         if f.cache_hit is False and (base.cache_hit_ratio or 0.0) >= CACHED_SHARE:
             return "cache_miss"
-        return _engine_cause(f, base) or (ENGINE_QUEUE if engine_queue.queued(f) else OTHER)
+        if engine_queue.queued(f) or _before_the_scheduler(f, over):
+            return _engine_cause(f, base) or ENGINE_QUEUE
+        return _busy_cause(f, base) or OTHER
     if phase == "stream" or (over > 0 and f.stream_blocked_ms >= over / 2):
         return SLOW_CLIENT
-    if phase == "decode" and engine_queue.kv_pressure(f):
-        return KV_PRESSURE
-    if phase == "decode" and engine_queue.queued(f):
-        # A saturated pool admits each waiting request as a slot frees, and prefills it in
-        # the same steps as the running requests' decode.
-        return PREFILLS_AHEAD
+    if phase == "decode":
+        if engine_queue.queued(f):
+            # A saturated pool admits each waiting request as a slot frees, and prefills it
+            # in the same steps as the running requests' decode.
+            return _engine_cause(f, base) or PREFILLS_AHEAD
+        return _busy_cause(f, base) or OTHER
     return OTHER
+
+
+def _before_the_scheduler(f: Facts, over: float) -> bool:
+    """With the engine's span joined: the engine's own queue and prefill explain less than
+    half of the prefill phase's excess, so the request waited before its scheduler saw it
+    (vLLM's API server, busy with the requests it already serves): the pool was saturated."""
+    if f.engine_view != engine_queue.JOINED or f.engine_prefill_ms is None or over <= 0:
+        return False
+    return f.engine_prefill_ms + (f.engine_queue_ms or 0.0) < over / 2
+
+
+def _busy_cause(f: Facts, base: Baseline) -> str | None:
+    """With a slot free at dispatch: KV pressure, or a batch carrying far more prompt tokens
+    than the lane's good requests found in it (``AHEAD_FACTOR`` times their mean; with no
+    such baseline, ``AHEAD_OWN_FACTOR`` times its own prompt per request): the engine's steps
+    were busy prefilling them."""
+    if engine_queue.kv_pressure(f):
+        return KV_PRESSURE
+    ahead, n = f.pool_ahead_prompt_tokens, f.pool_in_flight
+    if n and base.in_flight is not None and n >= BUSY_FACTOR * max(base.in_flight, 1.0):
+        busy = ENGINE_QUEUE  # a batch far bigger than usual: the pool was saturated
+    else:
+        busy = None
+    if not ahead:
+        return busy
+    if base.ahead_total is not None:
+        return PREFILLS_AHEAD if ahead >= AHEAD_FACTOR * max(base.ahead_total, 1) else busy
+    per = ahead_per_request(f) or 0.0  # no baseline yet: against the request's own prompt
+    own = max(f.prompt_tokens or 0, base.prompt_tokens or 0, 1)
+    return PREFILLS_AHEAD if per >= AHEAD_OWN_FACTOR * own else busy
 
 
 def _engine_cause(f: Facts, base: Baseline) -> str | None:
@@ -344,6 +391,8 @@ class RunningBaseline:
     cached: tuple[int, float] = (0, 0.0)
     engine_queue: tuple[int, float] = (0, 0.0)
     ahead: tuple[int, float] = (0, 0.0)
+    ahead_total: tuple[int, float] = (0, 0.0)
+    in_flight: tuple[int, float] = (0, 0.0)
 
     def add(self, f: Facts) -> None:
         """Count one good request of the lane."""
@@ -360,6 +409,10 @@ class RunningBaseline:
         per = ahead_per_request(f)
         if per is not None:
             self.ahead = _mean(self.ahead, per)
+        if f.pool_ahead_prompt_tokens is not None:
+            self.ahead_total = _mean(self.ahead_total, f.pool_ahead_prompt_tokens)
+        if f.pool_in_flight is not None:
+            self.in_flight = _mean(self.in_flight, f.pool_in_flight)
 
     def snapshot(self) -> Baseline:
         """The baseline as the rule reads it."""
@@ -369,6 +422,8 @@ class RunningBaseline:
             self.cached[1] if self.cached[0] else None,
             self.engine_queue[1] if self.engine_queue[0] else None,
             self.ahead[1] if self.ahead[0] else None,
+            self.ahead_total[1] if self.ahead_total[0] else None,
+            self.in_flight[1] if self.in_flight[0] else None,
         )
 
 

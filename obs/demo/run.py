@@ -357,11 +357,14 @@ class Demo:
         )
         cap = story.probe(url, model)
         per_session = story.tokens_per_session(mix)
-        rate = cap.rate(LOAD_SHARE, per_session)
+        # Local vLLM pools share this machine's CPUs: the probe had them to one pool alone.
+        shared = len(LOCAL_POOLS) if self.opts.local_pools and self.opts.engine == "vllm" else 1
+        rate = cap.rate(LOAD_SHARE / shared, per_session)
         self.say(
             f"[probe] capacity {cap.requests_per_s:.1f} requests/s of "
             f"{cap.tokens_per_request:.0f} tokens at {cap.streams} streams; the mix asks "
-            f"~{per_session:.0f} tokens per session: {LOAD_SHARE:.0%} of it is {rate:g} sessions/s"
+            f"~{per_session:.0f} tokens per session: {LOAD_SHARE / shared:.0%} of it is "
+            f"{rate:g} sessions/s"
         )
         return rate
 

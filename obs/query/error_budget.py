@@ -38,7 +38,8 @@ DIMENSIONS = ("replica", "tenant", "model")
 _FACT_COLUMNS = (
     "lane", "status", "stream", "e2e_ms", *(f"{p}_ms" for p in PHASES), "ttft_ms", "tpot_ms",
     "error_class", "error_phase", "rejection_reason", "prompt_tokens", "cache_hit",
-    "engine_queue_ms", "stream_blocked_ms", "engine_view", "pool_in_flight", "pool_max_running",
+    "engine_queue_ms", "stream_blocked_ms", "engine_view", "engine_prefill_ms", "pool_in_flight",
+    "pool_max_running",
     "pool_waiting", "pool_kv_usage", "pool_preempting", "pool_ahead_prompt_tokens",
 )  # fmt: skip
 COLUMNS = ("request_id", "ts", *DIMENSIONS, *_FACT_COLUMNS)
@@ -109,6 +110,8 @@ def _baselines(scan: Source, config: Config) -> tuple[dict[str, Baseline], dict[
         f"{d.agg_if('avg', hit, f'{good} AND cache_hit IS NOT NULL')} AS _b_hit",
         f"{d.agg_if('avg', 'engine_queue_ms', good)} AS _b_engine_queue",
         f"{d.agg_if('avg', 'pool_ahead_prompt_tokens / pool_in_flight', ahead)} AS _b_ahead",
+        f"{d.agg_if('avg', 'pool_ahead_prompt_tokens', good)} AS _b_ahead_total",
+        f"{d.agg_if('avg', 'pool_in_flight', good)} AS _b_in_flight",
         f"{d.count_if('_ttft_judged')} AS _n_ttft",
         f"{d.count_if('_tpot_judged')} AS _n_tpot",
         f"{d.count_if(f'request_id IS NOT NULL AND {counted}')} AS _n_availability",
@@ -128,6 +131,7 @@ def _baselines(scan: Source, config: Config) -> tuple[dict[str, Baseline], dict[
         bases[rec["_lane"]] = Baseline(
             tuple(f(f"_b_{p}") or 0.0 for p in PHASES),
             f("_b_prompt"), f("_b_hit"), f("_b_engine_queue"), f("_b_ahead"),
+            f("_b_ahead_total"), f("_b_in_flight"),
         )  # fmt: skip
         counts[rec["_lane"]] = {k: int(rec[f"_n_{k}"] or 0) for k in SLO_KINDS}
     return bases, counts

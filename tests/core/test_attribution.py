@@ -358,3 +358,35 @@ def test_tpot_miss_on_a_saturated_pool_is_prefills_ahead() -> None:
     kw = {"phases": (10.0, 100.0, 1.0, 3000.0, 1.0), "tpot_ms": 90.0}
     assert only(facts(**kw, **SATURATED)) == ("tpot", "decode", "prefills_ahead")
     assert only(facts(**kw, pool_in_flight=0, pool_max_running=2))[2] == "other"
+
+
+def test_a_batch_heavier_than_usual_is_prefills_ahead() -> None:
+    """A prefill or decode miss with a slot free, on a replica whose requests in flight carried
+    at least twice the prompt tokens the lane's good requests found in flight: prefills_ahead;
+    a batch as heavy as usual: other."""
+    base = Baseline(BASE.phases_ms, prompt_tokens=100, ahead_total=3000.0)
+    free = {"pool_in_flight": 5, "pool_max_running": 32}
+    prefill = {"phases": (10.0, 900.0, 1.0, 300.0, 1.0), "ttft_ms": 911.0, "prompt_tokens": 90}
+    assert only(facts(**prefill, **free, pool_ahead_prompt_tokens=7000), base)[2] == (
+        "prefills_ahead"
+    )
+    assert only(facts(**prefill, **free, pool_ahead_prompt_tokens=3500), base)[2] == "other"
+    decode = {"phases": (10.0, 100.0, 1.0, 3000.0, 1.0), "tpot_ms": 90.0}
+    assert only(facts(**decode, **free, pool_ahead_prompt_tokens=7000), base) == (
+        "tpot", "decode", "prefills_ahead"
+    )  # fmt: skip
+
+
+def test_a_saturated_pool_without_a_queue_is_still_the_engine_queue() -> None:
+    """A prefill miss whose joined span shows the engine's own queue and prefill were short
+    (the request waited before the scheduler, in the engine's API server), or a miss on a
+    replica with 1.5x the requests in flight the lane's good requests found, is the pool
+    saturated (engine_queue), not other."""
+    base = Baseline(BASE.phases_ms, prompt_tokens=100, ahead_total=3000.0, in_flight=8.0)
+    kw = {"phases": (10.0, 900.0, 1.0, 300.0, 1.0), "ttft_ms": 911.0, "prompt_tokens": 90}
+    held = facts(**kw, engine_view="joined", engine_queue_ms=5.0, engine_prefill_ms=40.0)
+    assert only(held, base) == ("ttft", "prefill", "engine_queue")
+    slow_engine = facts(**kw, engine_view="joined", engine_queue_ms=5.0, engine_prefill_ms=700.0)
+    assert only(slow_engine, base)[2] == "other"
+    crowded = facts(**kw, pool_in_flight=13, pool_max_running=32, pool_ahead_prompt_tokens=4000)
+    assert only(crowded, base)[2] == "engine_queue"
