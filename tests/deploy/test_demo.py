@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pytest
 
@@ -387,7 +387,7 @@ def test_closing_summary_names_the_incident_the_lane_and_the_coverage() -> None:
         "cause": "prefills_ahead", "means": "waited behind long prompts", "lever": "split",
     }  # fmt: skip
     doc = {"slos": [{**slo, "lane": "rag", "slo": "ttft"}, {**slo, "lane": "chat", "slo": "ttft"}]}
-    events = [
+    events: list[dict[str, Any]] = [
         {"status": "ok", "engine_view": "joined", "miss_cause": "prefills_ahead"},
         {"status": "ok", "engine_view": "joined", "miss_cause": None},
         {"status": "ok", "engine_view": "absent", "miss_cause": "other"},
