@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -170,7 +170,9 @@ class Burst:
             self._thread.join(timeout_s)
 
 
-def closing(doc: Mapping[str, Any], events: list[Mapping[str, Any]], burst: Burst | None) -> str:
+def closing(
+    doc: Mapping[str, Any], events: Sequence[Mapping[str, Any]], burst: Burst | None
+) -> str:
     """Two or three lines: the incident and what missed because of it, and the figures that
     say how much of the run the engine's view and the causes cover."""
     lines = []
