@@ -41,7 +41,9 @@ Each missed gate is attributed to a **phase** and a **cause** (``MISS_CAUSES``),
      as in the queue phase (``engine_queue`` by default); with a slot free, ``kv_pressure``,
      ``prefills_ahead`` when the requests in flight carried at least ``AHEAD_FACTOR`` times
      the prompt tokens the lane's good requests found in flight (the engine's steps were
-     busy prefilling them), or ``engine_queue`` when there were at least ``BUSY_FACTOR``
+     busy prefilling them; or, sent while it was in flight, at least ``AHEAD_FACTOR`` times
+     the prompt tokens per ms its lane's good requests saw), or ``engine_queue`` when there
+     were at least ``BUSY_FACTOR``
      times as many requests in flight as they found (the pool was saturated); else
      ``other``;
    * phases ``first_token``, ``decode`` and ``stream``: ``slow_client`` when the relay was
@@ -164,6 +166,7 @@ class Facts:
     pool_kv_usage: float | None = None
     pool_preempting: bool | None = None
     pool_ahead_prompt_tokens: int | None = None
+    pool_prompt_tokens_during: int | None = None
 
     @classmethod
     def of(cls, ev: Any) -> Facts:
@@ -176,6 +179,7 @@ class Facts:
             ev.engine_view, ev.engine_prefill_ms, ev.pool_in_flight, ev.pool_max_running,
             ev.pool_waiting,
             ev.pool_kv_usage, ev.pool_preempting, ev.pool_ahead_prompt_tokens,
+            ev.pool_prompt_tokens_during,
         )  # fmt: skip
 
     @classmethod
@@ -218,6 +222,7 @@ class Baseline:
     ahead_tokens: float | None = None  # prompt tokens in flight ahead, per request ahead
     ahead_total: float | None = None  # prompt tokens in flight ahead, in all
     in_flight: float | None = None  # requests in flight on the replica at dispatch
+    during_rate: float | None = None  # others' prompt tokens sent per ms while in flight
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,6 +349,9 @@ def _busy_cause(f: Facts, base: Baseline) -> str | None:
         busy = ENGINE_QUEUE  # a batch far bigger than usual: the pool was saturated
     else:
         busy = None
+    rate = during_rate(f)
+    if rate and base.during_rate is not None and rate >= AHEAD_FACTOR * max(base.during_rate, 1e-3):
+        return PREFILLS_AHEAD  # far more prompt tokens than usual arrived while it ran
     if not ahead:
         return busy
     if base.ahead_total is not None:
@@ -371,6 +379,12 @@ def _engine_cause(f: Facts, base: Baseline) -> str | None:
     return None
 
 
+def during_rate(f: Facts) -> float | None:
+    """Others' prompt tokens sent to the replica per ms while the request was in flight."""
+    n = f.pool_prompt_tokens_during
+    return None if n is None else n / (f.e2e_ms + 1.0)
+
+
 def ahead_per_request(f: Facts) -> float | None:
     """The prompt tokens in flight on the replica at dispatch, per request in flight."""
     ahead, n = f.pool_ahead_prompt_tokens, f.pool_in_flight
@@ -393,6 +407,7 @@ class RunningBaseline:
     ahead: tuple[int, float] = (0, 0.0)
     ahead_total: tuple[int, float] = (0, 0.0)
     in_flight: tuple[int, float] = (0, 0.0)
+    during: tuple[int, float] = (0, 0.0)
 
     def add(self, f: Facts) -> None:
         """Count one good request of the lane."""
@@ -413,6 +428,9 @@ class RunningBaseline:
             self.ahead_total = _mean(self.ahead_total, f.pool_ahead_prompt_tokens)
         if f.pool_in_flight is not None:
             self.in_flight = _mean(self.in_flight, f.pool_in_flight)
+        rate = during_rate(f)
+        if rate is not None:
+            self.during = _mean(self.during, rate)
 
     def snapshot(self) -> Baseline:
         """The baseline as the rule reads it."""
@@ -424,6 +442,7 @@ class RunningBaseline:
             self.ahead[1] if self.ahead[0] else None,
             self.ahead_total[1] if self.ahead_total[0] else None,
             self.in_flight[1] if self.in_flight[0] else None,
+            self.during[1] if self.during[0] else None,
         )
 
 

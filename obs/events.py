@@ -211,6 +211,10 @@ class Event:
         "Estimated prompt tokens (request bytes / 4) of the requests in flight on the serving "
         "replica at dispatch: the prefills ahead of this one."
     )
+    pool_prompt_tokens_during: int | None = _f(
+        "Estimated prompt tokens (request bytes / 4) sent to the serving replica while this "
+        "request was in flight there: the other requests' prefills that shared its steps."
+    )
     prefix_fingerprint: str | None = _f(
         "Short hash of the prompt's first 512 characters, for cache analysis (no text)."
     )

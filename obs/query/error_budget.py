@@ -41,6 +41,7 @@ _FACT_COLUMNS = (
     "engine_queue_ms", "stream_blocked_ms", "engine_view", "engine_prefill_ms", "pool_in_flight",
     "pool_max_running",
     "pool_waiting", "pool_kv_usage", "pool_preempting", "pool_ahead_prompt_tokens",
+    "pool_prompt_tokens_during",
 )  # fmt: skip
 COLUMNS = ("request_id", "ts", *DIMENSIONS, *_FACT_COLUMNS)
 
@@ -112,6 +113,7 @@ def _baselines(scan: Source, config: Config) -> tuple[dict[str, Baseline], dict[
         f"{d.agg_if('avg', 'pool_ahead_prompt_tokens / pool_in_flight', ahead)} AS _b_ahead",
         f"{d.agg_if('avg', 'pool_ahead_prompt_tokens', good)} AS _b_ahead_total",
         f"{d.agg_if('avg', 'pool_in_flight', good)} AS _b_in_flight",
+        f"{d.agg_if('avg', 'pool_prompt_tokens_during / (e2e_ms + 1.0)', good)} AS _b_during",
         f"{d.count_if('_ttft_judged')} AS _n_ttft",
         f"{d.count_if('_tpot_judged')} AS _n_tpot",
         f"{d.count_if(f'request_id IS NOT NULL AND {counted}')} AS _n_availability",
@@ -131,7 +133,7 @@ def _baselines(scan: Source, config: Config) -> tuple[dict[str, Baseline], dict[
         bases[rec["_lane"]] = Baseline(
             tuple(f(f"_b_{p}") or 0.0 for p in PHASES),
             f("_b_prompt"), f("_b_hit"), f("_b_engine_queue"), f("_b_ahead"),
-            f("_b_ahead_total"), f("_b_in_flight"),
+            f("_b_ahead_total"), f("_b_in_flight"), f("_b_during"),
         )  # fmt: skip
         counts[rec["_lane"]] = {k: int(rec[f"_n_{k}"] or 0) for k in SLO_KINDS}
     return bases, counts

@@ -60,19 +60,25 @@ class Replica:
     slow_polls: int = 0  # late /metrics answers in a row (the connection was accepted)
     served: Served | None = None  # engine, version and settings it last reported
     ahead_tokens: int = 0  # estimated prompt tokens of the requests outstanding here
+    sent_tokens: int = 0  # estimated prompt tokens of every request sent here, ever
     preempting: bool = False  # its engine preempted requests between the last two polls
 
     @contextmanager
-    def lease(self, prompt_tokens: int = 0) -> Iterator[None]:
+    def lease(self, prompt_tokens: int = 0, ev: Event | None = None) -> Iterator[None]:
         """One request outstanding on this replica while the block runs (least-outstanding
-        routing reads the count), however the block ends."""
+        routing reads the count), however the block ends. With ``ev``, the prompt tokens sent
+        here meanwhile go on it (``pool_prompt_tokens_during``: others' prefills)."""
         self.outstanding += 1
         self.ahead_tokens += prompt_tokens
+        self.sent_tokens += prompt_tokens
+        start = self.sent_tokens
         try:
             yield
         finally:
             self.outstanding -= 1
             self.ahead_tokens -= prompt_tokens
+            if ev is not None:
+                ev.pool_prompt_tokens_during = self.sent_tokens - start
 
     def stamp_dispatch(self, ev: Event) -> None:
         """The replica's state as a request is sent to it, on the request's event (its
