@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import requests
@@ -181,9 +181,21 @@ def closing(
             f"At {burst.started_at.isoformat(timespec='seconds')} a burst of {burst.n} long "
             "RAG prompts hit the interactive pool."
         )
-    slos = [s for s in doc.get("slos", []) if s["lane"] != "rag" or burst is None] or list(
-        doc.get("slos", [])
-    )
+    slos = list(doc.get("slos", []))
+    if burst is not None and burst.started_at is not None:
+        # The lanes the burst hurt (not its own): most of their misses around when it hit.
+        hit = burst.started_at.replace(tzinfo=None)
+        others = [s for s in slos if s["lane"] != "rag"]
+        during = [
+            s
+            for s in others
+            if datetime.fromisoformat(s["most_from"]) - timedelta(seconds=30)
+            <= hit
+            <= datetime.fromisoformat(s["most_until"])
+        ]
+        # A burst of prefills is a first-token story: TTFT first, then the budget burned.
+        during.sort(key=lambda s: (s["slo"] != "ttft", -(s["budget_spent"] or 0.0)))
+        slos = during or others or slos
     if slos:
         s = slos[0]
         spent = "" if s["budget_spent"] is None else f" ({s['budget_spent']:.0%} of its budget)"
