@@ -16,7 +16,8 @@ Each missed gate is attributed to a **phase** and a **cause** (``MISS_CAUSES``),
    phase on average (the ``Baseline``): TTFT is queue + prefill + first_token (a non-streamed
    request's e2e: every phase); TPOT is first_token + decode (the cadence upstream). Ties go
    to the earlier phase.
-2. **Cause**, the first that holds:
+2. **Cause**, the first that holds (the pool-state factors, ``AHEAD_FACTOR`` and
+   ``BUSY_FACTOR``, and the rules reading them live in ``obs.engine_queue``):
 
    * an availability miss: ``slow_client`` when the relay ended the stream on a client that
      read nothing (``error_class`` slow_client); ``upstream_error`` when the pool refused,
@@ -75,68 +76,19 @@ from obs.record import Finished
 
 LONG_PROMPT_FACTOR: Final = 2.0
 CACHED_SHARE: Final = 0.5
-# Prompts in flight ahead (per request) at least this many times what the lane's good
-# requests found ahead of them, and longer than the request's own, are long prefills ahead:
-# the engine was busy prefilling them. With no such baseline yet: this many times its own.
-AHEAD_FACTOR: Final = 2.0
-AHEAD_OWN_FACTOR: Final = 4.0
-# A replica with at least this many times the requests in flight that the lane's good
-# requests found there was saturated, slot free or not (each step serves a bigger batch).
-BUSY_FACTOR: Final = 1.5
 TTFT_PHASES: Final[tuple[str, ...]] = PHASES[:3]
 TPOT_PHASES: Final[tuple[str, ...]] = ("first_token", "decode")
 # How many good requests the running baseline averages over (the weight of a new one).
 BASELINE_REQUESTS: Final = 100
 SLOW_CLIENT, UPSTREAM_ERROR, OTHER = "slow_client", "upstream_error", "other"
-ENGINE_QUEUE, PREFILLS_AHEAD, KV_PRESSURE = "engine_queue", "prefills_ahead", "kv_pressure"
+ENGINE_QUEUE, PREFILLS_AHEAD, KV_PRESSURE = (
+    engine_queue.ENGINE_QUEUE,
+    engine_queue.PREFILLS_AHEAD,
+    engine_queue.KV_PRESSURE,
+)
 assert {SLOW_CLIENT, UPSTREAM_ERROR, OTHER, ENGINE_QUEUE, PREFILLS_AHEAD, KV_PRESSURE} <= set(
     MISS_CAUSES
 )
-
-
-# What each cause means, and the lever docs/runbook.md (Where the budget went) names for it:
-# the words of `vllm-obs query incident` (one home: the runbook's table says the same at length).
-CAUSE_WORDS: Final[dict[str, tuple[str, str]]] = {
-    "admission_queue": (
-        "requests waited for a slot of the lane's admission gate",
-        "raise the lane's admission.max_concurrency if the pool has headroom; else add replicas",
-    ),
-    "engine_queue": (
-        "requests waited in the engine's own queue: the pool was saturated",
-        "add replicas, or move a heavy lane to its own pool",
-    ),
-    "prefills_ahead": (
-        "requests waited in the engine behind long prompts in flight",
-        "route long prompts to their own lane and pool (min_prompt_tokens), or cap them "
-        "(admission.max_prompt_tokens); partial prefills (--long-prefill-token-threshold)",
-    ),
-    "kv_pressure": (
-        "the engine was short of KV cache (near full, or preempting)",
-        "more KV cache per replica (--gpu-memory-utilization, a smaller context), fewer "
-        "sequences (--max-num-seqs), or more replicas",
-    ),
-    "long_prefill": (
-        "prompts far longer than the lane's usual ones",
-        "route them to a bulk lane (min_prompt_tokens) or cap them (admission.max_prompt_tokens)",
-    ),
-    "cache_miss": (
-        "requests missed the prefix cache the lane usually hits",
-        "routing: prefix_affinity; check KV usage and replica restarts",
-    ),
-    "slow_client": (
-        "clients read slowly and the relay waited on them",
-        "the client side; bound it with the lane's admission.slow_client",
-    ),
-    "upstream_error": (
-        "the pool refused, failed or timed out",
-        "see the replicas behind it (VllmObsPoolReplicaDown) and the worst misses' errors",
-    ),
-    "other": (
-        "slower than the lane's good requests with nothing on record to say why",
-        "compare the worst misses (query show) with good ones; check the replica",
-    ),
-}
-assert set(CAUSE_WORDS) == set(MISS_CAUSES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,7 +255,7 @@ def _latency_cause(f: Facts, phase: str, base: Baseline) -> str:
         if f.engine_queue_ms is not None:
             waited = f.engine_queue_ms - (base.engine_queue_ms or 0.0)
             if over > 0 and waited >= over / 2:
-                return _engine_cause(f, base) or ENGINE_QUEUE
+                return engine_queue.engine_cause(f, base) or ENGINE_QUEUE
         return "admission_queue"
     if phase == "prefill":
         if (
@@ -314,81 +266,18 @@ def _latency_cause(f: Facts, phase: str, base: Baseline) -> str:
             return "long_prefill"
         if f.cache_hit is False and (base.cache_hit_ratio or 0.0) >= CACHED_SHARE:
             return "cache_miss"
-        if engine_queue.queued(f) or _before_the_scheduler(f, over):
-            return _engine_cause(f, base) or ENGINE_QUEUE
-        return _busy_cause(f, base) or OTHER
+        if engine_queue.queued(f) or engine_queue.before_the_scheduler(f, over):
+            return engine_queue.engine_cause(f, base) or ENGINE_QUEUE
+        return engine_queue.busy_cause(f, base) or OTHER
     if phase == "stream" or (over > 0 and f.stream_blocked_ms >= over / 2):
         return SLOW_CLIENT
     if phase == "decode":
         if engine_queue.queued(f):
             # A saturated pool admits each waiting request as a slot frees, and prefills it
             # in the same steps as the running requests' decode.
-            return _engine_cause(f, base) or PREFILLS_AHEAD
-        return _busy_cause(f, base) or OTHER
+            return engine_queue.engine_cause(f, base) or PREFILLS_AHEAD
+        return engine_queue.busy_cause(f, base) or OTHER
     return OTHER
-
-
-def _before_the_scheduler(f: Facts, over: float) -> bool:
-    """With the engine's span joined: the engine's own queue and prefill explain less than
-    half of the prefill phase's excess, so the request waited before its scheduler saw it
-    (vLLM's API server, busy with the requests it already serves): the pool was saturated."""
-    if f.engine_view != engine_queue.JOINED or f.engine_prefill_ms is None or over <= 0:
-        return False
-    return f.engine_prefill_ms + (f.engine_queue_ms or 0.0) < over / 2
-
-
-def _busy_cause(f: Facts, base: Baseline) -> str | None:
-    """With a slot free at dispatch: KV pressure, or a batch carrying far more prompt tokens
-    than the lane's good requests found in it (``AHEAD_FACTOR`` times their mean; with no
-    such baseline, ``AHEAD_OWN_FACTOR`` times its own prompt per request): the engine's steps
-    were busy prefilling them."""
-    if engine_queue.kv_pressure(f):
-        return KV_PRESSURE
-    ahead, n = f.pool_ahead_prompt_tokens, f.pool_in_flight
-    if n and base.in_flight is not None and n >= BUSY_FACTOR * max(base.in_flight, 1.0):
-        busy = ENGINE_QUEUE  # a batch far bigger than usual: the pool was saturated
-    else:
-        busy = None
-    rate = during_rate(f)
-    if rate and base.during_rate is not None and rate >= AHEAD_FACTOR * max(base.during_rate, 1e-3):
-        return PREFILLS_AHEAD  # far more prompt tokens than usual arrived while it ran
-    if not ahead:
-        return busy
-    if base.ahead_total is not None:
-        return PREFILLS_AHEAD if ahead >= AHEAD_FACTOR * max(base.ahead_total, 1) else busy
-    per = ahead_per_request(f) or 0.0  # no baseline yet: against the request's own prompt
-    own = max(f.prompt_tokens or 0, base.prompt_tokens or 0, 1)
-    return PREFILLS_AHEAD if per >= AHEAD_OWN_FACTOR * own else busy
-
-
-def _engine_cause(f: Facts, base: Baseline) -> str | None:
-    """What the pool's state at dispatch says kept the engine busy: KV pressure, or long
-    prompts in flight ahead (per request at least ``AHEAD_FACTOR`` times what the lane's good
-    requests found ahead, and longer than its own; with no such baseline, ``AHEAD_OWN_FACTOR``
-    times its own); None when it names neither."""
-    if engine_queue.kv_pressure(f):
-        return KV_PRESSURE
-    per = ahead_per_request(f)
-    if per is not None:
-        own = f.prompt_tokens or 0
-        if base.ahead_tokens:
-            if per >= AHEAD_FACTOR * base.ahead_tokens and per > own:
-                return PREFILLS_AHEAD
-        elif per >= AHEAD_OWN_FACTOR * max(own, base.prompt_tokens or 0, 1):
-            return PREFILLS_AHEAD
-    return None
-
-
-def during_rate(f: Facts) -> float | None:
-    """Others' prompt tokens sent to the replica per ms while the request was in flight."""
-    n = f.pool_prompt_tokens_during
-    return None if n is None else n / (f.e2e_ms + 1.0)
-
-
-def ahead_per_request(f: Facts) -> float | None:
-    """The prompt tokens in flight on the replica at dispatch, per request in flight."""
-    ahead, n = f.pool_ahead_prompt_tokens, f.pool_in_flight
-    return ahead / n if ahead is not None and n else None
 
 
 @dataclass(slots=True)
@@ -421,14 +310,14 @@ class RunningBaseline:
             self.cached = _mean(self.cached, 1.0 if f.cache_hit else 0.0)
         if f.engine_queue_ms is not None:
             self.engine_queue = _mean(self.engine_queue, f.engine_queue_ms)
-        per = ahead_per_request(f)
+        per = engine_queue.ahead_per_request(f)
         if per is not None:
             self.ahead = _mean(self.ahead, per)
         if f.pool_ahead_prompt_tokens is not None:
             self.ahead_total = _mean(self.ahead_total, f.pool_ahead_prompt_tokens)
         if f.pool_in_flight is not None:
             self.in_flight = _mean(self.in_flight, f.pool_in_flight)
-        rate = during_rate(f)
+        rate = engine_queue.during_rate(f)
         if rate is not None:
             self.during = _mean(self.during, rate)
 

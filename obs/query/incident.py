@@ -4,7 +4,7 @@ For each lane and SLO that missed in the window (``obs.query.error_budget``'s sp
 when to when (the first and last miss, and the span that holds the middle 90% of them), the
 misses against the requests judged and the share of the window's budget they burned, the
 phase and cause behind most of them (``obs.attribution``'s rule) with what that cause means
-and the lever the runbook names for it (``obs.attribution.CAUSE_WORDS``), and the replica and
+and the lever the runbook names for it (``obs.conventions.CAUSE_WORDS``), and the replica and
 tenant behind most misses. Then the settings and config changes in the window
 (``obs.query.changes``) and, given Prometheus, the alerts that fired in it (its ``ALERTS``
 series). Plain data first (``--format json``), then the words.
@@ -16,8 +16,8 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
-from obs.attribution import CAUSE_WORDS
 from obs.config import Config
+from obs.conventions import CAUSE_WORDS
 from obs.prom.api import PrometheusAPI, PrometheusError
 from obs.query.changes import find_changes
 from obs.query.error_budget import COLUMNS, as_utc, budget, spending

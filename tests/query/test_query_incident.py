@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from obs.attribution import CAUSE_WORDS
 from obs.cli import main
+from obs.conventions import CAUSE_WORDS
 from obs.procs import free_port
 from obs.query.testing import event, ts, write_jsonl
 
