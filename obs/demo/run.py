@@ -23,7 +23,7 @@ from typing import Any, TextIO
 
 from obs.config import Config, load_config
 from obs.demo import results, story, workload
-from obs.demo.options import LOAD_SHARE, LOCAL_POOLS, SCRAPE_INTERVAL_S, SIM_POOLS, DemoOptions
+from obs.demo.options import LOAD_SHARE, LOCAL_POOLS, SCRAPE_INTERVAL_S, DemoOptions
 from obs.demo.prometheus import (
     Alert,
     PrometheusProcess,
@@ -41,6 +41,7 @@ from obs.demo.stack import (
 )
 from obs.errors import ObsError
 from obs.interrupt import Interrupted, Interruptible
+from obs.procs import free_port
 
 PROMETHEUS = "Prometheus"
 
@@ -189,8 +190,6 @@ class Demo:
             return [], {p.name: [opts.upstream] for p in LOCAL_POOLS}
         # The local pools send their request spans to the sidecar (vLLM's tracing, on the
         # port the sidecar will listen on), so every event gets the engine's view.
-        from obs.procs import free_port
-
         self.sidecar_port = free_port()
         traces = f"http://127.0.0.1:{self.sidecar_port}/v1/traces"
         logs = self.out / "logs"
@@ -212,21 +211,12 @@ class Demo:
             local = self.opts.local_pools
             engine = self.opts.engine if local else ""
             config = workload.write_lanes(
-                lanes, pools, traced=local, engine=engine, declared=self._declared()
+                lanes, pools, traced=local, engine=engine, declared=story.declared(self.opts.engine)
             )
             where = ", ".join(f"{name} {urls[0]}" for name, urls in pools.items())
             traced = "; engine traces on" if local else ""
             self.say(f"[config] lanes.yaml: the default six lanes on pools {where}{traced}")
         return config
-
-    def _declared(self) -> dict[str, dict[str, object]]:
-        """Each local pool's ``max_num_seqs``, as its lanes.yaml engine block declares it."""
-        out: dict[str, dict[str, object]] = {}
-        for spec in LOCAL_POOLS:
-            args = SIM_POOLS[spec.name] if self.opts.engine == "sim" else spec.vllm_args
-            if "--max-num-seqs" in args:
-                out[spec.name] = {"max_num_seqs": int(args[args.index("--max-num-seqs") + 1])}
-        return out
 
     def _generate(self) -> None:
         for what, args in (
@@ -239,12 +229,9 @@ class Demo:
     def _start_pools(self, servers: list[Any]) -> None:
         if self.opts.engine == "sim":
             self.say(f"[pools] starting {len(servers)} simulated GPU pools (seconds) ...")
-            failed = start_sims(servers, self.stack, [s.name for s in LOCAL_POOLS])
+            failed = start_sims(servers, self.stack, [s.name for s in LOCAL_POOLS], self.say)
             if failed:
                 raise DemoError("a simulated pool did not start:\n" + "\n".join(failed))
-            for spec, server in zip(LOCAL_POOLS, servers, strict=True):
-                args = " ".join(SIM_POOLS[spec.name])
-                self.say(f"[pools] {spec.name:<11} {server.url}  engine sim {args}")
             return
         self.say(
             f"[pools] starting {len(servers)} vLLM pools with the tiny model "
@@ -313,7 +300,10 @@ class Demo:
         mix = workload.load_demo_mix(mix_path, opts.mix_sets)
         which = "the full default mix" if mix_path is None else "the demo mix (mix.yaml)"
         model = story.model_of(sidecar_url)
-        rate = opts.rate if opts.rate is not None else self._sized_rate(pools, model, mix)
+        # Local CPU vLLM pools share this machine: the probe had it for one pool alone.
+        shared = len(LOCAL_POOLS) if opts.local_pools and opts.engine == "vllm" else 1
+        url = pools.get("interactive", next(iter(pools.values())))[0]
+        rate = opts.rate or story.sized_rate(url, model, mix, LOAD_SHARE / shared, self.say)
         headers = "by X-Client-Class" if opts.class_headers else "recognised (no class header)"
         self.say(
             f"[load] {rate:g} sessions/s of {which} for {opts.duration_s:g} s through the "
@@ -348,26 +338,6 @@ class Demo:
             )
         return outcome
 
-    def _sized_rate(self, pools: dict[str, list[str]], model: str, mix: Any) -> float:
-        """``LOAD_SHARE`` of the interactive pool's probed capacity, in the mix's sessions."""
-        url = pools.get("interactive", next(iter(pools.values())))[0]
-        self.say(
-            f"[probe] {story.PROBE_STREAMS} chat streams straight to {url} for "
-            f"{story.PROBE_S:g} s (no events) ..."
-        )
-        cap = story.probe(url, model)
-        per_session = story.tokens_per_session(mix)
-        # Local vLLM pools share this machine's CPUs: the probe had them to one pool alone.
-        shared = len(LOCAL_POOLS) if self.opts.local_pools and self.opts.engine == "vllm" else 1
-        rate = cap.rate(LOAD_SHARE / shared, per_session)
-        self.say(
-            f"[probe] capacity {cap.requests_per_s:.1f} requests/s of "
-            f"{cap.tokens_per_request:.0f} tokens at {cap.streams} streams; the mix asks "
-            f"~{per_session:.0f} tokens per session: {LOAD_SHARE / shared:.0%} of it is "
-            f"{rate:g} sessions/s"
-        )
-        return rate
-
     def _collect_alerts(self, stopped_early: bool) -> None:
         if self.prometheus is None:
             return
@@ -399,7 +369,7 @@ class Demo:
         self.show("SLO attainment (attained of objective, per the lanes config)")
         self.show(slo)
         self.show(alerts)
-        closing = self._closing()
+        closing = story.closing_of(self.out, self.burst, self.say)
         if closing:
             self.show("What happened ($ vllm-obs query incident ...; the draft: incident.txt)")
             self.show(closing + "\n")
@@ -411,20 +381,6 @@ class Demo:
         self.show(results.files_text(self.out, results.FILES))
         self.timings["results"] = time.monotonic() - started
         self.show(results.timing_line(time.monotonic() - self.started, self.timings))
-
-    def _closing(self) -> str:
-        """The closing summary, from ``vllm-obs query incident`` over the run's events."""
-        args = ["query", "incident", "events.jsonl", "--config", "lanes.yaml", "--no-progress"]
-        try:
-            draft = results.vllm_obs(args, cwd=self.out)
-            doc = json.loads(results.vllm_obs([*args, "--format", "json"], cwd=self.out))
-        except (results.CommandError, ValueError) as e:
-            self.say(f"[report] query incident failed: {e}")
-            return ""
-        (self.out / "incident.txt").write_text(draft, encoding="utf-8")
-        lines = (self.out / "events.jsonl").read_text(encoding="utf-8").splitlines()
-        events = [json.loads(line) for line in lines if line.strip()]
-        return story.closing(doc, events, self.burst)
 
     def _stop_everything(self) -> int:
         """Stop what is still running and check that no process the demo started survives."""

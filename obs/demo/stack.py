@@ -234,14 +234,18 @@ def sim_pools(log_dir: Path, traces_to: str | None = None) -> list[SimServer]:
     ]
 
 
-def start_sims(servers: Sequence[SimServer], stack: Stack, names: Sequence[str]) -> list[str]:
-    """Start the simulated pools one by one (each is ready in about a second); the start
-    errors (empty when all answer /health)."""
+def start_sims(
+    servers: Sequence[SimServer], stack: Stack, names: Sequence[str], say: Callable[[str], None]
+) -> list[str]:
+    """Start the simulated pools one by one (each is ready in about a second), saying each;
+    the start errors (empty when all answer /health)."""
     errors = []
     for server, name in zip(servers, names, strict=True):
         stack.push(f"sim pool {name}", server.stop)
         try:
             server.start()
+            args = " ".join(SIM_POOLS[name])
+            say(f"[pools] {name:<11} {server.url}  engine sim {args}")
         except RuntimeError as e:
             errors.append(f"{name}: {e}")
         finally:

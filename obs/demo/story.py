@@ -18,6 +18,7 @@ HTTP through ``requests`` in threads: the demo's orchestration is synchronous.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -25,9 +26,13 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import requests
+
+from obs.demo import results
+from obs.demo.options import LOCAL_POOLS, SIM_POOLS
 
 PROBE_STREAMS = 16
 PROBE_S = 6.0
@@ -216,3 +221,42 @@ def closing(
         f"{other / max(1, len(missed)):.0%} of {len(missed)} misses unexplained (other)."
     )
     return "\n".join(lines)
+
+
+def declared(engine: str) -> dict[str, dict[str, object]]:
+    """Each local pool's ``max_num_seqs``, as its lanes.yaml engine block declares it."""
+    out: dict[str, dict[str, object]] = {}
+    for spec in LOCAL_POOLS:
+        args = SIM_POOLS[spec.name] if engine == "sim" else spec.vllm_args
+        if "--max-num-seqs" in args:
+            out[spec.name] = {"max_num_seqs": int(args[args.index("--max-num-seqs") + 1])}
+    return out
+
+
+def sized_rate(url: str, model: str, mix: Any, share: float, say: Callable[[str], None]) -> float:
+    """``share`` of the pool at ``url``'s probed capacity, in the mix's sessions per second."""
+    say(f"[probe] {PROBE_STREAMS} chat streams straight to {url} for {PROBE_S:g} s (no events) ...")
+    cap = probe(url, model)
+    per_session = tokens_per_session(mix)
+    rate = cap.rate(share, per_session)
+    say(
+        f"[probe] capacity {cap.requests_per_s:.1f} requests/s of {cap.tokens_per_request:.0f} "
+        f"tokens at {cap.streams} streams; the mix asks ~{per_session:.0f} tokens per session: "
+        f"{share:.0%} of it is {rate:g} sessions/s"
+    )
+    return rate
+
+
+def closing_of(out: Path, burst: Burst | None, say: Callable[[str], None]) -> str:
+    """The closing summary of the run in ``out``, from ``vllm-obs query incident`` over its
+    events (the whole draft written to ``incident.txt``); empty when the query failed."""
+    args = ["query", "incident", "events.jsonl", "--config", "lanes.yaml", "--no-progress"]
+    try:
+        draft = results.vllm_obs(args, cwd=out)
+        doc = json.loads(results.vllm_obs([*args, "--format", "json"], cwd=out))
+    except (results.CommandError, ValueError) as e:
+        say(f"[report] query incident failed: {e}")
+        return ""
+    (out / "incident.txt").write_text(draft, encoding="utf-8")
+    lines = (out / "events.jsonl").read_text(encoding="utf-8").splitlines()
+    return closing(doc, [json.loads(line) for line in lines if line.strip()], burst)

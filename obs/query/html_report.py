@@ -18,7 +18,7 @@ from obs.query import plots
 from obs.query.aggregate import METRICS, latency_condition, summary
 from obs.query.error_budget import COLUMNS as BUDGET_COLUMNS
 from obs.query.error_budget import budget, tables
-from obs.query.incident import CHANGE_FIELDS, incident, words
+from obs.query.incident import CHANGE_FIELDS, draft, words
 from obs.query.intervals import timeline
 from obs.query.requests import SLOWEST_COLUMNS, slowest
 from obs.query.scan import SRC, Source
@@ -203,7 +203,7 @@ def _engine_queue_means(scan: Source) -> dict[str, float]:
 
 def _incident_section(scan: Source, config: Config) -> str:
     """The postmortem's first draft (``vllm-obs query incident``) over the report's window."""
-    text = words(incident(scan, config, list(scan.inputs.files)))
+    text = words(draft(scan, config, list(scan.inputs.files)))
     return f"<h2>Incident draft</h2><pre>{html.escape(text)}</pre>"
 
 

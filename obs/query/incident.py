@@ -42,7 +42,7 @@ def _middle(times: list[datetime]) -> tuple[datetime, datetime]:
     return times[int(0.05 * (n - 1))], times[int(0.95 * (n - 1) + 0.999)]
 
 
-def incident(
+def draft(
     scan: Source, config: Config, paths: list[str], prometheus: str | None = None
 ) -> dict[str, Any]:
     """The draft as plain data: the window, each missing SLO, changes, alerts."""
@@ -177,6 +177,11 @@ def words(doc: dict[str, Any]) -> str:
 def render(doc: dict[str, Any], fmt: str) -> str:
     """The draft as JSON, or in words."""
     return to_json(doc) if fmt == "json" else words(doc)
+
+
+def text(scan: Source, config: Config, paths: list[str], prometheus: str | None, fmt: str) -> str:
+    """``vllm-obs query incident``'s answer: the draft over ``scan``, rendered."""
+    return render(draft(scan, config, paths, prometheus), fmt)
 
 
 def causes_line(doc: dict[str, Any]) -> str:
