@@ -369,20 +369,22 @@ class Attributor:
 
 
 class MissStamp:
-    """The record's attribution step: first in the sidecar's fan-out, before every exporter.
+    """The record's attribution step: the sidecar's last processor, before every exporter
+    (``obs.sidecar.record.recorder``).
 
     With no engine span joined, first splits a queued request's engine wait from its prefill
     (``obs.engine_queue``: ``engine_view: inferred``). Then sets the event's ``miss_slo``,
     ``miss_phase`` and ``miss_cause`` and the record's ``misses`` (every missed gate, for the
-    ``slo_misses`` counter). Exporter interface.
+    ``slo_misses`` counter).
     """
-
-    name = "attribution"
 
     def __init__(self, config: Config) -> None:
         self._attributor = Attributor({lane.name: lane for lane in config.lanes})
 
-    def export(self, finished: Finished) -> None:
+    def on_start(self, start: object) -> None:
+        return None
+
+    def on_end(self, finished: Finished) -> Finished:
         ev = finished.event
         engine_queue.infer(finished, self._attributor.base_prefill_ms(ev.lane))
         misses = self._attributor.judge(Facts.of(ev))
@@ -390,9 +392,4 @@ class MissStamp:
         if misses:
             ev.miss_slo = ",".join(m.slo for m in misses)
             ev.miss_phase, ev.miss_cause = misses[0].phase, misses[0].cause
-
-    def force_flush(self, timeout_s: float = 10.0) -> bool:
-        return True
-
-    def shutdown(self, timeout_s: float = 10.0) -> None:
-        return None
+        return finished

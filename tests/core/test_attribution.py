@@ -236,12 +236,12 @@ def test_stamp_sets_event_fields_only_for_misses() -> None:
     stamp = MissStamp(CONFIG)
     good = Event(lane="chat", stream=True, ttft_ms=100.0, tpot_ms=10.0, queue_ms=1.0)
     f = _finished(good)
-    stamp.export(f)
+    stamp.on_end(f)
     assert (good.miss_slo, good.miss_phase, good.miss_cause, f.misses) == (None, None, None, ())
     bad = Event(lane="chat", stream=True, ttft_ms=900.0, tpot_ms=90.0, queue_ms=880.0)
     bad.decode_ms = 2000.0
     f = _finished(bad)
-    stamp.export(f)
+    stamp.on_end(f)
     assert (bad.miss_slo, bad.miss_phase, bad.miss_cause) == (
         "ttft,tpot",
         "queue",
@@ -324,9 +324,9 @@ def test_stamp_infers_before_judging() -> None:
     to the engine's queue instead of prefill / other."""
     stamp = MissStamp(CONFIG)
     for _ in range(3):
-        stamp.export(_dispatched(40.0, pool_in_flight=0, pool_max_running=2))
+        stamp.on_end(_dispatched(40.0, pool_in_flight=0, pool_max_running=2))
     f = _dispatched(900.0, pool_in_flight=4, pool_max_running=2, prompt_tokens=20)
-    stamp.export(f)
+    stamp.on_end(f)
     ev = f.event
     assert ev.engine_view == "inferred" and ev.engine_queue_ms is not None
     assert (ev.miss_slo, ev.miss_phase, ev.miss_cause) == ("ttft", "queue", "engine_queue")
