@@ -60,7 +60,7 @@ class SimEngine:
         blocks = self.kv.num_blocks
         return {
             "block_size": str(cfg.block_size),
-            "cache_dtype": "auto",
+            "cache_dtype": self.perf.kv_dtype,
             "enable_prefix_caching": str(cfg.prefix_caching),
             "gpu_memory_utilization": str(self.perf.cal.memory_utilization),
             "kv_cache_size_tokens": str(blocks * cfg.block_size),
