@@ -30,7 +30,8 @@ import structlog
 from obs.config import Config
 from obs.engines.adapters import AUTO, unknown_state
 from obs.engines.metrics import EngineState
-from obs.served import Served
+from obs.events import Event
+from obs.served import MAX_RUNNING, Served
 from obs.sidecar.policy.saturation import ReplicaView
 from obs.sidecar.pools.engine_scrape import ExpositionError, read_state
 from obs.sidecar.pools.served_poll import SettingsPoll
@@ -60,17 +61,39 @@ class Replica:
     failures: int = 0
     slow_polls: int = 0  # late /metrics answers in a row (the connection was accepted)
     served: Served | None = None  # engine, version and settings it last reported
+    ahead_tokens: int = 0  # estimated prompt tokens of the requests outstanding here
+    sent_tokens: int = 0  # estimated prompt tokens of every request sent here, ever
+    preempting: bool = False  # its engine preempted requests between the last two polls
     read_at: float | None = None  # monotonic time its engine state was last read
 
     @contextmanager
-    def lease(self) -> Iterator[None]:
+    def lease(self, prompt_tokens: int = 0, ev: Event | None = None) -> Iterator[None]:
         """One request outstanding on this replica while the block runs (least-outstanding
-        routing reads the count), however the block ends."""
+        routing reads the count), however the block ends. With ``ev``, the prompt tokens sent
+        here meanwhile go on it (``pool_prompt_tokens_during``: others' prefills)."""
         self.outstanding += 1
+        self.ahead_tokens += prompt_tokens
+        self.sent_tokens += prompt_tokens
+        start = self.sent_tokens
         try:
             yield
         finally:
             self.outstanding -= 1
+            self.ahead_tokens -= prompt_tokens
+            if ev is not None:
+                ev.pool_prompt_tokens_during = self.sent_tokens - start
+
+    def stamp_dispatch(self, ev: Event) -> None:
+        """The replica's state as a request is sent to it, on the request's event (its
+        ``pool_*`` fields, which ``obs.engine_queue`` reads when the engine sends no span)."""
+        ev.pool_in_flight, ev.pool_ahead_prompt_tokens = self.outstanding, self.ahead_tokens
+        settings = dict(self.served.settings) if self.served is not None else {}
+        slots = settings.get("max_num_seqs") or settings.get(MAX_RUNNING) or ""
+        ev.pool_max_running = int(slots) if slots.isdigit() else None
+        st = self.state
+        ev.pool_waiting = None if st is None or st.waiting is None else int(st.waiting)
+        ev.pool_kv_usage = None if st is None else st.kv_cache_usage
+        ev.pool_preempting = None if st is None or st.preemptions is None else self.preempting
 
 
 class PoolSet:
@@ -215,12 +238,15 @@ class PoolSet:
             return
         r.slow_polls = 0
         r.read_at = time.monotonic()
+        before = r.state.preemptions if r.state is not None else None
         try:
             r.state = read_state(r.engine, text)
         except ExpositionError as e:
             # The replica answers, so it is up; what its engine reports is unknown.
             log.warning("replica_metrics_unreadable", pool=r.pool, replica=r.url, error=str(e))
             r.state = unknown_state()
+        now = r.state.preemptions
+        r.preempting = before is not None and now is not None and now > before
         if r.state.models and self.on_models is not None:
             self.on_models(r.pool, r.state.models)
         await self.settings.read(session, r, text, limit)

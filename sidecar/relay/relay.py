@@ -281,8 +281,9 @@ class Relay:
                 return
             ev.replica = replica.url
             ev.settings_fingerprint = replica.served.fingerprint if replica.served else None
+            replica.stamp_dispatch(ev)
             req.clock.dispatched = time.perf_counter_ns()
-            with replica.lease():
+            with replica.lease(len(plan.raw) // 4, ev):  # ~4 bytes a token: prefill work
                 try:
                     resp = await self._post(replica, ev.route, lane, plan.raw, up_headers)
                 except ConnectFailed as err:
