@@ -126,7 +126,8 @@ class LaneAlerts(_Model):
 class PoolAlerts(_Model):
     """A pool's thresholds for the alerts the production guides name (their numbers)."""
 
-    engine_waiting_max: PositiveInt = 100  # requests waiting in one replica's engine
+    # Requests waiting in one replica's engine; unset: the declared max_num_seqs, else 100.
+    engine_waiting_max: PositiveInt = 100
     # Generated tokens/s over 5m below this share of the same ``throughput_baseline`` before.
     throughput_drop_ratio: Ratio = 0.5
     throughput_baseline: Duration = "1h"

@@ -76,6 +76,13 @@ ALERT_THROUGHPUT_DROP: Final = "VllmObsThroughputDrop"
 ALERT_ENGINE_SETTINGS_DRIFT: Final = "VllmObsEngineSettingsDrift"
 ALERT_INVALID_JSON_HIGH: Final = "VllmObsInvalidJsonHigh"
 ALERT_EVENT_LOOP_LAG_HIGH: Final = "VllmObsEventLoopLagHigh"
+# A settings change followed by a p95 TTFT/TPOT regression beyond the canary margins
+# (obs.alerts.change_rules); the GPUs (dcgm-exporter) and speculative decoding (vLLM's own
+# counters) out of their band (obs.alerts.gpu_rules).
+ALERT_SETTINGS_CHANGE_REGRESSION: Final = "VllmObsSettingsChangeRegression"
+ALERT_GPU_MEMORY_HIGH: Final = "VllmObsGPUMemoryHigh"
+ALERT_GPU_UTILISATION_OUT_OF_BAND: Final = "VllmObsGPUUtilisationOutOfBand"
+ALERT_SPEC_DECODE_ACCEPTANCE_DROP: Final = "VllmObsSpecDecodeAcceptanceDrop"
 # Generated only for lanes with a split (obs.alerts.canary_rules); not from the default lanes.
 ALERT_CANARY_ROLLBACK: Final = "VllmObsCanaryRollback"
 SPLIT_ALERTS: Final = (ALERT_CANARY_ROLLBACK,)
@@ -98,4 +105,8 @@ ALL_ALERTS: Final = (
     ALERT_THROUGHPUT_DROP,
     ALERT_ENGINE_SETTINGS_DRIFT,
     ALERT_INVALID_JSON_HIGH,
+    ALERT_SETTINGS_CHANGE_REGRESSION,
+    ALERT_GPU_MEMORY_HIGH,
+    ALERT_GPU_UTILISATION_OUT_OF_BAND,
+    ALERT_SPEC_DECODE_ACCEPTANCE_DROP,
 )
