@@ -206,7 +206,7 @@ def build_model(
             tuple(p.replicas),
             p.kv_cache_usage_max,
             p.engine,
-            reports(p.engine),
+            reports(p.engine) if p.metrics else frozenset(),
             p.kv_cache_usage_for,
             _engine_waiting_max(p),
             p.alerts.throughput_drop_ratio,

@@ -94,6 +94,15 @@ TPOT = _m(
 # ``EXEMPLAR_TRACE_ID``): the latency panels of these show points that open the trace.
 EXEMPLAR_METRICS = (TTFT, TPOT, REQUEST_DURATION)
 ITL = _m("itl_seconds", "histogram", "Gaps between consecutive output chunks from the pool.", *LP)
+# One observation per streamed request with two chunks or more: the ITL SLO's indicator
+# (``slo: {itl: ...}``), as TTFT and TPOT are theirs.
+ITL_REQUEST_P95 = _m(
+    "itl_request_p95_seconds",
+    "histogram",
+    "Per streamed request: the 95th percentile of its gaps between consecutive output chunks "
+    "(the event's itl_p95_ms); the ITL SLO is judged on it.",
+    *LP,
+)
 STREAM_BLOCKED = _m(
     "stream_blocked_seconds",
     "histogram",

@@ -185,7 +185,9 @@ class Demo:
             config = load_config(lanes)
             self.say(f"[config] lanes.yaml: a copy of {self.opts.config}")
         else:
-            config = workload.write_lanes(lanes, pools)
+            # Local pools declare the flags they are started with; real ones (--upstream) none.
+            engines = {} if self.opts.upstream else {s.name: s.engine_block() for s in LOCAL_POOLS}
+            config = workload.write_lanes(lanes, pools, engines)
             where = ", ".join(f"{name} {urls[0]}" for name, urls in pools.items())
             self.say(f"[config] lanes.yaml: the default six lanes on pools {where}")
         return config

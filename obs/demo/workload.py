@@ -83,11 +83,24 @@ def load_demo_mix(mix_path: Path | None, sets: tuple[str, ...]) -> Mix:
     return load_mix(mix_path, sets)
 
 
-def write_lanes(path: Path, replicas: Mapping[str, list[str]]) -> Config:
-    """The default lanes with each pool's replicas replaced; written to ``path`` and validated."""
+def write_lanes(
+    path: Path,
+    replicas: Mapping[str, list[str]],
+    engines: Mapping[str, Mapping[str, object]] | None = None,
+) -> Config:
+    """The default lanes with each pool's replicas replaced; written to ``path`` and validated.
+
+    Each pool's ``engine:`` block is ``engines[pool]`` (the flags its replicas run with); a
+    pool not in ``engines`` declares none (the shipped block names the production flags, not
+    what these replicas run)."""
     data = yaml.safe_load(default_config_path().read_text(encoding="utf-8"))
     for pool in data["pools"]:
         pool["replicas"] = list(replicas[pool["name"]])
+        engine = (engines or {}).get(pool["name"])
+        if engine is None:
+            pool.pop("engine", None)
+        else:
+            pool["engine"] = dict(engine)
     path.write_text(_LANES_HEADER + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return load_config(path)
 
