@@ -1,0 +1,64 @@
+"""The relay's server tells the app when each request's first bytes were read.
+
+``scope["extensions"]["vllm_obs"]["received_ns"]`` (issue 22, for the queue
+phase): a tiny ASGI app on the sidecar's own server (``RelayServer``, in a thread)
+answers with the value it was given, so the test compares it with its clock.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from obs.procs import free_port, wait_http
+from obs.sidecar.serve import RelayServer
+from obs.sidecar.server.guard import Guard
+from obs.sidecar.server.limits import Limits
+from obs.sidecar.types import Receive, Scope, Send
+from tests.support.rawhttp import read_response
+
+
+async def _echo_received(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] != "http":
+        return
+    ns = scope["extensions"]["vllm_obs"]["received_ns"]
+    body = f"{ns} {time.perf_counter_ns()}".encode()
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-length", str(len(body)).encode())]})  # fmt: skip
+    await send({"type": "http.response.body", "body": body})
+
+
+@pytest.fixture
+def served() -> Iterator[int]:
+    port = free_port()
+    server = RelayServer(
+        _echo_received, Guard(Limits()), host="127.0.0.1", port=port, shutdown_grace_s=1
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_http(f"http://127.0.0.1:{port}/")
+    yield port
+    server.should_exit = True
+    thread.join(10)
+    assert not thread.is_alive()
+
+
+def test_received_ns_is_the_first_read_of_each_request(served: int) -> None:
+    """The first read of a request, before the app runs; a new value for the next request."""
+    with socket.create_connection(("127.0.0.1", served)) as s:
+        seen = []
+        for _ in range(2):
+            sent = time.perf_counter_ns()
+            s.sendall(b"GET /")
+            time.sleep(0.2)  # the head arrives in two reads: the first one counts
+            s.sendall(b" HTTP/1.1\r\nhost: x\r\n\r\n")
+            s.settimeout(5)
+            received, in_app = (int(x) for x in read_response(s).split())
+            assert sent < received < in_app
+            assert in_app - received >= 150_000_000  # counted from the first read, not the last
+            seen.append(received)
+        assert seen[0] != seen[1]
