@@ -6,6 +6,10 @@ marks it healthy again (and keeps its engine state) when it answers. A pool
 whose replicas are all unhealthy is still tried, so traffic resumes on the
 first request after the engine is back, without waiting for a poll.
 
+A pool that serves no ``/metrics`` (``metrics: false``: a hosted OpenAI-compatible API as a
+fallback) is probed instead: a GET of its ``health.path``, where any answer below 500 is up
+(no engine state, no settings).
+
 A replica that accepts the poll's connection but answers late is busy, not down: a
 saturated engine starves its API server, and /metrics answers seconds late exactly
 when its KV cache is full. It keeps its health and its last engine state through
@@ -58,6 +62,9 @@ class Replica:
     failures: int = 0
     slow_polls: int = 0  # late /metrics answers in a row (the connection was accepted)
     served: Served | None = None  # engine, version and settings it last reported
+    # A pool without /metrics (``metrics: false``, a hosted API): the path its health probe
+    # GETs instead; None reads /metrics.
+    probe: str | None = None
 
     @contextmanager
     def lease(self) -> Iterator[None]:
@@ -75,7 +82,11 @@ class PoolSet:
         self.config = config
         self.poll_interval_s = poll_interval_s
         self.replicas: dict[str, list[Replica]] = {
-            p.name: [Replica(p.name, u, p.engine) for u in p.replicas] for p in config.pools
+            p.name: [
+                Replica(p.name, u, p.engine, probe=None if p.metrics else p.health.path)
+                for u in p.replicas
+            ]
+            for p in config.pools
         }
         self._task: asyncio.Task[None] | None = None
         # Told the pool and the model names each replica's /metrics carries (the metrics'
@@ -164,7 +175,11 @@ class PoolSet:
         self, session: aiohttp.ClientSession, r: Replica, limit: aiohttp.ClientTimeout
     ) -> None:
         try:
-            async with session.get(f"{r.url}/metrics", timeout=limit) as resp:
+            async with session.get(f"{r.url}{r.probe or '/metrics'}", timeout=limit) as resp:
+                if r.probe is not None and resp.status < 500:
+                    # Answered: a hosted API says 401 without the key, and is up all the same.
+                    self._probe_ok(r)
+                    return
                 if resp.status != 200:
                     raise aiohttp.ClientResponseError(
                         resp.request_info, (), status=resp.status, message="bad status"
@@ -191,6 +206,12 @@ class PoolSet:
         if r.state.models and self.on_models is not None:
             self.on_models(r.pool, r.state.models)
         await self.settings.read(session, r, text, limit)
+        self.mark_ok(r)
+
+    def _probe_ok(self, r: Replica) -> None:
+        """A pool without /metrics answered its probe: up, with no engine state to read."""
+        r.slow_polls = 0
+        r.state = unknown_state()
         self.mark_ok(r)
 
     def _poll_failed(self, r: Replica) -> None:
