@@ -372,3 +372,23 @@ class PoolStateCollector(Collector):
                 if value is not None:  # not reported by this engine: no sample at all
                     family.add_metric(lv, value)
         return [up, info, *families.values()]
+
+
+class ColdStartCollector(Collector):
+    """Scrape-time cold starts of each replica that came back after being down: how many
+    times, and its last cold start's seconds per stage (obs.sidecar.pools)."""
+
+    def __init__(
+        self, snapshot: Callable[[], Mapping[tuple[str, str], tuple[int, Mapping[str, float]]]]
+    ) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterable[Metric]:
+        m, n = c.POOL_COLD_START, c.POOL_COLD_STARTS
+        took = GaugeMetricFamily(m.name, m.help, labels=list(m.labels))
+        times = CounterMetricFamily(n.name, n.help, labels=list(n.labels))
+        for (pool, replica), (count, stages) in self._snapshot().items():
+            times.add_metric([pool, replica], float(count))
+            for stage, seconds in stages.items():
+                took.add_metric([pool, replica, stage], seconds)
+        return [took, times]

@@ -30,6 +30,7 @@ from obs.conventions.labels import (
     REPLICA,
     RESULT,
     SETTING,
+    STAGE,
 )
 from obs.conventions.rules import SLO_LABEL
 
@@ -187,6 +188,25 @@ POOL_PREFIX_HITS = _m(
 )
 POOL_PREEMPTIONS = _m(
     "pool_preemptions", "counter", "Requests preempted by the replica's engine.", POOL, REPLICA
+)
+# Cold starts (obs.sidecar.pools): a replica that was down (a failed poll or a refused
+# connection) coming back, per stage.
+POOL_COLD_START = _m(
+    "pool_cold_start_seconds",
+    "gauge",
+    "The replica's last cold start: seconds from its first failure (failed poll or refused "
+    "connection) to its first healthy poll (stage healthy) and to the first token it served "
+    "after that (stage first_token).",
+    POOL,
+    REPLICA,
+    STAGE,
+)
+POOL_COLD_STARTS = _m(
+    "pool_cold_starts",
+    "counter",
+    "Times the replica came back (its first healthy poll) after being down.",
+    POOL,
+    REPLICA,
 )
 POOL_ENGINE_INFO = _m(
     "pool_engine_info",

@@ -22,14 +22,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from hashlib import blake2b
 
 import aiohttp
 import structlog
 
+from obs import conventions as c
 from obs.config import Config
 from obs.engines.adapters import AUTO, unknown_state
 from obs.engines.metrics import EngineState
@@ -45,6 +47,7 @@ log = structlog.get_logger("vllm_obs.pools")
 AFFINITY_LOAD_FACTOR = 1.5
 AFFINITY_LOAD_SLACK = 4
 SLOW_POLLS_TOLERATED = 2
+COLD_HEALTHY, COLD_FIRST_TOKEN = c.COLD_START_STAGES
 
 
 def _weight(key: str, url: str) -> bytes:
@@ -65,6 +68,12 @@ class Replica:
     # A pool without /metrics (``metrics: false``, a hosted API): the path its health probe
     # GETs instead; None reads /metrics.
     probe: str | None = None
+    # Cold starts: when it was first seen down (None: up), when it came back and has served
+    # no token yet, how many times it came back, and its last cold start per stage (seconds).
+    down_since: float | None = None
+    back_since: float | None = None
+    cold_starts: int = 0
+    cold_start_s: dict[str, float] = field(default_factory=dict)
 
     @contextmanager
     def lease(self) -> Iterator[None]:
@@ -122,11 +131,35 @@ class PoolSet:
             log.warning("replica_unhealthy", pool=replica.pool, replica=replica.url)
         replica.healthy = False
         replica.failures += 1
+        if replica.down_since is None:  # its cold start counts from the first failure
+            replica.down_since, replica.back_since = time.time(), None
 
     def mark_ok(self, replica: Replica) -> None:
         if not replica.healthy:
             log.info("replica_healthy", pool=replica.pool, replica=replica.url)
         replica.healthy = True
+        if replica.down_since is not None:
+            took = time.time() - replica.down_since
+            replica.cold_start_s[COLD_HEALTHY] = took
+            replica.cold_starts += 1
+            replica.back_since, replica.down_since = replica.down_since, None
+            log.info("replica_cold_start", pool=replica.pool, replica=replica.url, healthy_s=took)
+
+    def served_token(self, replica: Replica, at_s: float) -> None:
+        """The replica served a token at Unix time ``at_s``: the first since it came back
+        ends its cold start."""
+        if replica.back_since is not None:
+            replica.cold_start_s[COLD_FIRST_TOKEN] = max(0.0, at_s - replica.back_since)
+            replica.back_since = None
+
+    def cold_starts(self) -> dict[tuple[str, str], tuple[int, dict[str, float]]]:
+        """Each replica that came back at least once: (times, last cold start per stage)."""
+        return {
+            (r.pool, r.url): (r.cold_starts, dict(r.cold_start_s))
+            for reps in self.replicas.values()
+            for r in reps
+            if r.cold_starts
+        }
 
     def snapshot(self) -> dict[tuple[str, str], EngineState | None]:
         return {
