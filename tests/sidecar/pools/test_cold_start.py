@@ -23,18 +23,10 @@ from obs import conventions as c
 from obs.config import parse_config
 from obs.procs import free_port
 from tests.sidecar.conftest import InprocFactory
+from tests.support import chat_answer
 from tests.support.inproc import InProcessSidecar
 
-ANSWER = {
-    "id": "chatcmpl-late",
-    "object": "chat.completion",
-    "created": 0,
-    "model": "tiny",
-    "choices": [
-        {"index": 0, "message": {"role": "assistant", "content": "up"}, "finish_reason": "stop"}
-    ],
-    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-}
+ANSWER = chat_answer("up", "tiny")
 DOWN_S = 1.0
 
 

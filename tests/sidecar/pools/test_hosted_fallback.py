@@ -24,21 +24,13 @@ from obs import conventions as c
 from obs.config import parse_config
 from obs.procs import free_port
 from tests.sidecar.conftest import InprocFactory
+from tests.support import chat_answer
 from tests.support.inproc import InProcessSidecar
 from tests.support.probes import refused_url
 
 KEY = "sk-hosted-test"
 KEY_ENV = "VLLM_OBS_TEST_HOSTED_KEY"
-ANSWER = {
-    "id": "chatcmpl-hosted",
-    "object": "chat.completion",
-    "created": 0,
-    "model": "hosted-model",
-    "choices": [
-        {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
-    ],
-    "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
-}
+ANSWER = chat_answer("hi", "hosted-model")
 
 
 class HostedApi:
