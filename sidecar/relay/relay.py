@@ -27,7 +27,7 @@ from obs.config import Lane
 from obs.lanes import Classifier
 from obs.record import Finished
 from obs.sidecar import outcomes as e
-from obs.sidecar.outcomes import ConnectFailed, FallBack, UpstreamError
+from obs.sidecar.outcomes import ConnectFailed, FallBack, Rejected, UpstreamError
 from obs.sidecar.policy import traffic
 from obs.sidecar.policy.admission import LaneGate, Ticket
 from obs.sidecar.policy.auth import Tenants
@@ -43,6 +43,7 @@ from obs.sidecar.relay.bodies import (
     read_body,
 )
 from obs.sidecar.relay.deadline import Deadline, first_token_timeout
+from obs.sidecar.relay.flow import LANE_GATE, FlowControl
 from obs.sidecar.relay.json_answers import JsonAnswer
 from obs.sidecar.relay.payloads import (
     GENERATE_ROUTES,
@@ -58,7 +59,7 @@ from obs.sidecar.relay.request import Plan, Request
 from obs.sidecar.relay.respond import fail, send_head
 from obs.sidecar.relay.streaming import relay_stream, relay_whole
 from obs.sidecar.server.client import client_conn, received_ns
-from obs.sidecar.types import Message, Receive, Scope, Send
+from obs.sidecar.types import Receive, Scope, Send
 from obs.tracecontext import new_ids
 
 log = structlog.get_logger("vllm_obs.relay")
@@ -68,6 +69,10 @@ _SKIP_HEADERS = {b"connection", b"keep-alive", b"transfer-encoding", b"date", b"
 # Past --shutdown-grace, how long a cut stream's buffered bytes (up to the lane's slow_client
 # buffer, then the error frame) may take to reach a slow client before the process exits.
 SHUTDOWN_FLUSH_S = 5.0
+NO_CONNECTION = (
+    "the relay runs on the sidecar's own server (obs.sidecar.serve), which hands it the "
+    "client connection; this ASGI server does not"
+)
 SHUTDOWN_MESSAGE = "the sidecar shut down before the request finished (--shutdown-grace ended)"
 
 
@@ -88,6 +93,8 @@ class Relay:
         capture: TextCapture | None = None,
         max_json_elements: int = MAX_JSON_ELEMENTS,
         recognizer: Recognizer | None = None,
+        flow: FlowControl | None = None,
+        worker: tuple[int, int] | None = None,
     ) -> None:
         self.classifier = classifier
         self.recognizer = recognizer or Recognizer(classifier.config.recognition)
@@ -100,9 +107,13 @@ class Relay:
         self.json = BodyParser(max_json_elements)
         self.gates = gates  # each lane's admission gate, by lane name
         self.tenants = tenants
+        self.flow = flow  # rate limits and saturated pools (obs.sidecar.relay.flow)
+        self.worker = worker  # (index, count) under --workers: our span ids name us
         self._running: set[asyncio.Task[Any]] = set()  # handlers, for shutdown to wait on
-        self.needs_prompt_tokens = classifier.needs_prompt_tokens or any(
-            g.needs_prompt_tokens for g in self.gates.values()
+        self.needs_prompt_tokens = (
+            classifier.needs_prompt_tokens
+            or any(g.needs_prompt_tokens for g in self.gates.values())
+            or (flow is not None and flow.needs_prompt_tokens)
         )
         self.recognizer.needs_shape = self.needs_prompt_tokens or classifier.needs_shape
 
@@ -151,10 +162,12 @@ class Relay:
         ev.request_id = headers.get("x-request-id") or f"{random.getrandbits(64):016x}"
         if len(ev.request_id) > 128:
             ev.request_id = ev.request_id[:128]
-        req.ids = new_ids(headers.get("traceparent"))
+        req.ids = new_ids(headers.get("traceparent"), self.worker)
         ev.trace_id, ev.span_id = req.ids.trace_id_hex, req.ids.span_id_hex
         ev.tenant = self.tenants.resolve(headers)
         req.share_key = self.tenants.share_key(ev.tenant, scope.get("client"))
+        if req.conn is None:  # one hot path: the client connection of the sidecar's own server
+            raise e.Internal(RuntimeError(NO_CONNECTION))
         if scope["method"] != "POST":
             raise e.MethodNotAllowed(
                 f"{scope['method']} is not allowed on {scope['path']}; use POST"
@@ -184,7 +197,8 @@ class Relay:
         ev.lane = lane.name
         traffic.place(ev, lane, headers, scope, attrs)  # pool (arm of a split), priority
         ev.model = ev.model or self.pools.default_model(ev.pool or lane.pool)  # as the engine
-        self.recorder.start(Start(ev, req.ids))  # the record begins: its processors see it
+        pools = (ev.pool, lane.fallback) if lane.fallback else (ev.pool,)
+        self.recorder.start(Start(ev, req.ids, pools))  # the record begins: processors see it
         gate = self.gates[lane.name]
         cost = gate.check(attrs.prompt_tokens, ev.max_tokens)
         inject = False
@@ -219,28 +233,35 @@ class Relay:
 
     async def _dispatch(self, req: Request, plan: Plan, receive: Receive, send: Send) -> None:
         """Admit the request through its lane's gate, then try up to two replicas."""
-        # A client that leaves from here on is seen at once: its connection calls back (under
-        # our server), or a task waits for the server's disconnect message (under another).
-        listener: asyncio.Future[Message] | None = None
-        if req.conn is not None:
-            req.conn.on_disconnect(lambda: self._client_left(req))
-        else:
-            listener = asyncio.ensure_future(receive())
-            listener.add_done_callback(lambda f: self._on_client_message(req, f))
+        # A client that leaves from here on is seen at once: its connection calls back.
+        conn = req.conn
+        assert conn is not None  # _handle refuses a request without one
+        conn.on_disconnect(lambda: self._client_left(req))
         ev = req.event
         ticket = req.ticket = Ticket(req.share_key, plan.cost, priority=ev.priority or 0)
         req.gate = plan.gate
         try:
-            admitted = await plan.gate.admit(ticket)
+            if self.flow is not None:
+                await self.flow.charge(req, plan, self.tenants.key_hash(plan.headers))
+            admitted = await self._admit_lane(req, plan, ticket)
             if admitted:  # else the client left while queued
                 req.admitted = True
-                await self._route(req, plan, send)
+                if self.flow is None or await self.flow.admit_pool(req, plan):
+                    await self._route(req, plan, send)
         finally:
             req.release()
-            if listener is not None and not listener.done():
-                listener.cancel()
-            if req.conn is not None:
-                req.conn.on_disconnect(None)
+            conn.on_disconnect(None)
+
+    async def _admit_lane(self, req: Request, plan: Plan, ticket: Ticket) -> bool:
+        """The lane's gate; the event names it when it queued or refused the request."""
+        try:
+            admitted = await plan.gate.admit(ticket)
+        except Rejected:
+            req.event.admission_gate = LANE_GATE
+            raise
+        if ticket.queued_at:
+            req.event.admission_gate = LANE_GATE
+        return admitted
 
     async def _route(self, req: Request, plan: Plan, send: Send) -> None:
         """To the request's pool, then, if it refused, failed or timed out before the first
@@ -307,12 +328,6 @@ class Relay:
         except UpstreamError as err:
             raise e.UpstreamProtocol(f"pool {replica.pool!r} failed: {err}") from err
 
-    def _on_client_message(self, req: Request, fut: asyncio.Future[Message]) -> None:
-        if fut.cancelled() or fut.exception() is not None:
-            return
-        if fut.result().get("type") == "http.disconnect":
-            self._client_left(req)
-
     def _client_left(self, req: Request) -> None:
         if not (req.done or req.delivered):
             req.disconnected = True
@@ -320,6 +335,8 @@ class Relay:
                 req.response.close()  # closes the connection: vLLM aborts the request
             elif req.gate is not None and req.ticket is not None and not req.admitted:
                 req.gate.withdraw(req.ticket)
+            elif self.flow is not None:
+                self.flow.withdraw(req)
 
     async def _respond(
         self,
@@ -340,6 +357,8 @@ class Relay:
             for k, v in resp.raw_headers
             if k.lower() not in _SKIP_HEADERS and (sized or k.lower() != b"content-length")
         ]
+        if req.charge is not None:  # the tenant's x-ratelimit-* (docs/flow.md)
+            out_headers += req.charge.rate_headers
         t = lane.timeouts
         slow = lane.admission.slow_client
         deadline = Deadline(
@@ -362,11 +381,13 @@ class Relay:
         ev, clock = req.event, req.clock
         if not clock.end:
             clock.end = time.perf_counter_ns()
-        if req.disconnected and ev.status == c.OK:
-            e.ClientLeft().record(ev, clock.current_phase())
+        if req.disconnected:  # the client left: unless it ended otherwise before
+            req.settle(e.ClientLeft(), clock.current_phase())
         kept = None
         if self.capture is not None:  # redacted into the event by the capture step
             kept = (req.capture_body, req.capture_frames, req.capture_whole)
+        if self.flow is not None:
+            self.flow.settle(req)
         ids = req.ids or new_ids(None)
         self.recorder.end(
             Finished(

@@ -167,10 +167,10 @@ def test_overridden_windows_change_recordings_and_alerts() -> None:
 
 
 def test_every_alert_is_named_in_conventions_and_generated(files: dict[str, Any]) -> None:
-    """The default config yields every alert in ALL_ALERTS but those of split lanes and ITL SLOs
-    (it has none; tests/alerts/test_alerts_canary.py, tests/alerts/test_alerts_itl.py), and no
-    other."""
-    optional = {*c.SPLIT_ALERTS, c.ALERT_ITL_BUDGET_BURN}  # no split lane, no ITL SLO
+    """The default config yields every alert in ALL_ALERTS but those of split lanes, of flow
+    control and of ITL SLOs (it has none; tests/alerts/test_alerts_canary.py,
+    tests/alerts/test_alerts_flow.py, tests/alerts/test_alerts_itl.py), and no other."""
+    optional = {*c.SPLIT_ALERTS, *c.FLOW_ALERTS, c.ALERT_ITL_BUDGET_BURN}
     assert {a["alert"] for a in alerts(files)} == set(c.ALL_ALERTS) - optional
 
 
