@@ -244,7 +244,8 @@ def _worst(f: Facts, candidates: tuple[str, ...], base: Baseline) -> str:
 def _failure_cause(f: Facts) -> str:
     if f.error_class == SLOW_CLIENT:
         return SLOW_CLIENT
-    if (f.error_class or "").startswith("upstream_") or f.rejection_reason == "pool_unavailable":
+    pool_side = (f.error_class or "").startswith("upstream_") or f.error_class == "oom"
+    if pool_side or f.rejection_reason == "pool_unavailable":
         return UPSTREAM_ERROR
     return OTHER
 

@@ -107,7 +107,8 @@ class Event:
     http_status: int | None = _f("HTTP status the client received (or would have).")
     error_class: str | None = _f(
         "Why it failed: upstream_connect, upstream_status, upstream_timeout, "
-        "upstream_protocol, upstream_stream_error, client_disconnect, slow_client, admission, "
+        "upstream_protocol, upstream_stream_error, oom (a 5xx status or error frame whose text "
+        "says the engine ran out of memory), client_disconnect, slow_client, admission, "
         "bad_request, unauthorized, request_limit (the sidecar's server refused it: a body too "
         "slow, 408, or past the body memory budget, 503), shutdown, internal."
     )

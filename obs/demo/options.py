@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from obs.config_blocks import DeclaredEngine
+
 DEFAULT_OUT = Path("vllm-obs-demo")
 DEFAULT_DURATION_S = 60.0
 SHORT_DURATION_S = 15.0
@@ -21,12 +23,23 @@ MIB = 1 << 20
 
 @dataclass(frozen=True, slots=True)
 class PoolSpec:
-    """One local ``vllm serve`` pool: its name in the lanes config and its scheduler flags."""
+    """One local ``vllm serve`` pool: its name in the lanes config and its scheduler flags,
+    declared once (``engine``: the pool's ``engine:`` block in the demo's lanes config, from
+    which its ``vllm serve`` arguments are generated)."""
 
     name: str
-    vllm_args: tuple[str, ...]
+    engine: DeclaredEngine
     kv_cache_bytes: int
     why: str
+
+    @property
+    def vllm_args(self) -> tuple[str, ...]:
+        """The ``vllm serve`` arguments of the declared flags."""
+        return tuple(self.engine.serve_args())
+
+    def engine_block(self) -> dict[str, object]:
+        """The pool's ``engine:`` block for the lanes config."""
+        return {"kind": "vllm", **self.engine.values()}
 
     def describe(self) -> str:
         kv = f"--kv-cache-memory-bytes {self.kv_cache_bytes // MIB}MiB"
@@ -52,13 +65,13 @@ SIM_POOLS = {
 LOCAL_POOLS = (
     PoolSpec(
         "interactive",
-        ("--max-num-batched-tokens", "512", "--max-num-seqs", "32"),
+        DeclaredEngine(max_num_seqs=32, max_num_batched_tokens=512),
         32 * MIB,
         "small prefill budget per step: short decode steps for chat, rag, agent, slow-stream",
     ),
     PoolSpec(
         "bulk",
-        ("--max-num-batched-tokens", "4096", "--max-num-seqs", "16"),
+        DeclaredEngine(max_num_seqs=16, max_num_batched_tokens=4096),
         64 * MIB,
         "large prefill budget: throughput for long-prefill and batch",
     ),

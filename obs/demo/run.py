@@ -209,10 +209,9 @@ class Demo:
             self.say(f"[config] lanes.yaml: a copy of {self.opts.config}")
         else:
             local = self.opts.local_pools
-            engine = self.opts.engine if local else ""
-            config = workload.write_lanes(
-                lanes, pools, traced=local, engine=engine, declared=story.declared(self.opts.engine)
-            )
+            # Local pools declare the engine and flags they are started with; real ones none.
+            engines = story.engine_blocks(self.opts.engine) if local else {}
+            config = workload.write_lanes(lanes, pools, engines, traced=local)
             where = ", ".join(f"{name} {urls[0]}" for name, urls in pools.items())
             traced = "; engine traces on" if local else ""
             self.say(f"[config] lanes.yaml: the default six lanes on pools {where}{traced}")

@@ -223,13 +223,18 @@ def closing(
     return "\n".join(lines)
 
 
-def declared(engine: str) -> dict[str, dict[str, object]]:
-    """Each local pool's ``max_num_seqs``, as its lanes.yaml engine block declares it."""
+def engine_blocks(engine: str) -> dict[str, dict[str, object]]:
+    """Each local pool's lanes.yaml ``engine:`` block: vLLM's declared flags (from which its
+    serve line is generated), or the simulated pool's ``max_num_seqs``."""
+    if engine != "sim":
+        return {spec.name: spec.engine_block() for spec in LOCAL_POOLS}
     out: dict[str, dict[str, object]] = {}
     for spec in LOCAL_POOLS:
-        args = SIM_POOLS[spec.name] if engine == "sim" else spec.vllm_args
+        args = SIM_POOLS[spec.name]
+        block: dict[str, object] = {"kind": "sim"}
         if "--max-num-seqs" in args:
-            out[spec.name] = {"max_num_seqs": int(args[args.index("--max-num-seqs") + 1])}
+            block["max_num_seqs"] = int(args[args.index("--max-num-seqs") + 1])
+        out[spec.name] = block
     return out
 
 

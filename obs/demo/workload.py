@@ -87,21 +87,24 @@ def load_demo_mix(mix_path: Path | None, sets: tuple[str, ...]) -> Mix:
 def write_lanes(
     path: Path,
     replicas: Mapping[str, list[str]],
+    engines: Mapping[str, Mapping[str, object]] | None = None,
     *,
     traced: bool = False,
-    engine: str = "",
-    declared: Mapping[str, Mapping[str, object]] | None = None,
 ) -> Config:
     """The default lanes with each pool's replicas replaced; written to ``path`` and validated.
-    ``traced``: the pools send their request spans to the sidecar (``engine_traces``);
-    ``engine``: the pools' engine (``vllm``, ``sim``), with the flags ``declared`` per pool
-    (``engine: {kind: ENGINE, max_num_seqs: N}``: the sidecar then knows each replica's slots).
-    """
+
+    Each pool's ``engine:`` block is ``engines[pool]`` (the engine and flags its replicas run
+    with); a pool not in ``engines`` declares none (the shipped block names the production
+    flags, not what these replicas run). ``traced``: the pools send their request spans to the
+    sidecar (``engine_traces``)."""
     data = yaml.safe_load(default_config_path().read_text(encoding="utf-8"))
     for pool in data["pools"]:
         pool["replicas"] = list(replicas[pool["name"]])
-        if engine:
-            pool["engine"] = {"kind": engine, **(declared or {}).get(pool["name"], {})}
+        engine = (engines or {}).get(pool["name"])
+        if engine is None:
+            pool.pop("engine", None)
+        else:
+            pool["engine"] = dict(engine)
         if traced:
             pool["engine_traces"] = True
     path.write_text(_LANES_HEADER + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")

@@ -303,7 +303,7 @@ def _compare(args: argparse.Namespace) -> int:
 def _around_changes(args: argparse.Namespace) -> int:
     from obs.errors import InputError
     from obs.query.api import open_any
-    from obs.query.changes import around_changes
+    from obs.query.changes import around_changes, describe_verdicts, verdicts
     from obs.query.comparison import for_display
     from obs.query.scan import connect
     from obs.query.table import Table, render
@@ -320,18 +320,22 @@ def _around_changes(args: argparse.Namespace) -> int:
     con = connect()
     progress = _progress(args)
     scan = open_any(args.logs, _filters(args), progress, con)
+    config = _config(args)
     table = around_changes(
-        scan, lambda f: open_any(args.logs, f, progress, con), _filters(args), _config(args),
+        scan, lambda f: open_any(args.logs, f, progress, con), _filters(args), config,
         args.alpha, describe,
     )  # fmt: skip
     if not table.rows:
         print("vllm-obs query: no settings change in the log", file=sys.stderr)
+    text = ""
     if args.format in ("table", "markdown") and table.rows:
+        text = describe_verdicts(verdicts(table, config))
         n = len(table.columns) - 9
         shown = for_display(Table(table.columns[n:], [r[n:] for r in table.rows]))
         heads = [tuple(map(str, r[:n])) for r in table.rows]
         table = Table(table.columns, [h + r for h, r in zip(heads, shown.rows, strict=True)])
-    _emit(render(table, args.format))
+    out = render(table, args.format)
+    _emit(out + "\n" + text if text else out)
     _warn(scan)
     return 0
 

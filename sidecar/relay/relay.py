@@ -307,6 +307,9 @@ class Relay:
                     await self._respond(req, resp, lane, plan.inject, send)
                 finally:
                     resp.release()
+                if req.clock.first_up:  # a cold start ends at the replica's first token
+                    ago_s = (time.perf_counter_ns() - req.clock.first_up) / 1e9
+                    self.pools.served_token(replica, time.time() - ago_s)
                 return
         raise traffic.unavailable(pool, last_err, may_fall_back)
 
