@@ -25,8 +25,8 @@ from obs.engines.sim.scheduler import SchedulerConfig, SimRequest
 from obs.plan.judge import Outcome
 from obs.plan.resample import Arrival
 from obs.plan.search import Limits
-from obs.sidecar.admission import LaneGate, Rejected, Ticket
-from obs.sidecar.pools import PoolSet
+from obs.sidecar.policy.admission import LaneGate, Rejected, Ticket
+from obs.sidecar.pools.pools import PoolSet
 from obs.sweep.virtual import VirtualLoop, VirtualReplica
 
 BLOCK_SIZE = 16
