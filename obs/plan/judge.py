@@ -126,7 +126,9 @@ def calibration_margin(path: Path) -> tuple[float, str]:
     if isinstance(summary, dict):
         for key, what in (("held_out", "held-out"), ("fit", "fit")):
             part = summary.get(key)
-            value = part.get("max_error") if isinstance(part, dict) else None
+            if not isinstance(part, dict):
+                continue
+            value = part.get("max_error")
             if isinstance(value, int | float) and value >= 0:
                 points = part.get("points", "?")
                 median = part.get("median_error")

@@ -2,8 +2,8 @@
 sweep's replay parts.
 
 Grown arrivals (obs.plan.resample) go the way the sidecar takes them, with its own code:
-admitted by ``obs.sidecar.admission.LaneGate`` under the candidate limits, routed by
-``obs.sidecar.pools.PoolSet`` (least outstanding, or prefix affinity on the recorded
+admitted by ``obs.sidecar.policy.admission.LaneGate`` under the candidate limits, routed by
+``obs.sidecar.pools.pools.PoolSet`` (least outstanding, or prefix affinity on the recorded
 prefix fingerprint), served by ``obs.sweep.virtual.VirtualReplica`` (the simulated
 engine's scheduler and performance model) on a ``VirtualLoop`` whose clock jumps. The
 lane's first-token timeout aborts a request as the relay does. Each request becomes an
