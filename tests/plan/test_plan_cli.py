@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -117,7 +118,7 @@ def test_clickhouse_events_plan_like_the_same_jsonl(
     init(client, spec)
     load(client, spec, [str(events)])
     url = f"clickhouse://{clickhouse.url.removeprefix('http://')}/{spec.name}"
-    docs = []
+    docs: list[dict[str, Any]] = []
     for source in (str(events), url):
         out = tmp_path / str(len(docs))
         r = plan(source, "--config", str(PROFILE), "--growth", "2", "--out", str(out))
