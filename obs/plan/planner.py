@@ -175,9 +175,12 @@ class PoolPlanner:
         services = self._services[replicas]
         limits = {}
         for ln in self.lanes:
+            rate = self.plan.peak_rate.get(ln.name, 0.0)
+            if not rate:
+                continue  # no recorded traffic: the lane keeps the limits it has
             service = services.get(ln.name, 0.0)
             self.plan.service_s[ln.name] = service
-            limits[ln.name] = little_limits(self.plan.peak_rate.get(ln.name, 0.0), service)
+            limits[ln.name] = little_limits(rate, service)
         for _ in range(WIDEN_TRIES + 1):
             self.plan.limits = limits
             ev = self.evaluate(replicas, limits)

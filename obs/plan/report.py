@@ -4,6 +4,7 @@ writers serialise it."""
 
 from __future__ import annotations
 
+import copy
 import html
 import json
 from dataclasses import dataclass
@@ -161,7 +162,7 @@ def plan_doc(
 def lanes_yaml(data: dict[str, Any], plans: list[PoolPlan]) -> dict[str, Any]:
     """The lanes config ``data`` (as loaded YAML) with each planned lane's limits set."""
     limits = {lane: lim for p in plans for lane, lim in p.limits.items()}
-    out = dict(data)
+    out = copy.deepcopy(data)
     lanes = out.get("lanes")
     items = lanes.values() if isinstance(lanes, dict) else lanes or []
     for lane in items:
