@@ -10,7 +10,7 @@ scan, and a lane is charged its pool's rate.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from obs.config import Config
@@ -22,11 +22,12 @@ COST_COLUMNS = ("cost_per_1k_tokens", "api_cost_per_1k_tokens")
 
 
 def epoch_seconds(value: Any) -> float | None:
-    """A time column's value as epoch seconds (DuckDB: a datetime; ClickHouse: epoch ms)."""
+    """A time column's value as epoch seconds (DuckDB: a naive UTC datetime, the session's
+    time zone; ClickHouse: epoch ms)."""
     if value is None:
         return None
     if isinstance(value, datetime):
-        return value.timestamp()
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
     return float(value) / 1000
 
 

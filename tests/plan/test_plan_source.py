@@ -3,6 +3,9 @@ sample, the same from JSONL and Parquet."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -87,3 +90,17 @@ def test_a_window_keeps_the_last_stretch(tmp_path: Path) -> None:
 def test_intervals_grow_so_a_long_window_holds_at_most_two_thousand() -> None:
     """10 s intervals, or longer for long windows (a week: 303 s)."""
     assert bin_seconds(60) == 10 and bin_seconds(7 * 86400) == 303
+
+
+def test_a_window_is_read_in_utc_whatever_the_local_zone(tmp_path: Path) -> None:
+    """DuckDB hands back naive UTC times: under TZ=America/New_York the window still keeps
+    the same events (a naive time read as local would move it by five hours)."""
+    log = write_jsonl(tmp_path / "events.jsonl", _events())
+    code = (
+        "import sys; from obs.config import load_config; from obs.plan.source import "
+        f"read_traffic; t = read_traffic([{str(log)!r}], load_config({str(CONFIG)!r}), "
+        "window_s=15, progress=False); print(t.lanes['chat'].offered, t.lanes['rag'].offered)"
+    )
+    env = {**os.environ, "TZ": "America/New_York"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.stdout.split() == ["2", "12"], out.stderr
