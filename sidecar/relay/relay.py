@@ -4,8 +4,9 @@ Hot path per upstream chunk (obs.sidecar.relay.streaming, in the pool socket's
 callback): one ``perf_counter_ns``, frame split, ``classify``, a list append
 for the inter-token gap, and a write to the client's transport. All
 per-request bookkeeping (event, spans, metrics) happens once, after the last
-byte: the relay hands the finished record to its ``Recorder``
-(obs.sidecar.record.recorder: processors, then the exporters) and reads nothing back.
+byte: the relay tells its ``Recorder`` (obs.sidecar.record.recorder: processors, then
+the exporters) when the record starts and hands it the finished record at the end, and
+reads nothing back.
 How a request fails, and what the client and the event are told, is the error
 type's (obs.sidecar.outcomes), answered through obs.sidecar.relay.respond.
 """
@@ -26,20 +27,19 @@ from obs.config import Lane
 from obs.lanes import Classifier
 from obs.record import Finished
 from obs.sidecar import outcomes as e
+from obs.sidecar.outcomes import ConnectFailed, FallBack, UpstreamError
 from obs.sidecar.policy import traffic
 from obs.sidecar.policy.admission import LaneGate, Ticket
 from obs.sidecar.policy.auth import Tenants
 from obs.sidecar.policy.recognition import Recognizer
-from obs.sidecar.policy.traffic import FallBack
 from obs.sidecar.pools.pools import PoolSet, Replica
-from obs.sidecar.pools.upstream import ConnectFailed, Response, Upstream, UpstreamError
+from obs.sidecar.pools.upstream import Response, Upstream
 from obs.sidecar.record.capture import TextCapture
-from obs.sidecar.record.recorder import JoinEngineSpan, Recorder
+from obs.sidecar.record.recorder import Recorder, Start
 from obs.sidecar.relay.bodies import (
     MAX_JSON_ELEMENTS,
     MAX_MODEL_CHARS,
     BodyParser,
-    ClientGone,
     read_body,
 )
 from obs.sidecar.relay.deadline import Deadline, first_token_timeout
@@ -58,7 +58,7 @@ from obs.sidecar.relay.request import Plan, Request
 from obs.sidecar.relay.respond import fail, send_head
 from obs.sidecar.relay.streaming import relay_stream, relay_whole
 from obs.sidecar.server.client import client_conn, received_ns
-from obs.sidecar.types import Message, Receive, Scope, Send
+from obs.sidecar.types import Receive, Scope, Send
 from obs.tracecontext import new_ids
 
 log = structlog.get_logger("vllm_obs.relay")
@@ -68,6 +68,10 @@ _SKIP_HEADERS = {b"connection", b"keep-alive", b"transfer-encoding", b"date", b"
 # Past --shutdown-grace, how long a cut stream's buffered bytes (up to the lane's slow_client
 # buffer, then the error frame) may take to reach a slow client before the process exits.
 SHUTDOWN_FLUSH_S = 5.0
+NO_CONNECTION = (
+    "the relay runs on the sidecar's own server (obs.sidecar.serve), which hands it the "
+    "client connection; this ASGI server does not"
+)
 SHUTDOWN_MESSAGE = "the sidecar shut down before the request finished (--shutdown-grace ended)"
 
 
@@ -86,7 +90,6 @@ class Relay:
         max_body_bytes: int,
         pool_keys: dict[str, str] | None = None,
         capture: TextCapture | None = None,
-        engine_spans: JoinEngineSpan | None = None,
         max_json_elements: int = MAX_JSON_ELEMENTS,
         recognizer: Recognizer | None = None,
     ) -> None:
@@ -98,7 +101,6 @@ class Relay:
         self.max_body_bytes = max_body_bytes
         self.pool_keys = pool_keys or {}
         self.capture = capture
-        self.engine_spans = engine_spans  # told which ids each traced pool is sent
         self.json = BodyParser(max_json_elements)
         self.gates = gates  # each lane's admission gate, by lane name
         self.tenants = tenants
@@ -110,6 +112,7 @@ class Relay:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         req = Request(scope["path"], received_ns(scope))
+        req.conn = client_conn(scope)
         task = asyncio.current_task()
         if task is not None:
             self._running.add(task)
@@ -156,15 +159,20 @@ class Relay:
         ev.trace_id, ev.span_id = req.ids.trace_id_hex, req.ids.span_id_hex
         ev.tenant = self.tenants.resolve(headers)
         req.share_key = self.tenants.share_key(ev.tenant, scope.get("client"))
+        if req.conn is None:  # one hot path: the client connection of the sidecar's own server
+            raise e.Internal(RuntimeError(NO_CONNECTION))
         if scope["method"] != "POST":
             raise e.MethodNotAllowed(
                 f"{scope['method']} is not allowed on {scope['path']}; use POST"
             )
         try:
             raw = await read_body(receive, self.max_body_bytes)
-        except ClientGone:
-            req.disconnected = True
-            return
+        except e.ClientLeft:
+            refused = req.conn.refusal if req.conn is not None else None
+            if refused is None:
+                req.disconnected = True
+                return
+            raise refused from None  # what the server answered is what the event says
         body: dict[str, Any] | None = None
         generate = ev.route in GENERATE_ROUTES
         if generate or headers.get("content-type", "").startswith("application/json"):
@@ -182,6 +190,7 @@ class Relay:
         ev.lane = lane.name
         traffic.place(ev, lane, headers, scope, attrs)  # pool (arm of a split), priority
         ev.model = ev.model or self.pools.default_model(ev.pool or lane.pool)  # as the engine
+        self.recorder.start(Start(ev, req.ids))  # the record begins: its processors see it
         gate = self.gates[lane.name]
         cost = gate.check(attrs.prompt_tokens, ev.max_tokens)
         inject = False
@@ -193,7 +202,6 @@ class Relay:
         if self.capture is not None and generate:
             req.capture_body = body if self.capture.prompt else None
             req.capture_frames = [] if self.capture.output else None
-        req.conn = client_conn(scope)
         await self._dispatch(req, Plan(lane, gate, cost, headers, raw, inject), receive, send)
 
     # ---- upstream side ------------------------------------------------------------------
@@ -213,20 +221,14 @@ class Relay:
             h["authorization"] = headers["authorization"]
         if "tracestate" in headers:
             h["tracestate"] = headers["tracestate"]
-        if self.engine_spans is not None:
-            self.engine_spans.dispatched(pool, req.ids.trace_id_hex, req.ids.span_id_hex)
         return h
 
     async def _dispatch(self, req: Request, plan: Plan, receive: Receive, send: Send) -> None:
         """Admit the request through its lane's gate, then try up to two replicas."""
-        # A client that leaves from here on is seen at once: its connection calls back (under
-        # our server), or a task waits for the server's disconnect message (under another).
-        listener: asyncio.Future[Message] | None = None
-        if req.conn is not None:
-            req.conn.on_disconnect(lambda: self._client_left(req))
-        else:
-            listener = asyncio.ensure_future(receive())
-            listener.add_done_callback(lambda f: self._on_client_message(req, f))
+        # A client that leaves from here on is seen at once: its connection calls back.
+        conn = req.conn
+        assert conn is not None  # _handle refuses a request without one
+        conn.on_disconnect(lambda: self._client_left(req))
         ev = req.event
         ticket = req.ticket = Ticket(req.share_key, plan.cost, priority=ev.priority or 0)
         req.gate = plan.gate
@@ -237,10 +239,7 @@ class Relay:
                 await self._route(req, plan, send)
         finally:
             req.release()
-            if listener is not None and not listener.done():
-                listener.cancel()
-            if req.conn is not None:
-                req.conn.on_disconnect(None)
+            conn.on_disconnect(None)
 
     async def _route(self, req: Request, plan: Plan, send: Send) -> None:
         """To the request's pool, then, if it refused, failed or timed out before the first
@@ -304,12 +303,6 @@ class Relay:
         except UpstreamError as err:
             raise e.UpstreamProtocol(f"pool {replica.pool!r} failed: {err}") from err
 
-    def _on_client_message(self, req: Request, fut: asyncio.Future[Message]) -> None:
-        if fut.cancelled() or fut.exception() is not None:
-            return
-        if fut.result().get("type") == "http.disconnect":
-            self._client_left(req)
-
     def _client_left(self, req: Request) -> None:
         if not (req.done or req.delivered):
             req.disconnected = True
@@ -359,17 +352,15 @@ class Relay:
         ev, clock = req.event, req.clock
         if not clock.end:
             clock.end = time.perf_counter_ns()
-        if req.disconnected and ev.status == c.OK:
-            e.ClientLeft().record(ev, clock.current_phase())
-        if self.capture is not None:
-            try:
-                self.capture.fill(ev, req.capture_body, req.capture_frames, req.capture_whole)
-            except Exception:  # never lose the event over a text it should carry
-                log.exception("capture_failed", request_id=ev.request_id)
+        if req.disconnected:  # the client left: unless it ended otherwise before
+            req.settle(e.ClientLeft(), clock.current_phase())
+        kept = None
+        if self.capture is not None:  # redacted into the event by the capture step
+            kept = (req.capture_body, req.capture_frames, req.capture_whole)
         ids = req.ids or new_ids(None)
-        self.recorder.record(
+        self.recorder.end(
             Finished(
                 ev, clock, req.wall_ns, ids, req.itl, req.operation, req.first_read_chunks,
-                client_id=req.client_id,
+                client_id=req.client_id, captured=kept,
             )
         )  # fmt: skip

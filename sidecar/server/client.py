@@ -18,9 +18,8 @@ side has received every byte, so the event's stream phase is the time the
 client's slowness cost.
 
 The relay's server (obs.sidecar.server.connection) puts each request's ``ClientConn``
-under ``scope["extensions"]``, with when its first bytes were read. Under another
-ASGI server the extension is absent and streams are relayed at the client's pace
-(the ASGI default).
+under ``scope["extensions"]``, with when its first bytes were read; the relay refuses a
+request that comes without it (under another ASGI server).
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ from collections.abc import Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from obs.sidecar.outcomes import RequestLimit
     from obs.sidecar.server.connection import HttpConnection
     from obs.sidecar.server.wire import Exchange
 
@@ -45,6 +45,9 @@ OBS_EXTENSION = "vllm_obs"
 KERNEL_SNDBUF = 64 << 10
 DEFAULT_HIGH_WATER = 64 << 10  # asyncio's and uvloop's default, restored after each stream
 NEVER_WAIT = (1 << 31) - 1  # abort policy: the relay checks the bound itself
+# How often, at most, the end of a stream looks whether the client's side has acknowledged
+# every byte: the stream phase ends at most this late (a client's delayed ACK is ~40 ms).
+DRAIN_POLL_MAX_S = 0.01
 
 
 class ClientConn:
@@ -70,6 +73,11 @@ class ClientConn:
         self._ex.on_lost = callback
         if callback is not None and self._ex.disconnected:
             callback()
+
+    @property
+    def refusal(self) -> RequestLimit | None:
+        """What the server refused this request with (408, 503, ...), if it did."""
+        return self._ex.refusal
 
     @property
     def paused(self) -> bool:
@@ -130,7 +138,7 @@ class ClientConn:
                 if loop.time() >= deadline:
                     return False
                 await asyncio.sleep(pause)
-                pause = min(pause * 2, 0.05)
+                pause = min(pause * 2, DRAIN_POLL_MAX_S)
             return True
         except TimeoutError:
             return False
