@@ -3,8 +3,10 @@
 The raw scan is what a user would type to read the file with DuckDB alone (``SELECT
 count(*) FROM read_json(FILE)``: every line parsed, schema detected), in a fresh
 interpreter like the summary. The two commands alternate, ``--repeat`` times each, so a
-busy machine slows both alike; the figure is the ratio of the medians (issue 42 item 4:
-the summary within 1.5x of the raw scan).
+busy machine slows both alike. Two figures: the median of the paired ratios (each summary
+over the raw scan run right after it: the load they met is the most alike) and the ratio of
+the two medians (issue 42 item 4: the summary within 1.5x of the raw scan; ``--check``
+judges the paired one).
 
     .venv/bin/python -m bench.query_vs_scan              # 600k events, 5 rounds
     .venv/bin/python -m bench.query_vs_scan --check      # exit 1 above 1.5x
@@ -64,17 +66,20 @@ def main(argv: list[str] | None = None) -> int:
             walls[name].append(wall)
     s, r = median(walls["summary"]), median(walls["raw"])
     ratio = s / r
-    ok = ratio <= TARGET_RATIO
+    paired = median([a / b for a, b in zip(walls["summary"], walls["raw"], strict=True)])
+    ok = paired <= TARGET_RATIO
     print(
         f"{args.events} events: query summary median {s:.2f} s, raw DuckDB scan median "
-        f"{r:.2f} s over {args.repeat} alternating runs: {ratio:.2f}x "
-        f"(target <= {TARGET_RATIO}x) -> {'OK' if ok else 'MISSED'}"
+        f"{r:.2f} s over {args.repeat} alternating runs: paired ratio median {paired:.2f}x, "
+        f"ratio of medians {ratio:.2f}x (target <= {TARGET_RATIO}x) -> "
+        f"{'OK' if ok else 'MISSED'}"
     )
     print(f"  summary: {' '.join(commands['summary'])}")
     print(f"  raw:     {' '.join(commands['raw'])}")
     if args.json:
         doc = {"events": args.events, "summary_s": walls["summary"], "raw_s": walls["raw"]}
-        args.json.write_text(json.dumps({**doc, "ratio": round(ratio, 3)}, indent=2) + "\n")
+        figures = {"paired_ratio": round(paired, 3), "ratio_of_medians": round(ratio, 3)}
+        args.json.write_text(json.dumps({**doc, **figures}, indent=2) + "\n")
     return 0 if ok or not args.check else 1
 
 
