@@ -86,6 +86,9 @@ class AvailabilitySLO(_Model):
 class SLO(_Model):
     ttft: LatencySLO | None = None
     tpot: LatencySLO | None = None
+    # Each streamed request's p95 gap between output chunks (its itl_p95_ms) within the
+    # threshold, for ``objective`` of them: the lab's TTFT/ITL gate.
+    itl: LatencySLO | None = None
     availability: AvailabilitySLO | None = None
     # Alerting floor for the prefix-cache hit ratio of the lane's pool (lanes that expect reuse).
     cache_hit_ratio_min: Ratio | None = None
@@ -213,6 +216,10 @@ class Pool(PoolBlocks):
     # Which engine serves the pool (its adapter; ``auto``: detected), and its flags: PoolBlocks
     engine: EngineKind = "auto"
     health: HealthCheck = HealthCheck()
+    # False for replicas that serve no Prometheus /metrics (a hosted OpenAI-compatible API as a
+    # fallback): their health comes from a GET of ``health.path`` (``/v1/models`` for most
+    # hosted APIs), their engine state is unknown, and no saturation alert is judged on them.
+    metrics: bool = True
     kv_cache_usage_max: Ratio = 0.9
 
     @field_validator("replicas")
@@ -316,7 +323,7 @@ class Config(_Model):
     def pool(self, name: str) -> Pool:
         return next(p for p in self.pools if p.name == name)
 
-    def slo_thresholds_s(self, which: Literal["ttft", "tpot"]) -> list[float]:
+    def slo_thresholds_s(self, which: Literal["ttft", "tpot", "itl"]) -> list[float]:
         """Every latency threshold of that kind, in seconds (for histogram buckets)."""
         out = []
         for lane in self.lanes:

@@ -55,6 +55,38 @@ class DeclaredEngine(_Model):
         """The declared flags (those given), by name."""
         return self.model_dump(exclude_none=True)
 
+    def serve_args(self) -> list[str]:
+        """The declared flags as ``vllm serve`` arguments, in field order (``prefix_caching``:
+        ``--enable-prefix-caching`` or ``--no-enable-prefix-caching``)."""
+        out: list[str] = []
+        for name, value in self.values().items():
+            if isinstance(value, bool):
+                out.append(f"--{'' if value else 'no-'}enable-{name.replace('_', '-')}")
+            else:
+                out += [serve_flag(name), str(value)]
+        return out
+
+
+def serve_flag(name: str) -> str:
+    """The ``vllm serve`` flag of a declared setting: ``max_num_seqs`` -> ``--max-num-seqs``."""
+    return "--" + name.replace("_", "-")
+
+
+def declared_in_args(args: list[str]) -> dict[str, object]:
+    """The settings a ``vllm serve`` argument list gives that a pool can declare, by name
+    (``DeclaredEngine``'s fields): what a shipped serve line must agree with."""
+    out: dict[str, object] = {}
+    words = [w for a in args for w in a.split("=", 1)] if args else []
+    for i, word in enumerate(words):
+        for name, field in DeclaredEngine.model_fields.items():
+            if field.annotation == bool | None:
+                flag = serve_flag(name).replace("--", "--enable-", 1)
+                if word in (flag, flag.replace("--enable-", "--no-enable-", 1)):
+                    out[name] = not word.startswith("--no-")
+            elif word == serve_flag(name) and i + 1 < len(words):
+                out[name] = int(words[i + 1])
+    return out
+
 
 def engine_block(data: Any) -> Any:
     """``engine: {kind: K, FLAG: V, ...}`` -> ``engine: K`` and ``declared: {FLAG: V}``."""
@@ -94,7 +126,8 @@ class LaneAlerts(_Model):
 class PoolAlerts(_Model):
     """A pool's thresholds for the alerts the production guides name (their numbers)."""
 
-    engine_waiting_max: PositiveInt = 100  # requests waiting in one replica's engine
+    # Requests waiting in one replica's engine; unset: the declared max_num_seqs, else 100.
+    engine_waiting_max: PositiveInt = 100
     # Generated tokens/s over 5m below this share of the same ``throughput_baseline`` before.
     throughput_drop_ratio: Ratio = 0.5
     throughput_baseline: Duration = "1h"
