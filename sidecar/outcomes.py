@@ -1,30 +1,17 @@
 """One home for how a request ends: every outcome, and the table from lower errors to them.
 
 Each outcome (a ``RelayError``) knows its HTTP status, its OpenAI error body, its SSE frame
-inside a started stream, and what the event records (``record``: status, error class,
-message, phase, rejection reason), so what the client reads and what the event says are
-written from one object and cannot drift apart. The ways a request ends:
-
-- ok: no outcome object (the event's default);
-- the client's mistakes: ``BadRequest``, ``Unauthorized``, ``NotFound``,
-  ``MethodNotAllowed``, ``PayloadTooLarge``;
-- refusals: by the connection's limits (``RequestLimit``: 408, 413, 414, 431, 503, the
-  server answers it and the relay records the same object), by admission (``Rejected``),
-  by auth (``Unauthorized``), and the trace receiver's (``TraceExportRefused``);
-- the pool's: ``UpstreamUnavailable`` (no replica accepted a connection), ``PoolStatus``
-  and ``EngineQueueFull`` (its error status), ``UpstreamTimeout``, ``UpstreamProtocol``,
-  ``PoolErrorFrame`` (an error frame inside its stream); ``FallBack`` is not an end but a
-  pool's refusal that sends the request to the lane's fallback pool;
-- the client leaving (``ClientLeft``), the slow-client abort (``SlowClientStalled``), the
-  deadlines (``UpstreamTimeout``), the shutdown (``ShuttingDown``), our own bug
-  (``Internal``).
-
-The lower layers raise their own exceptions (the pool client's ``UpstreamError`` and
-``ConnectFailed``, defined here so the table can name them; ``TimeoutError`` and
-``OSError`` from the event loop); ``LOWER`` maps each to its outcome, and ``lower_outcome``
-reads it, as httpx maps httpcore's exceptions. A test fails when a transport module
-raises an exception the table has no entry for (tests/sidecar/test_outcomes.py).
-``obs.sidecar.relay.respond`` answers and records them.
+and what the event records (``record``), so what the client reads and what the event says
+are written from one object. The ways: ok (no object); the client's mistakes
+(``BadRequest``, ``Unauthorized``, ``NotFound``, ``MethodNotAllowed``, ``PayloadTooLarge``);
+refusals by the connection's limits (``RequestLimit``), admission (``Rejected``), auth, the
+trace receiver (``TraceExportRefused``); the pool's (``UpstreamUnavailable``, ``PoolStatus``,
+``EngineQueueFull``, ``UpstreamTimeout``, ``UpstreamProtocol``, ``PoolErrorFrame``;
+``FallBack`` sends a request on to the lane's fallback pool); the client leaving
+(``ClientLeft``), the slow-client abort (``SlowClientStalled``), the shutdown, our own bug
+(``Internal``). ``LOWER`` maps each lower exception (the pool client's ``UpstreamError`` and
+``ConnectFailed``, defined here so it can name them; ``TimeoutError``, ``OSError``) to its
+outcome, as httpx maps httpcore's; tests/sidecar/test_outcomes.py fails on one it lacks.
 """
 
 from __future__ import annotations
