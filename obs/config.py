@@ -93,6 +93,9 @@ class SlowClient(_Model):
     # Under "wait": the longest a stream waits on a client that reads nothing; then it ends
     # (error slow_client) and the client's connection is closed, freeing the lane's slot.
     max_blocked_s: PositiveFloat = 60.0
+    # The longest the record waits, after a stream's last byte, for the client's side to
+    # acknowledge it; then the event is written with client_unread_bytes (docs/record.md).
+    record_wait_s: PositiveFloat = 30.0
 
 
 class Admission(_Model):

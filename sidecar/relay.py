@@ -31,7 +31,7 @@ from obs.sidecar.admission import LaneGate, Ticket
 from obs.sidecar.auth import Tenants
 from obs.sidecar.bodies import MAX_JSON_ELEMENTS, BodyParser, ClientGone, read_body
 from obs.sidecar.capture import TextCapture
-from obs.sidecar.client import client_conn, received_ns
+from obs.sidecar.client import body_ns, client_conn, received_ns
 from obs.sidecar.deadline import Deadline, first_token_timeout
 from obs.sidecar.json_answers import JsonAnswer
 from obs.sidecar.payloads import (
@@ -158,6 +158,9 @@ class Relay:
         except ClientGone:
             req.disconnected = True
             return
+        # The server-side clock starts now: the upload was the client's time (upload_ms).
+        req.body_complete(body_ns(scope))
+        ev.ts = datetime.fromtimestamp(req.wall_ns / 1e9, UTC).isoformat(timespec="milliseconds")
         body: dict[str, Any] | None = None
         generate = ev.route in GENERATE_ROUTES
         if generate or headers.get("content-type", "").startswith("application/json"):
@@ -338,9 +341,7 @@ class Relay:
                 await relay_whole(req, resp, out_headers, send, deadline)
                 return
             await send_head(req, send, resp.status, out_headers)
-            await relay_stream(
-                req, resp, inject, send, lane.admission.slow_client, deadline, t.idle_s
-            )
+            await relay_stream(req, resp, inject, send, lane.admission.slow_client, deadline)
         finally:
             deadline.cancel()
 
