@@ -22,13 +22,9 @@ before any of them reach the app, with the counters of ``Guard`` (obs.sidecar.gu
   ``CONNECT``) is answered 400 and closed, but for a GET or HEAD without a body, which is
   served as plain HTTP/1.1 (the parser's skipped bytes are read as the next request).
 
-A stream the relay writes lingers after its last byte (obs.sidecar.wire): the
-connection is closed (``Connection: close``, HTTP/1.0), or its keep-alive clock
-started and the next pipelined request begun, when the relay's handler returns,
-after it waited for the client's side to acknowledge that byte.
-
-Each request's scope carries, under ``extensions``, its ``ClientConn`` (the relay writes
-a stream's pieces straight to the transport), when its first bytes were read
+A stream the relay writes lingers after its last byte (obs.sidecar.wire). Each request's
+scope carries, under ``extensions``, its ``ClientConn`` (the relay writes a stream's
+pieces straight to the transport), when its first bytes were read
 (``received_ns``: ``perf_counter_ns`` of the read that began it) and, once it is
 complete, when its body was (``body_ns``: of the read that completed it).
 """
@@ -237,7 +233,7 @@ class HttpConnection(asyncio.Protocol):
             keep_alive=version != "1.0" and parser.should_keep_alive(),
             on_complete=self._answered,
             resume_reading=self._resume_reading,
-            on_settle=self._settled,
+            on_settle=self._next,
         )
         ex.scope["extensions"] = {
             EXTENSION: ClientConn(self, ex),
@@ -302,21 +298,13 @@ class HttpConnection(asyncio.Protocol):
         """``ex``'s response is complete: free its body, go on to the next request."""
         if self._bodies:  # the oldest request still held is the one answered
             self.guard.budgets.free_body(self._addr, self._bodies.popleft())
-        if self.transport.is_closing() or ex.linger:  # lingering: when it settles
-            return
-        self._next()
-
-    def _settled(self, ex: Exchange) -> None:
-        """A lingering response's end (the relay has waited for the client's side)."""
-        if self.transport.is_closing():
-            return
-        if not ex.keep_alive:
-            self.transport.close()
-            return
-        self._next()
+        if not ex.linger:  # else when it settles (obs.sidecar.wire)
+            self._next()
 
     def _next(self) -> None:
         """Go on to the next request: a pipelined one, or wait for one."""
+        if self.transport.is_closing():
+            return
         self._resume_reading()
         if self.pipeline:
             self._start(self.pipeline.popleft())

@@ -121,7 +121,7 @@ class Exchange:
         keep_alive: bool,
         on_complete: Callable[[Exchange], None],
         resume_reading: Callable[[], None],
-        on_settle: Callable[[Exchange], None] | None = None,
+        on_settle: Callable[[], None] | None = None,
     ) -> None:
         self.scope = scope
         self.transport = transport
@@ -139,7 +139,7 @@ class Exchange:
         self.chunked = False
         self.expected = 0  # body bytes still owed under the response's content-length
         self.on_lost: Callable[[], None] | None = None  # the client left before the end
-        self.on_settle = on_settle  # a lingering response is settled (see the module's doc)
+        self.on_settle = on_settle  # a kept-alive lingering response settled: the next request
         self.linger = False  # close / keep-alive clock deferred to ``settle``
         self.body_ns = 0  # perf_counter_ns of the read that completed the body; 0: not yet
         self._event = asyncio.Event()
@@ -278,10 +278,10 @@ class Exchange:
         if not self.linger:
             return
         self.linger = False
-        if self.on_settle is not None:
-            self.on_settle(self)
-        elif not self.keep_alive:
+        if not self.keep_alive:
             self.transport.close()
+        elif self.on_settle is not None:
+            self.on_settle()
 
 
 async def run_app(app: Callable[[Scope, Receive, Send], Awaitable[None]], ex: Exchange) -> None:
