@@ -297,6 +297,15 @@ class Config(_Model):
                     )
         if self.default_lane not in self.lane_names:
             raise ValueError(f"default_lane {self.default_lane!r} is not a lane")
+        slow_ms = self.recognition.slow_stream_ms
+        for lane in self.lanes:  # a stream recorded before its client took it all is slow
+            if lane.admission.slow_client.record_wait_s * 1000 < slow_ms:
+                raise ValueError(
+                    f"lane {lane.name!r}: admission.slow_client.record_wait_s "
+                    f"({lane.admission.slow_client.record_wait_s:g} s) is below "
+                    f"recognition.slow_stream_ms ({slow_ms:g} ms): a stream the record stopped "
+                    "waiting for must read as a slow reader's"
+                )
         return self
 
     @property

@@ -308,7 +308,9 @@ class HttpConnection(asyncio.Protocol):
         self._resume_reading()
         if self.pipeline:
             self._start(self.pipeline.popleft())
-        elif not self._in_message:
+        elif not self._in_message and (
+            (cur := self.current) is None or (cur.response_complete and not cur.linger)
+        ):  # not while answering a request that came while the one before it lingered
             self._arm(self.limits.idle_timeout_s, "keep_alive")
 
     def shutdown(self) -> None:

@@ -12,13 +12,24 @@ from __future__ import annotations
 
 import http.client
 import socket
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
+
+from bench.client_time import KINDS, raw_post, read_paced, small_socket
+
+__all__ = [
+    "KINDS",
+    "RCVBUF",
+    "SmallWindow",
+    "raw_post",
+    "read_paced",
+    "small_socket",
+    "small_window_post",
+]
 
 RCVBUF = 4096
 
@@ -66,56 +77,3 @@ def small_window_post(
         yield conn.post_json(path, body, headers)
     finally:
         conn.close()
-
-
-# ---- raw sockets: each connection kind, read at a set pace -------------------------------
-
-KINDS = ("keep-alive", "close", "http/1.0")  # how the client asks for its connection's end
-
-
-def raw_post(path: str, body: bytes, kind: str, headers: dict[str, str] | None = None) -> bytes:
-    """A POST as ``kind`` writes it: HTTP/1.1 kept alive, HTTP/1.1 with ``Connection:
-    close``, or HTTP/1.0 (whose response ends where the connection does)."""
-    version = "HTTP/1.0" if kind == "http/1.0" else "HTTP/1.1"
-    lines = [
-        f"POST {path} {version}",
-        "Host: 127.0.0.1",
-        "Content-Type: application/json",
-        f"Content-Length: {len(body)}",
-    ]
-    if kind == "close":
-        lines.append("Connection: close")
-    lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
-
-
-def small_socket(port: int, rcvbuf: int | None = RCVBUF, timeout_s: float = 120) -> socket.socket:
-    """A connected socket whose receive buffer is ``rcvbuf`` from before ``connect``."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    if rcvbuf is not None:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.settimeout(timeout_s)
-    sock.connect(("127.0.0.1", port))
-    return sock
-
-
-def read_paced(
-    sock: socket.socket, kind: str, bytes_per_s: float, chunk: int = 512
-) -> tuple[bytes, float]:
-    """Read a whole response at ``bytes_per_s`` (``chunk`` bytes a read): until the server
-    closes, or, kept alive, until the chunked body's end; the bytes and the monotonic time the
-    last one was read."""
-    data = bytearray()
-    t0 = time.monotonic()
-    while True:
-        piece = sock.recv(chunk)
-        if not piece:
-            break
-        data += piece
-        if kind == "keep-alive" and data.endswith(b"\r\n0\r\n\r\n"):
-            break
-        due = t0 + len(data) / bytes_per_s
-        if due > time.monotonic():
-            time.sleep(due - time.monotonic())
-    return bytes(data), time.monotonic()
