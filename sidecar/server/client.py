@@ -135,27 +135,31 @@ class ClientConn:
         """Wait until the client's side has acknowledged every byte written, at most
         ``timeout_s``; the bytes it had not acknowledged then (0: it had them all).
 
-        A client that leaves during the wait returns what it had not acknowledged when it
-        left (its kernel's reset drops them). The kernel's queue is read only while the
-        connection is open: once closed, its descriptor may already name another socket.
+        A client that resets the connection during the wait returns what it had not
+        acknowledged at the last look (2-50 ms before), provided that look came after a
+        pause (right after the write, the last bytes are in flight even to a fast client); a
+        client that closes cleanly had read all it received. The kernel's queue is read only
+        while the connection is open: once closed, its descriptor may name another socket.
         """
         t = self._transport
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        left = self.buffered() if not t.is_closing() else t.get_write_buffer_size()
+        left, looks = 0, 0
         try:
             if not t.is_closing() and t.get_write_buffer_size():
+                left, looks = self.buffered(), 1  # the client is behind: the relay holds bytes
                 t.set_write_buffer_limits(high=0, low=0)  # pauses the protocol until empty
                 await asyncio.wait_for(self._flow.drain(), timeout_s)
             pause = 0.002
             while True:
                 if self._conn.lost:
-                    return left  # reset with these bytes unacknowledged
+                    return left if looks > 1 and self._conn.reset_by_peer else 0
                 # A closing transport (closed at shutdown) still flushes its buffer: wait for
                 # that too, or the process could exit with the stream's end unsent.
                 left = t.get_write_buffer_size()
                 if not t.is_closing():
                     left += self.unsent()
+                looks += 1
                 if not left:
                     return 0
                 if loop.time() >= deadline:

@@ -105,7 +105,7 @@ class HttpConnection(asyncio.Protocol):
         self._bodies: deque[int] = deque()  # body bytes held, per request not yet answered
         self._chunked = False
         self._reading_paused = False
-        self.lost = False  # connection_lost was called
+        self.lost = self.reset_by_peer = False  # connection_lost was called (with an error)
 
     # ---- asyncio.Protocol ----------------------------------------------------------------
 
@@ -129,6 +129,7 @@ class HttpConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        self.reset_by_peer = exc is not None
         self.state.connections.discard(self)
         self._disarm()
         if self._counted:

@@ -155,6 +155,22 @@ def test_a_client_that_resets_before_taking_the_end_left_before_the_end(
     assert ev["client_unread_bytes"] > 0
 
 
+def test_a_client_that_resets_right_after_the_end_read_it_all(
+    scripted: ScriptedUpstream, sidecar: InProcessSidecar
+) -> None:
+    """A fast client that resets its connection as soon as it has read [DONE] (as SDKs that
+    close at once may) received the whole answer: `ok`, nothing unread."""
+    for _ in range(5):
+        rid, sock, _ = _send(scripted, sidecar.port, "keep-alive")
+        data = b""
+        while not data.endswith(DONE_FRAME) and b"\r\n0\r\n" not in data[-16:]:
+            data += sock.recv(65536)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+        ev = sidecar.event(rid)
+        assert (ev["status"], ev["client_unread_bytes"]) == (c.OK, None)
+
+
 def test_slow_upload_is_the_clients_time(
     scripted: ScriptedUpstream, sidecar: InProcessSidecar
 ) -> None:
