@@ -30,6 +30,7 @@ from typing import Any
 
 import structlog
 
+from obs.sidecar.outcomes import RequestLimit
 from obs.sidecar.types import Message, Receive, Scope, Send
 
 log = structlog.get_logger("vllm_obs.server")
@@ -105,6 +106,7 @@ class Exchange:
         "on_complete",
         "on_lost",
         "on_settle",
+        "refusal",
         "response_complete",
         "response_started",
         "scope",
@@ -142,6 +144,7 @@ class Exchange:
         self.on_settle = on_settle  # a kept-alive lingering response settled: the next request
         self.linger = False  # close / keep-alive clock deferred to ``settle``
         self.body_ns = 0  # perf_counter_ns of the read that completed the body; 0: not yet
+        self.refusal: RequestLimit | None = None  # the server refused it (connection.py)
         self._event = asyncio.Event()
         self._reading_paused = False
         self._resume_reading = resume_reading
@@ -159,6 +162,12 @@ class Exchange:
         self.body_ns = at_ns or time.perf_counter_ns()
         self.more_body = False
         self._event.set()
+
+    def refused(self, refusal: RequestLimit) -> None:
+        """The server answered ``refusal`` and closed: the app sees the client go, and
+        ``refusal`` says why (the relay records it as the event's outcome)."""
+        self.refusal = refusal
+        self.lost()
 
     def lost(self) -> None:
         """The client's connection closed."""
