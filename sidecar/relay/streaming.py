@@ -258,9 +258,9 @@ async def relay_stream(
 
 async def _until_acknowledged(req: Request, conn: ClientConn, wait_s: float) -> None:
     """The stream phase ends when the client's side has acknowledged the last byte, whatever
-    the connection kind (the response lingers: obs.sidecar.server.client), or after ``wait_s``: the
-    event then says how many bytes it had not (``client_unread_bytes``). A client that resets
-    the connection with bytes unacknowledged left before the end."""
+    the connection kind (the response lingers: obs.sidecar.server.client), or after
+    ``wait_s``: the event then says how many bytes it had not (``client_unread_bytes``). A
+    client that resets the connection with bytes unacknowledged left before the end."""
     unread = await conn.drained(wait_s)
     if unread:
         req.event.client_unread_bytes = unread

@@ -56,6 +56,9 @@ OBS_EXTENSION = "vllm_obs"
 KERNEL_SNDBUF = 64 << 10
 DEFAULT_HIGH_WATER = 64 << 10  # asyncio's and uvloop's default, restored after each stream
 NEVER_WAIT = (1 << 31) - 1  # abort policy: the relay checks the bound itself
+# How often, at most, the end of a stream looks whether the client's side has acknowledged
+# every byte: the stream phase ends at most this late (a client's delayed ACK is ~40 ms).
+DRAIN_POLL_MAX_S = 0.01
 
 
 class ClientConn:
@@ -142,10 +145,11 @@ class ClientConn:
         ``timeout_s``; the bytes it had not acknowledged then (0: it had them all).
 
         A client that resets the connection during the wait returns what it had not
-        acknowledged at the last look (2-50 ms before), provided that look came after a
-        pause (right after the write, the last bytes are in flight even to a fast client); a
-        client that closes cleanly had read all it received. The kernel's queue is read only
-        while the connection is open: once closed, its descriptor may name another socket.
+        acknowledged at the last look (``DRAIN_POLL_MAX_S`` old at most), provided that look
+        came after a pause (right after the write, the last bytes are in flight even to a
+        fast client); a client that closes cleanly had read all it received. The kernel's
+        queue is read only while the connection is open: once closed, its descriptor may
+        name another socket.
         """
         t = self._transport
         loop = asyncio.get_running_loop()
@@ -171,7 +175,7 @@ class ClientConn:
                 if loop.time() >= deadline:
                     return left
                 await asyncio.sleep(pause)
-                pause = min(pause * 2, 0.05)
+                pause = min(pause * 2, DRAIN_POLL_MAX_S)
         except TimeoutError:
             return self.buffered() if not t.is_closing() else t.get_write_buffer_size()
         finally:
