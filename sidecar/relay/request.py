@@ -9,6 +9,7 @@ from typing import Any
 from obs.config import Lane
 from obs.events import Event
 from obs.phases import Clock, ms
+from obs.sidecar.outcomes import RelayError
 from obs.sidecar.policy.admission import LaneGate, Ticket
 from obs.sidecar.pools.upstream import Response
 from obs.sidecar.relay.json_answers import JsonAnswer
@@ -63,6 +64,7 @@ class Request:
         "itl",
         "json_answer",
         "operation",
+        "outcome",
         "response",
         "share_key",
         "started",
@@ -97,6 +99,7 @@ class Request:
         self.share_key = ""  # what fair share counts it under (obs.sidecar.policy.auth.Tenants)
         self.admitted = False
         self.client_id: str | None = None  # who sent it, for slow-reader learning
+        self.outcome: RelayError | None = None  # how it ended, once settled (None: ok so far)
         # Kept for --capture-text only (None otherwise): read when the request ends.
         self.capture_body: dict[str, Any] | None = None
         self.capture_frames: list[bytes] | None = None
@@ -112,6 +115,15 @@ class Request:
             self.clock.received += upload
             self.wall_ns += upload
         self.event.upload_ms = ms(max(upload, 0))
+
+    def settle(self, outcome: RelayError, phase: str | None) -> RelayError:
+        """How the request ended: recorded on its event once. The first outcome settled
+        stands; it is returned, so what the client is answered is written from the same
+        object as the event (``obs.sidecar.relay.respond``)."""
+        if self.outcome is None:
+            self.outcome = outcome
+            outcome.record(self.event, phase)
+        return self.outcome
 
     def release(self) -> None:
         """Give back the lane slot (once): when the pool is done, before a slow client is."""
