@@ -101,6 +101,29 @@ def test_slow_reader_recorded_to_its_last_byte_on_every_connection_kind(
         assert ev["decode_ms"] < 0.2 * ev["e2e_ms"], (kind, ev)
 
 
+def test_a_slow_readers_time_is_its_stream_phase_not_the_pools_cadence(
+    scripted: ScriptedUpstream, sidecar: InProcessSidecar
+) -> None:
+    """The same paced stream (a frame every 10 ms) read slowly and at once: the slow reader's
+    extra time is all stream phase; its TPOT and ITL are the pool's cadence, as the fast one's."""
+    got = {}
+    for rate in (RATE, 1e12):
+        rid = request_id()
+        frames = [token_frame(f"{i:04d} " + "x" * 300) for i in range(60)]
+        scripted.scripts[rid] = Script(pieces=[*frames, usage_frame(5, 60), DONE_FRAME], gap_s=0.01)
+        body = orjson.dumps(chat_body(rid, stream=True))
+        with small_socket(sidecar.port) as sock:
+            sock.sendall(raw_post(CHAT, body, "close", {"x-request-id": rid}))
+            read_paced(sock, "close", rate, chunk=512 if rate == RATE else 65536)
+        got[rate] = sidecar.event(rid)
+    slow, fast = got[RATE], got[1e12]
+    assert slow["stream_ms"] > 1000 > fast["stream_ms"]
+    assert slow["decode_ms"] < 3 * fast["decode_ms"] + 100
+    assert slow["tpot_ms"] is not None and fast["tpot_ms"] is not None
+    assert slow["tpot_ms"] < 3 * fast["tpot_ms"] + 5
+    assert slow["itl_p50_ms"] < 3 * fast["itl_p50_ms"] + 5
+
+
 def test_a_fast_reader_on_each_kind_is_answered_and_closed_as_asked(
     scripted: ScriptedUpstream, sidecar: InProcessSidecar
 ) -> None:
