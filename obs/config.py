@@ -233,8 +233,6 @@ class Pool(PoolBlocks):
     def _spans(self) -> Pool:
         if self.engine_traces and self.engine == "llamacpp":
             raise ValueError("engine_traces: llama.cpp's llama-server exports no spans")
-        if self.engine_traces and self.engine == "sim":
-            raise ValueError("engine_traces: the simulated replica exports no spans")
         return self
 
 

@@ -193,7 +193,8 @@ class Relay:
         ev.lane = lane.name
         traffic.place(ev, lane, headers, scope, attrs)  # pool (arm of a split), priority
         ev.model = ev.model or self.pools.default_model(ev.pool or lane.pool)  # as the engine
-        self.recorder.start(Start(ev, req.ids))  # the record begins: its processors see it
+        pools = (ev.pool, lane.fallback) if lane.fallback else (ev.pool,)
+        self.recorder.start(Start(ev, req.ids, pools))  # the record begins: processors see it
         gate = self.gates[lane.name]
         cost = gate.check(attrs.prompt_tokens, ev.max_tokens)
         inject = False

@@ -121,6 +121,7 @@ class ScriptedUpstream:
         self.scripts: dict[str, Script] = {}
         self.received: list[tuple[str, bytes]] = []  # (path, body) of every POST, in order
         self.cut_off: set[str] = set()  # request ids whose answer the sidecar hung up on
+        self.traceparents: dict[str, str] = {}  # request id -> the traceparent it was sent
         upstream = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -144,6 +145,7 @@ class ScriptedUpstream:
                 n = int(self.headers.get("content-length") or 0)
                 upstream.received.append((self.path, self.rfile.read(n)))
                 rid = self.headers.get("x-request-id", "")
+                upstream.traceparents[rid] = self.headers.get("traceparent", "")
                 script = upstream.scripts.get(rid, Script())
                 self.send_response(script.status)
                 self.send_header("content-type", script.content_type)
