@@ -22,7 +22,17 @@ from pydantic import (
     model_validator,
 )
 
-from obs.config_blocks import EngineKind, LaneBlocks, PoolBlocks
+from obs.config_blocks import (
+    ClickHouseExport,
+    EngineKind,
+    HealthCheck,
+    LaneBlocks,
+    PoolBlocks,
+    RateLimit,
+    RateLimits,
+    SlowClient,
+    Tenant,
+)
 from obs.durations import seconds
 from obs.errors import ConfigError
 from obs.matching import Match, Recognition
@@ -83,19 +93,6 @@ class SLO(_Model):
     burn_windows: list[BurnWindow] = Field(
         default_factory=lambda: [BurnWindow.model_validate(w) for w in DEFAULT_BURN_WINDOWS]
     )
-
-
-class SlowClient(_Model):
-    """Per-stream buffer bound and what to do when a slow reader fills it."""
-
-    buffer_bytes: PositiveInt = 1 << 20
-    policy: Literal["wait", "abort"] = "wait"
-    # Under "wait": the longest a stream waits on a client that reads nothing; then it ends
-    # (error slow_client) and the client's connection is closed, freeing the lane's slot.
-    max_blocked_s: PositiveFloat = 60.0
-    # The longest the record waits, after a stream's last byte, for the client's side to
-    # acknowledge it; then the event is written with client_unread_bytes (docs/record.md).
-    record_wait_s: PositiveFloat = 30.0
 
 
 class Admission(_Model):
@@ -196,11 +193,6 @@ class Lane(LaneBlocks):
         return tuple(names)
 
 
-class HealthCheck(_Model):
-    path: str = "/health"
-    interval_s: PositiveFloat = 5.0
-
-
 class Pool(PoolBlocks):
     name: Name
     replicas: list[str] = Field(min_length=1)
@@ -233,11 +225,19 @@ class Pool(PoolBlocks):
     def _spans(self) -> Pool:
         if self.engine_traces and self.engine == "llamacpp":
             raise ValueError("engine_traces: llama.cpp's llama-server exports no spans")
+        if self.saturation is not None and (
+            self.declared is None or self.declared.max_num_seqs is None
+        ):
+            raise ValueError(
+                "saturation: admission by saturation reads running requests against the "
+                "pool's max_num_seqs; declare it (engine: {kind: ..., max_num_seqs: N})"
+            )
         return self
 
 
-class ApiKey(_Model):
-    """A client API key, stored as its SHA-256 (``vllm-obs config hash-key``), and its tenant."""
+class ApiKey(RateLimit):
+    """A client API key, stored as its SHA-256 (``vllm-obs config hash-key``), its tenant, and
+    its own rate limits (``requests_per_minute``, ``tokens_per_minute``; beside its tenant's)."""
 
     sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
     tenant: Name
@@ -259,17 +259,6 @@ class Auth(_Model):
         return keys
 
 
-class ClickHouseExport(_Model):
-    """The sidecar's ClickHouse event exporter (``--clickhouse-url`` and friends override)."""
-
-    url: Annotated[str, Field(pattern=r"^https?://")]
-    table: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")] = (
-        "vllm_obs.events"
-    )
-    spool: str | None = None  # spool file; default: clickhouse-spool.jsonl beside the events
-    spool_max_mb: PositiveFloat = 1024
-
-
 class Config(_Model):
     version: Literal[1] = 1
     pools: list[Pool] = Field(min_length=1)
@@ -278,6 +267,9 @@ class Config(_Model):
     auth: Auth = Auth()
     clickhouse: ClickHouseExport | None = None
     recognition: Recognition = Recognition()
+    # Per-tenant rate limits and fair-share weights, by the tenant auth resolves.
+    tenants: dict[Name, Tenant] = Field(default_factory=dict)
+    rate_limits: RateLimits = RateLimits()
 
     @model_validator(mode="after")
     def _references(self) -> Config:
@@ -303,6 +295,14 @@ class Config(_Model):
                     f"({lane.admission.slow_client.record_wait_s:g} s) is below "
                     f"recognition.slow_stream_ms ({slow_ms:g} ms): a stream the record stopped "
                     "waiting for must read as a slow reader's"
+                )
+        for p in self.pools:
+            weights = p.saturation.lane_weights if p.saturation is not None else {}
+            unknown = sorted(set(weights) - set(self.lane_names))
+            if unknown:
+                raise ValueError(
+                    f"pool {p.name!r}: saturation.lane_weights names unknown lane(s) "
+                    f"{', '.join(unknown)}"
                 )
         return self
 
