@@ -23,25 +23,23 @@ from pydantic import (
 )
 
 from obs.config_blocks import (
+    Auth,
     ClickHouseExport,
     EngineKind,
     HealthCheck,
     LaneBlocks,
+    Name,
     PoolBlocks,
-    RateLimit,
+    PositiveFloat,
+    PositiveInt,
     RateLimits,
+    Ratio,
     Tenant,
 )
 from obs.durations import seconds
 from obs.errors import ConfigError
 from obs.matching import Match, Recognition
 from obs.splits import Canary, with_baseline
-
-NAME_RE = r"^[a-z][a-z0-9_-]{0,39}$"
-Name = Annotated[str, Field(pattern=NAME_RE)]
-PositiveInt = Annotated[int, Field(gt=0)]
-PositiveFloat = Annotated[float, Field(gt=0)]
-Ratio = Annotated[float, Field(gt=0, lt=1)]
 
 # The SRE-workbook multi-window, multi-burn-rate alerts: data, not code.
 DEFAULT_BURN_WINDOWS: list[dict[str, object]] = [
@@ -249,30 +247,6 @@ class Pool(PoolBlocks):
                 "pool's max_num_seqs; declare it (engine: {kind: ..., max_num_seqs: N})"
             )
         return self
-
-
-class ApiKey(RateLimit):
-    """A client API key, stored as its SHA-256 (``vllm-obs config hash-key``), its tenant, and
-    its own rate limits (``requests_per_minute``, ``tokens_per_minute``; beside its tenant's)."""
-
-    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
-    tenant: Name
-
-
-class Auth(_Model):
-    """Who the client is. With ``api_keys``, requests without a listed key get 401."""
-
-    api_keys: list[ApiKey] = Field(default_factory=list)
-    # A header naming the tenant, set by a gateway you trust; used when no key names one.
-    tenant_header: Annotated[str, Field(pattern=r"^[A-Za-z0-9-]{1,64}$")] | None = None
-
-    @field_validator("api_keys")
-    @classmethod
-    def _unique(cls, keys: list[ApiKey]) -> list[ApiKey]:
-        hashes = [k.sha256 for k in keys]
-        if len(set(hashes)) != len(hashes):
-            raise ValueError("the same key hash is listed twice")
-        return keys
 
 
 class Config(_Model):

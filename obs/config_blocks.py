@@ -16,12 +16,15 @@ from pydantic import (
     Field,
     SerializationInfo,
     SerializerFunctionWrapHandler,
+    field_validator,
     model_serializer,
     model_validator,
 )
 
 from obs.durations import seconds
 
+NAME_RE = r"^[a-z][a-z0-9_-]{0,39}$"
+Name = Annotated[str, Field(pattern=NAME_RE)]
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 Ratio = Annotated[float, Field(gt=0, lt=1)]
@@ -236,3 +239,27 @@ class ClickHouseExport(_Model):
 class HealthCheck(_Model):
     path: str = "/health"
     interval_s: PositiveFloat = 5.0
+
+
+class ApiKey(RateLimit):
+    """A client API key, stored as its SHA-256 (``vllm-obs config hash-key``), its tenant, and
+    its own rate limits (``requests_per_minute``, ``tokens_per_minute``; beside its tenant's)."""
+
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    tenant: Name
+
+
+class Auth(_Model):
+    """Who the client is. With ``api_keys``, requests without a listed key get 401."""
+
+    api_keys: list[ApiKey] = Field(default_factory=list)
+    # A header naming the tenant, set by a gateway you trust; used when no key names one.
+    tenant_header: Annotated[str, Field(pattern=r"^[A-Za-z0-9-]{1,64}$")] | None = None
+
+    @field_validator("api_keys")
+    @classmethod
+    def _unique(cls, keys: list[ApiKey]) -> list[ApiKey]:
+        hashes = [k.sha256 for k in keys]
+        if len(set(hashes)) != len(hashes):
+            raise ValueError("the same key hash is listed twice")
+        return keys
