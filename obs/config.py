@@ -23,25 +23,24 @@ from pydantic import (
 )
 
 from obs.config_blocks import (
+    Auth,
     ClickHouseExport,
     EngineKind,
     HealthCheck,
     LaneBlocks,
+    Name,
     PoolBlocks,
-    RateLimit,
+    PositiveFloat,
+    PositiveInt,
     RateLimits,
+    Ratio,
+    SlowClient,
     Tenant,
 )
 from obs.durations import seconds
 from obs.errors import ConfigError
 from obs.matching import Match, Recognition
 from obs.splits import Canary, with_baseline
-
-NAME_RE = r"^[a-z][a-z0-9_-]{0,39}$"
-Name = Annotated[str, Field(pattern=NAME_RE)]
-PositiveInt = Annotated[int, Field(gt=0)]
-PositiveFloat = Annotated[float, Field(gt=0)]
-Ratio = Annotated[float, Field(gt=0, lt=1)]
 
 # The SRE-workbook multi-window, multi-burn-rate alerts: data, not code.
 DEFAULT_BURN_WINDOWS: list[dict[str, object]] = [
@@ -95,16 +94,6 @@ class SLO(_Model):
     burn_windows: list[BurnWindow] = Field(
         default_factory=lambda: [BurnWindow.model_validate(w) for w in DEFAULT_BURN_WINDOWS]
     )
-
-
-class SlowClient(_Model):
-    """Per-stream buffer bound and what to do when a slow reader fills it."""
-
-    buffer_bytes: PositiveInt = 1 << 20
-    policy: Literal["wait", "abort"] = "wait"
-    # Under "wait": the longest a stream waits on a client that reads nothing; then it ends
-    # (error slow_client) and the client's connection is closed, freeing the lane's slot.
-    max_blocked_s: PositiveFloat = 60.0
 
 
 class Admission(_Model):
@@ -251,30 +240,6 @@ class Pool(PoolBlocks):
         return self
 
 
-class ApiKey(RateLimit):
-    """A client API key, stored as its SHA-256 (``vllm-obs config hash-key``), its tenant, and
-    its own rate limits (``requests_per_minute``, ``tokens_per_minute``; beside its tenant's)."""
-
-    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
-    tenant: Name
-
-
-class Auth(_Model):
-    """Who the client is. With ``api_keys``, requests without a listed key get 401."""
-
-    api_keys: list[ApiKey] = Field(default_factory=list)
-    # A header naming the tenant, set by a gateway you trust; used when no key names one.
-    tenant_header: Annotated[str, Field(pattern=r"^[A-Za-z0-9-]{1,64}$")] | None = None
-
-    @field_validator("api_keys")
-    @classmethod
-    def _unique(cls, keys: list[ApiKey]) -> list[ApiKey]:
-        hashes = [k.sha256 for k in keys]
-        if len(set(hashes)) != len(hashes):
-            raise ValueError("the same key hash is listed twice")
-        return keys
-
-
 class Config(_Model):
     version: Literal[1] = 1
     pools: list[Pool] = Field(min_length=1)
@@ -303,6 +268,15 @@ class Config(_Model):
                     )
         if self.default_lane not in self.lane_names:
             raise ValueError(f"default_lane {self.default_lane!r} is not a lane")
+        slow_ms = self.recognition.slow_stream_ms
+        for lane in self.lanes:  # a stream recorded before its client took it all is slow
+            if lane.admission.slow_client.record_wait_s * 1000 < slow_ms:
+                raise ValueError(
+                    f"lane {lane.name!r}: admission.slow_client.record_wait_s "
+                    f"({lane.admission.slow_client.record_wait_s:g} s) is below "
+                    f"recognition.slow_stream_ms ({slow_ms:g} ms): a stream the record stopped "
+                    "waiting for must read as a slow reader's"
+                )
         for p in self.pools:
             weights = p.saturation.lane_weights if p.saturation is not None else {}
             unknown = sorted(set(weights) - set(self.lane_names))

@@ -1,5 +1,6 @@
 """Blocks of a lanes config's pools and lanes beyond routing and SLOs: the engine flags a
-pool declares, the thresholds of the alerts the production guides name, and a pool's price.
+pool declares, the thresholds of the alerts the production guides name, a pool's price, and
+what a lane does with slow clients.
 
 ``obs.config`` parses them (and re-exports them); each is a strict model whose errors name
 the field.
@@ -16,12 +17,15 @@ from pydantic import (
     Field,
     SerializationInfo,
     SerializerFunctionWrapHandler,
+    field_validator,
     model_serializer,
     model_validator,
 )
 
 from obs.durations import seconds
 
+NAME_RE = r"^[a-z][a-z0-9_-]{0,39}$"
+Name = Annotated[str, Field(pattern=NAME_RE)]
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 Ratio = Annotated[float, Field(gt=0, lt=1)]
@@ -195,6 +199,19 @@ class LaneBlocks(_Model):
     alerts: LaneAlerts = LaneAlerts()
 
 
+class SlowClient(_Model):
+    """Per-stream buffer bound and what to do when a slow reader fills it."""
+
+    buffer_bytes: PositiveInt = 1 << 20
+    policy: Literal["wait", "abort"] = "wait"
+    # Under "wait": the longest a stream waits on a client that reads nothing; then it ends
+    # (error slow_client) and the client's connection is closed, freeing the lane's slot.
+    max_blocked_s: PositiveFloat = 60.0
+    # The longest the record waits, after a stream's last byte, for the client's side to
+    # acknowledge it; then the event is written with client_unread_bytes (docs/record.md).
+    record_wait_s: PositiveFloat = 30.0
+
+
 class RateLimit(_Model):
     """Requests and tokens (prompt + completion; completion charged as ``max_tokens`` on
     admission and corrected on finish) a tenant or an API key may use in any minute
@@ -236,3 +253,27 @@ class ClickHouseExport(_Model):
 class HealthCheck(_Model):
     path: str = "/health"
     interval_s: PositiveFloat = 5.0
+
+
+class ApiKey(RateLimit):
+    """A client API key, stored as its SHA-256 (``vllm-obs config hash-key``), its tenant, and
+    its own rate limits (``requests_per_minute``, ``tokens_per_minute``; beside its tenant's)."""
+
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    tenant: Name
+
+
+class Auth(_Model):
+    """Who the client is. With ``api_keys``, requests without a listed key get 401."""
+
+    api_keys: list[ApiKey] = Field(default_factory=list)
+    # A header naming the tenant, set by a gateway you trust; used when no key names one.
+    tenant_header: Annotated[str, Field(pattern=r"^[A-Za-z0-9-]{1,64}$")] | None = None
+
+    @field_validator("api_keys")
+    @classmethod
+    def _unique(cls, keys: list[ApiKey]) -> list[ApiKey]:
+        hashes = [k.sha256 for k in keys]
+        if len(set(hashes)) != len(hashes):
+            raise ValueError("the same key hash is listed twice")
+        return keys

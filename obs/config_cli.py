@@ -139,7 +139,7 @@ def run_hash_key(args: argparse.Namespace) -> int:
     import re
     import sys
 
-    from obs.config import NAME_RE
+    from obs.config_blocks import NAME_RE
     from obs.errors import InputError
 
     if not re.match(NAME_RE, args.tenant):

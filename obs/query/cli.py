@@ -293,11 +293,8 @@ def _compare(args: argparse.Namespace) -> int:
     before = open_any([args.logs[0]], fb, progress, con)
     after = open_any([args.logs[-1]], fa, progress, con)
     table = compare(before, after, _config(args), args.alpha)
-    _emit(
-        render(for_display(table) if args.format in ("table", "markdown") else table, args.format)
-    )
-    _warn(before, after)
-    return 0
+    shown = for_display(table) if args.format in ("table", "markdown") else table
+    return _out(render(shown, args.format), before, after)
 
 
 def _around_changes(args: argparse.Namespace) -> int:
@@ -335,9 +332,7 @@ def _around_changes(args: argparse.Namespace) -> int:
         heads = [tuple(map(str, r[:n])) for r in table.rows]
         table = Table(table.columns, [h + r for h, r in zip(heads, shown.rows, strict=True)])
     out = render(table, args.format)
-    _emit(out + "\n" + text if text else out)
-    _warn(scan)
-    return 0
+    return _out(out + "\n" + text if text else out, scan)
 
 
 def _canary(args: argparse.Namespace) -> int:
@@ -397,8 +392,8 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _out(text: str, scan: Any) -> int:
-    """Print a command's answer, then the scan's warnings; the exit status."""
+def _out(text: str, *scans: Any) -> int:
+    """Print a command's answer, then the scans' warnings; the exit status."""
     _emit(text)
-    _warn(scan)
+    _warn(*scans)
     return 0

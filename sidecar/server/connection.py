@@ -23,9 +23,11 @@ before any of them reach the app, with the counters of ``Guard`` (obs.sidecar.se
   ``CONNECT``) is answered 400 and closed, but for a GET or HEAD without a body, which is
   served as plain HTTP/1.1 (the parser's skipped bytes are read as the next request).
 
-Each request's scope carries, under ``extensions``, its ``ClientConn`` (the relay writes
-a stream's pieces straight to the transport) and when its first bytes were read
-(``received_ns``: ``perf_counter_ns`` of the read that began it).
+A stream the relay writes lingers after its last byte (obs.sidecar.server.wire). Each request's
+scope carries, under ``extensions``, its ``ClientConn`` (the relay writes a stream's
+pieces straight to the transport), when its first bytes were read
+(``received_ns``: ``perf_counter_ns`` of the read that began it) and, once it is
+complete, when its body was (``body_ns``: of the read that completed it).
 """
 
 from __future__ import annotations
@@ -90,7 +92,8 @@ class HttpConnection(asyncio.Protocol):
         self._headers: list[tuple[bytes, bytes]] = []
         self._header_bytes = 0
         self._url = b""
-        self._read_ns = 0
+        self._read_ns = 0  # the read that began the current request
+        self._data_ns = 0  # the latest read
         self._received_ns = 0
         self._expect_continue = False
         self._counted = False
@@ -99,6 +102,7 @@ class HttpConnection(asyncio.Protocol):
         self._bodies: deque[int] = deque()  # body bytes held, per request not yet answered
         self._chunked = False
         self._reading_paused = False
+        self.lost = self.reset_by_peer = False  # connection_lost was called (with an error)
 
     # ---- asyncio.Protocol ----------------------------------------------------------------
 
@@ -121,6 +125,8 @@ class HttpConnection(asyncio.Protocol):
         self._arm(self.limits.idle_timeout_s, "idle_timeout")
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.reset_by_peer = exc is not None
         self.state.connections.discard(self)
         self._disarm()
         if self._counted:
@@ -142,8 +148,9 @@ class HttpConnection(asyncio.Protocol):
             self.writable_callback()
 
     def data_received(self, data: bytes) -> None:
+        self._data_ns = time.perf_counter_ns()
         if not self._in_message:  # the first read of a new request
-            self._read_ns = time.perf_counter_ns()
+            self._read_ns = self._data_ns
             if self._timer_limit != "header_timeout":
                 self._arm(self.limits.header_timeout_s, "header_timeout")
         if not self._in_body:
@@ -218,6 +225,7 @@ class HttpConnection(asyncio.Protocol):
             keep_alive=version != "1.0" and parser.should_keep_alive(),
             on_complete=self._answered,
             resume_reading=self._resume_reading,
+            on_settle=self._next,
         )
         ex.scope["extensions"] = {
             EXTENSION: ClientConn(self, ex),
@@ -243,7 +251,9 @@ class HttpConnection(asyncio.Protocol):
         self._in_body = self._in_message = False
         self._disarm()
         if self.reading is not None:
-            self.reading.body_complete()
+            self.reading.body_complete(self._data_ns)
+            obs = self.reading.scope["extensions"][OBS_EXTENSION]
+            obs["body_ns"] = self.reading.body_ns
             self.reading = None
 
     # ---- requests ------------------------------------------------------------------------
@@ -282,12 +292,19 @@ class HttpConnection(asyncio.Protocol):
         """``ex``'s response is complete: free its body, go on to the next request."""
         if self._bodies:  # the oldest request still held is the one answered
             self.guard.budgets.free_body(self._addr, self._bodies.popleft())
+        if not ex.linger:  # else when it settles (obs.sidecar.server.wire)
+            self._next()
+
+    def _next(self) -> None:
+        """Go on to the next request: a pipelined one, or wait for one."""
         if self.transport.is_closing():
             return
         self._resume_reading()
         if self.pipeline:
             self._start(self.pipeline.popleft())
-        elif not self._in_message:
+        elif not self._in_message and (
+            (cur := self.current) is None or (cur.response_complete and not cur.linger)
+        ):  # not while answering a request that came while the one before it lingered
             self._arm(self.limits.idle_timeout_s, "keep_alive")
 
     def shutdown(self) -> None:
