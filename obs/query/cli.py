@@ -210,7 +210,9 @@ def _warn(*scans: Any) -> None:
 
 
 def _emit(text: str) -> None:
-    sys.stdout.write(text)
+    from obs.query.table import printable
+
+    sys.stdout.write(printable(text, keep="\n\t"))  # no client string drives the terminal
     sys.stdout.flush()
 
 
