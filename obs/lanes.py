@@ -113,10 +113,8 @@ def _json_chars(value: Any) -> int:
 
 def _token_ids(prompt: list[Any]) -> int:
     """Token ids in a prompt list: ints, or lists of ints (a batch of token-id prompts)."""
-    return sum(
-        1 if isinstance(p, int) else sum(isinstance(t, int) for t in p) if isinstance(p, list) else 0
-        for p in prompt
-    )
+    flat = sum(isinstance(p, int) for p in prompt)
+    return flat + sum(sum(isinstance(t, int) for t in p) for p in prompt if isinstance(p, list))
 
 
 def response_format(body: Mapping[str, Any]) -> str:
