@@ -29,7 +29,9 @@ from obs.events import Event
 from obs.lanes import Classifier, RequestAttrs, estimate_prompt_tokens
 from obs.loadgen.clients import tool_definitions
 from obs.loadgen.prompts import words
-from obs.sidecar.recognition import Recognizer
+from obs.sidecar.policy.recognition import Recognizer
+from obs.sidecar.relay.bodies import MAX_MODEL_CHARS
+from obs.sidecar.relay.payloads import read_fields
 
 BUDGET_US = 50.0
 
@@ -102,6 +104,8 @@ def measure(n: int = 400, repeats: int = 5) -> dict[str, Any]:
         def after(cycle: Iterator[dict[str, Any]] = cycle) -> None:
             b = next(cycle)
             ev = Event(route="/v1/chat/completions")
+            read = read_fields(ev.route, b, MAX_MODEL_CHARS)
+            ev.model, ev.stream, ev.max_tokens = read.model, read.stream, read.max_tokens
             attrs, who = rec.attrs(cl, ev, headers, b, scope)
             lane, ev.class_source = cl.decide(attrs)
             rec.decided(lane.name, ev.class_source)

@@ -1,6 +1,6 @@
 """Benchmark reading a replica's ``/metrics`` page into the pool state (one pool poll).
 
-Times ``obs.sidecar.engine_scrape.read_state`` (the page cut to the adapter's
+Times ``obs.sidecar.pools.engine_scrape.read_state`` (the page cut to the adapter's
 families, then parsed with prometheus_client's text parser) against parsing the
 whole page with the same parser, on each engine's page in tests/data:
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 import timeit
 from pathlib import Path
 
-from obs.sidecar.engine_scrape import parse_sums, read_state
+from obs.sidecar.pools.engine_scrape import parse_sums, read_state
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 PAGES = {

@@ -182,7 +182,7 @@ async def _forward(port: int, upstream_port: int) -> None:
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", upstream_port)
         await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
 
-    # the sidecar's backlog (obs.sidecar.server.BACKLOG), so the queue has the same room
+    # the sidecar's backlog (obs.sidecar.serve.BACKLOG), so the queue has the same room
     server = await asyncio.start_server(connection, "127.0.0.1", port, backlog=2048)
     async with server:
         await server.serve_forever()

@@ -119,7 +119,7 @@ class PriorityRule(_Model):
 
 
 class Priority(_Model):
-    """A request's priority in its lane, 0-9 (obs.sidecar.priority): the ``header``'s digit,
+    """A request's priority in its lane, 0-9 (obs.sidecar.policy.priority): the ``header``'s digit,
     else the tenant's, else the first matching rule's, else ``default``; a queued request
     gains one level per ``aging_s`` seconds."""
 

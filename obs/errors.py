@@ -1,7 +1,7 @@
 """The project's exception hierarchy.
 
 HTTP statuses and bodies for the sidecar's own errors are mapped in one place,
-``obs.sidecar.errors`` (the relay and the app's own routes both answer through it);
+``obs.sidecar.outcomes`` (the relay and the app's own routes both answer through it);
 everything here is I/O-free.
 """
 

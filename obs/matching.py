@@ -2,7 +2,7 @@
 
 ``Match`` is one classification rule (obs.lanes matches it against a request's attributes);
 ``Recognition`` says how the sidecar recognises requests beyond their header: the recent
-prefixes it remembers and the slow readers it learns (obs.sidecar.recognition).
+prefixes it remembers and the slow readers it learns (obs.sidecar.policy.recognition).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 The top-level folders (sidecar/, exporters/, ...) install as ``obs.*`` through setuptools'
 ``package-dir`` (pyproject.toml). Static tools (mypy, import-linter) cannot follow that
-mapping: run on the source tree, they would see ``sidecar.relay`` where the code imports
-``obs.sidecar.relay``, and check nothing across packages. ``build()`` makes the tree they
+mapping: run on the source tree, they would see ``sidecar.relay.relay`` where the code imports
+``obs.sidecar.relay.relay``, and check nothing across packages. ``build()`` makes the tree they
 need under ``build/typecheck`` from the same ``package-dir`` table (hard links: no copy,
 edits show at once), with tests/ and bench/ beside it. Used by ``scripts/typecheck`` and
 ``scripts/layers``.

@@ -37,37 +37,37 @@ from obs.exporters.prom import Metrics, PoolStateCollector
 from obs.exporters.served import DriftCollector, ServedCollector
 from obs.lanes import Classifier
 from obs.served import config_fingerprint
-from obs.sidecar.admission import LaneGate
-from obs.sidecar.auth import Tenants
-from obs.sidecar.engine_join import EngineJoin
-from obs.sidecar.errors import (
+from obs.sidecar.outcomes import (
     MethodNotAllowed,
     NotFound,
     RelayError,
     UpstreamUnavailable,
     for_status,
 )
-from obs.sidecar.forward import TraceForwarder
-from obs.sidecar.health_listener import HealthListener
-from obs.sidecar.looplag import LoopLagMonitor
-from obs.sidecar.models_route import union_models
-from obs.sidecar.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES, request_headers
-from obs.sidecar.pools import PoolSet
-from obs.sidecar.recognition import Recognizer
-from obs.sidecar.record_rate import RefusedRecord
-from obs.sidecar.recorder import (
+from obs.sidecar.policy.admission import LaneGate
+from obs.sidecar.policy.auth import Tenants
+from obs.sidecar.policy.recognition import Recognizer
+from obs.sidecar.pools.pools import PoolSet
+from obs.sidecar.pools.upstream import Upstream
+from obs.sidecar.record.engine_join import EngineJoin
+from obs.sidecar.record.forward import TraceForwarder
+from obs.sidecar.record.record_rate import RefusedRecord
+from obs.sidecar.record.recorder import (
     JoinEngineSpan,
     Recorder,
     SampleRefusals,
     sidecar_pipeline,
     stamp_config,
 )
-from obs.sidecar.relay import SHUTDOWN_FLUSH_S, Relay
+from obs.sidecar.relay.models_route import union_models
+from obs.sidecar.relay.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES, request_headers
+from obs.sidecar.relay.relay import SHUTDOWN_FLUSH_S, Relay
+from obs.sidecar.relay.traces import TraceReceiver, refusal_counter
+from obs.sidecar.server.health_listener import HealthListener
+from obs.sidecar.server.looplag import LoopLagMonitor
+from obs.sidecar.server.worker_metrics import merged_registry
 from obs.sidecar.settings import Settings
-from obs.sidecar.traces import TraceReceiver, refusal_counter
 from obs.sidecar.types import Receive, Scope, Send
-from obs.sidecar.upstream import Upstream
-from obs.sidecar.worker_metrics import merged_registry
 
 log = structlog.get_logger("vllm_obs.sidecar")
 SUMMARY_PERIOD_S = 0.25  # how often pending summary records are checked (written each second)
@@ -183,7 +183,7 @@ class SidecarApp:
         return self._session
 
     def _recorder(self, exporters: list[Exporter]) -> Recorder:
-        """Each finished request's way to the exporters (``obs.sidecar.recorder``)."""
+        """Each finished request's way to the exporters (``obs.sidecar.record.recorder``)."""
         metrics_only = Fanout([self.metrics], failures=self.metrics)
         record_only = Fanout(_record_sinks(exporters), failures=self.metrics)
         stamp = stamp_config(self.config_fingerprint)
@@ -286,7 +286,7 @@ class SidecarApp:
         return api
 
     async def _models(self, request: Request) -> Response:
-        """The union of the pools' model lists (``obs.sidecar.models_route``)."""
+        """The union of the pools' model lists (``obs.sidecar.relay.models_route``)."""
         try:
             headers = request_headers(request.scope)
             self.tenants.resolve(headers)
@@ -303,7 +303,7 @@ class SidecarApp:
 
 
 def _error(err: RelayError) -> Response:
-    """The sidecar's own error as a response: status, body and headers from obs.sidecar.errors."""
+    """The sidecar's own error as a response: status, body and headers from obs.sidecar.outcomes."""
     headers = {k.decode(): v.decode() for k, v in err.headers()}
     return Response(err.body(), status_code=err.status, headers=headers)
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from obs.config import ClickHouseExport, Config
 from obs.sidecar import defaults as D
-from obs.sidecar.capture import TextCapture
-from obs.sidecar.limits import Limits
-from obs.sidecar.worker_metrics import WorkerSlot
+from obs.sidecar.record.capture import TextCapture
+from obs.sidecar.server.limits import Limits
+from obs.sidecar.server.worker_metrics import WorkerSlot
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +31,7 @@ class Settings:
     extra_routes: tuple[str, ...] = field(default=())
     metrics_address: tuple[str, int] | None = None  # /metrics there instead of on the relay port
     capture: TextCapture | None = None  # None: no prompt or output text anywhere (the default)
-    workers: int = D.WORKERS  # relay processes on the port (obs.sidecar.workers)
+    workers: int = D.WORKERS  # relay processes on the port (obs.sidecar.server.workers)
     worker: WorkerSlot | None = None  # set in each worker when workers > 1
     clickhouse: ClickHouseExport | None = None  # None: no ClickHouse exporter
     # Hardening (docs/security.md).

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from obs.procs import free_port
-from obs.sidecar.otlp import (
+from obs.sidecar.process import SidecarProcess
+from obs.sidecar.record.otlp import (
     ReceivedLog,
     ReceivedPoint,
     ReceivedSpan,
@@ -24,7 +25,6 @@ from obs.sidecar.otlp import (
     decode_metrics,
     decode_traces,
 )
-from obs.sidecar.process import SidecarProcess
 
 __all__ = [
     "OtlpReceiver",

@@ -53,7 +53,8 @@ OUTCOMES: Final = (OK, ERROR, CLIENT_ERROR, REJECTED, DISCONNECTED)
 BAD_OUTCOMES: Final = (ERROR,)
 
 # Admission rejection reasons: the ``reason`` label of admission_rejections and the
-# event's ``rejection_reason``. The HTTP status each answers with is in obs.sidecar.admission.
+# event's ``rejection_reason``. The HTTP status each answers with is in
+# obs.sidecar.policy.admission.
 QUEUE_FULL: Final = "queue_full"  # 429: the lane's queue holds max_queue requests already
 QUEUE_TIMEOUT: Final = "queue_timeout"  # 429: waited queue_timeout_s without a slot
 TENANT_SHARE: Final = "tenant_share"  # 429: the tenant holds its fair share of a full lane

@@ -107,7 +107,7 @@ JSON_ANSWERS = _m(
     "json_answers",
     "counter",
     "Answers to requests that asked for JSON (response_format json_object/json_schema, or "
-    "tools), by whether they parse (result valid or invalid; obs.sidecar.json_answers).",
+    "tools), by whether they parse (result valid or invalid; obs.sidecar.relay.json_answers).",
     *LP,
     MODEL,
     RESULT,
@@ -261,7 +261,7 @@ EVENT_LOOP_LAG_PERIOD_S: Final = 0.1
 EVENT_LOOP_LAG_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 # Lag above which the relay itself is the bottleneck: the alert's default and the panel's line.
 EVENT_LOOP_LAG_MAX_S: Final = 0.05
-# Hardening (obs.sidecar.guard, obs.sidecar.traces; docs/security.md).
+# Hardening (obs.sidecar.server.guard, obs.sidecar.relay.traces; docs/security.md).
 CONNECTION_LIMITS = _m(
     "connection_limits",
     "counter",

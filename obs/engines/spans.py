@@ -1,6 +1,6 @@
 """Each engine's request span: which span it is, and its timing as the engine view's numbers.
 
-The engine join (``obs.sidecar.engine_join``) merges one span per request into the
+The engine join (``obs.sidecar.record.engine_join``) merges one span per request into the
 event (``obs.engines.view``). Which span that is, and where its timing is, differ:
 
 - **vLLM**: ``llm_request``, ``gen_ai.latency.*`` in seconds (queue, prefill,

@@ -4,9 +4,9 @@ Each planned request of the mix (obs.loadgen's seeded plan: the same arrivals,
 classes and lengths ``vllm-obs load`` sends) goes the way the sidecar takes it, with
 the sidecar's own code: classified by ``obs.lanes.Classifier`` on the attributes the
 relay computes (route, stream, the ``x-client-class`` header the load sets, the
-~4-characters-per-token prompt estimate), admitted by ``obs.sidecar.admission.LaneGate``
+~4-characters-per-token prompt estimate), admitted by ``obs.sidecar.policy.admission.LaneGate``
 (concurrency, bounded queue with its timeout, token budget), routed by
-``obs.sidecar.pools.PoolSet.candidates`` (least outstanding or prefix affinity), then
+``obs.sidecar.pools.pools.PoolSet.candidates`` (least outstanding or prefix affinity), then
 served by a simulated replica (obs.sweep.virtual). The first-token timeout of the
 lane aborts the request as the relay does. Each request becomes one request event
 (obs.events), so the matrix comes from the query engine's goodput code, as for a
@@ -37,8 +37,8 @@ from obs.events import Event
 from obs.lanes import CHARS_PER_TOKEN, Classifier, RequestAttrs
 from obs.loadgen.mix import Mix
 from obs.loadgen.plan import Arrivals, PlannedRequest, iter_plan
-from obs.sidecar.admission import LaneGate, Rejected, Ticket
-from obs.sidecar.pools import PoolSet
+from obs.sidecar.policy.admission import LaneGate, Rejected, Ticket
+from obs.sidecar.pools.pools import PoolSet
 from obs.sweep.profile import Profile
 from obs.sweep.virtual import VirtualLoop, VirtualReplica, gap_percentile
 

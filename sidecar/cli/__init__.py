@@ -122,7 +122,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--redact-hook",
         metavar="MODULE:FUNCTION",
         help="with --capture-text: a str -> str function every captured text goes through "
-        "(default: obs.sidecar.capture:redact, which masks e-mails, tokens, long numbers, IPs)",
+        "(default: obs.sidecar.record.capture:redact, which masks e-mails, tokens, long "
+        "numbers, IPs)",
     )
     p.add_argument(
         "--capture-max-chars",
@@ -175,8 +176,8 @@ def run(args: argparse.Namespace) -> int:
     from obs.config import load_config, single_upstream
     from obs.errors import ConfigError
     from obs.exporters.clickhouse import clickhouse_settings
-    from obs.sidecar.capture import TextCapture
-    from obs.sidecar.server import serve
+    from obs.sidecar.record.capture import TextCapture
+    from obs.sidecar.serve import serve
     from obs.sidecar.settings import Settings
 
     config = (

@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from obs.errors import ConfigError
-from obs.sidecar.limits import Limits
+from obs.sidecar.server.limits import Limits
 
 _D = Limits()
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from obs.durations import UNIT_S, parse_duration, seconds
 from obs.errors import InputError
-from obs.sidecar.errors import (
+from obs.sidecar.outcomes import (
     MethodNotAllowed,
     NotFound,
     RelayError,

@@ -21,8 +21,8 @@ from obs.errors import ConfigError
 from obs.events import Event
 from obs.phases import Clock
 from obs.record import Finished
-from obs.sidecar.engine_join import EngineJoin
-from obs.sidecar.traces import MAX_TRACE_BYTES, decode
+from obs.sidecar.record.engine_join import EngineJoin
+from obs.sidecar.relay.traces import MAX_TRACE_BYTES, decode
 from obs.tracecontext import TraceIds
 from tests.support import span_captures
 

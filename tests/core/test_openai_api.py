@@ -28,8 +28,8 @@ from obs.openai_api import (
     prompt_text,
     read_request,
 )
-from obs.sidecar.payloads import dump_body, fingerprint, try_json
-from obs.sidecar.sse import StreamState, classify, classify_parsed
+from obs.sidecar.relay.payloads import dump_body, fingerprint, try_json
+from obs.sidecar.relay.sse import StreamState, classify, classify_parsed
 
 IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
 

@@ -1,4 +1,4 @@
-"""The derived timings of a record (obs.record) and the usage rules (obs.sidecar.payloads).
+"""The derived timings of a record (obs.record) and the usage rules (obs.sidecar.relay.payloads).
 
 Pure policy, tested directly: TPOT only where a cadence was seen, TTFT only for a
 first token, counted tokens when the pool sent no usage, which streams the
@@ -17,8 +17,8 @@ from obs.engines.view import apply_engine_view
 from obs.events import Event
 from obs.phases import Clock
 from obs.record import Finished, fill_timings, tpot_ns
-from obs.sidecar.payloads import apply_usage, single_choice, usage_options, wants_usage
-from obs.sidecar.sse import StreamState
+from obs.sidecar.relay.payloads import apply_usage, single_choice, usage_options, wants_usage
+from obs.sidecar.relay.sse import StreamState
 from obs.tracecontext import new_ids
 
 MS = 1_000_000

@@ -20,8 +20,8 @@ from obs.served import (
     page_settings,
     vllm_cache_settings,
 )
-from obs.sidecar.engine_scrape import page_settings as metrics_settings
-from obs.sidecar.worker_metrics import merge_pages
+from obs.sidecar.pools.engine_scrape import page_settings as metrics_settings
+from obs.sidecar.server.worker_metrics import merge_pages
 
 REFERENCE = Path(__file__).parents[2] / "tests" / "data" / "vllm-0.32-cpu-metrics.txt"
 CACHE_LINE = (

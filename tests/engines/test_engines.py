@@ -21,7 +21,7 @@ from obs.engines.adapters import ADAPTERS, reports, unknown_state
 from obs.engines.metrics import STATE_FIELDS, EngineState, Sums, plus
 from obs.errors import ConfigError
 from obs.exporters.prom import PoolStateCollector
-from obs.sidecar.engine_scrape import ExpositionError, detect_page, parse_sums, read_state
+from obs.sidecar.pools.engine_scrape import ExpositionError, detect_page, parse_sums, read_state
 
 DATA = Path(__file__).parents[1] / "data"
 VLLM_PAGE = (DATA / "vllm-0.32-cpu-metrics.txt").read_text()

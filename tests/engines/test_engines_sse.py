@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from obs.events import Event
-from obs.sidecar.payloads import apply_usage
-from obs.sidecar.sse import FrameSplitter, StreamState, UsageStripper, classify, move_timings
+from obs.sidecar.relay.payloads import apply_usage
+from obs.sidecar.relay.sse import FrameSplitter, StreamState, UsageStripper, classify, move_timings
 
 DATA = Path(__file__).parents[1] / "data"
 

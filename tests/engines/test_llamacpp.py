@@ -21,7 +21,7 @@ from obs.engines.adapters.base import ENGINE_VIEW_FIELDS
 from obs.engines.llamacpp_server import LlamaServer
 from obs.engines.llamacpp_setup import LLAMACPP_VERSION, LlamaCppPaths, ensure_llamacpp
 from obs.engines.server import ServerError
-from obs.sidecar.engine_scrape import read_state
+from obs.sidecar.pools.engine_scrape import read_state
 from obs.sidecar.testing import SidecarProcess
 from tests.conftest import SidecarFactory
 from tests.support import probes

@@ -24,7 +24,7 @@ from obs.events import Event
 from obs.exporters.prom import Metrics
 from obs.phases import Clock
 from obs.record import Finished
-from obs.sidecar.worker_metrics import merge_pages
+from obs.sidecar.server.worker_metrics import merge_pages
 from obs.tracecontext import TraceIds
 
 CONFIG: Config = parse_config(

@@ -17,7 +17,7 @@ from obs.exporters.otlp_metrics import GenAiMetricsExporter
 from obs.exporters.otlp_proto import export_request, request_spans
 from obs.phases import Clock
 from obs.record import Finished
-from obs.sidecar.otlp import spans_of
+from obs.sidecar.record.otlp import spans_of
 from obs.sidecar.testing import OtlpReceiver, ReceivedPoint
 from obs.tracecontext import TraceIds
 from tests.support.probes import EventCounts

@@ -1,4 +1,4 @@
-"""obs.sidecar.admission, directly: the lane gate's limits, queue order and refusals."""
+"""obs.sidecar.policy.admission, directly: the lane gate's limits, queue order and refusals."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from obs import conventions as c
 from obs.config import Lane
-from obs.sidecar.admission import LaneGate, Rejected, Ticket
+from obs.sidecar.policy.admission import LaneGate, Rejected, Ticket
 
 
 def _lane(**admission: Any) -> Lane:

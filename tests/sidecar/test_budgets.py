@@ -1,11 +1,11 @@
-"""obs.sidecar.budgets: connection and body-memory budgets, in total and per address."""
+"""obs.sidecar.server.budgets: connection and body-memory budgets, in total and per address."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from obs.sidecar.budgets import Budgets
+from obs.sidecar.server.budgets import Budgets
 
 ADDRS = st.sampled_from(["10.0.0.1", "10.0.0.2", "10.0.0.3"])
 

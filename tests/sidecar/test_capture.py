@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from obs.engines.server import VllmServer
-from obs.sidecar.capture import HOOK_FAILED, prompt_text, redact
+from obs.sidecar.record.capture import HOOK_FAILED, prompt_text, redact
 from obs.sidecar.testing import OtlpReceiver
 from tests.conftest import SidecarFactory
 

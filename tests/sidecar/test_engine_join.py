@@ -19,8 +19,8 @@ from obs.engines.view import MAX_ENGINE_S, BadEngineSpan, engine_numbers
 from obs.events import Event
 from obs.phases import Clock
 from obs.record import Finished
-from obs.sidecar.engine_join import EngineJoin
-from obs.sidecar.otlp import ReceivedSpan
+from obs.sidecar.record.engine_join import EngineJoin
+from obs.sidecar.record.otlp import ReceivedSpan
 from obs.tracecontext import TraceIds
 
 MS = 1_000_000

@@ -1,4 +1,4 @@
-"""obs.sidecar.errors: each outcome's status, body, SSE frame and event record agree."""
+"""obs.sidecar.outcomes: each outcome's status, body, SSE frame and event record agree."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 
 from obs import conventions as c
 from obs.events import Event
-from obs.sidecar import errors as e
-from obs.sidecar.admission import Rejected
+from obs.sidecar import outcomes as e
+from obs.sidecar.policy.admission import Rejected
 
 SENT = [
     e.BadRequest("bad"),

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 import pytest
 
 from obs.procs import free_port, wait_http
-from obs.sidecar.guard import Guard
-from obs.sidecar.limits import Limits
-from obs.sidecar.server import RelayServer
+from obs.sidecar.serve import RelayServer
+from obs.sidecar.server.guard import Guard
+from obs.sidecar.server.limits import Limits
 from obs.sidecar.types import Receive, Scope, Send
 from tests.support.rawhttp import read_response
 

@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from obs.procs import free_port
-from obs.sidecar.budgets import nofile_cap
-from obs.sidecar.limits import Limits
+from obs.sidecar.server.budgets import nofile_cap
+from obs.sidecar.server.limits import Limits
 from obs.sidecar.testing import SidecarProcess
 from tests.conftest import SidecarFactory
 from tests.support.probes import metric

@@ -8,7 +8,7 @@ import httpx
 
 from obs import conventions as c
 from obs.procs import free_port
-from obs.sidecar.engine_scrape import read_state
+from obs.sidecar.pools.engine_scrape import read_state
 from tests.conftest import SidecarFactory
 from tests.support.probes import label_values, samples
 

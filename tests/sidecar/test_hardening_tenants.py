@@ -1,6 +1,6 @@
 """Fair share against a client that names a new tenant on every request (issue 25, item 6).
 
-The bound itself (``obs.sidecar.auth``) is pure and tested directly, with its clock
+The bound itself (``obs.sidecar.policy.auth``) is pure and tested directly, with its clock
 injected. The scenario runs a real sidecar; its pool is ``ScriptedUpstream``, holding
 each of the attacker's requests a second, because the test needs slots held for a
 known time, which a real engine's generation time does not give on a loaded machine.
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from obs import conventions as c
 from obs.config import ApiKey, Auth
-from obs.sidecar.auth import TENANT_WINDOW_S, Tenants
+from obs.sidecar.policy.auth import TENANT_WINDOW_S, Tenants
 from tests.conftest import SidecarFactory
 from tests.support import chat_body
 from tests.support.lanes_support import lane_gauge, rejections

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from obs import conventions as c
-from obs.sidecar.limits import Limits
+from obs.sidecar.server.limits import Limits
 from tests.sidecar.conftest import InprocFactory
 from tests.support import chat_body
 from tests.support.inproc import InProcessSidecar, lane_config, request_id

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from obs.sidecar.json_answers import MAX_TOOL_CALLS, JsonAnswer, json_mode
+from obs.sidecar.relay.json_answers import MAX_TOOL_CALLS, JsonAnswer, json_mode
 
 
 def _frame(delta: dict[str, object]) -> bytes:

@@ -1,4 +1,4 @@
-"""Priority within a lane: obs.sidecar.priority's pure policy (resolve, aging, pick,
+"""Priority within a lane: obs.sidecar.policy.priority's pure policy (resolve, aging, pick,
 displace), with hypothesis, and the lane gate admitting by it."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from obs import conventions as c
 from obs.config import Lane, Priority
 from obs.lanes import RequestAttrs
-from obs.sidecar import priority as pr
-from obs.sidecar.admission import LaneGate, Rejected, Ticket
+from obs.sidecar.policy import priority as pr
+from obs.sidecar.policy.admission import LaneGate, Rejected, Ticket
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""obs.sidecar.recognition, directly: recent prefixes, client identity, slow-reader learning."""
+"""obs.sidecar.policy.recognition, directly: recent prefixes, client identity, slow-reader
+learning."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from prometheus_client import CollectorRegistry
 from obs import conventions as c
 from obs.events import Event
 from obs.matching import Recognition
-from obs.sidecar.recognition import (
+from obs.sidecar.policy.recognition import (
     PREFIX_CHARS,
     RecentPrefixes,
     Recognizer,

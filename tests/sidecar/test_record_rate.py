@@ -1,4 +1,4 @@
-"""obs.sidecar.record_rate, directly: the client-event budget and its summary records."""
+"""obs.sidecar.record.record_rate, directly: the client-event budget and its summary records."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry
 
 from obs import conventions as c
 from obs.events import Event
-from obs.sidecar.record_rate import SUMMARY_PREFIX, RefusedRecord, client_caused
+from obs.sidecar.record.record_rate import SUMMARY_PREFIX, RefusedRecord, client_caused
 
 
 class FakeClock:

@@ -1,4 +1,4 @@
-"""obs.sidecar.recorder: a finished request's one way out, processors then the exporters."""
+"""obs.sidecar.record.recorder: a finished request's one way out, processors then the exporters."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from obs import conventions as c
 from obs.events import Event
 from obs.phases import Clock
 from obs.record import Finished
-from obs.sidecar.engine_join import EngineJoin
-from obs.sidecar.record_rate import RefusedRecord
-from obs.sidecar.recorder import (
+from obs.sidecar.record.engine_join import EngineJoin
+from obs.sidecar.record.record_rate import RefusedRecord
+from obs.sidecar.record.recorder import (
     JoinEngineSpan,
     Recorder,
     SampleRefusals,

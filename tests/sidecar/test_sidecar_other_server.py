@@ -1,7 +1,7 @@
 """The sidecar app under an ASGI server other than its own (uvicorn's h11 protocol).
 
 ``vllm-obs sidecar`` writes each token straight to the client's connection
-(obs.sidecar.client); under any other server that connection is not exposed and
+(obs.sidecar.server.client); under any other server that connection is not exposed and
 the relay sends each piece as an ASGI message instead. This pins that path.
 """
 

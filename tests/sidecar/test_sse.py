@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from obs import conventions as c
 from obs.openai_api import error_code
-from obs.sidecar import errors as e
-from obs.sidecar.sse import (
+from obs.sidecar import outcomes as e
+from obs.sidecar.relay.sse import (
     SEP,
     FrameSplitter,
     StreamState,

@@ -1,4 +1,4 @@
-"""The relay's pool client (``obs.sidecar.upstream``) against a real ``vllm serve``.
+"""The relay's pool client (``obs.sidecar.pools.upstream``) against a real ``vllm serve``.
 
 Each test runs its own event loop (uvloop, as the sidecar does). Only the
 invalid-HTTP test uses a fake pool: a raw socket that answers garbage, which no
@@ -19,7 +19,7 @@ import pytest
 import uvloop
 
 from obs.engines.server import VllmServer
-from obs.sidecar.upstream import ConnectFailed, Response, Upstream, UpstreamError
+from obs.sidecar.pools.upstream import ConnectFailed, Response, Upstream, UpstreamError
 from tests.support import chat_body
 from tests.support.engine_core import engine_core_throttled
 

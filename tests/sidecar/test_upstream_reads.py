@@ -12,7 +12,7 @@ import threading
 
 import uvloop
 
-from obs.sidecar.upstream import Upstream, UpstreamError
+from obs.sidecar.pools.upstream import Upstream, UpstreamError
 
 FRAMES = [b'data: {"n":%d}\n\n' % i for i in range(4)]
 

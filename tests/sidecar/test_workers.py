@@ -20,8 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from obs import conventions as c
 from obs.engines.server import VllmServer
 from obs.procs import free_port
+from obs.sidecar.server.worker_metrics import merge_pages
 from obs.sidecar.testing import SidecarProcess
-from obs.sidecar.worker_metrics import merge_pages
 from tests.conftest import SidecarFactory
 from tests.support import chat_body
 

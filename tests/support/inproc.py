@@ -1,7 +1,7 @@
 """The sidecar in the test process: its real server in a thread, for the hot path in milliseconds.
 
 ``InProcessSidecar`` builds the app with ``create_app`` (on a registry of its own) and runs
-it on the very server ``vllm-obs sidecar`` runs (``obs.sidecar.server.relay_server``: the
+it on the very server ``vllm-obs sidecar`` runs (``obs.sidecar.serve.relay_server``: the
 sidecar's ``RelayServer``, httptools over uvloop behind the connection limits) in a thread,
 on a free 127.0.0.1 port. It starts in a fraction of a second and stops cleanly (the
 server's own shutdown, as on SIGTERM: the lifespan flushes the exporters). What a test
@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry
 from obs.config import Config, parse_config
 from obs.procs import free_port
 from obs.sidecar.app import create_app
-from obs.sidecar.server import relay_server
+from obs.sidecar.serve import relay_server
 from obs.sidecar.settings import Settings
 from tests.support.event_log import EventLog
 from tests.support.probes import Samples, parse_samples

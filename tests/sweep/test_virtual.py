@@ -12,7 +12,7 @@ from obs.config import Admission, Lane
 from obs.engines.sim.frontend import FrontEnd, FrontEndCost
 from obs.engines.sim.hardware import StepWork, perf_model
 from obs.engines.sim.scheduler import SchedulerConfig, SimRequest
-from obs.sidecar.admission import LaneGate, Rejected, Ticket
+from obs.sidecar.policy.admission import LaneGate, Rejected, Ticket
 from obs.sweep.virtual import VirtualLoop, VirtualReplica, gap_percentile
 
 H100 = perf_model("H100", "llama-3.1-8b")

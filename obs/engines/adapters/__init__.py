@@ -2,7 +2,7 @@
 
 A pool names its engine in the config (``engine: vllm | sglang | llamacpp | tgi | sim``)
 or ``auto``, resolved from the metric-name prefix (``Adapter.prefix``) a replica's
-``/metrics`` page carries. Pure: the edges (``obs.sidecar.engine_scrape``) parse
+``/metrics`` page carries. Pure: the edges (``obs.sidecar.pools.engine_scrape``) parse
 the exposition and pass :class:`~obs.engines.metrics.Sums` in.
 """
 

@@ -1,0 +1,253 @@
+"""One home for a request's outcome: every way a request can fail, as an error type.
+
+Each type knows its HTTP status, its OpenAI error body, its SSE frame inside a started
+stream, and what the event records (``record``: status, error class, message, phase,
+rejection reason), so what the client reads and what the event says cannot drift apart.
+The pool's own failures (an error status, an error frame, vLLM's queue full) are types
+here too: the relay passes the pool's bytes through, and the event records them the same
+way. ``obs.sidecar.relay.respond`` sends them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from obs import conventions as c
+from obs.errors import ObsError
+from obs.events import Event
+from obs.openai_api import error_code
+
+MAX_MESSAGE = 300  # characters of an error's message the event keeps
+
+
+class RelayError(ObsError):
+    """An error the sidecar answers itself. Subclasses fix status, type and error class."""
+
+    status = 500
+    type_ = "InternalServerError"
+    error_class = "internal"
+    retry_after: int | None = None
+    rejection_reason: str | None = None  # what the event's rejection_reason says, if anything
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+    def event_status(self) -> str:
+        """The event's status: by the HTTP status (``outcome``) unless the type says more."""
+        return outcome(self.status)
+
+    def recorded_message(self) -> str | None:
+        """The event's ``error_message``: the client's message unless the type keeps more."""
+        return self.message[:MAX_MESSAGE]
+
+    def record(self, ev: Event, phase: str | None) -> None:
+        """This outcome on the event: status, error class, message, phase (and a refusal's
+        reason), the one place they are written."""
+        ev.status = self.event_status()
+        if self.rejection_reason is not None:
+            ev.rejection_reason = self.rejection_reason
+        ev.error_class = self.error_class
+        ev.error_message = self.recorded_message()
+        ev.error_phase = phase
+
+    def body(self) -> bytes:
+        return error_body(self.message, self.type_, self.status, self.param)
+
+    def sse_frame(self) -> bytes:
+        """This error inside an already-started stream, then ``[DONE]``."""
+        return sse_error_frame(self.message, self.type_, self.status)
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        h = [(b"content-type", b"application/json")]
+        if self.retry_after is not None:
+            h.append((b"retry-after", str(self.retry_after).encode()))
+        return h
+
+
+class BadRequest(RelayError):
+    status = 400
+    type_ = "BadRequestError"
+    error_class = "bad_request"
+
+
+class Unauthorized(RelayError):
+    status = 401
+    type_ = "AuthenticationError"
+    error_class = "unauthorized"
+
+
+class PayloadTooLarge(RelayError):
+    status = 413
+    type_ = "PayloadTooLargeError"
+    error_class = "bad_request"
+
+
+class NotFound(RelayError):
+    status = 404
+    type_ = "NotFoundError"
+    error_class = "bad_request"
+
+
+class MethodNotAllowed(RelayError):
+    status = 405
+    type_ = "MethodNotAllowedError"
+    error_class = "bad_request"
+
+
+class UpstreamUnavailable(RelayError):
+    """No replica of the pool accepted a connection."""
+
+    status = 503
+    type_ = "ServiceUnavailableError"
+    error_class = "upstream_connect"
+    retry_after = 1
+    rejection_reason = c.POOL_UNAVAILABLE  # still an error: it counts against the SLOs
+
+
+class ShuttingDown(RelayError):
+    """The sidecar's shutdown grace ended while the request was still running."""
+
+    status = 503
+    type_ = "ServiceUnavailableError"
+    error_class = "shutdown"
+
+
+class UpstreamTimeout(RelayError):
+    status = 504
+    type_ = "GatewayTimeoutError"
+    error_class = "upstream_timeout"
+
+
+class SlowClientStalled(RelayError):
+    """The client read nothing for the lane's ``slow_client.max_blocked_s``."""
+
+    status = 408
+    type_ = "SlowClientError"
+    error_class = "slow_client"
+
+
+class UpstreamProtocol(RelayError):
+    status = 502
+    type_ = "BadGatewayError"
+    error_class = "upstream_protocol"
+
+
+class Internal(RelayError):
+    """A fault in the sidecar itself: the client reads a plain 500, the event keeps the cause."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__("internal error in the sidecar")
+        self.cause = cause
+
+    def recorded_message(self) -> str | None:
+        return f"{self.message}: {self.cause!r}"[:MAX_MESSAGE]
+
+
+class ClientLeft(RelayError):
+    """The client went away before the end: nothing is sent, the event says it left."""
+
+    status = 499  # nginx's "client closed request"
+    type_ = "ClientClosedRequest"
+    error_class = "client_disconnect"
+
+    def __init__(self) -> None:
+        super().__init__("the client closed the connection before the response ended")
+
+    def event_status(self) -> str:
+        return c.DISCONNECTED
+
+    def recorded_message(self) -> str | None:
+        return None
+
+
+class PoolStatus(RelayError):
+    """The pool answered with an error status; its body reaches the client as it came."""
+
+    error_class = "upstream_status"
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.type_ = _type_of(status)
+
+
+class EngineQueueFull(RelayError):
+    """vLLM's own admission refused the request (503: ``--max-num-queued-reqs``/-tokens)."""
+
+    status = 503
+    type_ = "ServiceUnavailableError"
+    error_class = "admission"
+    rejection_reason = c.ENGINE_QUEUE_FULL
+
+    def event_status(self) -> str:
+        return c.REJECTED
+
+
+class PoolErrorFrame(RelayError):
+    """An error frame the pool sent inside its stream, relayed as it came; its ``code`` says
+    whose mistake it was (none: the pool's)."""
+
+    error_class = "upstream_stream_error"
+
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__(str(error.get("message", "")))
+        code = error_code(error)
+        self.status = code if code is not None else 502
+        self.type_ = str(error.get("type") or _type_of(self.status))
+
+
+def pool_status(status: int, message: str) -> RelayError:
+    """The outcome of the pool's error status ``status`` with ``message`` in its body."""
+    return EngineQueueFull(message) if status == 503 else PoolStatus(status, message)
+
+
+def outcome(status: int | None) -> str:
+    """The event status of a failure answered with HTTP ``status`` (a response's, an error
+    frame's ``code``, the sidecar's own): a 4xx is the client's (``client_error``); a 5xx,
+    or an error that names no status, is the pool's or the sidecar's (``error``), the only
+    kind the availability SLO counts."""
+    return c.CLIENT_ERROR if status is not None and 400 <= status < 500 else c.ERROR
+
+
+def for_status(status: int, message: str) -> RelayError:
+    """The sidecar's error for an HTTP status the framework raised (``Error`` if unmapped)."""
+    for cls in _BY_STATUS:
+        if cls.status == status:
+            return cls(message)
+    err = RelayError(message)
+    err.status, err.type_ = status, "Error"
+    return err
+
+
+def _type_of(status: int) -> str:
+    """The OpenAI error type of ``status`` (``Error`` if unmapped)."""
+    return next((cls.type_ for cls in _BY_STATUS if cls.status == status), "Error")
+
+
+_BY_STATUS: tuple[type[RelayError], ...] = (
+    BadRequest,
+    Unauthorized,
+    NotFound,
+    MethodNotAllowed,
+    SlowClientStalled,
+    PayloadTooLarge,
+    UpstreamProtocol,
+    UpstreamUnavailable,
+    UpstreamTimeout,
+)
+
+
+def error_body(message: str, type_: str, code: int, param: str | None = None) -> bytes:
+    """The error JSON vLLM and OpenAI use: ``{"error": {message, type, param, code}}``."""
+    return orjson.dumps(
+        {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    )
+
+
+def sse_error_frame(message: str, type_: str, code: int) -> bytes:
+    """An error inside an already-started stream, as vLLM sends it, then ``[DONE]``."""
+    return b"data: " + error_body(message, type_, code) + b"\n\ndata: [DONE]\n\n"

@@ -1,0 +1,184 @@
+"""What the relay remembers to recognise requests: recent prefixes and slow-reading clients.
+
+Two bounded LRU maps, touched once per request on the event loop (no locks):
+
+- ``RecentPrefixes``: hashes of the first ``PREFIX_CHARS`` characters (about 1,000 tokens)
+  of recent requests' text (``leading_key``). A request whose hash is in it has
+  ``prefix_seen`` (a shared document, a conversation resent with one more turn). The span is
+  longer than a shared system prompt usually is, so one alone does not make every request
+  "seen"; a short prompt has no key at all.
+- ``SlowReaders``: clients (by API key, tenant or address: ``recognition.client_id``) who
+  read a stream slowly. Their next requests have ``slow_reader`` until they read
+  ``fast_streams_to_forget`` streams in a row fast again (one fast stream may only mean the
+  pool was slower than the client that time). Keys are hashed: no API key is held in memory.
+
+Both are sized by the config's ``recognition`` section; the least recently seen entry goes
+first. The number of learned clients is a gauge (``vllm_obs_slow_readers``), and each
+lane decision is counted by its source (``vllm_obs_classified_total``).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from hashlib import blake2b
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from obs import conventions as c
+from obs import openai_api
+from obs.events import Event
+from obs.lanes import Classifier, RequestAttrs, prompt_shape, response_format
+from obs.matching import Recognition
+
+PREFIX_CHARS = 4096
+
+
+def leading_key(body: Mapping[str, Any], chars: int = PREFIX_CHARS) -> str | None:
+    """A hash of the first ``chars`` characters of the request's text (messages' contents
+    run together, or a string prompt); None when it has fewer."""
+    parts: list[str] = []
+    n = 0
+    msgs = openai_api.messages(body)
+    texts = (
+        (t for m in msgs for t in openai_api.content_texts(m.get("content")))
+        if msgs is not None
+        else iter(openai_api.prompt_strings(body) or [])
+    )
+    for t in texts:
+        parts.append(t)
+        n += len(t)
+        if n >= chars:
+            text = "".join(parts)[:chars]
+            return blake2b(text.encode("utf-8", "replace"), digest_size=8).hexdigest()
+    return None
+
+
+class RecentPrefixes:
+    """The last ``size`` prefix fingerprints seen."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._seen: OrderedDict[str, None] = OrderedDict()
+
+    def seen(self, fp: str | None) -> bool:
+        """Whether ``fp`` was seen recently; remembers it either way."""
+        if fp is None:
+            return False
+        d = self._seen
+        if fp in d:
+            d.move_to_end(fp)
+            return True
+        d[fp] = None
+        if len(d) > self.size:
+            d.popitem(last=False)
+        return False
+
+
+def client_id(how: str, headers: Mapping[str, str], tenant: str | None, client: Any) -> str | None:
+    """The client's identity for learning (``recognition.client_id``), or None when unknown.
+
+    ``api_key``: a hash of the ``Authorization`` header; ``tenant``: the resolved tenant;
+    either falls back to the client's address (``scope["client"]``) when absent.
+    """
+    if how == "api_key" and headers.get("authorization"):
+        key = headers["authorization"].encode("latin-1", "replace")
+        return "k:" + blake2b(key, digest_size=12).hexdigest()
+    if how == "tenant" and tenant:
+        return "t:" + tenant
+    if isinstance(client, list | tuple) and client and isinstance(client[0], str):
+        return "a:" + client[0]
+    return None
+
+
+class SlowReaders(Collector):
+    """Clients learned to read slowly, least recently seen forgotten first; each with the
+    number of fast streams it has read since its last slow one."""
+
+    def __init__(self, settings: Recognition) -> None:
+        self.settings = settings
+        self._slow: OrderedDict[str, int] = OrderedDict()
+
+    def __contains__(self, who: str | None) -> bool:
+        return who is not None and who in self._slow
+
+    def __len__(self) -> int:
+        return len(self._slow)
+
+    def observe(self, who: str | None, ev: Event) -> None:
+        """Learn from a finished stream: slow (past ``slow_stream_ms``) or fast again."""
+        if who is None or not ev.stream or ev.status != c.OK:
+            return
+        slow = max(ev.stream_ms, ev.stream_blocked_ms) >= self.settings.slow_stream_ms
+        d = self._slow
+        if not slow:
+            if who in d:
+                d[who] += 1
+                if d[who] >= self.settings.fast_streams_to_forget:
+                    del d[who]
+            return
+        d[who] = 0
+        d.move_to_end(who)
+        if len(d) > self.settings.max_clients:
+            d.popitem(last=False)
+
+    def collect(self) -> Iterator[Metric]:
+        m = c.SLOW_READERS
+        g = GaugeMetricFamily(m.name, m.help)
+        g.add_metric([], len(self._slow))
+        yield g
+
+
+class Recognizer:
+    """The relay's memory for recognition, and the counter of its decisions."""
+
+    def __init__(self, settings: Recognition, registry: CollectorRegistry | None = None) -> None:
+        self.settings = settings
+        self.needs_shape = True  # prompt size or shape: a rule or a gate reads it (the relay says)
+        self.prefixes = RecentPrefixes(settings.max_prefixes)
+        self.slow = SlowReaders(settings)
+        m = c.CLASSIFIED
+        self.decisions = Counter(m.name, m.help, m.labels, registry=registry)
+        if registry is not None:
+            registry.register(self.slow)
+
+    def client(self, headers: Mapping[str, str], tenant: str | None, client: Any) -> str | None:
+        return client_id(self.settings.client_id, headers, tenant, client)
+
+    def decided(self, lane: str, source: str) -> None:
+        self.decisions.labels(lane, source).inc()
+
+    def attrs(
+        self,
+        cl: Classifier,
+        ev: Event,
+        headers: dict[str, str],
+        body: dict[str, Any] | None,
+        scope: Mapping[str, Any],
+    ) -> tuple[RequestAttrs, str | None]:
+        """The attributes the lane rules read (each computed only when a rule or a gate needs
+        it), and the client's identity, from the event's model, stream and max_tokens as the
+        relay read them (``obs.sidecar.relay.payloads.read_fields``)."""
+        b = body or {}
+        shape = prompt_shape(body) if self.needs_shape and body is not None else None
+        n = b.get("n")
+        who = self.client(headers, ev.tenant, scope.get("client"))
+        attrs = RequestAttrs(
+            route=ev.route,
+            model=ev.model,
+            stream=ev.stream,
+            headers=headers,
+            tenant=ev.tenant,
+            max_tokens=ev.max_tokens,
+            prompt_tokens=shape.tokens if shape else None,
+            tools=shape.tools if shape else False,
+            context_in=shape.context_in if shape else "last",
+            prefix_seen=cl.needs_prefix and body is not None and self.prefixes.seen(leading_key(b)),
+            n=n if isinstance(n, int) and not isinstance(n, bool) else 1,
+            response_format=response_format(b),
+            slow_reader=cl.needs_slow_reader and who in self.slow,
+        )
+        return attrs, who

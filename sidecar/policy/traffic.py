@@ -1,0 +1,118 @@
+"""Traffic control per request: which arm of a split lane it takes, and falling back.
+
+The arm is chosen by ``obs.splits`` from the client's identity, as the lane's
+``canary.sticky`` names it: the API key (hashed here, never kept), the tenant, or the
+client's address; a request without that identity uses its address, and one without an
+address its request id. A fallback (:class:`FallBack`) is raised by the relay only
+before anything was sent to the client.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING
+
+import structlog
+
+from obs import conventions as c
+from obs import splits
+from obs.config import Lane
+from obs.events import Event
+from obs.lanes import RequestAttrs
+from obs.sidecar import outcomes as e
+from obs.sidecar.policy import priority
+from obs.sidecar.types import Scope
+
+if TYPE_CHECKING:  # the relay's request, only named here (policy imports nothing above it)
+    from obs.sidecar.relay.request import Request
+
+log = structlog.get_logger("vllm_obs.relay")
+
+
+class FallBack(Exception):
+    """The pool refused, failed or timed out before the first byte: try the fallback pool."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason  # one of conventions.FALLBACK_REASONS
+
+
+def identity(
+    sticky: str, headers: Mapping[str, str], tenant: str | None, scope: Scope, request_id: str
+) -> str:
+    """The client identity that keeps a split lane's requests on one arm."""
+    if sticky == "api_key":
+        scheme, _, key = headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and key.strip():
+            return "key:" + hashlib.sha256(key.strip().encode()).hexdigest()
+    elif sticky == "tenant" and tenant:
+        return "tenant:" + tenant
+    client = scope.get("client")
+    if client:
+        return f"address:{client[0]}"
+    return "request:" + request_id
+
+
+def arm(lane: Lane, headers: Mapping[str, str], tenant: str | None, scope: Scope, rid: str) -> str:
+    """The pool of the lane's split this request goes to (the lane's pool without a split)."""
+    if lane.split is None:
+        return lane.pool
+    who = identity(lane.canary_policy.sticky, headers, tenant, scope, rid)
+    return splits.choose(lane.arms, f"{lane.name}|{who}")
+
+
+def place(
+    ev: Event, lane: Lane, headers: Mapping[str, str], scope: Scope, attrs: RequestAttrs
+) -> None:
+    """Set the event's pool (its arm, for a split lane) and its priority in the lane."""
+    ev.pool = arm(lane, headers, ev.tenant, scope, ev.request_id)
+    ev.arm = ev.pool if lane.split is not None else None
+    if lane.priority is not None:
+        ev.priority = priority.resolve(lane.priority, headers, attrs)
+
+
+def fallback_pool(lane: Lane, pool: str) -> str | None:
+    """Where a request the pool ``pool`` failed goes next: the lane's fallback, never itself."""
+    return None if lane.fallback in (None, pool) else lane.fallback
+
+
+def refused(status: int) -> bool:
+    """A pool's answer that sends the request to the fallback: 5xx, or 429 (too busy)."""
+    return status >= 500 or status == 429
+
+
+def unavailable(pool: str, last: Exception | None, may_fall_back: bool) -> Exception:
+    """What no replica of ``pool`` accepting a connection raises: a fallback, or the error."""
+    if may_fall_back:
+        return FallBack(c.FALLBACK_UNAVAILABLE)
+    return e.UpstreamUnavailable(
+        f"pool {pool!r} is unavailable: no replica accepted a connection "
+        f"({last if last else 'no replicas'})"
+    )
+
+
+async def with_fallback(
+    req: Request, lane: Lane, route: Callable[[str, bool], Awaitable[None]]
+) -> None:
+    """``route(pool, may_fall_back)`` to the request's pool; if it falls back (a refusal, a
+    5xx, or a timeout before anything reached the client), once to the lane's fallback."""
+    ev = req.event
+    fallback = fallback_pool(lane, ev.pool)
+    if fallback is None:
+        await route(ev.pool, False)
+        return
+    try:
+        await route(ev.pool, True)
+        return
+    except FallBack as fb:
+        reason = fb.reason
+    except e.UpstreamTimeout:
+        if req.started or req.disconnected:
+            raise  # streaming began (or nobody waits): never a second answer
+        reason = c.FALLBACK_TIMEOUT
+    log.info("lane_fallback", lane=ev.lane, pool=ev.pool, to=fallback, reason=reason)
+    req.clock.dispatched = 0  # the time on the refusing pool counts as queueing
+    req.response = None
+    ev.fallback_from, ev.fallback_reason, ev.pool = ev.pool, reason, fallback
+    await route(fallback, False)

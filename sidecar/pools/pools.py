@@ -1,0 +1,215 @@
+"""The pools' replicas: choosing one, tracking health, and polling engine state.
+
+Health is passive and active: a connect failure marks a replica unhealthy at
+once; the monitor polls each replica's ``/metrics`` every ``interval`` and
+marks it healthy again (and keeps its engine state) when it answers. A pool
+whose replicas are all unhealthy is still tried, so traffic resumes on the
+first request after the engine is back, without waiting for a poll.
+
+A replica that accepts the poll's connection but answers late is busy, not down: a
+saturated engine starves its API server, and /metrics answers seconds late exactly
+when its KV cache is full. It keeps its health and its last engine state through
+``SLOW_POLLS_TOLERATED`` late polls in a row; the next one marks it down (a frozen
+engine). A refused or timed-out connection marks it down at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from hashlib import blake2b
+
+import aiohttp
+import structlog
+
+from obs.config import Config
+from obs.engines.adapters import AUTO, unknown_state
+from obs.engines.metrics import EngineState
+from obs.served import Served
+from obs.sidecar.pools.engine_scrape import ExpositionError, read_state
+from obs.sidecar.pools.served_poll import SettingsPoll
+
+log = structlog.get_logger("vllm_obs.pools")
+
+# Consistent hashing with bounded loads: a replica takes its keys while it holds fewer
+# than FACTOR x the pool's mean outstanding requests + SLACK. The slack keeps small
+# pools from spilling on every short burst: a cache hit is worth a few queued requests.
+AFFINITY_LOAD_FACTOR = 1.5
+AFFINITY_LOAD_SLACK = 4
+SLOW_POLLS_TOLERATED = 2
+
+
+def _weight(key: str, url: str) -> bytes:
+    return blake2b(f"{key}|{url}".encode(), digest_size=8).digest()
+
+
+@dataclass(slots=True)
+class Replica:
+    pool: str
+    url: str
+    engine: str = "auto"  # the pool's configured engine (obs.engines), or auto
+    outstanding: int = 0
+    healthy: bool = True
+    state: EngineState | None = None
+    failures: int = 0
+    slow_polls: int = 0  # late /metrics answers in a row (the connection was accepted)
+    served: Served | None = None  # engine, version and settings it last reported
+
+    @contextmanager
+    def lease(self) -> Iterator[None]:
+        """One request outstanding on this replica while the block runs (least-outstanding
+        routing reads the count), however the block ends."""
+        self.outstanding += 1
+        try:
+            yield
+        finally:
+            self.outstanding -= 1
+
+
+class PoolSet:
+    def __init__(self, config: Config, poll_interval_s: float = 5.0) -> None:
+        self.config = config
+        self.poll_interval_s = poll_interval_s
+        self.replicas: dict[str, list[Replica]] = {
+            p.name: [Replica(p.name, u, p.engine) for u in p.replicas] for p in config.pools
+        }
+        self._task: asyncio.Task[None] | None = None
+        # Told the pool and the model names each replica's /metrics carries (the metrics'
+        # model label).
+        self.on_models: Callable[[str, tuple[str, ...]], None] | None = None
+        self.settings = SettingsPoll(
+            {p.name: p.declared.values() for p in config.pools if p.declared is not None}
+        )
+
+    def candidates(self, pool: str, affinity: str | None = None) -> list[Replica]:
+        """Replicas to try in order: healthy ones by fewest outstanding requests, then the rest.
+
+        With an ``affinity`` key (a prefix fingerprint) the first is the healthy replica that
+        key hashes to (rendezvous hashing: a replica leaving moves only its own keys), unless
+        that replica holds more than its bounded share of the outstanding requests
+        (see ``AFFINITY_LOAD_FACTOR``): then the next replica in the key's order.
+        """
+        reps = self.replicas[pool]
+        if len(reps) == 1:
+            return reps
+        healthy = sorted((r for r in reps if r.healthy), key=lambda r: r.outstanding)
+        if affinity is not None and len(healthy) > 1:
+            mean = (sum(r.outstanding for r in healthy) + 1) / len(healthy)
+            cap = math.ceil(AFFINITY_LOAD_FACTOR * mean) + AFFINITY_LOAD_SLACK
+            ranked = sorted(healthy, key=lambda r: _weight(affinity, r.url), reverse=True)
+            first = next((r for r in ranked if r.outstanding < cap), healthy[0])
+            healthy.remove(first)
+            healthy.insert(0, first)
+        return healthy + [r for r in reps if not r.healthy]
+
+    def mark_failed(self, replica: Replica) -> None:
+        if replica.healthy:
+            log.warning("replica_unhealthy", pool=replica.pool, replica=replica.url)
+        replica.healthy = False
+        replica.failures += 1
+
+    def mark_ok(self, replica: Replica) -> None:
+        if not replica.healthy:
+            log.info("replica_healthy", pool=replica.pool, replica=replica.url)
+        replica.healthy = True
+
+    def snapshot(self) -> dict[tuple[str, str], EngineState | None]:
+        return {
+            (r.pool, r.url): (r.state if r.healthy else None)
+            for reps in self.replicas.values()
+            for r in reps
+        }
+
+    def default_model(self, pool: str) -> str | None:
+        """The model a request naming none is served: the pool's configured ``model``, else
+        the one model its replicas' /metrics name (None when they name several or none)."""
+        configured = self.config.pool(pool).model if pool in self.replicas else None
+        if configured:
+            return configured
+        seen = {m for r in self.replicas.get(pool, ()) if r.state for m in r.state.models}
+        return seen.pop() if len(seen) == 1 else None
+
+    def engine(self, pool: str, url: str) -> str | None:
+        """The engine a replica runs: configured, or as its last /metrics page showed."""
+        for r in self.replicas.get(pool, ()):
+            if r.url == url:
+                if r.engine != AUTO:
+                    return r.engine
+                return None if r.state is None else r.state.engine
+        return None
+
+    def served(self) -> dict[tuple[str, str], Served]:
+        """What each answering replica runs (replicas down or not yet read left out)."""
+        return {
+            (r.pool, r.url): r.served
+            for reps in self.replicas.values()
+            for r in reps
+            if r.healthy and r.state is not None and r.served is not None
+        }
+
+    def health(self) -> dict[str, dict[str, bool]]:
+        return {pool: {r.url: r.healthy for r in reps} for pool, reps in self.replicas.items()}
+
+    async def poll_once(self, session: aiohttp.ClientSession) -> None:
+        limit = min(2.0, self.poll_interval_s)
+        timeout = aiohttp.ClientTimeout(total=limit, sock_connect=limit)
+        reps = [r for rs in self.replicas.values() for r in rs]
+        await asyncio.gather(*(self._poll(session, r, timeout) for r in reps))
+
+    async def _poll(
+        self, session: aiohttp.ClientSession, r: Replica, limit: aiohttp.ClientTimeout
+    ) -> None:
+        try:
+            async with session.get(f"{r.url}/metrics", timeout=limit) as resp:
+                if resp.status != 200:
+                    raise aiohttp.ClientResponseError(
+                        resp.request_info, (), status=resp.status, message="bad status"
+                    )
+                text = await resp.text()
+        except TimeoutError as e:
+            connected = not isinstance(e, aiohttp.ConnectionTimeoutError)
+            if connected and r.healthy and r.slow_polls < SLOW_POLLS_TOLERATED:
+                r.slow_polls += 1
+                log.info("replica_metrics_slow", pool=r.pool, replica=r.url, late=r.slow_polls)
+                return
+            self._poll_failed(r)
+            return
+        except (aiohttp.ClientError, OSError):
+            self._poll_failed(r)
+            return
+        r.slow_polls = 0
+        try:
+            r.state = read_state(r.engine, text)
+        except ExpositionError as e:
+            # The replica answers, so it is up; what its engine reports is unknown.
+            log.warning("replica_metrics_unreadable", pool=r.pool, replica=r.url, error=str(e))
+            r.state = unknown_state()
+        if r.state.models and self.on_models is not None:
+            self.on_models(r.pool, r.state.models)
+        await self.settings.read(session, r, text, limit)
+        self.mark_ok(r)
+
+    def _poll_failed(self, r: Replica) -> None:
+        r.slow_polls = 0
+        r.state = None
+        self.settings.went_down(r)
+        self.mark_failed(r)
+
+    def start(self, session: aiohttp.ClientSession) -> None:
+        async def loop() -> None:
+            while True:
+                await self.poll_once(session)
+                await asyncio.sleep(self.poll_interval_s)
+
+        self._task = asyncio.get_running_loop().create_task(loop(), name="vllm-obs-pool-monitor")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None

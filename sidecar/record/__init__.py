@@ -1,0 +1,3 @@
+"""The record pipeline: a finished request's way out (processors, then the exporters), the
+engine-span join, the client-event budget, capture, and the OTLP payloads.
+"""

@@ -1,0 +1,219 @@
+"""What the relay reads from requests and responses: routes, JSON bodies, usage, errors.
+
+Pure helpers of ``obs.sidecar.relay.relay``: no I/O, nothing on the per-chunk path.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from hashlib import blake2b
+from typing import Any
+
+import orjson
+
+from obs import conventions as c
+from obs.events import Event
+from obs.openai_api import BadField, Reading, event_text, prefix_text, read_request
+from obs.sidecar import outcomes as e
+from obs.sidecar.pools.upstream import UpstreamError
+from obs.sidecar.relay.sse import StreamState
+from obs.sidecar.types import Scope
+
+# Routes whose responses the relay understands (SSE / completion JSON).
+GENERATE_ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "text_completion"}
+# Other OpenAI-API routes vLLM serves: relayed as they are, with a basic event.
+PASSTHROUGH_ROUTES = {
+    "/v1/embeddings": "embeddings",
+    "/v1/responses": "responses",
+    "/tokenize": "tokenize",
+    "/detokenize": "detokenize",
+    "/v1/score": "score",
+    "/score": "score",
+    "/v1/rerank": "rerank",
+    "/rerank": "rerank",
+    "/pooling": "pooling",
+    "/classify": "classify",
+    "/v1/audio/transcriptions": "transcription",
+    "/v1/audio/translations": "translation",
+}
+
+
+# Headers a request may carry once: two would let the sidecar and a proxy in front
+# of it read different values (one key checked, another forwarded).
+SINGLE_HEADERS = frozenset({"authorization", "x-request-id", "traceparent"})
+
+
+def request_headers(scope: Scope) -> dict[str, str]:
+    """The request's headers by lower-case name; 400 when a ``SINGLE_HEADERS`` one repeats."""
+    out: dict[str, str] = {}
+    for k, v in scope["headers"]:
+        name = k.decode("latin-1").lower()
+        if name in out and name in SINGLE_HEADERS:
+            raise e.BadRequest(f"the request has more than one {name} header")
+        out[name] = v.decode("latin-1")
+    return out
+
+
+def read_fields(route: str, body: dict[str, Any] | None, model_chars: int) -> Reading:
+    """The request's model (cut to ``model_chars``, valid UTF-8), stream flag and output cap
+    as the engine reads them (``obs.openai_api.read_request``); on a generate route a value
+    the engine would refuse is a 400 naming the field, elsewhere it reads as absent."""
+    try:
+        read = read_request(
+            body or {}, chat=route == "/v1/chat/completions", strict=route in GENERATE_ROUTES
+        )
+    except BadField as err:
+        raise e.BadRequest(f"invalid request field {err}") from err
+    mt = read.max_tokens  # an event holds 32 bits: any cap past them exceeds every model's length
+    mt = mt if mt is None else max(-MAX_TOKENS_CAP, min(MAX_TOKENS_CAP, mt))
+    return replace(read, model=event_text(read.model, model_chars), max_tokens=mt)
+
+
+def fingerprint(body: dict[str, Any]) -> str | None:
+    """A short hash of the prompt's first 512 characters of text (multimodal parts by their
+    text); None for a request with no messages or string prompt."""
+    text = prefix_text(body)
+    if text is None:
+        return None
+    return blake2b(text[:512].encode("utf-8", "replace"), digest_size=8).hexdigest()
+
+
+def wants_usage(body: dict[str, Any]) -> bool:
+    """The client asked for the usage frame (``stream_options.include_usage``)."""
+    opts = body.get("stream_options")
+    return isinstance(opts, dict) and bool(opts.get("include_usage"))
+
+
+def usage_options(body: dict[str, Any]) -> dict[str, Any]:
+    """``stream_options`` that make the pool send usage once, at the end.
+
+    ``continuous_usage_stats`` only takes effect with ``include_usage``: a client that set it
+    without usage receives no usage anywhere, so the sidecar turns it off when it asks.
+    """
+    opts = body.get("stream_options")
+    base = opts if isinstance(opts, dict) else {}
+    return {**base, "include_usage": True, "continuous_usage_stats": False}
+
+
+def single_choice(body: dict[str, Any]) -> bool:
+    """The stream has one choice: ``n`` (or ``best_of``) 1, one completions prompt.
+
+    Only then can the sidecar ask for usage unseen: vLLM moves ``system_fingerprint`` from
+    every choice's last frame to the usage frame, and with several choices the first
+    choice's last frame leaves before the usage frame exists.
+    """
+    for key in ("n", "best_of"):
+        v = body.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 1:
+            return False
+    prompt = body.get("prompt")
+    return not (isinstance(prompt, list) and len(prompt) > 1 and not _is_token_ids(prompt))
+
+
+def _is_token_ids(prompt: list[Any]) -> bool:
+    return all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+
+
+MAX_TOKENS_CAP = (1 << 31) - 1
+_LONG_DIGITS = re.compile(rb"\d{19}")
+
+
+class PythonJson(dict[str, Any]):
+    """A body only Python's ``json`` reads (NaN, Infinity, 1e400, a lone surrogate, a BOM,
+    UTF-16): written back with ``json.dumps``, so the engine reads what the client sent."""
+
+
+def try_json(raw: bytes) -> dict[str, Any] | None:
+    """The body as the engine reads it (vLLM: Starlette's ``json.loads`` of the bytes), or
+    None when it is not a JSON object. orjson first (fast); what it refuses, Python's
+    ``json`` may still accept, and then so does the engine. orjson also reads an integer
+    past 64 bits as a float: a body with 19 digits in a row is read by ``json`` too."""
+    try:
+        body = orjson.loads(raw)
+        if _LONG_DIGITS.search(raw) is not None:
+            raise orjson.JSONDecodeError("a long integer", "", 0)
+    except orjson.JSONDecodeError:
+        try:
+            loose = json.loads(raw)
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            return None
+        return PythonJson(loose) if isinstance(loose, dict) else None
+    return body if isinstance(body, dict) else None
+
+
+def dump_body(body: dict[str, Any]) -> bytes:
+    """The body as JSON the engine reads back to the same values (see ``PythonJson``)."""
+    if isinstance(body, PythonJson):
+        return json.dumps(body, allow_nan=True).encode()
+    return orjson.dumps(body)
+
+
+def upstream_error(err: BaseException, doing: str) -> e.RelayError:
+    if isinstance(err, UpstreamError):  # says what happened and while doing what
+        return e.UpstreamProtocol(str(err))
+    if isinstance(err, TimeoutError):
+        return e.UpstreamTimeout(f"the pool stopped sending while {doing} (idle timeout)")
+    return e.UpstreamProtocol(
+        f"the pool's connection failed while {doing}: {err.__class__.__name__}"
+    )
+
+
+def error_message(data: bytes) -> str:
+    try:
+        obj = orjson.loads(data)
+        return str(obj["error"]["message"])[:300]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return data[:200].decode("utf-8", "replace")
+
+
+def apply_usage_dict(ev: Event, usage: dict[str, Any] | None) -> None:
+    if not isinstance(usage, dict):
+        return
+    ev.prompt_tokens = _count(usage.get("prompt_tokens"))
+    ev.completion_tokens = _count(usage.get("completion_tokens"))
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict):
+        ev.cached_tokens = _count(details.get("cached_tokens"))
+
+
+def _count(v: object) -> int | None:
+    """A token count as the pool reported it, or None when it is not a count at all."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+def apply_usage(ev: Event, state: StreamState) -> None:
+    """Token counts and finish reason of a stream, from its usage frame or its token frames.
+
+    Without a usage frame (the client left, the pool failed, a multi-choice stream the
+    sidecar did not ask usage for), the output tokens are counted from the token frames
+    relayed (``obs.openai_api.choice_tokens``): vLLM sends one frame per generated token,
+    whatever its text, and a frame that carries several lists them only when the client
+    asked (``token_ids``, ``logprobs``), so the count is exact or a lower bound, and
+    ``tokens_source`` says it was counted.
+    """
+    apply_usage_dict(ev, state.usage)
+    if ev.completion_tokens is not None:
+        ev.tokens_source = c.TOKENS_FROM_USAGE
+    elif state.tokens:
+        ev.completion_tokens = state.tokens
+        ev.tokens_source = c.TOKENS_COUNTED
+    ev.output_chunks = state.output_frames
+    ev.finish_reason = state.finish_reason
+
+
+def read_completion(ev: Event, data: bytes) -> None:
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return
+    if not isinstance(obj, dict):
+        return
+    apply_usage_dict(ev, obj.get("usage"))
+    if ev.completion_tokens is not None:
+        ev.tokens_source = c.TOKENS_FROM_USAGE
+    choices = obj.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        fr = choices[0].get("finish_reason")
+        ev.finish_reason = fr if isinstance(fr, str) else None

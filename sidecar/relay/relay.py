@@ -1,0 +1,375 @@
+"""The relay: one ASGI handler per request, from the client to a pool and back.
+
+Hot path per upstream chunk (obs.sidecar.relay.streaming, in the pool socket's
+callback): one ``perf_counter_ns``, frame split, ``classify``, a list append
+for the inter-token gap, and a write to the client's transport. All
+per-request bookkeeping (event, spans, metrics) happens once, after the last
+byte: the relay hands the finished record to its ``Recorder``
+(obs.sidecar.record.recorder: processors, then the exporters) and reads nothing back.
+How a request fails, and what the client and the event are told, is the error
+type's (obs.sidecar.outcomes), answered through obs.sidecar.relay.respond.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
+
+import structlog
+
+from obs import conventions as c
+from obs.config import Lane
+from obs.lanes import Classifier
+from obs.record import Finished
+from obs.sidecar import outcomes as e
+from obs.sidecar.policy import traffic
+from obs.sidecar.policy.admission import LaneGate, Ticket
+from obs.sidecar.policy.auth import Tenants
+from obs.sidecar.policy.recognition import Recognizer
+from obs.sidecar.policy.traffic import FallBack
+from obs.sidecar.pools.pools import PoolSet, Replica
+from obs.sidecar.pools.upstream import ConnectFailed, Response, Upstream, UpstreamError
+from obs.sidecar.record.capture import TextCapture
+from obs.sidecar.record.recorder import JoinEngineSpan, Recorder
+from obs.sidecar.relay.bodies import (
+    MAX_JSON_ELEMENTS,
+    MAX_MODEL_CHARS,
+    BodyParser,
+    ClientGone,
+    read_body,
+)
+from obs.sidecar.relay.deadline import Deadline, first_token_timeout
+from obs.sidecar.relay.json_answers import JsonAnswer
+from obs.sidecar.relay.payloads import (
+    GENERATE_ROUTES,
+    dump_body,
+    fingerprint,
+    read_fields,
+    request_headers,
+    single_choice,
+    usage_options,
+    wants_usage,
+)
+from obs.sidecar.relay.request import Plan, Request
+from obs.sidecar.relay.respond import fail, send_head
+from obs.sidecar.relay.streaming import relay_stream, relay_whole
+from obs.sidecar.server.client import client_conn, received_ns
+from obs.sidecar.types import Message, Receive, Scope, Send
+from obs.tracecontext import new_ids
+
+log = structlog.get_logger("vllm_obs.relay")
+
+# Response headers not copied from the pool (hop-by-hop, or set by our server).
+_SKIP_HEADERS = {b"connection", b"keep-alive", b"transfer-encoding", b"date", b"server"}
+# Past --shutdown-grace, how long a cut stream's buffered bytes (up to the lane's slow_client
+# buffer, then the error frame) may take to reach a slow client before the process exits.
+SHUTDOWN_FLUSH_S = 5.0
+SHUTDOWN_MESSAGE = "the sidecar shut down before the request finished (--shutdown-grace ended)"
+
+
+class Relay:
+    """ASGI app for the relayed routes."""
+
+    def __init__(
+        self,
+        classifier: Classifier,
+        pools: PoolSet,
+        recorder: Recorder,
+        upstream: Upstream,
+        *,
+        gates: dict[str, LaneGate],
+        tenants: Tenants,
+        max_body_bytes: int,
+        pool_keys: dict[str, str] | None = None,
+        capture: TextCapture | None = None,
+        engine_spans: JoinEngineSpan | None = None,
+        max_json_elements: int = MAX_JSON_ELEMENTS,
+        recognizer: Recognizer | None = None,
+    ) -> None:
+        self.classifier = classifier
+        self.recognizer = recognizer or Recognizer(classifier.config.recognition)
+        self.pools = pools
+        self.recorder = recorder  # where each finished request's record goes, once
+        self.upstream = upstream
+        self.max_body_bytes = max_body_bytes
+        self.pool_keys = pool_keys or {}
+        self.capture = capture
+        self.engine_spans = engine_spans  # told which ids each traced pool is sent
+        self.json = BodyParser(max_json_elements)
+        self.gates = gates  # each lane's admission gate, by lane name
+        self.tenants = tenants
+        self._running: set[asyncio.Task[Any]] = set()  # handlers, for shutdown to wait on
+        self.needs_prompt_tokens = classifier.needs_prompt_tokens or any(
+            g.needs_prompt_tokens for g in self.gates.values()
+        )
+        self.recognizer.needs_shape = self.needs_prompt_tokens or classifier.needs_shape
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        req = Request(scope["path"], received_ns(scope))
+        task = asyncio.current_task()
+        if task is not None:
+            self._running.add(task)
+        try:
+            await self._handle(req, scope, receive, send)
+        except e.RelayError as err:
+            await fail(req, send, err, req.clock.current_phase())
+        except asyncio.CancelledError:
+            # The server cancels the requests still running when --shutdown-grace ends: close the
+            # upstream (vLLM aborts), tell the client, and log the request like any other.
+            if task is not None:
+                task.uncancel()
+            if req.response is not None:
+                req.response.close()
+            if not req.done:  # else the client has the whole answer: it stays as it was
+                await fail(req, send, e.ShuttingDown(SHUTDOWN_MESSAGE), req.clock.current_phase())
+            if req.conn is not None:  # what is still buffered reaches the client before exit
+                await req.conn.drained(SHUTDOWN_FLUSH_S)
+        except Exception as err:  # never a traceback to the client, never a lost event
+            log.exception("relay_internal_error", request_id=req.event.request_id)
+            await fail(req, send, e.Internal(err), req.clock.current_phase())
+        finally:
+            self._finish(req)
+            if task is not None:
+                self._running.discard(task)
+
+    async def wait_running(self, timeout_s: float) -> None:
+        """Until the requests still running end (cut at the end of the shutdown grace, they
+        send their last words and write their events), at most ``timeout_s``."""
+        if self._running:
+            await asyncio.wait(self._running, timeout=timeout_s)
+
+    # ---- request side -------------------------------------------------------------------
+
+    async def _handle(self, req: Request, scope: Scope, receive: Receive, send: Send) -> None:
+        ev = req.event
+        ev.ts = datetime.fromtimestamp(req.wall_ns / 1e9, UTC).isoformat(timespec="milliseconds")
+        headers = request_headers(scope)
+        # Made ids have vLLM's own length (16 hex), so response ids keep vLLM's form.
+        ev.request_id = headers.get("x-request-id") or f"{random.getrandbits(64):016x}"
+        if len(ev.request_id) > 128:
+            ev.request_id = ev.request_id[:128]
+        req.ids = new_ids(headers.get("traceparent"))
+        ev.trace_id, ev.span_id = req.ids.trace_id_hex, req.ids.span_id_hex
+        ev.tenant = self.tenants.resolve(headers)
+        req.share_key = self.tenants.share_key(ev.tenant, scope.get("client"))
+        if scope["method"] != "POST":
+            raise e.MethodNotAllowed(
+                f"{scope['method']} is not allowed on {scope['path']}; use POST"
+            )
+        try:
+            raw = await read_body(receive, self.max_body_bytes)
+        except ClientGone:
+            req.disconnected = True
+            return
+        body: dict[str, Any] | None = None
+        generate = ev.route in GENERATE_ROUTES
+        if generate or headers.get("content-type", "").startswith("application/json"):
+            # A body that is not a JSON object goes to the pool as it is: the client gets the
+            # pool's own 400, byte for byte, and the event records it as the pool's answer.
+            body = await self.json.parse(raw)
+        if generate and body is not None:
+            ev.prefix_fingerprint = fingerprint(body)
+            req.json_answer = JsonAnswer.asked_by(body)  # None unless it asks for JSON
+        read = read_fields(ev.route, body, MAX_MODEL_CHARS)  # as the engine, or 400 naming it
+        ev.model, ev.stream, ev.max_tokens = read.model, read.stream, read.max_tokens
+        attrs, req.client_id = self.recognizer.attrs(self.classifier, ev, headers, body, scope)
+        lane, ev.class_source = self.classifier.decide(attrs)
+        self.recognizer.decided(lane.name, ev.class_source)
+        ev.lane = lane.name
+        traffic.place(ev, lane, headers, scope, attrs)  # pool (arm of a split), priority
+        ev.model = ev.model or self.pools.default_model(ev.pool or lane.pool)  # as the engine
+        gate = self.gates[lane.name]
+        cost = gate.check(attrs.prompt_tokens, ev.max_tokens)
+        inject = False
+        usage = generate and body is not None and ev.stream and not wants_usage(body)
+        if usage and body is not None and single_choice(body):
+            body["stream_options"] = usage_options(body)
+            raw = dump_body(body)
+            inject = ev.usage_injected = True
+        if self.capture is not None and generate:
+            req.capture_body = body if self.capture.prompt else None
+            req.capture_frames = [] if self.capture.output else None
+        req.conn = client_conn(scope)
+        await self._dispatch(req, Plan(lane, gate, cost, headers, raw, inject), receive, send)
+
+    # ---- upstream side ------------------------------------------------------------------
+
+    def _upstream_headers(self, req: Request, headers: dict[str, str], pool: str) -> dict[str, str]:
+        assert req.ids is not None
+        h = {
+            "content-type": headers.get("content-type", "application/json"),
+            "x-request-id": req.event.request_id,
+            "traceparent": req.ids.traceparent(),
+            "accept": headers.get("accept", "*/*"),
+        }
+        key = self.pool_keys.get(pool)
+        if key:
+            h["authorization"] = f"Bearer {key}"
+        elif "authorization" in headers and not self.tenants.checks_keys:
+            h["authorization"] = headers["authorization"]
+        if "tracestate" in headers:
+            h["tracestate"] = headers["tracestate"]
+        if self.engine_spans is not None:
+            self.engine_spans.dispatched(pool, req.ids.trace_id_hex, req.ids.span_id_hex)
+        return h
+
+    async def _dispatch(self, req: Request, plan: Plan, receive: Receive, send: Send) -> None:
+        """Admit the request through its lane's gate, then try up to two replicas."""
+        # A client that leaves from here on is seen at once: its connection calls back (under
+        # our server), or a task waits for the server's disconnect message (under another).
+        listener: asyncio.Future[Message] | None = None
+        if req.conn is not None:
+            req.conn.on_disconnect(lambda: self._client_left(req))
+        else:
+            listener = asyncio.ensure_future(receive())
+            listener.add_done_callback(lambda f: self._on_client_message(req, f))
+        ev = req.event
+        ticket = req.ticket = Ticket(req.share_key, plan.cost, priority=ev.priority or 0)
+        req.gate = plan.gate
+        try:
+            admitted = await plan.gate.admit(ticket)
+            if admitted:  # else the client left while queued
+                req.admitted = True
+                await self._route(req, plan, send)
+        finally:
+            req.release()
+            if listener is not None and not listener.done():
+                listener.cancel()
+            if req.conn is not None:
+                req.conn.on_disconnect(None)
+
+    async def _route(self, req: Request, plan: Plan, send: Send) -> None:
+        """To the request's pool, then, if it refused, failed or timed out before the first
+        byte, to the lane's fallback pool (obs.sidecar.policy.traffic)."""
+        await traffic.with_fallback(req, plan.lane, partial(self._route_pool, req, plan, send))
+
+    async def _route_pool(
+        self, req: Request, plan: Plan, send: Send, pool: str, may_fall_back: bool
+    ) -> None:
+        ev, lane = req.event, plan.lane
+        up_headers = self._upstream_headers(req, plan.headers, pool)
+        last_err: Exception | None = None
+        affinity = ev.prefix_fingerprint if lane.routing == "prefix_affinity" else None
+        candidates = self.pools.candidates(pool, affinity)[:2]
+        for attempt, replica in enumerate(candidates):
+            if req.disconnected:
+                return
+            ev.replica = replica.url
+            ev.settings_fingerprint = replica.served.fingerprint if replica.served else None
+            req.clock.dispatched = time.perf_counter_ns()
+            with replica.lease():
+                try:
+                    resp = await self._post(replica, ev.route, lane, plan.raw, up_headers)
+                except ConnectFailed as err:
+                    req.clock.dispatched = 0  # never reached the pool: still queued
+                    self.pools.mark_failed(replica)
+                    last_err = err
+                    log.warning("upstream_connect_failed", replica=replica.url, attempt=attempt)
+                    continue
+                self.pools.mark_ok(replica)
+                if resp.status == 503 and attempt + 1 < len(candidates):
+                    # vLLM sheds load with 503 (--max-num-queued-reqs): try the other replica.
+                    resp.release()
+                    req.clock.dispatched = 0
+                    log.info("upstream_busy_failover", replica=replica.url)
+                    continue
+                if may_fall_back and traffic.refused(resp.status):
+                    resp.release()  # nothing of it reached the client: to the fallback
+                    raise FallBack(c.FALLBACK_SERVER_ERROR)
+                req.response = resp
+                try:
+                    await self._respond(req, resp, lane, plan.inject, send)
+                finally:
+                    resp.release()
+                return
+        raise traffic.unavailable(pool, last_err, may_fall_back)
+
+    async def _post(
+        self, replica: Replica, route: str, lane: Lane, raw: bytes, headers: dict[str, str]
+    ) -> Response:
+        """The pool's response headers, within the lane's first-token deadline; raises
+        ``ConnectFailed`` (no connection: try another replica) or a relay error."""
+        t = lane.timeouts
+        try:
+            async with asyncio.timeout(t.first_token_s):  # until the response headers
+                return await self.upstream.post(replica.url, route, raw, headers, t.connect_s)
+        except TimeoutError as err:
+            raise first_token_timeout(t.first_token_s) from err
+        except ConnectFailed:
+            raise  # the caller tries the next replica
+        except UpstreamError as err:
+            raise e.UpstreamProtocol(f"pool {replica.pool!r} failed: {err}") from err
+
+    def _on_client_message(self, req: Request, fut: asyncio.Future[Message]) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        if fut.result().get("type") == "http.disconnect":
+            self._client_left(req)
+
+    def _client_left(self, req: Request) -> None:
+        if not (req.done or req.delivered):
+            req.disconnected = True
+            if req.response is not None:
+                req.response.close()  # closes the connection: vLLM aborts the request
+            elif req.gate is not None and req.ticket is not None and not req.admitted:
+                req.gate.withdraw(req.ticket)
+
+    async def _respond(
+        self,
+        req: Request,
+        resp: Response,
+        lane: Lane,
+        inject: bool,
+        send: Send,
+    ) -> None:
+        ev = req.event
+        ev.http_status = resp.status
+        is_sse = resp.headers.get("content-type", "").startswith("text/event-stream")
+        # A stream's length is what the relay writes (usage stripped, an error frame added);
+        # a whole body (an error status, a non-streamed answer) is relayed as it came.
+        sized = resp.status >= 400 or not is_sse
+        out_headers = [
+            (k.lower(), v)
+            for k, v in resp.raw_headers
+            if k.lower() not in _SKIP_HEADERS and (sized or k.lower() != b"content-length")
+        ]
+        t = lane.timeouts
+        slow = lane.admission.slow_client
+        deadline = Deadline(
+            resp, req.clock.dispatched, t.first_token_s, t.idle_s, slow.max_blocked_s, req.conn
+        )
+        try:
+            if resp.status >= 400 or not is_sse:
+                await relay_whole(req, resp, out_headers, send, deadline)
+                return
+            await send_head(req, send, resp.status, out_headers)
+            await relay_stream(
+                req, resp, inject, send, lane.admission.slow_client, deadline, t.idle_s
+            )
+        finally:
+            deadline.cancel()
+
+    # ---- failure and finish -------------------------------------------------------------
+
+    def _finish(self, req: Request) -> None:
+        ev, clock = req.event, req.clock
+        if not clock.end:
+            clock.end = time.perf_counter_ns()
+        if req.disconnected and ev.status == c.OK:
+            e.ClientLeft().record(ev, clock.current_phase())
+        if self.capture is not None:
+            try:
+                self.capture.fill(ev, req.capture_body, req.capture_frames, req.capture_whole)
+            except Exception:  # never lose the event over a text it should carry
+                log.exception("capture_failed", request_id=ev.request_id)
+        ids = req.ids or new_ids(None)
+        self.recorder.record(
+            Finished(
+                ev, clock, req.wall_ns, ids, req.itl, req.operation, req.first_read_chunks,
+                client_id=req.client_id,
+            )
+        )  # fmt: skip

@@ -1,0 +1,108 @@
+"""The mutable state of one request while the sidecar relays it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from obs.config import Lane
+from obs.events import Event
+from obs.phases import Clock
+from obs.sidecar.policy.admission import LaneGate, Ticket
+from obs.sidecar.pools.upstream import Response
+from obs.sidecar.relay.json_answers import JsonAnswer
+from obs.sidecar.relay.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES
+from obs.sidecar.server.client import ClientConn
+from obs.tracecontext import TraceIds
+
+MAX_GAPS = 100_000  # inter-token gaps kept per request (an endless stream stays bounded)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What the request side decided: the lane and its gate, the admission cost, and what
+    goes to the pool (the client's headers, the body as sent, whether usage was injected)."""
+
+    lane: Lane
+    gate: LaneGate
+    cost: int
+    headers: dict[str, str]
+    raw: bytes
+    inject: bool
+
+
+class GapList(list[int]):
+    """The request's inter-token gaps: the first ``MAX_GAPS``, the rest not kept."""
+
+    __slots__ = ()
+
+    def append(self, gap: int) -> None:
+        if len(self) < MAX_GAPS:
+            super().append(gap)
+
+
+class Request:
+    """Mutable state of one request while it is relayed."""
+
+    __slots__ = (
+        "admitted",
+        "capture_body",
+        "capture_frames",
+        "capture_whole",
+        "client_id",
+        "clock",
+        "conn",
+        "delivered",
+        "disconnected",
+        "done",
+        "event",
+        "first_read_chunks",
+        "gate",
+        "ids",
+        "itl",
+        "json_answer",
+        "operation",
+        "response",
+        "share_key",
+        "started",
+        "ticket",
+        "wall_ns",
+    )
+
+    def __init__(self, route: str, received_ns: int | None = None) -> None:
+        now = time.perf_counter_ns()
+        # The queue phase starts when the request's first bytes were read, where the server
+        # says when that was: time waiting for the event loop is the sidecar's own queue.
+        received = received_ns if received_ns is not None and received_ns <= now else now
+        self.clock = Clock(received=received)
+        self.wall_ns = time.time_ns() - (now - received)
+        self.event = Event(route=route)
+        self.ids: TraceIds | None = None
+        self.itl: list[int] = GapList()
+        self.operation = GENERATE_ROUTES.get(route) or PASSTHROUGH_ROUTES.get(route, "http")
+        self.response: Response | None = None
+        self.json_answer: JsonAnswer | None = None  # set when the request asks for JSON
+        self.started = False  # response headers sent to the client
+        self.done = False  # last byte sent (a later disconnect is not the client leaving)
+        self.disconnected = False
+        # The stream's [DONE] frame was handed to the client: a disconnect after it is the client
+        # closing a finished response (the openai SDK does), not leaving one.
+        self.delivered = False
+        self.first_read_chunks = 0  # tokens that arrived in the first output read (obs.record)
+        self.conn: ClientConn | None = None  # the client connection, under our server
+        self.gate: LaneGate | None = None
+        self.ticket: Ticket | None = None  # what the request holds (or waits for) of its lane
+        self.share_key = ""  # what fair share counts it under (obs.sidecar.policy.auth.Tenants)
+        self.admitted = False
+        self.client_id: str | None = None  # who sent it, for slow-reader learning
+        # Kept for --capture-text only (None otherwise): read when the request ends.
+        self.capture_body: dict[str, Any] | None = None
+        self.capture_frames: list[bytes] | None = None
+        self.capture_whole: bytes | None = None
+
+    def release(self) -> None:
+        """Give back the lane slot (once): when the pool is done, before a slow client is."""
+        if self.admitted and self.gate is not None and self.ticket is not None:
+            self.admitted = False
+            self.gate.release(self.ticket)

@@ -1,0 +1,46 @@
+"""What the relay itself sends a client: every response head, and an error's answer.
+
+``send_head`` is the one place a relayed request's response head goes out (the pool's
+status and headers, or the sidecar's own error's), so the request's ``started`` flag, the
+``x-request-id`` header and the event's ``http_status`` are kept one way. ``fail`` records
+an error's outcome (``obs.sidecar.outcomes``) and answers it as far as the response has
+gone: its status and JSON body before the head, its SSE frame inside a started stream,
+nothing once the last byte was sent.
+"""
+
+from __future__ import annotations
+
+from obs.sidecar.outcomes import RelayError
+from obs.sidecar.relay.request import Request
+from obs.sidecar.types import Send
+
+BODY = "http.response.body"
+
+
+async def send_head(
+    req: Request, send: Send, status: int, headers: list[tuple[bytes, bytes]]
+) -> None:
+    """Start the client's response: ``status`` and ``headers`` (with the request's id)."""
+    if not any(k == b"x-request-id" for k, _ in headers):
+        headers.append((b"x-request-id", req.event.request_id.encode("latin-1")))
+    req.event.http_status = status
+    req.started = True
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+
+
+async def send_error(req: Request, send: Send, err: RelayError) -> None:
+    """Answer ``err`` as far as the response has gone (see the module's doc)."""
+    if req.done:
+        return
+    req.done = True
+    if req.started:  # inside the stream, with the type and code the event records
+        await send({"type": BODY, "body": err.sse_frame(), "more_body": False})
+        return
+    await send_head(req, send, err.status, err.headers())
+    await send({"type": BODY, "body": err.body(), "more_body": False})
+
+
+async def fail(req: Request, send: Send, err: RelayError, phase: str | None) -> None:
+    """The request failed with ``err`` in ``phase``: record it on the event, then answer it."""
+    err.record(req.event, phase)
+    await send_error(req, send, err)

@@ -1,0 +1,344 @@
+"""Relaying one response from the pool to the client: an SSE stream, timing each output
+frame, or a whole body.
+
+A stream is relayed inside the pool socket's callback (``StreamSink.on_body``,
+called by ``obs.sidecar.pools.upstream`` with the de-chunked body of each read): one
+``perf_counter_ns``, the frame split, ``classify``, a list append for the
+inter-token gap, and a write straight to the client's transport. No task
+switch and no ASGI message per token; the relay's coroutine awaits once, for
+the end of the body, then sends the last piece through ASGI so the server
+ends the response as usual.
+
+Slow readers: what the client has not taken yet waits in its connection's
+bounded write buffer (see obs.sidecar.server.client). Under the lane's ``wait``
+policy, a full buffer pauses reading from the pool (its socket backs up, as
+nginx does) until the client catches up; under ``abort`` the stream ends.
+Under another ASGI server (no client-connection extension) the sink hands
+each piece to the coroutine, which sends it as an ASGI message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from obs.config import SlowClient
+from obs.phases import ms
+from obs.sidecar import outcomes as e
+from obs.sidecar.pools.upstream import Response, UpstreamError
+from obs.sidecar.relay.deadline import Deadline
+from obs.sidecar.relay.payloads import (
+    GENERATE_ROUTES,
+    apply_usage,
+    error_message,
+    read_completion,
+    upstream_error,
+)
+from obs.sidecar.relay.request import Request
+from obs.sidecar.relay.respond import BODY as _BODY
+from obs.sidecar.relay.respond import send_error, send_head
+from obs.sidecar.relay.sse import FrameSplitter, StreamState, UsageStripper, classify
+from obs.sidecar.server.client import ClientConn
+from obs.sidecar.types import Send
+
+
+class StreamSink:
+    """The per-piece work of one streamed response, run in the pool socket's callback."""
+
+    __slots__ = (
+        "_wake", "abort_at", "aborted", "blocked", "burst", "conn", "deadline", "ended", "error",
+        "first_read", "last_out", "limit", "paused_at", "pending", "pending_bytes", "read_chunks",
+        "read_tokens", "req", "resp", "splitter", "state", "stripper",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        req: Request,
+        resp: Response,
+        inject: bool,
+        conn: ClientConn | None,
+        slow: SlowClient,
+        deadline: Deadline,
+    ) -> None:
+        self.req, self.resp, self.conn, self.deadline = req, resp, conn, deadline
+        self.limit = slow.buffer_bytes
+        self.abort_at = self.limit if conn is not None and slow.policy == "abort" else 0
+        self.splitter = FrameSplitter()
+        self.state = StreamState()
+        self.stripper = UsageStripper() if inject else None
+        self.last_out = 0  # perf_counter_ns of the read that brought the last output frame
+        self.read_chunks = 0  # output frames in that read
+        self.read_tokens = 0  # the tokens they carried
+        self.first_read = 0  # tokens in the first read that carried output
+        self.burst = 0  # the most output frames that arrived in one read
+        self.blocked = 0  # ns the relay waited on the client
+        self.paused_at = 0  # the pool's connection is paused for a slow client since then
+        self.aborted = False
+        self.ended = False
+        self.error: UpstreamError | None = None
+        self.pending: list[bytes] = []  # without a client connection: for the coroutine
+        self.pending_bytes = 0
+        self._wake: asyncio.Future[None] | None = None
+
+    def on_body(self, data: bytes) -> None:
+        now = self.resp.read_ns or time.perf_counter_ns()
+        req, state = self.req, self.state
+        if self.last_out:
+            self.deadline.last_ns = now
+        frames = self.splitter.feed(data)
+        if not frames:
+            return
+        if req.capture_frames is not None:
+            req.capture_frames.extend(frames)
+        stripper = self.stripper
+        if req.json_answer is not None:
+            for frame in frames:
+                req.json_answer.feed_frame(frame)
+        out: list[bytes] = []
+        for frame in frames:
+            tokens, is_usage = classify(frame, state)
+            if tokens:
+                self._output_at(now, tokens)
+            if stripper is None:
+                out.append(frame)
+            else:
+                out.extend(stripper.process(frame, is_usage, state.fingerprint))
+        if not out or req.disconnected or self.aborted:
+            return
+        payload = out[0] if len(out) == 1 else b"".join(out)
+        conn = self.conn
+        if conn is None:
+            self.pending.append(payload)
+            self.pending_bytes += len(payload)
+            if self.pending_bytes > self.limit and not self.paused_at:
+                self.paused_at = now
+                self.resp.pause_reading()
+            self._notify()
+            return
+        if self.abort_at and conn.buffered() > self.abort_at:
+            self.aborted = True
+            self.resp.close()  # vLLM aborts the request when its connection closes
+            return
+        conn.write_body(payload)
+        if self.last_out and not req.clock.first_sent:
+            req.clock.first_sent = time.perf_counter_ns()
+        if state.done:  # the [DONE] frame is the client's: the stream was delivered whole
+            req.delivered = True
+        if conn.paused and not self.paused_at:  # the client is behind: stop reading the pool
+            self.paused_at = time.perf_counter_ns()
+            self.deadline.sending = True
+            self.resp.pause_reading()
+            conn.on_writable(self._writable)
+
+    def _output_at(self, now: int, tokens: int) -> None:
+        """An output frame carrying ``tokens`` arrived in the read at ``now``.
+
+        Frames of one read arrived together: the gaps between them were not seen, so a read
+        gives one inter-token gap (from the previous read), not one per frame, and a stream
+        that arrived in a single read has no cadence at all (see ``obs.record``).
+        """
+        if now == self.last_out:
+            self.read_chunks += 1
+            self.read_tokens += tokens
+        else:
+            if self.last_out:
+                self.req.itl.append(now - self.last_out)
+            else:
+                self.req.clock.first_up = now
+                self.deadline.first_output(now)
+            self.last_out = now
+            self.read_chunks = 1
+            self.read_tokens = tokens
+        if self.read_chunks > self.burst:
+            self.burst = self.read_chunks
+        if len(self.req.itl) == 0:
+            self.first_read = self.read_tokens
+
+    def _writable(self) -> None:
+        if self.conn is not None:
+            self.conn.on_writable(None)
+        self.resumed()
+
+    def resumed(self) -> None:
+        if not self.paused_at:
+            return
+        now = time.perf_counter_ns()
+        self.blocked += now - self.paused_at
+        self.paused_at = 0
+        self.deadline.sending = False
+        if self.last_out:
+            self.deadline.last_ns = now
+        self.resp.resume_reading()
+
+    def on_end(self, exc: UpstreamError | None) -> None:
+        self.ended = True
+        self.error = exc
+        self._notify()
+
+    def _notify(self) -> None:
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+
+    async def wait(self) -> None:
+        """Until there is output for the coroutine to send, or the body ended."""
+        if self.pending or self.ended:
+            return
+        self._wake = asyncio.get_running_loop().create_future()
+        await self._wake
+
+
+async def relay_stream(
+    req: Request,
+    resp: Response,
+    inject: bool,
+    send: Send,
+    slow: SlowClient,
+    deadline: Deadline,
+    drain_timeout_s: float,
+) -> None:
+    ev, clock, conn = req.event, req.clock, req.conn
+    if conn is not None:
+        conn.bound(slow.buffer_bytes, wait=slow.policy != "abort")
+    sink = StreamSink(req, resp, inject, conn, slow, deadline)
+    state = sink.state
+    try:
+        if conn is not None:
+            await resp.stream(sink)
+        else:
+            await _relay_asgi(req, resp, sink, send)
+    finally:
+        if conn is not None:
+            conn.on_writable(None)
+    clock.last_up = sink.last_out
+    req.first_read_chunks = sink.first_read
+    ev.burst_chunks = sink.burst or None
+    sink.resumed()  # a wait on the client still on when the stream ended counts as blocked
+    if sink.aborted:
+        await _abort_slow_reader(req, state, send, sink.limit)
+        ev.stream_blocked_ms = ms(sink.blocked)
+        return
+    if sink.error is not None and not req.disconnected:
+        err = deadline.expired or upstream_error(sink.error, "streaming")
+        stream_failed(req, state, err)
+        await end_stream_with_error(req, send, err)
+        ev.stream_blocked_ms = ms(sink.blocked)
+        return
+    req.release()  # the pool is done with this request, whatever the client still has to read
+    if req.disconnected:
+        # A client that leaves on the pool's error frame (the openai SDK raises on it and
+        # closes) left because of the pool's answer: that answer is the outcome.
+        if state.error is not None:
+            e.PoolErrorFrame(state.error).record(ev, clock.current_phase(upstream_done=True))
+        ev.stream_blocked_ms = ms(sink.blocked)
+        apply_usage(ev, state)
+        return
+    stripper, splitter = sink.stripper, sink.splitter
+    tail = stripper.flush() if stripper else []
+    if splitter.pending and state.done:  # bytes after [DONE]: the pool's, relayed as they are
+        tail.append(splitter.pending)
+    if not state.done and state.error is None:
+        err = e.UpstreamProtocol("the pool ended the stream without [DONE]")
+        stream_failed(req, state, err)
+        tail.append(err.sse_frame())
+    elif state.error is not None:  # the pool's error frame: a 4xx code is the client's mistake
+        e.PoolErrorFrame(state.error).record(ev, clock.current_phase(upstream_done=True))
+    elif req.json_answer is not None:  # the whole answer came: judge it (a cut one is not)
+        ev.json_valid = req.json_answer.verdict()
+    perf = time.perf_counter_ns
+    t0 = perf()
+    await send({"type": _BODY, "body": b"".join(tail), "more_body": False})
+    req.done = True  # only now: a shutdown cut during the send still ends the body cleanly
+    t1 = perf()
+    if conn is not None:
+        await conn.drained(drain_timeout_s)
+    clock.end = perf()
+    ev.stream_blocked_ms = ms(sink.blocked + t1 - t0)
+    apply_usage(ev, state)
+
+
+async def _relay_asgi(req: Request, resp: Response, sink: StreamSink, send: Send) -> None:
+    """Without the client connection: each piece goes out as an ASGI message."""
+    perf = time.perf_counter_ns
+    body = asyncio.ensure_future(resp.stream(sink))
+    try:
+        while True:
+            await sink.wait()
+            if sink.pending:
+                out = b"".join(sink.pending)
+                sink.pending.clear()
+                sink.pending_bytes = 0
+                done = sink.state.done  # [DONE] is in what is sent now
+                t0 = perf()
+                sink.deadline.sending = True
+                await send({"type": _BODY, "body": out, "more_body": True})
+                sink.deadline.sending = False
+                t1 = perf()
+                req.delivered = req.delivered or done
+                sink.blocked += t1 - t0
+                if sink.last_out:
+                    sink.deadline.last_ns = t1
+                    if not req.clock.first_sent:
+                        req.clock.first_sent = t1
+                sink.resumed()
+            elif sink.ended or req.disconnected:
+                break
+    finally:
+        if not body.done():
+            body.cancel()
+
+
+async def relay_whole(
+    req: Request,
+    resp: Response,
+    out_headers: list[tuple[bytes, bytes]],
+    send: Send,
+    deadline: Deadline,
+) -> None:
+    """A response that is not a stream (an error status, a non-streamed answer), sent whole."""
+    ev, clock = req.event, req.clock
+    try:  # a whole answer is its first token: the first-token deadline bounds it
+        data = await resp.read()
+    except UpstreamError as err:
+        if req.disconnected:
+            return
+        raise deadline.expired or upstream_error(err, "reading the response") from err
+    if resp.status < 400:  # an error body is no first token: no TTFT, TPOT or output for it
+        clock.first_up = clock.last_up = time.perf_counter_ns()
+    if req.capture_frames is not None:
+        req.capture_whole = data
+    if resp.status >= 400:  # 503: vLLM's own admission (--max-num-queued-reqs/-tokens)
+        e.pool_status(resp.status, error_message(data)).record(ev, None)
+    elif ev.route in GENERATE_ROUTES:
+        read_completion(ev, data)
+        if req.json_answer is not None:
+            req.json_answer.feed_body(data)
+            ev.json_valid = req.json_answer.verdict()
+    await send_head(req, send, resp.status, out_headers)
+    await send({"type": _BODY, "body": data, "more_body": False})
+    req.done = True
+    clock.end = time.perf_counter_ns()
+    if clock.first_up:
+        clock.first_sent = clock.end
+
+
+async def _abort_slow_reader(req: Request, state: StreamState, send: Send, limit: int) -> None:
+    """The lane's ``abort`` policy: the client fell ``limit`` bytes behind; end its stream."""
+    err = e.SlowClientStalled(
+        f"the client fell more than {limit} bytes behind the stream; aborted (slow_client)"
+    )
+    stream_failed(req, state, err)
+    await end_stream_with_error(req, send, err)
+
+
+def stream_failed(req: Request, state: StreamState, err: e.RelayError) -> None:
+    """The stream failed with ``err`` (a stalled client's 408 is its own): the event says so,
+    with the tokens that came."""
+    err.record(req.event, req.clock.current_phase())
+    apply_usage(req.event, state)
+
+
+async def end_stream_with_error(req: Request, send: Send, err: e.RelayError) -> None:
+    """End a started stream with ``err``'s frame: its own type and code (an idle timeout's
+    504, a stalled client's 408, a broken pool's 502), as the event records it."""
+    await send_error(req, send, err)
+    req.clock.end = time.perf_counter_ns()

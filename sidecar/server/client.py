@@ -1,0 +1,153 @@
+"""The client connection's write buffer, used as each stream's bounded buffer.
+
+Slow-client isolation without a copy or a task per stream: the relay writes
+every chunk as soon as the pool sends it; what the client has not taken yet
+waits in the connection's write buffer (kernel send buffer, then the event
+loop's). The kernel part is pinned (``KERNEL_SNDBUF``; Linux doubles it) rather
+than left to autotune to megabytes, and what it still holds is read with the
+``SIOCOUTQ`` ioctl, so the bound and the lag are both seen here. Per stream,
+the lane's ``slow_client`` policy applies:
+
+- ``wait``: the buffer's high-water mark is the bound; past it, the server's
+  ``send`` waits, so the relay stops reading and the pool's socket backs up.
+- ``abort``: no waiting; when the unread bytes (both buffers) pass the bound,
+  the relay ends the stream with an error and closes the pool connection.
+
+At the end of a stream :meth:`ClientConn.drained` waits until the client's
+side has received every byte, so the event's stream phase is the time the
+client's slowness cost.
+
+The relay's server (obs.sidecar.server.connection) puts each request's ``ClientConn``
+under ``scope["extensions"]``, with when its first bytes were read. Under another
+ASGI server the extension is absent and streams are relayed at the client's pace
+(the ASGI default).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import socket
+import struct
+import termios
+from collections.abc import Callable, MutableMapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from obs.sidecar.server.connection import HttpConnection
+    from obs.sidecar.server.wire import Exchange
+
+EXTENSION = "vllm_obs.client_conn"
+# scope["extensions"]["vllm_obs"]: {"received_ns": perf_counter_ns of the read that began the
+# request}, set by the relay's server (obs.sidecar.server.connection)
+OBS_EXTENSION = "vllm_obs"
+KERNEL_SNDBUF = 64 << 10
+DEFAULT_HIGH_WATER = 64 << 10  # asyncio's and uvloop's default, restored after each stream
+NEVER_WAIT = (1 << 31) - 1  # abort policy: the relay checks the bound itself
+
+
+class ClientConn:
+    """The transport of one client connection, seen by the relay."""
+
+    __slots__ = ("_conn", "_ex", "_fd", "_flow", "_sock", "_transport")
+
+    def __init__(self, conn: HttpConnection, ex: Exchange) -> None:
+        self._conn = conn
+        self._ex = ex  # the request this connection answers
+        self._transport: asyncio.Transport = conn.transport
+        self._flow = conn.flow
+        self._sock = conn.sock
+        self._fd = conn.fd
+
+    def on_writable(self, callback: Callable[[], None] | None) -> None:
+        """Call ``callback`` when the client has taken enough for writing to go on."""
+        self._conn.writable_callback = callback
+
+    def on_disconnect(self, callback: Callable[[], None] | None) -> None:
+        """Call ``callback`` (once, in the connection's callback) if the client leaves before
+        the response ends; at once if it has left already."""
+        self._ex.on_lost = callback
+        if callback is not None and self._ex.disconnected:
+            callback()
+
+    @property
+    def paused(self) -> bool:
+        """The write buffer is past its high-water mark (the client is behind)."""
+        return bool(self._flow.write_paused)
+
+    def write_body(self, data: bytes) -> None:
+        """Write one piece of a started response's body, framed as its head said.
+
+        The relay's per-token path: no ASGI message, no coroutine. The response is
+        started and ended through the request's ``send`` as usual.
+        """
+        self._ex.write(data)
+
+    def bound(self, limit: int, *, wait: bool) -> None:
+        """Start a stream: buffer up to ``limit`` bytes, waiting (or not) past it."""
+        if self._transport.is_closing():
+            return  # the client reset the connection as its stream starts: the relay sees it
+        if self._sock is not None and not self._conn.sndbuf_pinned:  # once per connection
+            with contextlib.suppress(OSError, ValueError):  # uvloop: ValueError once closed
+                self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, KERNEL_SNDBUF)
+                self._conn.sndbuf_pinned = True
+        high = limit if wait else NEVER_WAIT
+        self._transport.set_write_buffer_limits(high=high, low=high // 4)
+
+    def abort(self) -> None:
+        """Close the connection now, whatever is still buffered (a client that never reads)."""
+        self._transport.abort()
+
+    def unsent(self) -> int:
+        """Bytes in the kernel's send queue that the client's side has not acknowledged."""
+        if self._fd < 0:
+            return 0
+        try:
+            raw = fcntl.ioctl(self._fd, termios.TIOCOUTQ, b"\0\0\0\0")
+        except OSError:
+            return 0
+        return int(struct.unpack("i", raw)[0])
+
+    def buffered(self) -> int:
+        """Bytes the relay wrote that the client's side has not received yet."""
+        return self._transport.get_write_buffer_size() + self.unsent()
+
+    async def drained(self, timeout_s: float) -> bool:
+        """Wait until the client's side has received every byte (True), or ``timeout_s``."""
+        t = self._transport
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        try:
+            if not t.is_closing() and t.get_write_buffer_size():
+                t.set_write_buffer_limits(high=0, low=0)  # pauses the protocol until empty
+                await asyncio.wait_for(self._flow.drain(), timeout_s)
+            pause = 0.002
+            # A closing transport (the server closes it after the last byte of a response when the
+            # connection is not kept alive, e.g. at shutdown) still flushes its buffer: wait
+            # for that too, or the process could exit with the stream's end unsent.
+            while t.get_write_buffer_size() or (not t.is_closing() and self.unsent()):
+                if loop.time() >= deadline:
+                    return False
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 0.05)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self.reset()
+
+    def reset(self) -> None:
+        if not self._transport.is_closing():
+            self._transport.set_write_buffer_limits(high=DEFAULT_HIGH_WATER)
+
+
+def client_conn(scope: MutableMapping[str, Any]) -> ClientConn | None:
+    ext = scope.get("extensions")
+    return ext.get(EXTENSION) if ext else None
+
+
+def received_ns(scope: MutableMapping[str, Any]) -> int | None:
+    """When the request's first bytes were read (under our server), else None."""
+    ours = (scope.get("extensions") or {}).get(OBS_EXTENSION)
+    return ours.get("received_ns") if ours else None

@@ -1,0 +1,382 @@
+"""One client connection of the relay's server: HTTP/1.1 on httptools, behind the limits.
+
+``HttpConnection`` is an asyncio protocol on ``httptools.HttpRequestParser`` (under
+uvloop). It reads requests, one ``Exchange`` each (obs.sidecar.server.wire), runs the app on
+it (the relayed routes go straight to the relay, the others to the FastAPI app), and
+keeps the connection alive between requests (HTTP/1.1, or 1.0 with ``keep-alive``);
+pipelined requests are answered in order, reading paused until the first is answered.
+
+The limits of ``Limits`` (docs/security.md) are enforced where the bytes arrive,
+before any of them reach the app, with the counters of ``Guard`` (obs.sidecar.server.guard):
+
+- request line, header bytes and header count: counted as the head is read (bytes
+  across reads, then each header as parsed); past a limit the request is answered
+  414 or 431 and the connection closed;
+- a header read timeout (first byte of a request to the end of its head: 408), a body
+  read timeout (end of the head to the end of the body: 408, the relay sees the client
+  leave), an idle timeout for a connection that sends no request (closed, counted), and
+  the same time between requests (closed: a keep-alive connection's end, not counted);
+- open connections, in all and per client address: one more is answered 503 and closed;
+- request bodies held in memory, in all and per client: past the budget, 503;
+- a request that asks to switch protocols (``Connection: upgrade`` with ``Upgrade``, or
+  ``CONNECT``) is answered 400 and closed, but for a GET or HEAD without a body, which is
+  served as plain HTTP/1.1 (the parser's skipped bytes are read as the next request).
+
+Each request's scope carries, under ``extensions``, its ``ClientConn`` (the relay writes
+a stream's pieces straight to the transport) and when its first bytes were read
+(``received_ns``: ``perf_counter_ns`` of the read that began it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import urllib.parse
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import httptools
+
+from obs.sidecar.outcomes import error_body
+from obs.sidecar.server.client import EXTENSION, OBS_EXTENSION, ClientConn
+from obs.sidecar.server.guard import REASONS, Guard, content_length, plain_get
+from obs.sidecar.server.wire import Clock, Exchange, Flow, run_app
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from obs.sidecar.types import Scope
+
+
+BAD_REQUEST = "Invalid HTTP request received."
+
+
+class ServerState:
+    """What every connection of one server shares: the app, the limits, the open ones."""
+
+    def __init__(self, app: Any, guard: Guard) -> None:
+        self.app = app
+        self.guard = guard
+        self.clock = Clock()
+        self.connections: set[HttpConnection] = set()
+        self.tasks: set[asyncio.Task[None]] = set()
+
+
+class _LimitHit(Exception):
+    """Raised in a parser callback: the parser stops and the refusal is answered."""
+
+
+class HttpConnection(asyncio.Protocol):
+    """One client connection (see the module's doc)."""
+
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        self.guard = state.guard
+        self.limits = state.guard.limits
+        self.loop = asyncio.get_running_loop()
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]
+        self.flow = Flow()
+        self.writable_callback: Callable[[], None] | None = None
+        self.sock: Any = None  # the transport's socket (uvloop's pseudo-socket), for the relay
+        self.fd: int = -1
+        self.sndbuf_pinned = False  # the kernel send buffer was pinned for a stream (client.py)
+        self.client: tuple[str, int] | None = None
+        self.server: tuple[str, int] | None = None
+        self.current: Exchange | None = None  # the request being answered
+        self.reading: Exchange | None = None  # the request whose body is being read
+        self.pipeline: deque[Exchange] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_limit = ""
+        self._in_message = self._in_body = False
+        self._head = 0  # bytes read since the current request's head began
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._header_bytes = 0
+        self._url = b""
+        self._read_ns = 0
+        self._received_ns = 0
+        self._expect_continue = False
+        self._counted = False
+        self._refusal: tuple[int, str, str] | None = None
+        self._addr = ""
+        self._bodies: deque[int] = deque()  # body bytes held, per request not yet answered
+        self._chunked = False
+        self._reading_paused = False
+
+    # ---- asyncio.Protocol ----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # a stream transport (uvloop's)
+        self.sock = transport.get_extra_info("socket")
+        self.fd = self.sock.fileno() if self.sock is not None else -1
+        self.state.connections.add(self)
+        peer = transport.get_extra_info("peername")
+        self.client = (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else None
+        local = transport.get_extra_info("sockname")
+        self.server = (str(local[0]), int(local[1])) if isinstance(local, tuple) else None
+        self._addr = self.client[0] if self.client else ""
+        over = self.guard.budgets.connect(self._addr)
+        if over is not None:
+            whose = "the sidecar has" if over == "max_connections" else "this client has"
+            self._refuse(503, over, f"{whose} too many open connections")
+            return
+        self._counted = True
+        self._arm(self.limits.idle_timeout_s, "idle_timeout")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.state.connections.discard(self)
+        self._disarm()
+        if self._counted:
+            self._counted = False
+            self.guard.budgets.disconnect(self._addr)
+        self.guard.budgets.free_body(self._addr, sum(self._bodies))
+        self._bodies.clear()
+        for ex in (self.current, self.reading, *self.pipeline):
+            if ex is not None:
+                ex.lost()
+        self.flow.resume()  # a drain waiting on the client ends; the relay sees it leave
+
+    def pause_writing(self) -> None:
+        self.flow.pause()
+
+    def resume_writing(self) -> None:
+        self.flow.resume()
+        if self.writable_callback is not None:
+            self.writable_callback()
+
+    def data_received(self, data: bytes) -> None:
+        if not self._in_message:  # the first read of a new request
+            self._read_ns = time.perf_counter_ns()
+            if self._timer_limit != "header_timeout":
+                self._arm(self.limits.header_timeout_s, "header_timeout")
+        if not self._in_body:
+            self._head += len(data)
+        self._feed(data)
+        if (
+            not self._in_body
+            and self._head > self.limits.max_header_bytes
+            and not self.transport.is_closing()
+        ):
+            self._refuse(431, "header_bytes", "request headers are too large")
+
+    def _feed(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade as up:  # a plain GET: served as HTTP/1.1
+            self.parser = httptools.HttpRequestParser(self)
+            rest = data[up.args[0] :] if up.args else b""
+            if rest:
+                self._feed(rest)
+        except httptools.HttpParserError:
+            if self._refusal is not None:
+                self._refuse(*self._refusal)
+                return
+            self._bad_request()
+
+    # ---- httptools callbacks -------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._in_message = True
+        self._headers = []
+        self._header_bytes = 0
+        self._url = b""
+        self._expect_continue = False
+        self._received_ns = self._read_ns or time.perf_counter_ns()
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        if len(self._url) > self.limits.max_request_line:
+            self._refusal = (414, "request_line", "the request line is too long")
+            raise _LimitHit
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_bytes += len(name) + len(value) + 4
+        if len(self._headers) >= self.limits.max_headers:
+            self._refusal = (431, "header_count", "the request has too many headers")
+            raise _LimitHit
+        if self._header_bytes + len(self._url) > self.limits.max_header_bytes:
+            self._refusal = (431, "header_bytes", "request headers are too large")
+            raise _LimitHit
+        name = name.lower()
+        if name == b"expect" and value.lower() == b"100-continue":
+            self._expect_continue = True
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        parser, headers = self.parser, self._headers
+        method = parser.get_method()
+        if parser.should_upgrade() and not plain_get(method, headers):
+            # httptools skips the body of a request that asks to switch protocols and parses
+            # what follows as a new request: a body would be smuggled past a proxy in front.
+            self._refusal = (400, "upgrade", "the sidecar does not switch protocols (Upgrade)")
+            raise _LimitHit
+        declared = content_length(headers)
+        self._chunked = declared is None
+        self._bodies.append(0)
+        if declared:
+            self._hold_body(declared)
+        self._in_body = True
+        self._head = 0
+        self._arm(self.limits.body_timeout_s, "body_timeout")
+        version = parser.get_http_version()
+        ex = Exchange(
+            self._scope(method, version),
+            self.transport,
+            self.flow,
+            self.state.clock,
+            keep_alive=version != "1.0" and parser.should_keep_alive(),
+            on_complete=self._answered,
+            resume_reading=self._resume_reading,
+        )
+        ex.scope["extensions"] = {
+            EXTENSION: ClientConn(self, ex),
+            OBS_EXTENSION: {"received_ns": self._received_ns},
+        }
+        self.reading = ex
+        if self.current is None or self.current.response_complete:
+            self._start(ex, self._expect_continue)
+        else:  # pipelined: answered in order, after the one before
+            self._pause_reading()
+            self.pipeline.append(ex)
+
+    def on_body(self, body: bytes) -> None:
+        if self._chunked and self._bodies:  # no Content-Length: counted as it arrives
+            self._hold_body(len(body))
+        ex = self.reading
+        if ex is not None and not ex.response_complete and ex.feed(body):
+            self._pause_reading()
+
+    def on_message_complete(self) -> None:
+        self._in_body = self._in_message = False
+        self._disarm()
+        if self.reading is not None:
+            self.reading.body_complete()
+            self.reading = None
+
+    # ---- requests ------------------------------------------------------------------------
+
+    def _scope(self, method: bytes, version: str) -> Scope:
+        url = httptools.parse_url(self._url)
+        raw_path = url.path
+        path = raw_path.decode("ascii")
+        if "%" in path:
+            path = urllib.parse.unquote(path)
+        return {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": version,
+            "method": method.decode("ascii"),
+            "scheme": "http",
+            "path": path,
+            "raw_path": raw_path,
+            "query_string": url.query or b"",
+            "root_path": "",
+            "headers": self._headers,
+            "client": self.client,
+            "server": self.server,
+            "state": {},
+        }
+
+    def _start(self, ex: Exchange, expect_continue: bool = False) -> None:
+        self.current = ex
+        if expect_continue and not self.transport.is_closing():
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        task = self.loop.create_task(run_app(self.state.app, ex))
+        self.state.tasks.add(task)
+        task.add_done_callback(self.state.tasks.discard)
+
+    def _answered(self, ex: Exchange) -> None:
+        """``ex``'s response is complete: free its body, go on to the next request."""
+        if self._bodies:  # the oldest request still held is the one answered
+            self.guard.budgets.free_body(self._addr, self._bodies.popleft())
+        if self.transport.is_closing():
+            return
+        self._resume_reading()
+        if self.pipeline:
+            self._start(self.pipeline.popleft())
+        elif not self._in_message:
+            self._arm(self.limits.idle_timeout_s, "keep_alive")
+
+    def shutdown(self) -> None:
+        """The server stops: close now when idle, else after the response under way."""
+        if self.current is None or self.current.response_complete:
+            self.transport.close()
+            return
+        self.current.keep_alive = False
+        for ex in self.pipeline:
+            ex.keep_alive = False
+
+    def _pause_reading(self) -> None:
+        if not self._reading_paused and not self.transport.is_closing():
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if self._reading_paused and not self.transport.is_closing():
+            self._reading_paused = False
+            self.transport.resume_reading()
+
+    # ---- limits --------------------------------------------------------------------------
+
+    def _hold_body(self, n: int) -> None:
+        """Count ``n`` more bytes of the current request's body, within the budgets."""
+        if not self.guard.budgets.hold_body(self._addr, n):
+            self._refusal = (503, "body_memory", "the sidecar holds too many request bodies")
+            raise _LimitHit
+        self._bodies[-1] += n
+
+    def _bad_request(self) -> None:
+        if self.transport.is_closing():
+            return
+        self._answer_and_close(400, b"text/plain; charset=utf-8", BAD_REQUEST.encode())
+
+    def _answer_and_close(self, status: int, content_type: bytes, body: bytes) -> None:
+        """The server's own answer (no app ran, or its answer goes nowhere), then close."""
+        self.transport.write(
+            b"HTTP/1.1 %d %b\r\ncontent-type: %b\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n%b"
+            % (status, REASONS[status], content_type, len(body), body)
+        )
+        self.transport.close()
+
+    def _refuse(self, status: int, limit: str, message: str) -> None:
+        """Answer ``status`` (when no response is under way) and close the connection."""
+        self.guard.hit(limit)
+        self._disarm()
+        transport = self.transport
+        if transport.is_closing():
+            return
+        ex = self.current
+        answer = ex is None or ex.response_complete or not ex.response_started
+        if ex is not None:  # the app's own answer, if any, goes nowhere; the relay sees it
+            ex.lost()
+        if self.reading is not None:
+            self.reading.lost()
+        if answer:
+            body = error_body(message, "RequestLimitError", status)
+            self._answer_and_close(status, b"application/json", body)
+        else:
+            transport.close()
+
+    def _arm(self, delay_s: float, limit: str) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_limit = limit
+        self._timer = self.loop.call_later(delay_s, self._expired, limit)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_limit = ""
+
+    def _expired(self, limit: str) -> None:
+        self._timer = None
+        self._timer_limit = ""
+        if limit == "keep_alive":
+            self.transport.close()
+        elif limit == "idle_timeout":
+            self.guard.hit(limit)
+            self.transport.close()
+        else:
+            self._refuse(408, limit, f"the client was too slow sending the request ({limit})")

@@ -1,0 +1,96 @@
+"""The relay's connection limits and their counters: ``Guard`` and ``GuardCollector``.
+
+``Guard`` holds the limits of ``Limits`` (docs/security.md) and the budgets every
+connection of one server shares (connections, request bodies); the server's
+connections (obs.sidecar.server.connection) enforce them where the bytes arrive and call
+``hit`` for each one a client runs into. Every limit hit is counted
+(``vllm_obs_connection_limits_total{limit}``) and logged at most once a minute per
+limit, with the count since the last line.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import structlog
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from obs import conventions as c
+from obs.sidecar.server.budgets import Budgets
+from obs.sidecar.server.limits import Limits
+
+log = structlog.get_logger("vllm_obs.guard")
+
+LIMITS = (
+    "request_line", "header_bytes", "header_count", "header_timeout", "body_timeout",
+    "idle_timeout", "max_connections", "client_connections", "body_memory", "upgrade",
+)  # fmt: skip
+LOG_EVERY_S = 60.0
+REASONS = {400: b"Bad Request", 408: b"Request Timeout", 414: b"URI Too Long",
+            431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}  # fmt: skip
+
+
+class Guard:
+    """The limits and their counters, shared by every connection of one server."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.budgets = Budgets(
+            limits.max_connections,
+            limits.client_connections,
+            limits.max_body_memory,
+            limits.client_body_memory,
+        )
+        self.hits = dict.fromkeys(LIMITS, 0)
+        self._logged = dict.fromkeys(LIMITS, (-LOG_EVERY_S, 0))
+
+    @property
+    def open(self) -> int:
+        """Client connections open now."""
+        return self.budgets.connections
+
+    def hit(self, limit: str) -> None:
+        self.hits[limit] += 1
+        now = time.monotonic()
+        at, count = self._logged[limit]
+        if now - at >= LOG_EVERY_S:
+            log.warning("connection_limit", limit=limit, since_last_log=self.hits[limit] - count)
+            self._logged[limit] = (now, self.hits[limit])
+
+
+class GuardCollector(Collector):
+    """Exposes a guard's counters at scrape time (nothing is counted on the hot path)."""
+
+    def __init__(self, guard: Guard) -> None:
+        self.guard = guard
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        m = c.CONNECTION_LIMITS
+        hits = CounterMetricFamily(m.name, m.help, labels=m.labels)
+        for limit, n in self.guard.hits.items():
+            hits.add_metric([limit], n)
+        yield hits
+        g = c.CLIENT_CONNECTIONS
+        yield GaugeMetricFamily(g.name, g.help, value=self.guard.open)
+
+
+def content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    """The declared body length (0 when there is none); None for a chunked body."""
+    if any(k == b"transfer-encoding" for k, _ in headers):
+        return None
+    for k, v in headers:
+        if k == b"content-length":
+            return int(v) if v.strip().isdigit() else 0  # the parser refuses a bad one
+    return 0
+
+
+def plain_get(method: bytes, headers: list[tuple[bytes, bytes]]) -> bool:
+    """A GET or HEAD without a body: its ``Upgrade`` is ignored (served as HTTP/1.1)."""
+    if method not in (b"GET", b"HEAD"):
+        return False
+    return not any(
+        k == b"transfer-encoding" or (k == b"content-length" and v.strip() != b"0")
+        for k, v in headers
+    )
