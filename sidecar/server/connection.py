@@ -4,7 +4,15 @@
 uvloop). It reads requests, one ``Exchange`` each (obs.sidecar.server.wire), runs the app on
 it (the relayed routes go straight to the relay, the others to the FastAPI app), and
 keeps the connection alive between requests (HTTP/1.1, or 1.0 with ``keep-alive``);
-pipelined requests are answered in order, reading paused until the first is answered.
+pipelined requests are answered in order.
+
+What a client sends is parsed a ``PIECE`` at a time, never a whole read at once: while a
+request waits to be answered behind another (pipelined), or its body waits for the app,
+parsing stops and the unparsed bytes stay in the connection's buffer (one read at most:
+reading from the socket pauses too). So a connection's memory is its buffers and at most
+a piece's worth of queued requests, whatever it writes: 6,000 pipelined requests in one
+write are read as the earlier ones are answered. A piece of a body with a
+``Content-Length`` ends where the body does, so the requests after it wait their turn.
 
 The limits of ``Limits`` (docs/security.md) are enforced where the bytes arrive,
 before any of them reach the app, with the counters of ``Guard`` (obs.sidecar.server.guard):
@@ -17,7 +25,13 @@ before any of them reach the app, with the counters of ``Guard`` (obs.sidecar.se
   leave), an idle timeout for a connection that sends no request (closed, counted), and
   the same time between requests (closed: a keep-alive connection's end, not counted);
 - open connections, in all and per client address: one more is answered 503 and closed;
-- request bodies held in memory, in all and per client: past the budget, 503;
+- request bodies held in memory, in all and per client, counted as their bytes arrive
+  (not as declared: a ``Content-Length`` of 32 MiB with nothing sent holds nothing): past
+  the budget, 503;
+- a response that completes before its request's body was read (an early 401 or 413)
+  closes the connection: it is the connection's only answer to that request;
+- a chunked body's trailer fields are read and dropped: they never join the request's
+  headers (a trailer ``X-Tenant`` cannot change what a gateway set);
 - a request that asks to switch protocols (``Connection: upgrade`` with ``Upgrade``, or
   ``CONNECT``) is answered 400 and closed, but for a GET or HEAD without a body, which is
   served as plain HTTP/1.1 (the parser's skipped bytes are read as the next request).
@@ -40,7 +54,7 @@ import httptools
 from obs.sidecar.outcomes import error_body
 from obs.sidecar.server.client import EXTENSION, OBS_EXTENSION, ClientConn
 from obs.sidecar.server.guard import REASONS, Guard, content_length, plain_get
-from obs.sidecar.server.wire import Clock, Exchange, Flow, run_app
+from obs.sidecar.server.wire import BODY_HIGH_WATER, Clock, Exchange, Flow, run_app
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -49,6 +63,8 @@ if TYPE_CHECKING:
 
 
 BAD_REQUEST = "Invalid HTTP request received."
+PIECE = 4096  # bytes parsed at a time outside a sized body
+BODY_PIECE = 256 << 10  # at most this much of a sized body at a time
 
 
 class ServerState:
@@ -102,6 +118,10 @@ class HttpConnection(asyncio.Protocol):
         self._bodies: deque[int] = deque()  # body bytes held, per request not yet answered
         self._chunked = False
         self._reading_paused = False
+        self._unparsed = bytearray()  # read from the socket, not yet parsed
+        self._held = False  # parsing waits: a body for the app, or a pipelined request
+        self._parsing = False
+        self._body_left = 0  # bytes of a sized body still to parse
 
     # ---- asyncio.Protocol ----------------------------------------------------------------
 
@@ -131,6 +151,7 @@ class HttpConnection(asyncio.Protocol):
             self.guard.budgets.disconnect(self._addr)
         self.guard.budgets.free_body(self._addr, sum(self._bodies))
         self._bodies.clear()
+        self._unparsed.clear()
         for ex in (self.current, self.reading, *self.pipeline):
             if ex is not None:
                 ex.lost()
@@ -145,33 +166,56 @@ class HttpConnection(asyncio.Protocol):
             self.writable_callback()
 
     def data_received(self, data: bytes) -> None:
-        if not self._in_message:  # the first read of a new request
-            self._read_ns = time.perf_counter_ns()
+        self._read_ns = time.perf_counter_ns()
+        self._unparsed += data
+        self._parse()
+
+    def _parse(self) -> None:
+        """Parse buffered bytes a piece at a time until they run out or parsing must wait."""
+        if self._parsing:
+            return
+        self._parsing = True
+        try:
+            while self._unparsed and not self._held and not self.transport.is_closing():
+                if self._in_body and self._body_left > 0:
+                    size = min(self._body_left, BODY_PIECE)
+                else:
+                    size = PIECE
+                piece = bytes(self._unparsed[:size])
+                del self._unparsed[:size]
+                self._feed_piece(piece)
+        finally:
+            self._parsing = False
+        if self._unparsed and not self.transport.is_closing():
+            self._pause_transport()  # one read's worth waits here; the socket keeps the rest
+        elif not self._held:
+            self._resume_transport()
+
+    def _feed_piece(self, piece: bytes) -> None:
+        if not self._in_message:  # the first bytes of a new request
+            self._received_ns = self._read_ns
             if self._timer_limit != "header_timeout":
                 self._arm(self.limits.header_timeout_s, "header_timeout")
         if not self._in_body:
-            self._head += len(data)
-        self._feed(data)
+            self._head += len(piece)
+        try:
+            self.parser.feed_data(piece)
+        except httptools.HttpParserUpgrade as up:  # a plain GET: served as HTTP/1.1
+            self.parser = httptools.HttpRequestParser(self)
+            rest = piece[up.args[0] :] if up.args else b""
+            self._unparsed[:0] = rest  # parsed next, by the loop: no recursion
+        except httptools.HttpParserError:
+            if self._refusal is not None:
+                self._refuse(*self._refusal)
+                return
+            self._bad_request()
+            return
         if (
             not self._in_body
             and self._head > self.limits.max_header_bytes
             and not self.transport.is_closing()
         ):
             self._refuse(431, "header_bytes", "request headers are too large")
-
-    def _feed(self, data: bytes) -> None:
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade as up:  # a plain GET: served as HTTP/1.1
-            self.parser = httptools.HttpRequestParser(self)
-            rest = data[up.args[0] :] if up.args else b""
-            if rest:
-                self._feed(rest)
-        except httptools.HttpParserError:
-            if self._refusal is not None:
-                self._refuse(*self._refusal)
-                return
-            self._bad_request()
 
     # ---- httptools callbacks -------------------------------------------------------------
 
@@ -181,7 +225,8 @@ class HttpConnection(asyncio.Protocol):
         self._header_bytes = 0
         self._url = b""
         self._expect_continue = False
-        self._received_ns = self._read_ns or time.perf_counter_ns()
+        if not self._received_ns:
+            self._received_ns = self._read_ns or time.perf_counter_ns()
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -190,6 +235,8 @@ class HttpConnection(asyncio.Protocol):
             raise _LimitHit
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._in_body:  # a chunked body's trailer: read, never one of the request's headers
+            return
         self._header_bytes += len(name) + len(value) + 4
         if len(self._headers) >= self.limits.max_headers:
             self._refusal = (431, "header_count", "the request has too many headers")
@@ -212,9 +259,8 @@ class HttpConnection(asyncio.Protocol):
             raise _LimitHit
         declared = content_length(headers)
         self._chunked = declared is None
-        self._bodies.append(0)
-        if declared:
-            self._hold_body(declared)
+        self._body_left = declared or 0
+        self._bodies.append(0)  # counted as the body's bytes arrive (on_body)
         self._in_body = True
         self._head = 0
         self._arm(self.limits.body_timeout_s, "body_timeout")
@@ -233,21 +279,27 @@ class HttpConnection(asyncio.Protocol):
             OBS_EXTENSION: {"received_ns": self._received_ns},
         }
         self.reading = ex
+        self._received_ns = 0
         if self.current is None or self.current.response_complete:
             self._start(ex, self._expect_continue)
-        else:  # pipelined: answered in order, after the one before
+        else:  # pipelined: answered in order, after the one before; parsing waits
             self._pause_reading()
             self.pipeline.append(ex)
+            self._disarm()  # its body's time starts when it is read
 
     def on_body(self, body: bytes) -> None:
-        if self._chunked and self._bodies:  # no Content-Length: counted as it arrives
-            self._hold_body(len(body))
+        self._body_left -= len(body)
         ex = self.reading
-        if ex is not None and not ex.response_complete and ex.feed(body):
+        if ex is None or ex.response_complete:
+            return  # answered already (the connection closes): nothing keeps it
+        if self._bodies:
+            self._hold_body(len(body))
+        if ex.feed(body):
             self._pause_reading()
 
     def on_message_complete(self) -> None:
         self._in_body = self._in_message = False
+        self._body_left = 0
         self._disarm()
         if self.reading is not None:
             self.reading.body_complete()
@@ -291,10 +343,11 @@ class HttpConnection(asyncio.Protocol):
             self.guard.budgets.free_body(self._addr, self._bodies.popleft())
         if self.transport.is_closing():
             return
-        self._resume_reading()
         if self.pipeline:
             self._start(self.pipeline.popleft())
-        elif not self._in_message:
+        self._resume_reading()
+        idle = self.current is None or self.current.response_complete
+        if idle and not self._in_message and not self.transport.is_closing():
             self._arm(self.limits.idle_timeout_s, "keep_alive")
 
     def shutdown(self) -> None:
@@ -307,11 +360,28 @@ class HttpConnection(asyncio.Protocol):
             ex.keep_alive = False
 
     def _pause_reading(self) -> None:
+        """Parsing waits (a body for the app to take, a pipelined request to be answered)."""
+        self._held = True
+        self._pause_transport()
+
+    def _resume_reading(self) -> None:
+        """Parsing goes on, unless a pipelined request still waits for its turn."""
+        if self.pipeline or self.transport.is_closing():
+            return
+        ex = self.reading
+        if ex is not None and ex.body_bytes > BODY_HIGH_WATER:
+            return
+        self._held = False
+        if self._in_body and self._timer is None:
+            self._arm(self.limits.body_timeout_s, "body_timeout")
+        self._parse()
+
+    def _pause_transport(self) -> None:
         if not self._reading_paused and not self.transport.is_closing():
             self._reading_paused = True
             self.transport.pause_reading()
 
-    def _resume_reading(self) -> None:
+    def _resume_transport(self) -> None:
         if self._reading_paused and not self.transport.is_closing():
             self._reading_paused = False
             self.transport.resume_reading()

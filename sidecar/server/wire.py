@@ -203,6 +203,8 @@ class Exchange:
     def start(self, status: int, headers: Any) -> None:
         """Write the response head."""
         self.response_started = True
+        if self.more_body is True:  # answered before its body was read (401, 413): the
+            self.keep_alive = False  # connection closes, never a second answer to it
         parts = [_STATUS_LINES.get(status) or b"HTTP/1.1 %d Unknown\r\n" % status]
         sized = False
         for name, value in headers:
