@@ -202,7 +202,7 @@ class JsonCheck:
 # does not close there; and the rest of a string already open, up to its closing quote.
 # Possessive: each match attempt is linear and consumes, so hostile input (a million escaped
 # quotes) costs one pass.
-_STRING: Final = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+(?:"|\\?\Z)', re.DOTALL)
+_STRING_RE: Final = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+(?:"|\\?\Z)', re.DOTALL)
 _STRING_REST: Final = re.compile(rb'[^"\\]*+(?:\\.[^"\\]*+)*+"', re.DOTALL)
 # Appended to a piece: the NUL stays outside strings only when the piece ended outside one
 # (inside, it is text and the quote closes the string).
@@ -247,7 +247,7 @@ class ValueCount:
                 self._escaped = _odd_backslashes_at_end(part)
                 return self.values
             part, self._in_string = part[rest.end() :], False
-        outside = _STRING.sub(b"", part + _PROBE)
+        outside = _STRING_RE.sub(b"", part + _PROBE)
         if outside.endswith(b"\x00"):
             outside = outside[:-1]
         else:  # a string opens and does not close in this piece

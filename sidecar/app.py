@@ -145,6 +145,7 @@ class SidecarApp:
             engine_spans=self.engine_spans,
             max_json_elements=settings.max_json_elements,
             recognizer=self.recognizer,
+            split_salt=settings.split_salt,
         )
         self.metrics.watch_lanes(self.gates)
         self.routes = set(GENERATE_ROUTES) | set(PASSTHROUGH_ROUTES) | set(settings.extra_routes)

@@ -89,8 +89,10 @@ class Relay:
         engine_spans: JoinEngineSpan | None = None,
         max_json_elements: int = MAX_JSON_ELEMENTS,
         recognizer: Recognizer | None = None,
+        split_salt: bytes = b"",
     ) -> None:
         self.classifier = classifier
+        self.split_salt = split_salt  # keys the split arms' hash (obs.splits)
         self.recognizer = recognizer or Recognizer(classifier.config.recognition)
         self.pools = pools
         self.recorder = recorder  # where each finished request's record goes, once
@@ -180,7 +182,7 @@ class Relay:
         lane, ev.class_source = self.classifier.decide(attrs)
         self.recognizer.decided(lane.name, ev.class_source)
         ev.lane = lane.name
-        traffic.place(ev, lane, headers, scope, attrs)  # pool (arm of a split), priority
+        traffic.place(ev, lane, headers, scope, attrs, self.split_salt)  # pool (arm), priority
         ev.model = ev.model or self.pools.default_model(ev.pool or lane.pool)  # as the engine
         gate = self.gates[lane.name]
         cost = gate.check(attrs.prompt_tokens, ev.max_tokens)

@@ -220,3 +220,13 @@ def test_a_thousand_upgrades_in_one_write_are_all_answered(
         s.sendall(one * 999 + one.replace(b"upgrade\r\nupgrade", b"close\r\nupgrade"))
         answer = read_all(s, limit=64 << 20)
     assert answer.count(b"HTTP/1.1 200 ") == 1000
+
+
+def test_a_long_text_full_of_commas_is_not_refused(
+    sidecar: SidecarFactory, pool: ScriptedUpstream
+) -> None:
+    """A legitimate 500 KB prompt with 250,000 commas is relayed (200), not refused 413: commas
+    inside a string are text, not JSON values (before: 413)."""
+    sc = sidecar(pool.url, traces=False)
+    body = json.dumps(chat_body("a," * 250_000)).encode()
+    assert status(_post("127.0.0.2", sc.port, b"", body)) == 200
