@@ -74,6 +74,10 @@ class Canary(BaseModel):
     tpot_p95_margin: Annotated[float, Field(gt=0)] = 0.15
     # Fewer requests than this on an arm in the window: hold (not enough to judge).
     min_requests: Annotated[int, Field(gt=0)] = 100
+    # In the verdict, one client identity (the event's ``identity``) counts for at most this
+    # many times the arm's median requests per identity: a few keys sending many (slow)
+    # requests cannot carry it. null: every request counts.
+    max_identity_weight: Annotated[float, Field(ge=1)] | None = 1.0
     # The alert's window (the verdict's default window is the whole log).
     window: str = "1h"
 
