@@ -1,4 +1,4 @@
-"""Fixtures of the in-process suites (tests/sidecar/test_inproc_*.py): a scripted pool and
+"""Fixtures of the in-process suites (tests/sidecar/*/test_inproc_*.py): a scripted pool and
 sidecars in the test process, one of each per module."""
 
 from __future__ import annotations

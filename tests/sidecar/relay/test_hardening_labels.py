@@ -12,7 +12,7 @@ from obs.sidecar.pools.engine_scrape import read_state
 from tests.conftest import SidecarFactory
 from tests.support.probes import label_values, samples
 
-DATA = Path(__file__).parents[1] / "data"
+DATA = Path(__file__).parents[2] / "data"
 
 
 def test_made_up_model_names_fold_into_other(sidecar: SidecarFactory) -> None:

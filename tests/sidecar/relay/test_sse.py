@@ -25,7 +25,7 @@ from obs.sidecar.relay.sse import (
     classify_parsed,
 )
 
-CAPTURE = Path(__file__).resolve().parents[1] / "data" / "vllm-0.32-sse-capture.txt"
+CAPTURE = Path(__file__).resolve().parents[2] / "data" / "vllm-0.32-sse-capture.txt"
 
 
 def _sections() -> dict[str, bytes]:
@@ -231,7 +231,7 @@ def test_fast_classify_agrees_on_every_captured_frame() -> None:
             assert _state(fast) == _state(parsed)
 
 
-TOKEN_FRAMES = Path(__file__).resolve().parents[1] / "data" / "vllm-0.32-sse-token-frames.txt"
+TOKEN_FRAMES = Path(__file__).resolve().parents[2] / "data" / "vllm-0.32-sse-token-frames.txt"
 
 
 def _token_sections() -> dict[str, list[bytes]]:

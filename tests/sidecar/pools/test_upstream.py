@@ -74,7 +74,7 @@ def test_stream_reaches_the_sink_piece_by_piece_and_the_connection_is_reused(
 
     The engine core runs in slices in step with the sink: a tiny model can make a whole short
     answer within one socket read, which the sink gets as one piece (one piece per read:
-    tests/sidecar/test_upstream_reads.py)."""
+    tests/sidecar/pools/test_upstream_reads.py)."""
 
     async def go(up: Upstream) -> tuple[int, Pieces, tuple[int, int], bytes]:
         with engine_core_throttled(vllm, run_s=0.002, quiet_s=0.5) as throttle:
