@@ -6,12 +6,10 @@ it (the relayed routes go straight to the relay, the others to the FastAPI app),
 keeps the connection alive between requests (HTTP/1.1, or 1.0 with ``keep-alive``);
 pipelined requests are answered in order.
 
-What a client sends is parsed a ``PIECE`` at a time, never a whole read at once: while a
-request waits to be answered behind another (pipelined), or its body waits for the app,
-parsing stops and the unparsed bytes stay in the connection's buffer (one read at most:
-reading from the socket pauses too). So a connection's memory is its buffers and at most
-a piece's worth of queued requests, whatever it writes: 6,000 pipelined requests in one
-write are read as the earlier ones are answered. A piece of a body with a
+What a client sends is parsed a piece at a time (obs.sidecar.server.intake), never a
+whole read at once: while a request waits to be answered behind another (pipelined), or
+its body waits for the app, parsing stops and the unparsed bytes wait, reading paused. So
+a connection's memory is its buffers, whatever it writes. A piece of a body with a
 ``Content-Length`` ends where the body does, so the requests after it wait their turn.
 
 The limits of ``Limits`` (docs/security.md) are enforced where the bytes arrive,
@@ -45,7 +43,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import urllib.parse
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -54,17 +51,14 @@ import httptools
 from obs.sidecar.outcomes import error_body
 from obs.sidecar.server.client import EXTENSION, OBS_EXTENSION, ClientConn
 from obs.sidecar.server.guard import REASONS, Guard, content_length, plain_get
-from obs.sidecar.server.wire import BODY_HIGH_WATER, Clock, Exchange, Flow, run_app
+from obs.sidecar.server.intake import BODY_PIECE, PIECE, Intake
+from obs.sidecar.server.wire import BODY_HIGH_WATER, Clock, Exchange, Flow, http_scope, run_app
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from obs.sidecar.types import Scope
-
 
 BAD_REQUEST = "Invalid HTTP request received."
-PIECE = 4096  # bytes parsed at a time outside a sized body
-BODY_PIECE = 256 << 10  # at most this much of a sized body at a time
 
 
 class ServerState:
@@ -117,16 +111,14 @@ class HttpConnection(asyncio.Protocol):
         self._addr = ""
         self._bodies: deque[int] = deque()  # body bytes held, per request not yet answered
         self._chunked = False
-        self._reading_paused = False
-        self._unparsed = bytearray()  # read from the socket, not yet parsed
-        self._held = False  # parsing waits: a body for the app, or a pipelined request
-        self._parsing = False
+        self.intake = Intake(self._feed_piece, self._piece_size)
         self._body_left = 0  # bytes of a sized body still to parse
 
     # ---- asyncio.Protocol ----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # a stream transport (uvloop's)
+        self.intake.transport = self.transport
         self.sock = transport.get_extra_info("socket")
         self.fd = self.sock.fileno() if self.sock is not None else -1
         self.state.connections.add(self)
@@ -151,7 +143,7 @@ class HttpConnection(asyncio.Protocol):
             self.guard.budgets.disconnect(self._addr)
         self.guard.budgets.free_body(self._addr, sum(self._bodies))
         self._bodies.clear()
-        self._unparsed.clear()
+        self.intake.clear()
         for ex in (self.current, self.reading, *self.pipeline):
             if ex is not None:
                 ex.lost()
@@ -167,29 +159,12 @@ class HttpConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._read_ns = time.perf_counter_ns()
-        self._unparsed += data
-        self._parse()
+        self.intake.received(data)
 
-    def _parse(self) -> None:
-        """Parse buffered bytes a piece at a time until they run out or parsing must wait."""
-        if self._parsing:
-            return
-        self._parsing = True
-        try:
-            while self._unparsed and not self._held and not self.transport.is_closing():
-                if self._in_body and self._body_left > 0:
-                    size = min(self._body_left, BODY_PIECE)
-                else:
-                    size = PIECE
-                piece = bytes(self._unparsed[:size])
-                del self._unparsed[:size]
-                self._feed_piece(piece)
-        finally:
-            self._parsing = False
-        if self._unparsed and not self.transport.is_closing():
-            self._pause_transport()  # one read's worth waits here; the socket keeps the rest
-        elif not self._held:
-            self._resume_transport()
+    def _piece_size(self) -> int:
+        if self._in_body and self._body_left > 0:
+            return min(self._body_left, BODY_PIECE)
+        return PIECE
 
     def _feed_piece(self, piece: bytes) -> None:
         if not self._in_message:  # the first bytes of a new request
@@ -203,7 +178,7 @@ class HttpConnection(asyncio.Protocol):
         except httptools.HttpParserUpgrade as up:  # a plain GET: served as HTTP/1.1
             self.parser = httptools.HttpRequestParser(self)
             rest = piece[up.args[0] :] if up.args else b""
-            self._unparsed[:0] = rest  # parsed next, by the loop: no recursion
+            self.intake.unread(rest)  # parsed next, by the intake's loop: no recursion
         except httptools.HttpParserError:
             if self._refusal is not None:
                 self._refuse(*self._refusal)
@@ -266,7 +241,7 @@ class HttpConnection(asyncio.Protocol):
         self._arm(self.limits.body_timeout_s, "body_timeout")
         version = parser.get_http_version()
         ex = Exchange(
-            self._scope(method, version),
+            http_scope(method, version, self._url, self._headers, self.client, self.server),
             self.transport,
             self.flow,
             self.state.clock,
@@ -307,28 +282,6 @@ class HttpConnection(asyncio.Protocol):
 
     # ---- requests ------------------------------------------------------------------------
 
-    def _scope(self, method: bytes, version: str) -> Scope:
-        url = httptools.parse_url(self._url)
-        raw_path = url.path
-        path = raw_path.decode("ascii")
-        if "%" in path:
-            path = urllib.parse.unquote(path)
-        return {
-            "type": "http",
-            "asgi": {"version": "3.0", "spec_version": "2.3"},
-            "http_version": version,
-            "method": method.decode("ascii"),
-            "scheme": "http",
-            "path": path,
-            "raw_path": raw_path,
-            "query_string": url.query or b"",
-            "root_path": "",
-            "headers": self._headers,
-            "client": self.client,
-            "server": self.server,
-            "state": {},
-        }
-
     def _start(self, ex: Exchange, expect_continue: bool = False) -> None:
         self.current = ex
         if expect_continue and not self.transport.is_closing():
@@ -361,8 +314,7 @@ class HttpConnection(asyncio.Protocol):
 
     def _pause_reading(self) -> None:
         """Parsing waits (a body for the app to take, a pipelined request to be answered)."""
-        self._held = True
-        self._pause_transport()
+        self.intake.hold()
 
     def _resume_reading(self) -> None:
         """Parsing goes on, unless a pipelined request still waits for its turn."""
@@ -371,20 +323,9 @@ class HttpConnection(asyncio.Protocol):
         ex = self.reading
         if ex is not None and ex.body_bytes > BODY_HIGH_WATER:
             return
-        self._held = False
         if self._in_body and self._timer is None:
             self._arm(self.limits.body_timeout_s, "body_timeout")
-        self._parse()
-
-    def _pause_transport(self) -> None:
-        if not self._reading_paused and not self.transport.is_closing():
-            self._reading_paused = True
-            self.transport.pause_reading()
-
-    def _resume_transport(self) -> None:
-        if self._reading_paused and not self.transport.is_closing():
-            self._reading_paused = False
-            self.transport.resume_reading()
+        self.intake.release()
 
     # ---- limits --------------------------------------------------------------------------
 

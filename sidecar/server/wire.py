@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from email.utils import formatdate
 from http import HTTPStatus
 from typing import Any
 
+import httptools
 import structlog
 
 from obs.sidecar.types import Message, Receive, Scope, Send
@@ -260,6 +262,37 @@ class Exchange:
         if not self.keep_alive:
             self.transport.close()
         self.on_complete(self)
+
+
+def http_scope(
+    method: bytes,
+    version: str,
+    url: bytes,
+    headers: list[tuple[bytes, bytes]],
+    client: tuple[str, int] | None,
+    server: tuple[str, int] | None,
+) -> Scope:
+    """A request's ASGI scope from its parsed request line and headers."""
+    parsed = httptools.parse_url(url)
+    raw_path = parsed.path
+    path = raw_path.decode("ascii")
+    if "%" in path:
+        path = urllib.parse.unquote(path)
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": version,
+        "method": method.decode("ascii"),
+        "scheme": "http",
+        "path": path,
+        "raw_path": raw_path,
+        "query_string": parsed.query or b"",
+        "root_path": "",
+        "headers": headers,
+        "client": client,
+        "server": server,
+        "state": {},
+    }
 
 
 async def run_app(app: Callable[[Scope, Receive, Send], Awaitable[None]], ex: Exchange) -> None:
