@@ -104,15 +104,17 @@ class Event:
     route: str = _f("Request path, e.g. /v1/chat/completions.", "")
     stream: bool = _f("Whether the client asked for a streamed response.", False)
     status: str = _f(
-        "Outcome: ok, error (server-side failure), client_error (pool answered 4xx), "
-        "rejected (admission), client_disconnect.",
+        "Outcome: ok, error (server-side failure), client_error (a 4xx: the request was bad), "
+        "rejected (admission, or the sidecar's connection limits shedding load: 503), "
+        "client_disconnect.",
         "ok",
     )
     http_status: int | None = _f("HTTP status the client received (or would have).")
     error_class: str | None = _f(
         "Why it failed: upstream_connect, upstream_status, upstream_timeout, "
         "upstream_protocol, upstream_stream_error, client_disconnect, slow_client, admission, "
-        "bad_request, unauthorized, shutdown, internal."
+        "bad_request, unauthorized, request_limit (the sidecar's server refused it: a body too "
+        "slow, 408, or past the body memory budget, 503), shutdown, internal."
     )
     error_phase: str | None = _f("Phase the request was in when it failed.")
     error_message: str | None = _f(

@@ -1,15 +1,35 @@
-"""One home for a request's outcome: every way a request can fail, as an error type.
+"""One home for how a request ends: every outcome, and the table from lower errors to them.
 
-Each type knows its HTTP status, its OpenAI error body, its SSE frame inside a started
-stream, and what the event records (``record``: status, error class, message, phase,
-rejection reason), so what the client reads and what the event says cannot drift apart.
-The pool's own failures (an error status, an error frame, vLLM's queue full) are types
-here too: the relay passes the pool's bytes through, and the event records them the same
-way. ``obs.sidecar.relay.respond`` sends them.
+Each outcome (a ``RelayError``) knows its HTTP status, its OpenAI error body, its SSE frame
+inside a started stream, and what the event records (``record``: status, error class,
+message, phase, rejection reason), so what the client reads and what the event says are
+written from one object and cannot drift apart. The ways a request ends:
+
+- ok: no outcome object (the event's default);
+- the client's mistakes: ``BadRequest``, ``Unauthorized``, ``NotFound``,
+  ``MethodNotAllowed``, ``PayloadTooLarge``;
+- refusals: by the connection's limits (``RequestLimit``: 408, 413, 414, 431, 503, the
+  server answers it and the relay records the same object), by admission (``Rejected``),
+  by auth (``Unauthorized``), and the trace receiver's (``TraceExportRefused``);
+- the pool's: ``UpstreamUnavailable`` (no replica accepted a connection), ``PoolStatus``
+  and ``EngineQueueFull`` (its error status), ``UpstreamTimeout``, ``UpstreamProtocol``,
+  ``PoolErrorFrame`` (an error frame inside its stream); ``FallBack`` is not an end but a
+  pool's refusal that sends the request to the lane's fallback pool;
+- the client leaving (``ClientLeft``), the slow-client abort (``SlowClientStalled``), the
+  deadlines (``UpstreamTimeout``), the shutdown (``ShuttingDown``), our own bug
+  (``Internal``).
+
+The lower layers raise their own exceptions (the pool client's ``UpstreamError`` and
+``ConnectFailed``, defined here so the table can name them; ``TimeoutError`` and
+``OSError`` from the event loop); ``LOWER`` maps each to its outcome, and ``lower_outcome``
+reads it, as httpx maps httpcore's exceptions. A test fails when a transport module
+raises an exception the table has no entry for (tests/sidecar/test_outcomes.py).
+``obs.sidecar.relay.respond`` answers and records them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -251,3 +271,117 @@ def error_body(message: str, type_: str, code: int, param: str | None = None) ->
 def sse_error_frame(message: str, type_: str, code: int) -> bytes:
     """An error inside an already-started stream, as vLLM sends it, then ``[DONE]``."""
     return b"data: " + error_body(message, type_, code) + b"\n\ndata: [DONE]\n\n"
+
+
+class Rejected(RelayError):
+    """Refused by the lane's admission policy; ``reason`` is one of c.REJECTION_REASONS."""
+
+    error_class = "admission"
+
+    def __init__(self, reason: str, message: str, status: int, retry_after: int | None) -> None:
+        super().__init__(message)
+        self.reason = self.rejection_reason = reason
+        self.status = status
+        self.type_ = {413: "PayloadTooLargeError", 429: "RateLimitError"}.get(
+            status, "ServiceUnavailableError"
+        )
+        self.retry_after = retry_after
+
+    def event_status(self) -> str:
+        return c.REJECTED
+
+
+class RequestLimit(RelayError):
+    """The connection's limits refused the request (``limit``: the guard's counter): the
+    server answers it (status and body from this object) and closes the connection; a
+    request whose head was read reaches the relay, which records the same object. A 503
+    (too many connections, or bodies held) is the sidecar shedding load: a rejection, not
+    an error against the SLOs; a 4xx is the client's."""
+
+    type_ = "RequestLimitError"
+    error_class = "request_limit"
+
+    def __init__(self, status: int, limit: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.limit = limit
+
+    def event_status(self) -> str:
+        return c.REJECTED if self.status == 503 else outcome(self.status)
+
+
+class TraceExportRefused(RelayError):
+    """``POST /v1/traces`` refused (``reason``: the refusal counter's label)."""
+
+    type_ = "TraceExportRefused"
+    error_class = "bad_request"
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+class FallBack(Exception):
+    """The pool refused, failed or timed out before the first byte: try the fallback pool."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason  # one of conventions.FALLBACK_REASONS
+
+
+# ---- what the lower layers raise, and the table to outcomes ---------------------------
+
+
+class UpstreamError(Exception):
+    """The pool's connection failed; ``str()`` says how, for the event's error message."""
+
+
+class ConnectFailed(UpstreamError):
+    """No connection: refused, unreachable, or not accepted within ``connect_s``."""
+
+
+def _unavailable(err: BaseException, doing: str) -> RelayError:
+    return UpstreamUnavailable(f"no replica accepted a connection while {doing} ({err})")
+
+
+def _protocol(err: BaseException, doing: str) -> RelayError:
+    return UpstreamProtocol(str(err))
+
+
+def _timeout(err: BaseException, doing: str) -> RelayError:
+    return UpstreamTimeout(f"the pool stopped sending while {doing} (idle timeout)")
+
+
+def _broken(err: BaseException, doing: str) -> RelayError:
+    return UpstreamProtocol(f"the pool's connection failed while {doing}: {err.__class__.__name__}")
+
+
+def _ours(err: BaseException, doing: str) -> RelayError:
+    return Internal(err)
+
+
+def _itself(err: BaseException, doing: str) -> RelayError:
+    assert isinstance(err, RelayError)
+    return err
+
+
+# Each lower exception's outcome, by class (the first entry along the class's MRO wins).
+LOWER: dict[type[BaseException], Callable[[BaseException, str], RelayError]] = {
+    RelayError: _itself,  # an outcome already
+    ConnectFailed: _unavailable,  # the pool client: no connection
+    UpstreamError: _protocol,  # the pool client: the pool broke HTTP, or its connection
+    TimeoutError: _timeout,  # a deadline on a read of the pool
+    OSError: _broken,  # a socket error the pool client did not wrap
+    RuntimeError: _ours,  # the server refusing an impossible ASGI message: our bug
+}
+
+
+def lower_outcome(err: BaseException, doing: str) -> RelayError:
+    """The outcome of ``err``, raised while ``doing`` (``LOWER``); ``Internal`` for an
+    exception the table does not name: a fault in the sidecar itself."""
+    for cls in type(err).__mro__:
+        make = LOWER.get(cls)
+        if make is not None:
+            return make(err, doing)
+    return Internal(err)

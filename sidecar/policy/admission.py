@@ -35,26 +35,8 @@ from dataclasses import dataclass, field
 
 from obs import conventions as c
 from obs.config import Admission, Lane
-from obs.sidecar.outcomes import RelayError
+from obs.sidecar.outcomes import Rejected
 from obs.sidecar.policy import priority
-
-
-class Rejected(RelayError):
-    """Refused by the lane's admission policy; ``reason`` is one of c.REJECTION_REASONS."""
-
-    error_class = "admission"
-
-    def __init__(self, reason: str, message: str, status: int, retry_after: int | None) -> None:
-        super().__init__(message)
-        self.reason = self.rejection_reason = reason
-        self.status = status
-        self.type_ = {413: "PayloadTooLargeError", 429: "RateLimitError"}.get(
-            status, "ServiceUnavailableError"
-        )
-        self.retry_after = retry_after
-
-    def event_status(self) -> str:
-        return c.REJECTED
 
 
 @dataclass(slots=True, eq=False)

@@ -23,6 +23,7 @@ from obs.config import Lane
 from obs.events import Event
 from obs.lanes import RequestAttrs
 from obs.sidecar import outcomes as e
+from obs.sidecar.outcomes import FallBack
 from obs.sidecar.policy import priority
 from obs.sidecar.types import Scope
 
@@ -30,14 +31,6 @@ if TYPE_CHECKING:  # the relay's request, only named here (policy imports nothin
     from obs.sidecar.relay.request import Request
 
 log = structlog.get_logger("vllm_obs.relay")
-
-
-class FallBack(Exception):
-    """The pool refused, failed or timed out before the first byte: try the fallback pool."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason  # one of conventions.FALLBACK_REASONS
 
 
 def identity(

@@ -31,16 +31,10 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from obs.sidecar.outcomes import ConnectFailed, UpstreamError
+
 IDLE_S = 3.0  # reuse a connection idle for less than this
 MAX_IDLE_PER_REPLICA = 512
-
-
-class UpstreamError(Exception):
-    """The pool's connection failed; ``str()`` says how, for the event's error message."""
-
-
-class ConnectFailed(UpstreamError):
-    """No connection: refused, unreachable, or not accepted within ``connect_s``."""
 
 
 class Sink(Protocol):

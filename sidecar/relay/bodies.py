@@ -29,18 +29,15 @@ PARSERS = 2
 MAX_MODEL_CHARS = 256  # the event's ``model`` is cut to this (a client chooses it)
 
 
-class ClientGone(Exception):
-    """The client disconnected before its request body was complete."""
-
-
 async def read_body(receive: Receive, max_bytes: int) -> bytes:
-    """The whole request body; 413 past ``max_bytes``, ``ClientGone`` if the client left."""
+    """The whole request body; 413 past ``max_bytes``, ``ClientLeft`` if the client left
+    (or the server refused the body: the relay asks its connection which)."""
     chunks: list[bytes] = []
     size = 0
     while True:
         msg = await receive()
         if msg["type"] == "http.disconnect":
-            raise ClientGone
+            raise e.ClientLeft
         body = msg.get("body", b"")
         size += len(body)
         if size > max_bytes:

@@ -17,7 +17,6 @@ from obs import conventions as c
 from obs.events import Event
 from obs.openai_api import BadField, Reading, event_text, prefix_text, read_request
 from obs.sidecar import outcomes as e
-from obs.sidecar.pools.upstream import UpstreamError
 from obs.sidecar.relay.sse import StreamState
 from obs.sidecar.types import Scope
 
@@ -148,16 +147,6 @@ def dump_body(body: dict[str, Any]) -> bytes:
     if isinstance(body, PythonJson):
         return json.dumps(body, allow_nan=True).encode()
     return orjson.dumps(body)
-
-
-def upstream_error(err: BaseException, doing: str) -> e.RelayError:
-    if isinstance(err, UpstreamError):  # says what happened and while doing what
-        return e.UpstreamProtocol(str(err))
-    if isinstance(err, TimeoutError):
-        return e.UpstreamTimeout(f"the pool stopped sending while {doing} (idle timeout)")
-    return e.UpstreamProtocol(
-        f"the pool's connection failed while {doing}: {err.__class__.__name__}"
-    )
 
 
 def error_message(data: bytes) -> str:

@@ -26,20 +26,19 @@ from obs.config import Lane
 from obs.lanes import Classifier
 from obs.record import Finished
 from obs.sidecar import outcomes as e
+from obs.sidecar.outcomes import ConnectFailed, FallBack, UpstreamError
 from obs.sidecar.policy import traffic
 from obs.sidecar.policy.admission import LaneGate, Ticket
 from obs.sidecar.policy.auth import Tenants
 from obs.sidecar.policy.recognition import Recognizer
-from obs.sidecar.policy.traffic import FallBack
 from obs.sidecar.pools.pools import PoolSet, Replica
-from obs.sidecar.pools.upstream import ConnectFailed, Response, Upstream, UpstreamError
+from obs.sidecar.pools.upstream import Response, Upstream
 from obs.sidecar.record.capture import TextCapture
 from obs.sidecar.record.recorder import JoinEngineSpan, Recorder
 from obs.sidecar.relay.bodies import (
     MAX_JSON_ELEMENTS,
     MAX_MODEL_CHARS,
     BodyParser,
-    ClientGone,
     read_body,
 )
 from obs.sidecar.relay.deadline import Deadline, first_token_timeout
@@ -112,6 +111,7 @@ class Relay:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         req = Request(scope["path"], received_ns(scope))
+        req.conn = client_conn(scope)
         task = asyncio.current_task()
         if task is not None:
             self._running.add(task)
@@ -164,9 +164,12 @@ class Relay:
             )
         try:
             raw = await read_body(receive, self.max_body_bytes)
-        except ClientGone:
-            req.disconnected = True
-            return
+        except e.ClientLeft:
+            refused = req.conn.refusal if req.conn is not None else None
+            if refused is None:
+                req.disconnected = True
+                return
+            raise refused from None  # what the server answered is what the event says
         body: dict[str, Any] | None = None
         generate = ev.route in GENERATE_ROUTES
         if generate or headers.get("content-type", "").startswith("application/json"):
@@ -195,7 +198,6 @@ class Relay:
         if self.capture is not None and generate:
             req.capture_body = body if self.capture.prompt else None
             req.capture_frames = [] if self.capture.output else None
-        req.conn = client_conn(scope)
         await self._dispatch(req, Plan(lane, gate, cost, headers, raw, inject), receive, send)
 
     # ---- upstream side ------------------------------------------------------------------

@@ -25,14 +25,14 @@ import time
 from obs.config import SlowClient
 from obs.phases import ms
 from obs.sidecar import outcomes as e
-from obs.sidecar.pools.upstream import Response, UpstreamError
+from obs.sidecar.outcomes import UpstreamError
+from obs.sidecar.pools.upstream import Response
 from obs.sidecar.relay.deadline import Deadline
 from obs.sidecar.relay.payloads import (
     GENERATE_ROUTES,
     apply_usage,
     error_message,
     read_completion,
-    upstream_error,
 )
 from obs.sidecar.relay.request import Request
 from obs.sidecar.relay.respond import BODY as _BODY
@@ -218,7 +218,7 @@ async def relay_stream(
         ev.stream_blocked_ms = ms(sink.blocked)
         return
     if sink.error is not None and not req.disconnected:
-        err = deadline.expired or upstream_error(sink.error, "streaming")
+        err = deadline.expired or e.lower_outcome(sink.error, "streaming")
         stream_failed(req, state, err)
         await end_stream_with_error(req, send, err)
         ev.stream_blocked_ms = ms(sink.blocked)
@@ -301,7 +301,7 @@ async def relay_whole(
     except UpstreamError as err:
         if req.disconnected:
             return
-        raise deadline.expired or upstream_error(err, "reading the response") from err
+        raise deadline.expired or e.lower_outcome(err, "reading the response") from err
     if resp.status < 400:  # an error body is no first token: no TTFT, TPOT or output for it
         clock.first_up = clock.last_up = time.perf_counter_ns()
     if req.capture_frames is not None:

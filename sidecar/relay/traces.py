@@ -43,10 +43,11 @@ from prometheus_client import CollectorRegistry, Counter
 
 from obs import conventions as c
 from obs.engines.spans import engine_of
-from obs.sidecar.outcomes import PayloadTooLarge, error_body
+from obs.sidecar.outcomes import ClientLeft, PayloadTooLarge
+from obs.sidecar.outcomes import TraceExportRefused as Refused
 from obs.sidecar.record.engine_join import EngineJoin
 from obs.sidecar.record.otlp import ReceivedSpan, keep_traces, parse_export, spans_of
-from obs.sidecar.relay.bodies import ClientGone, read_body
+from obs.sidecar.relay.bodies import read_body
 from obs.sidecar.types import Receive, Scope, Send
 
 log = structlog.get_logger("vllm_obs.traces")
@@ -64,12 +65,6 @@ def refusal_counter(registry: CollectorRegistry) -> Callable[[str], None]:
     counter = Counter(m.name, m.help, m.labels, registry=registry)
     children = {reason: counter.labels(reason) for reason in REFUSALS}
     return lambda reason: children[reason].inc()
-
-
-class _Refused(Exception):
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.reason, self.message = status, reason, message
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,18 +93,18 @@ def pool_addresses(urls: Iterable[str]) -> frozenset[str]:
 
 
 def inflate(raw: bytes, encoding: str, max_bytes: int) -> bytes:
-    """The body as sent, decompressed to at most ``max_bytes`` (else ``_Refused``)."""
+    """The body as sent, decompressed to at most ``max_bytes`` (else ``Refused``)."""
     if encoding in ("", "identity"):
         return raw
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip
     try:
         out = d.decompress(raw, max_bytes + 1)
     except zlib.error as err:
-        raise _Refused(400, "invalid", "the gzip body is corrupt") from err
+        raise Refused(400, "invalid", "the gzip body is corrupt") from err
     if len(out) > max_bytes or d.unconsumed_tail:
-        raise _Refused(413, "too_large", f"the export inflates past {max_bytes} bytes")
+        raise Refused(413, "too_large", f"the export inflates past {max_bytes} bytes")
     if not d.eof or d.unused_data:  # cut short, or more gzip members after the first
-        raise _Refused(400, "invalid", "the body is not one whole gzip stream")
+        raise Refused(400, "invalid", "the body is not one whole gzip stream")
     return out
 
 
@@ -120,10 +115,10 @@ def decode(
     try:
         req = parse_export(inflate(raw, encoding, max_bytes))
         spans = [s for s in spans_of(req) if engine_of(s.name, s.attributes)]
-    except _Refused:
+    except Refused:
         raise
     except Exception as err:  # protobuf's errors, a recursion limit: all the sender's fault
-        raise _Refused(400, "invalid", "not an OTLP trace export") from err
+        raise Refused(400, "invalid", "not an OTLP trace export") from err
     out = None
     if forward and keep_traces(req, ours):
         out = req.SerializeToString()
@@ -156,10 +151,10 @@ class TraceReceiver:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             status, body = await self._receive(scope, receive)
-        except _Refused as err:
+        except Refused as err:
             self.refused(err.reason)
-            status, body = err.status, error_body(err.message, "TraceExportRefused", err.status)
-        except ClientGone:
+            status, body = err.status, err.body()
+        except ClientLeft:
             return
         ctype = b"application/x-protobuf" if status == 200 else b"application/json"
         await send({"type": "http.response.start", "status": status,
@@ -168,16 +163,16 @@ class TraceReceiver:
 
     async def _check(self, scope: Scope, headers: dict[bytes, bytes]) -> str:
         if self.replicas is None:
-            raise _Refused(404, "closed", "route not served by the vllm-obs sidecar")
+            raise Refused(404, "closed", "route not served by the vllm-obs sidecar")
         if not self._trusted(scope, headers) and not await self._trusted_now(scope, headers):
-            raise _Refused(403, "source", "trace exports are accepted from the pools only")
+            raise Refused(403, "source", "trace exports are accepted from the pools only")
         if scope["method"] != "POST":
-            raise _Refused(405, "method", "POST OTLP/HTTP protobuf here")
+            raise Refused(405, "method", "POST OTLP/HTTP protobuf here")
         if not headers.get(b"content-type", b"").startswith(b"application/x-protobuf"):
-            raise _Refused(415, "media_type", "only OTLP/HTTP protobuf is accepted")
+            raise Refused(415, "media_type", "only OTLP/HTTP protobuf is accepted")
         encoding = headers.get(b"content-encoding", b"").decode("latin-1").strip().lower()
         if encoding not in ("", "identity", "gzip"):
-            raise _Refused(415, "encoding", "only gzip or identity content-encoding")
+            raise Refused(415, "encoding", "only gzip or identity content-encoding")
         return encoding
 
     def _trusted(self, scope: Scope, headers: dict[bytes, bytes]) -> bool:
@@ -220,4 +215,4 @@ class TraceReceiver:
         try:
             return await read_body(receive, self.max_bytes)
         except PayloadTooLarge as err:
-            raise _Refused(413, "too_large", f"the export is over {self.max_bytes} bytes") from err
+            raise Refused(413, "too_large", f"the export is over {self.max_bytes} bytes") from err

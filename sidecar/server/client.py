@@ -35,6 +35,7 @@ from collections.abc import Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from obs.sidecar.outcomes import RequestLimit
     from obs.sidecar.server.connection import HttpConnection
     from obs.sidecar.server.wire import Exchange
 
@@ -70,6 +71,11 @@ class ClientConn:
         self._ex.on_lost = callback
         if callback is not None and self._ex.disconnected:
             callback()
+
+    @property
+    def refusal(self) -> RequestLimit | None:
+        """What the server refused this request with (408, 503, ...), if it did."""
+        return self._ex.refusal
 
     @property
     def paused(self) -> bool:

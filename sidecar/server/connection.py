@@ -19,13 +19,13 @@ before any of them reach the app, with the counters of ``Guard`` (obs.sidecar.se
   across reads, then each header as parsed); past a limit the request is answered
   414 or 431 and the connection closed;
 - a header read timeout (first byte of a request to the end of its head: 408), a body
-  read timeout (end of the head to the end of the body: 408, the relay sees the client
-  leave), an idle timeout for a connection that sends no request (closed, counted), and
+  read timeout (end of the head to the end of the body: 408, and the request's event
+  says 408), an idle timeout for a connection that sends no request (closed, counted), and
   the same time between requests (closed: a keep-alive connection's end, not counted);
 - open connections, in all and per client address: one more is answered 503 and closed;
 - request bodies held in memory, in all and per client, counted as their bytes arrive
   (not as declared: a ``Content-Length`` of 32 MiB with nothing sent holds nothing): past
-  the budget, 503;
+  the budget, 503 (the request's event says 503);
 - a response that completes before its request's body was read (an early 401 or 413)
   closes the connection: it is the connection's only answer to that request;
 - a chunked body's trailer fields are read and dropped: they never join the request's
@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 import httptools
 
-from obs.sidecar.outcomes import error_body
+from obs.sidecar.outcomes import RequestLimit
 from obs.sidecar.server.client import EXTENSION, OBS_EXTENSION, ClientConn
 from obs.sidecar.server.guard import REASONS, Guard, content_length, plain_get
 from obs.sidecar.server.intake import BODY_PIECE, PIECE, Intake
@@ -70,10 +70,6 @@ class ServerState:
         self.clock = Clock()
         self.connections: set[HttpConnection] = set()
         self.tasks: set[asyncio.Task[None]] = set()
-
-
-class _LimitHit(Exception):
-    """Raised in a parser callback: the parser stops and the refusal is answered."""
 
 
 class HttpConnection(asyncio.Protocol):
@@ -107,7 +103,7 @@ class HttpConnection(asyncio.Protocol):
         self._received_ns = 0
         self._expect_continue = False
         self._counted = False
-        self._refusal: tuple[int, str, str] | None = None
+        self._refusal: RequestLimit | None = None  # raised in a parser callback: answered
         self._addr = ""
         self._bodies: deque[int] = deque()  # body bytes held, per request not yet answered
         self._chunked = False
@@ -130,7 +126,7 @@ class HttpConnection(asyncio.Protocol):
         over = self.guard.budgets.connect(self._addr)
         if over is not None:
             whose = "the sidecar has" if over == "max_connections" else "this client has"
-            self._refuse(503, over, f"{whose} too many open connections")
+            self._refuse(RequestLimit(503, over, f"{whose} too many open connections"))
             return
         self._counted = True
         self._arm(self.limits.idle_timeout_s, "idle_timeout")
@@ -181,7 +177,7 @@ class HttpConnection(asyncio.Protocol):
             self.intake.unread(rest)  # parsed next, by the intake's loop: no recursion
         except httptools.HttpParserError:
             if self._refusal is not None:
-                self._refuse(*self._refusal)
+                self._refuse(self._refusal)
                 return
             self._bad_request()
             return
@@ -190,7 +186,7 @@ class HttpConnection(asyncio.Protocol):
             and self._head > self.limits.max_header_bytes
             and not self.transport.is_closing()
         ):
-            self._refuse(431, "header_bytes", "request headers are too large")
+            self._refuse(RequestLimit(431, "header_bytes", "request headers are too large"))
 
     # ---- httptools callbacks -------------------------------------------------------------
 
@@ -206,19 +202,16 @@ class HttpConnection(asyncio.Protocol):
     def on_url(self, url: bytes) -> None:
         self._url += url
         if len(self._url) > self.limits.max_request_line:
-            self._refusal = (414, "request_line", "the request line is too long")
-            raise _LimitHit
+            raise self._refused(414, "request_line", "the request line is too long")
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._in_body:  # a chunked body's trailer: read, never one of the request's headers
             return
         self._header_bytes += len(name) + len(value) + 4
         if len(self._headers) >= self.limits.max_headers:
-            self._refusal = (431, "header_count", "the request has too many headers")
-            raise _LimitHit
+            raise self._refused(431, "header_count", "the request has too many headers")
         if self._header_bytes + len(self._url) > self.limits.max_header_bytes:
-            self._refusal = (431, "header_bytes", "request headers are too large")
-            raise _LimitHit
+            raise self._refused(431, "header_bytes", "request headers are too large")
         name = name.lower()
         if name == b"expect" and value.lower() == b"100-continue":
             self._expect_continue = True
@@ -230,8 +223,7 @@ class HttpConnection(asyncio.Protocol):
         if parser.should_upgrade() and not plain_get(method, headers):
             # httptools skips the body of a request that asks to switch protocols and parses
             # what follows as a new request: a body would be smuggled past a proxy in front.
-            self._refusal = (400, "upgrade", "the sidecar does not switch protocols (Upgrade)")
-            raise _LimitHit
+            raise self._refused(400, "upgrade", "the sidecar does not switch protocols (Upgrade)")
         declared = content_length(headers)
         self._chunked = declared is None
         self._body_left = declared or 0
@@ -332,8 +324,7 @@ class HttpConnection(asyncio.Protocol):
     def _hold_body(self, n: int) -> None:
         """Count ``n`` more bytes of the current request's body, within the budgets."""
         if not self.guard.budgets.hold_body(self._addr, n):
-            self._refusal = (503, "body_memory", "the sidecar holds too many request bodies")
-            raise _LimitHit
+            raise self._refused(503, "body_memory", "the sidecar holds too many request bodies")
         self._bodies[-1] += n
 
     def _bad_request(self) -> None:
@@ -350,22 +341,29 @@ class HttpConnection(asyncio.Protocol):
         )
         self.transport.close()
 
-    def _refuse(self, status: int, limit: str, message: str) -> None:
-        """Answer ``status`` (when no response is under way) and close the connection."""
-        self.guard.hit(limit)
+    def _refused(self, status: int, limit: str, message: str) -> RequestLimit:
+        """The refusal a parser callback raises (the parser stops; ``_feed`` answers it)."""
+        self._refusal = RequestLimit(status, limit, message)
+        return self._refusal
+
+    def _refuse(self, refusal: RequestLimit) -> None:
+        """Answer ``refusal`` (when no response is under way) and close the connection; the
+        request whose body was being read is told (``Exchange.refused``), so its event
+        records the status its client received."""
+        self.guard.hit(refusal.limit)
         self._disarm()
         transport = self.transport
         if transport.is_closing():
             return
         ex = self.current
         answer = ex is None or ex.response_complete or not ex.response_started
-        if ex is not None:  # the app's own answer, if any, goes nowhere; the relay sees it
+        reading = self.reading
+        if ex is not None and ex is not reading:  # its own answer goes nowhere; it sees that
             ex.lost()
-        if self.reading is not None:
-            self.reading.lost()
+        if reading is not None:
+            reading.refused(refusal)
         if answer:
-            body = error_body(message, "RequestLimitError", status)
-            self._answer_and_close(status, b"application/json", body)
+            self._answer_and_close(refusal.status, b"application/json", refusal.body())
         else:
             transport.close()
 
@@ -390,4 +388,6 @@ class HttpConnection(asyncio.Protocol):
             self.guard.hit(limit)
             self.transport.close()
         else:
-            self._refuse(408, limit, f"the client was too slow sending the request ({limit})")
+            self._refuse(
+                RequestLimit(408, limit, f"the client was too slow sending the request ({limit})")
+            )

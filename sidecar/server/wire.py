@@ -27,6 +27,7 @@ from typing import Any
 import httptools
 import structlog
 
+from obs.sidecar.outcomes import RequestLimit
 from obs.sidecar.types import Message, Receive, Scope, Send
 
 log = structlog.get_logger("vllm_obs.server")
@@ -99,6 +100,7 @@ class Exchange:
         "more_body",
         "on_complete",
         "on_lost",
+        "refusal",
         "response_complete",
         "response_started",
         "scope",
@@ -132,6 +134,7 @@ class Exchange:
         self.chunked = False
         self.expected = 0  # body bytes still owed under the response's content-length
         self.on_lost: Callable[[], None] | None = None  # the client left before the end
+        self.refusal: RequestLimit | None = None  # the server refused it (connection.py)
         self._event = asyncio.Event()
         self._reading_paused = False
         self._resume_reading = resume_reading
@@ -148,6 +151,12 @@ class Exchange:
     def body_complete(self) -> None:
         self.more_body = False
         self._event.set()
+
+    def refused(self, refusal: RequestLimit) -> None:
+        """The server answered ``refusal`` and closed: the app sees the client go, and
+        ``refusal`` says why (the relay records it as the event's outcome)."""
+        self.refusal = refusal
+        self.lost()
 
     def lost(self) -> None:
         """The client's connection closed."""

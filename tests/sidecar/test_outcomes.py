@@ -1,6 +1,13 @@
-"""obs.sidecar.outcomes: each outcome's status, body, SSE frame and event record agree."""
+"""obs.sidecar.outcomes: each outcome's status, body, SSE frame and event record agree, every
+exception the transport modules raise has its outcome in the table, and the exception classes
+that stand for how a request ends live in this one module."""
 
 from __future__ import annotations
+
+import ast
+import builtins
+import importlib
+from pathlib import Path
 
 import orjson
 import pytest
@@ -8,7 +15,7 @@ import pytest
 from obs import conventions as c
 from obs.events import Event
 from obs.sidecar import outcomes as e
-from obs.sidecar.policy.admission import Rejected
+from obs.sidecar.outcomes import Rejected
 
 SENT = [
     e.BadRequest("bad"),
@@ -23,6 +30,9 @@ SENT = [
     e.UpstreamProtocol("broken"),
     e.Internal(KeyError("k")),
     Rejected(c.QUEUE_FULL, "full", 429, 1),
+    e.RequestLimit(408, "body_timeout", "slow"),
+    e.RequestLimit(503, "body_memory", "full"),
+    e.TraceExportRefused(415, "media_type", "protobuf"),
 ]
 
 
@@ -48,7 +58,7 @@ def test_event_records_the_outcome_the_client_reads(err: e.RelayError) -> None:
     ev = Event()
     err.record(ev, "decode")
     expected = c.CLIENT_ERROR if 400 <= err.status < 500 else c.ERROR
-    if isinstance(err, Rejected):
+    if isinstance(err, Rejected) or (isinstance(err, e.RequestLimit) and err.status == 503):
         expected = c.REJECTED
     assert (ev.status, ev.error_class, ev.error_phase) == (expected, err.error_class, "decode")
 
@@ -108,3 +118,101 @@ def test_client_left_is_a_disconnect_without_a_message() -> None:
         "client_disconnect",
         None,
     )
+
+
+SIDECAR = Path(__file__).resolve().parents[2] / "sidecar"
+# The modules that raise what the relay gets from below: the pool client, the server's
+# connection and exchange, the body reader and the deadlines.
+TRANSPORT = (
+    "pools/upstream.py",
+    "server/connection.py",
+    "server/wire.py",
+    "server/client.py",
+    "relay/bodies.py",
+    "relay/deadline.py",
+)
+# Exception classes outside outcomes.py, each no request's end.
+NOT_OUTCOMES = {
+    ("pools/engine_scrape.py", "ExpositionError"): "a replica's /metrics page that does not parse",
+}
+
+
+def _module(path: str) -> object:
+    return importlib.import_module("obs.sidecar." + path.removesuffix(".py").replace("/", "."))
+
+
+def _exceptions_made(path: str) -> set[type[BaseException]]:
+    """The exception classes ``path`` raises or constructs (``raise X(...)``, ``fail(X(...))``)."""
+    module = _module(path)
+    tree = ast.parse((SIDECAR / path).read_text(encoding="utf-8"))
+    found: set[type[BaseException]] = set()
+    for node in ast.walk(tree):
+        target = node.exc if isinstance(node, ast.Raise) else node
+        if isinstance(target, ast.Call):
+            target = target.func
+        if isinstance(node, ast.Raise | ast.Call) and isinstance(target, ast.Name | ast.Attribute):
+            obj = None
+            if isinstance(target, ast.Name):  # the module's own name, or a builtin's
+                obj = getattr(module, target.id, getattr(builtins, target.id, None))
+            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+                owner = getattr(module, target.value.id, None)
+                obj = getattr(owner, target.attr, None)
+            if isinstance(obj, type) and issubclass(obj, BaseException):
+                found.add(obj)
+    return found
+
+
+@pytest.mark.parametrize("path", TRANSPORT)
+def test_every_exception_a_transport_module_raises_has_an_outcome(path: str) -> None:
+    """Each exception class a transport module raises or builds maps to an outcome through
+    the table (its own class or a base, never a catch-all), as httpx tests its map."""
+    made = _exceptions_made(path)
+    catch_all = {BaseException, Exception, object}
+    missing = [
+        cls.__name__
+        for cls in made
+        if not any(base in e.LOWER for base in cls.__mro__ if base not in catch_all)
+    ]
+    assert not missing, f"{path} raises exceptions obs.sidecar.outcomes.LOWER does not map"
+
+
+def test_the_transport_scan_sees_the_pool_clients_errors() -> None:
+    """The scan is not empty: the pool client builds UpstreamError and ConnectFailed."""
+    assert {e.UpstreamError, e.ConnectFailed} <= _exceptions_made("pools/upstream.py")
+    assert e.RequestLimit in _exceptions_made("server/connection.py")
+
+
+@pytest.mark.parametrize(
+    ("err", "outcome"),
+    [
+        (e.ConnectFailed("refused"), e.UpstreamUnavailable),
+        (e.UpstreamError("bad chunk"), e.UpstreamProtocol),
+        (TimeoutError(), e.UpstreamTimeout),
+        (ConnectionResetError(), e.UpstreamProtocol),
+        (RuntimeError("impossible"), e.Internal),
+        (KeyError("ours"), e.Internal),
+        (e.SlowClientStalled("stalled"), e.SlowClientStalled),
+    ],
+    ids=lambda v: type(v).__name__,
+)
+def test_lower_errors_map_to_their_outcome(err: BaseException, outcome: type) -> None:
+    """The table: the pool client's errors, a deadline, a socket error, our own bug."""
+    assert type(e.lower_outcome(err, "streaming")) is outcome
+
+
+def test_exception_classes_for_how_a_request_ends_live_in_outcomes() -> None:
+    """No module of the sidecar but outcomes.py defines an exception class (the few that
+    stand for no request's end are named, with why)."""
+    found = []
+    for path in sorted(SIDECAR.rglob("*.py")):
+        rel = path.relative_to(SIDECAR).as_posix()
+        if rel in ("outcomes.py", "__init__.py"):
+            continue
+        module = _module(rel.removesuffix("/__init__.py"))
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for name in (node.name for node in tree.body if isinstance(node, ast.ClassDef)):
+            obj = getattr(module, name, None)
+            exc = isinstance(obj, type) and issubclass(obj, BaseException)
+            if exc and (rel, name) not in NOT_OUTCOMES:
+                found.append(f"{rel}:{name}")
+    assert not found, "define these in obs.sidecar.outcomes: " + ", ".join(found)
