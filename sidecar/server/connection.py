@@ -253,6 +253,9 @@ class HttpConnection(asyncio.Protocol):
             self._pause_reading()
             self.pipeline.append(ex)
             self._disarm()  # its body's time starts when it is read
+        if declared and declared > self.guard.budgets.max_client_body_bytes:  # never fits
+            raise self._refused(503, "body_memory", "the body exceeds the request bodies one "
+                                "client may hold")  # fmt: skip
 
     def on_body(self, body: bytes) -> None:
         self._body_left -= len(body)
