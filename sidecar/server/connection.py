@@ -61,6 +61,25 @@ if TYPE_CHECKING:
 BAD_REQUEST = "Invalid HTTP request received."
 
 
+def evict(connections: set[HttpConnection], guard: Guard) -> bool:
+    """At the connection cap, close one connection that serves no request to make room: an
+    idle one before a slow head, from the address holding the most. False when none can go
+    (then the newcomer is refused: every slot serves a request)."""
+    best: HttpConnection | None = None
+    best_rank = (0, 0)
+    for conn in connections:
+        kind = conn.evictable()
+        if kind:
+            rank = (kind, guard.budgets.client_connections(conn._addr))
+            if rank > best_rank:
+                best, best_rank = conn, rank
+    if best is None:
+        return False
+    guard.hit("evicted")
+    best.evicted()
+    return True
+
+
 class ServerState:
     """What every connection of one server shares: the app, the limits, the open ones."""
 
@@ -124,12 +143,33 @@ class HttpConnection(asyncio.Protocol):
         self.server = (str(local[0]), int(local[1])) if isinstance(local, tuple) else None
         self._addr = self.client[0] if self.client else ""
         over = self.guard.budgets.connect(self._addr)
+        if over == "max_connections" and evict(self.state.connections, self.guard):
+            over = self.guard.budgets.connect(self._addr)
         if over is not None:
             whose = "the sidecar has" if over == "max_connections" else "this client has"
             self._refuse(RequestLimit(503, over, f"{whose} too many open connections"))
             return
         self._counted = True
+        self.guard.accepted()
         self._arm(self.limits.idle_timeout_s, "idle_timeout")
+
+    def evictable(self) -> int:
+        """How readily this connection makes room at the cap: 2 when it waits for a request
+        (idle), 1 while a request's head trickles in, 0 while a request is being served."""
+        if not self._counted or self.transport.is_closing():
+            return 0
+        if self.current is not None and not self.current.response_complete:
+            return 0
+        if self.pipeline or self._in_body:
+            return 0
+        return 1 if self._in_message else 2
+
+    def evicted(self) -> None:
+        """Closed to make room for a new client: no longer counted."""
+        self._counted = False
+        self.guard.budgets.disconnect(self._addr)
+        self._disarm()
+        self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.state.connections.discard(self)

@@ -26,6 +26,7 @@ log = structlog.get_logger("vllm_obs.guard")
 LIMITS = (
     "request_line", "header_bytes", "header_count", "header_timeout", "body_timeout",
     "idle_timeout", "max_connections", "client_connections", "body_memory", "upgrade",
+    "evicted",
 )  # fmt: skip
 LOG_EVERY_S = 60.0
 REASONS = {400: b"Bad Request", 408: b"Request Timeout", 414: b"URI Too Long",
@@ -45,6 +46,15 @@ class Guard:
         )
         self.hits = dict.fromkeys(LIMITS, 0)
         self._logged = dict.fromkeys(LIMITS, (-LOG_EVERY_S, 0))
+        self._full_since: float | None = None  # refusing at the cap, none accepted since
+
+    def accepted(self) -> None:
+        """A connection was taken: the relay serves."""
+        self._full_since = None
+
+    def full_for(self) -> float:
+        """Seconds the relay has refused every new connection at its cap (0: it takes them)."""
+        return 0.0 if self._full_since is None else time.monotonic() - self._full_since
 
     @property
     def open(self) -> int:
@@ -54,6 +64,8 @@ class Guard:
     def hit(self, limit: str) -> None:
         self.hits[limit] += 1
         now = time.monotonic()
+        if limit == "max_connections" and self._full_since is None:
+            self._full_since = now
         at, count = self._logged[limit]
         if now - at >= LOG_EVERY_S:
             log.warning("connection_limit", limit=limit, since_last_log=self.hits[limit] - count)

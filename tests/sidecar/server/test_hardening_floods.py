@@ -155,8 +155,9 @@ def test_the_connection_cap_fits_the_open_file_limit() -> None:
 def test_health_listener_answers_while_the_relay_port_is_full(
     sidecar: SidecarFactory, pool: ScriptedUpstream, nofile: None
 ) -> None:
-    """Behind one proxy address, a flood fills the relay port (its /health gets 503), while
-    --health-address answers 200 on every probe."""
+    """Behind one proxy address, a flood of idle sockets fills the relay port's cap: a new
+    connection evicts an idle one and is served (before: 503), and --health-address answers
+    200 on every probe."""
     health_port = free_port()
     sc = sidecar(
         pool.url,
@@ -170,6 +171,7 @@ def test_health_listener_answers_while_the_relay_port_is_full(
             with contextlib.suppress(OSError):
                 held.append(_from("127.0.0.2", sc.port))
         with _from("127.0.0.2", sc.port) as s:
+            s.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
             relay_port = status(read_all(s))
         probes = [
             httpx.get(f"http://127.0.0.1:{health_port}/health", timeout=10) for _ in range(30)
@@ -177,7 +179,8 @@ def test_health_listener_answers_while_the_relay_port_is_full(
     finally:
         for s in held:
             s.close()
-    assert relay_port == 503
+    assert relay_port == 200
+    assert metric(sc.url, LIMITS, limit="evicted") >= 1
     assert [r.status_code for r in probes] == [200] * 30
     assert probes[-1].json()["status"] == "ok"
     assert httpx.get(f"http://127.0.0.1:{health_port}/metrics").status_code == 404
