@@ -2,34 +2,24 @@
 
 ``HttpConnection`` is an asyncio protocol on ``httptools.HttpRequestParser`` (under
 uvloop). It reads requests, one ``Exchange`` each (obs.sidecar.server.wire), runs the app on
-it (the relayed routes go straight to the relay, the others to the FastAPI app), and
-keeps the connection alive between requests (HTTP/1.1, or 1.0 with ``keep-alive``);
-pipelined requests are answered in order.
-
-What a client sends is parsed a piece at a time (obs.sidecar.server.intake), never a
-whole read at once: while a request waits to be answered behind another (pipelined), or
-its body waits for the app, parsing stops and the unparsed bytes wait, reading paused. So
-a connection's memory is its buffers, whatever it writes. A piece of a body with a
-``Content-Length`` ends where the body does, so the requests after it wait their turn.
+it (relayed routes to the relay, others to the FastAPI app), and keeps the connection alive
+between requests; pipelined requests are answered in order. What a client sends is parsed a
+piece at a time (obs.sidecar.server.intake): while a request waits behind another or its
+body waits for the app, parsing and reading stop, so a connection's memory is its buffers.
 
 The limits of ``Limits`` (docs/security.md) are enforced where the bytes arrive,
 before any of them reach the app, with the counters of ``Guard`` (obs.sidecar.server.guard):
 
-- request line, header bytes and header count: counted as the head is read (bytes
-  across reads, then each header as parsed); past a limit the request is answered
-  414 or 431 and the connection closed;
-- a header read timeout (first byte of a request to the end of its head: 408), a body
-  read timeout (end of the head to the end of the body: 408, and the request's event
-  says 408), an idle timeout for a connection that sends no request (closed, counted), and
-  the same time between requests (closed: a keep-alive connection's end, not counted);
-- open connections, in all and per client address: one more is answered 503 and closed;
-- request bodies held in memory, in all and per client, counted as their bytes arrive
-  (not as declared: a ``Content-Length`` of 32 MiB with nothing sent holds nothing): past
-  the budget, 503 (the request's event says 503);
-- a response that completes before its request's body was read (an early 401 or 413)
-  closes the connection: it is the connection's only answer to that request;
-- a chunked body's trailer fields are read and dropped: they never join the request's
-  headers (a trailer ``X-Tenant`` cannot change what a gateway set);
+- request line, header bytes and header count, counted as the head is read: 414 or 431;
+- a header read timeout (first byte to the end of the head: 408), a body read timeout
+  (end of the head to the end of the body: 408, the event says so), an idle timeout for a
+  connection that sends no request (closed, counted), the same between requests (closed);
+- open connections, in all and per client address: at the cap, a connection that serves
+  no request is evicted (``Guard.evict``), else the newcomer is answered 503 and closed;
+- request bodies held, in all and per client, counted as bytes arrive (never as declared):
+  past the budget, 503 (the event says 503);
+- an answer before its request's body was read (an early 401, 413) closes the connection:
+  it is the only answer; a chunked body's trailer fields never join the request's headers;
 - a request that asks to switch protocols (``Connection: upgrade`` with ``Upgrade``, or
   ``CONNECT``) is answered 400 and closed, but for a GET or HEAD without a body, which is
   served as plain HTTP/1.1 (the parser's skipped bytes are read as the next request).
@@ -59,25 +49,6 @@ if TYPE_CHECKING:
 
 
 BAD_REQUEST = "Invalid HTTP request received."
-
-
-def evict(connections: set[HttpConnection], guard: Guard) -> bool:
-    """At the connection cap, close one connection that serves no request to make room: an
-    idle one before a slow head, from the address holding the most. False when none can go
-    (then the newcomer is refused: every slot serves a request)."""
-    best: HttpConnection | None = None
-    best_rank = (0, 0)
-    for conn in connections:
-        kind = conn.evictable()
-        if kind:
-            rank = (kind, guard.budgets.client_connections(conn._addr))
-            if rank > best_rank:
-                best, best_rank = conn, rank
-    if best is None:
-        return False
-    guard.hit("evicted")
-    best.evicted()
-    return True
 
 
 class ServerState:
@@ -123,7 +94,7 @@ class HttpConnection(asyncio.Protocol):
         self._expect_continue = False
         self._counted = False
         self._refusal: RequestLimit | None = None  # raised in a parser callback: answered
-        self._addr = ""
+        self.addr = ""
         self._bodies: deque[int] = deque()  # body bytes held, per request not yet answered
         self._chunked = False
         self.intake = Intake(self._feed_piece, self._piece_size)
@@ -141,10 +112,10 @@ class HttpConnection(asyncio.Protocol):
         self.client = (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else None
         local = transport.get_extra_info("sockname")
         self.server = (str(local[0]), int(local[1])) if isinstance(local, tuple) else None
-        self._addr = self.client[0] if self.client else ""
-        over = self.guard.budgets.connect(self._addr)
-        if over == "max_connections" and evict(self.state.connections, self.guard):
-            over = self.guard.budgets.connect(self._addr)
+        self.addr = self.client[0] if self.client else ""
+        over = self.guard.budgets.connect(self.addr)
+        if over == "max_connections" and self.guard.evict(self.state.connections):
+            over = self.guard.budgets.connect(self.addr)
         if over is not None:
             whose = "the sidecar has" if over == "max_connections" else "this client has"
             self._refuse(RequestLimit(503, over, f"{whose} too many open connections"))
@@ -154,20 +125,15 @@ class HttpConnection(asyncio.Protocol):
         self._arm(self.limits.idle_timeout_s, "idle_timeout")
 
     def evictable(self) -> int:
-        """How readily this connection makes room at the cap: 2 when it waits for a request
-        (idle), 1 while a request's head trickles in, 0 while a request is being served."""
-        if not self._counted or self.transport.is_closing():
+        """2: idle (waits for a request), 1: a request's head trickles in, 0: serving."""
+        busy = self.current is not None and not self.current.response_complete
+        if busy or self.pipeline or self._in_body or not self._counted:
             return 0
-        if self.current is not None and not self.current.response_complete:
-            return 0
-        if self.pipeline or self._in_body:
-            return 0
-        return 1 if self._in_message else 2
+        return 0 if self.transport.is_closing() else 1 if self._in_message else 2
 
     def evicted(self) -> None:
-        """Closed to make room for a new client: no longer counted."""
         self._counted = False
-        self.guard.budgets.disconnect(self._addr)
+        self.guard.budgets.disconnect(self.addr)
         self._disarm()
         self.transport.close()
 
@@ -176,8 +142,8 @@ class HttpConnection(asyncio.Protocol):
         self._disarm()
         if self._counted:
             self._counted = False
-            self.guard.budgets.disconnect(self._addr)
-        self.guard.budgets.free_body(self._addr, sum(self._bodies))
+            self.guard.budgets.disconnect(self.addr)
+        self.guard.budgets.free_body(self.addr, sum(self._bodies))
         self._bodies.clear()
         self.intake.clear()
         for ex in (self.current, self.reading, *self.pipeline):
@@ -290,7 +256,7 @@ class HttpConnection(asyncio.Protocol):
         if self.current is None or self.current.response_complete:
             self._start(ex, self._expect_continue)
         else:  # pipelined: answered in order, after the one before; parsing waits
-            self._pause_reading()
+            self.intake.hold()
             self.pipeline.append(ex)
             self._disarm()  # its body's time starts when it is read
         if declared and declared > self.guard.budgets.max_client_body_bytes:  # never fits
@@ -305,7 +271,7 @@ class HttpConnection(asyncio.Protocol):
         if self._bodies:
             self._hold_body(len(body))
         if ex.feed(body):
-            self._pause_reading()
+            self.intake.hold()
 
     def on_message_complete(self) -> None:
         self._in_body = self._in_message = False
@@ -328,7 +294,7 @@ class HttpConnection(asyncio.Protocol):
     def _answered(self, ex: Exchange) -> None:
         """``ex``'s response is complete: free its body, go on to the next request."""
         if self._bodies:  # the oldest request still held is the one answered
-            self.guard.budgets.free_body(self._addr, self._bodies.popleft())
+            self.guard.budgets.free_body(self.addr, self._bodies.popleft())
         if self.transport.is_closing():
             return
         if self.pipeline:
@@ -347,10 +313,6 @@ class HttpConnection(asyncio.Protocol):
         for ex in self.pipeline:
             ex.keep_alive = False
 
-    def _pause_reading(self) -> None:
-        """Parsing waits (a body for the app to take, a pipelined request to be answered)."""
-        self.intake.hold()
-
     def _resume_reading(self) -> None:
         """Parsing goes on, unless a pipelined request still waits for its turn."""
         if self.pipeline or self.transport.is_closing():
@@ -366,7 +328,7 @@ class HttpConnection(asyncio.Protocol):
 
     def _hold_body(self, n: int) -> None:
         """Count ``n`` more bytes of the current request's body, within the budgets."""
-        if not self.guard.budgets.hold_body(self._addr, n):
+        if not self.guard.budgets.hold_body(self.addr, n):
             raise self._refused(503, "body_memory", "the sidecar holds too many request bodies")
         self._bodies[-1] += n
 
