@@ -286,27 +286,24 @@ class Attributor:
 
 
 class MissStamp:
-    """The record's attribution step: first in the sidecar's fan-out, before every exporter.
+    """The record's attribution step: the sidecar's last processor, before every exporter
+    (``obs.sidecar.record.recorder``).
 
     Sets the event's ``miss_slo``, ``miss_phase`` and ``miss_cause`` and the record's
-    ``misses`` (every missed gate, for the ``slo_misses`` counter). Exporter interface.
+    ``misses`` (every missed gate, for the ``slo_misses`` counter).
     """
-
-    name = "attribution"
 
     def __init__(self, config: Config) -> None:
         self._attributor = Attributor({lane.name: lane for lane in config.lanes})
 
-    def export(self, finished: Finished) -> None:
+    def on_start(self, start: object) -> None:
+        return None
+
+    def on_end(self, finished: Finished) -> Finished:
         ev = finished.event
         misses = self._attributor.judge(Facts.of(ev))
         finished.misses = tuple((m.slo, m.phase, m.cause) for m in misses)
         if misses:
             ev.miss_slo = ",".join(m.slo for m in misses)
             ev.miss_phase, ev.miss_cause = misses[0].phase, misses[0].cause
-
-    def force_flush(self, timeout_s: float = 10.0) -> bool:
-        return True
-
-    def shutdown(self, timeout_s: float = 10.0) -> None:
-        return None
+        return finished

@@ -8,6 +8,7 @@ need: the monotonic phase boundaries (for spans) and the raw inter-token gaps
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from obs.events import Event
 from obs.phases import Clock, ms, percentile
@@ -26,6 +27,9 @@ class Finished:
     # Gates of the lane's SLO it missed, as (slo, phase, cause): set by obs.attribution.
     misses: tuple[tuple[str, str, str], ...] = ()
     client_id: str | None = None  # who sent it, as the sidecar recognizes clients (slow readers)
+    # With --capture-text: what the relay kept of the request body, the output frames and a
+    # whole answer, for the capture step to redact into the event (then dropped).
+    captured: tuple[dict[str, Any] | None, list[bytes] | None, bytes | None] | None = None
 
     def wall_ns(self, perf_ns: int) -> int:
         """A ``perf_counter_ns`` reading of this request converted to wall-clock ns."""

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
 import aiohttp
@@ -56,8 +57,8 @@ from obs.sidecar.record.recorder import (
     JoinEngineSpan,
     Recorder,
     SampleRefusals,
+    StampConfig,
     sidecar_pipeline,
-    stamp_config,
 )
 from obs.sidecar.relay.models_route import union_models
 from obs.sidecar.relay.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES, request_headers
@@ -81,8 +82,11 @@ class SidecarApp:
         settings: Settings,
         *,
         registry: CollectorRegistry | None = None,
+        exporters: Sequence[Exporter] = (),
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
+        self.clock = clock
         self.registry = registry or CollectorRegistry()
         self.metrics = Metrics(settings.config, self.registry)
         self.pools = PoolSet(settings.config, settings.pool_poll_interval_s)
@@ -105,9 +109,9 @@ class SidecarApp:
         )
         # Where spans go: ours, and vLLM's that the sidecar receives and forwards.
         self.otlp = OtlpSettings.from_env(settings.otlp_endpoint)
-        exporters, self.jsonl = _exporters(settings, self.metrics, self.otlp)
-        # Each record's SLO misses are attributed before any exporter sees it.
-        self.exporters = Fanout([MissStamp(settings.config), *exporters], failures=self.metrics)
+        exporters_, self.jsonl = _exporters(settings, self.metrics, self.otlp)
+        exporters_[-1:-1] = exporters  # the caller's own, before the metrics (always last)
+        self.exporters = Fanout(exporters_, failures=self.metrics)
         self._summaries: asyncio.Task[None] | None = None
         self._session: aiohttp.ClientSession | None = None  # polling, /v1/models, forwarding
         self.upstream = Upstream()  # the relay's pool connections
@@ -122,7 +126,7 @@ class SidecarApp:
         )
         self.traced_pools = {p.name for p in settings.config.pools if p.engine_traces}
         self.recognizer = Recognizer(settings.config.recognition, self.registry)
-        self.recorder = self._recorder(exporters)
+        self.recorder = self._recorder(exporters_)
         self.forwarder = (
             None
             if self.otlp is None
@@ -142,7 +146,6 @@ class SidecarApp:
             max_body_bytes=settings.max_body_bytes,
             pool_keys=pool_keys,
             capture=settings.capture,
-            engine_spans=self.engine_spans,
             max_json_elements=settings.max_json_elements,
             recognizer=self.recognizer,
             split_salt=settings.split_salt,
@@ -187,15 +190,19 @@ class SidecarApp:
         """Each finished request's way to the exporters (``obs.sidecar.record.recorder``)."""
         metrics_only = Fanout([self.metrics], failures=self.metrics)
         record_only = Fanout(_record_sinks(exporters), failures=self.metrics)
-        stamp = stamp_config(self.config_fingerprint)
+        stamp = StampConfig(self.config_fingerprint)
+        rate = RefusedRecord(self.settings.rejected_events_per_s, self.registry, clock=self.clock)
         self.refusals = SampleRefusals(
-            RefusedRecord(self.settings.rejected_events_per_s, self.registry),
-            metrics_only.export,
-            Recorder([stamp], record_only.export).record,
+            rate, metrics_only.export, Recorder([stamp], record_only.export).end
         )
         self.engine_spans = JoinEngineSpan(self.join, self.traced_pools, self.pools.engine)
         processors = sidecar_pipeline(
-            self.recognizer.slow, self.config_fingerprint, self.refusals, self.engine_spans
+            self.recognizer.slow,
+            self.config_fingerprint,
+            self.settings.capture,
+            self.refusals,
+            self.engine_spans,
+            MissStamp(self.settings.config),  # each record's SLO misses, before any exporter
         )
         return Recorder(processors, self.exporters.export)
 
@@ -357,6 +364,11 @@ def create_app(
     settings: Settings,
     *,
     registry: CollectorRegistry | None = None,
+    exporters: Sequence[Exporter] = (),
+    clock: Callable[[], float] = time.monotonic,
 ) -> SidecarApp:
-    """Build the sidecar. Tests inject their own registry."""
-    return SidecarApp(settings, registry=registry)
+    """The sidecar, built from ``settings``: the one place its parts are composed. A caller
+    (a test, an embedding program) may bring its own metrics ``registry``, more
+    ``exporters`` (beside those the settings ask for: ``obs.exporters.memory`` to read each
+    record directly) and the monotonic ``clock`` the event budget runs on."""
+    return SidecarApp(settings, registry=registry, exporters=exporters, clock=clock)

@@ -49,7 +49,7 @@ class EngineJoin:
         wait_s: float,
         on_result: Callable[[str], None] = lambda result: None,
     ) -> None:
-        self._export = export
+        self.export = export  # where a record goes once joined, or not (the pipeline's next step)
         self.wait_s = wait_s
         self._on_result = on_result
         self._pending: dict[Key, tuple[Finished, asyncio.TimerHandle]] = {}
@@ -72,16 +72,16 @@ class EngineJoin:
         """Export now, or hold until the engine span arrives (at most ``wait_s``)."""
         ev = finished.event
         if not engine_traces or self.wait_s <= 0 or ev.status != c.OK or not ev.request_id:
-            self._export(finished)
+            self.export(finished)
             return
         key = (ev.trace_id or "", ev.span_id or "")
         early = self._early.pop(key, None)
         if early is not None and self._matches(finished, early[0]):
             self._join(finished, early[1])
-            self._export(finished)
+            self.export(finished)
             return
         if len(self._pending) >= MAX_PENDING:
-            self._export(finished)
+            self.export(finished)
             return
         held = self._pending.pop(key, None)
         if held is not None:  # ids are unique per request; never drop the older one
@@ -150,7 +150,7 @@ class EngineJoin:
         self._done[key] = None
         while len(self._done) > MAX_ISSUED:
             self._done.popitem(last=False)
-        self._export(finished)
+        self.export(finished)
 
     def flush(self) -> None:
         """Export everything still held (at shutdown)."""

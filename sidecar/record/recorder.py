@@ -1,65 +1,114 @@
-"""A finished request's one way out: a pipeline of processors, then the exporters.
+"""A request's record, from its start to its end: processors, then the exporters.
 
-The relay builds each request's record (``obs.record.Finished``) and hands it to
-``Recorder.record``; it reads nothing back and nothing calls back into whoever built
-it. As structlog runs its processors before the renderer, and OpenTelemetry its span
-processors before the exporters, the record passes each processor in order. A
-processor fills or stamps the record and returns it, or takes it and returns
-``None`` (the record went its own way: a refusal sampled out to the metrics alone, a
-record held until its engine span arrives). A processor that raises is logged and
-passed over: a record is never lost over one step.
+As OpenTelemetry's span processors, each processor sees the record begin and end: the
+relay calls ``Recorder.start`` once the request is placed (its lane, pool and trace ids
+known) and ``Recorder.end`` with the finished record, and nothing else; it reads nothing
+back. ``on_start`` notes what the end will need (the engine join: the ids a traced
+pool's span may name). ``on_end`` fills or stamps the record and returns it, or takes
+it and returns ``None``: a refusal sampled out to the metrics alone, or a record held
+until its engine span arrives, which the processor holding it hands back (``resume``,
+bound by the recorder) to go on from the step after it. A processor that raises is
+logged and passed over: a record is never lost over one step. Then the exporters
+(``obs.exporters.base.Fanout``): they only export.
 
 The sidecar's pipeline (``sidecar_pipeline``, built once by ``create_app``):
 
-1. ``timings``: the phases and the timings derived from the clock (``obs.record``);
+1. ``Timings``: the phases and the timings derived from the clock (``obs.record``);
 2. ``LearnSlowReaders``: a client's finished stream teaches the recognizer whether
    it reads slowly (``obs.sidecar.policy.recognition``);
-3. ``stamp_config``: the fingerprint of the lanes file the sidecar runs;
-4. ``SampleRefusals``: client-caused refusals past their budget go to the metrics
+3. ``StampConfig``: the fingerprint of the lanes file the sidecar runs;
+4. ``CaptureText`` (with ``--capture-text``): the prompt and output texts, redacted
+   (``obs.sidecar.record.capture``);
+5. ``SampleRefusals``: client-caused refusals past their budget go to the metrics
    alone, and once a second as summary records (``obs.sidecar.record.record_rate``);
-5. ``JoinEngineSpan``: a record of a pool that sends engine spans is held until its
-   span arrives (``obs.sidecar.record.engine_join``), which then exports it;
-
-then the exporters (``obs.exporters.base.Fanout``, ``obs.attribution.MissStamp`` first).
+6. ``JoinEngineSpan``: a record of a pool that sends engine spans is held until its
+   span arrives (``obs.sidecar.record.engine_join``), then goes on;
+7. ``MissStamp``: the SLO gates the request missed, and why (``obs.attribution``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Protocol
 
 import structlog
 
+from obs.attribution import MissStamp
 from obs.engines.spans import SPANLESS
+from obs.events import Event
 from obs.phases import Clock
 from obs.record import Finished, fill_timings
 from obs.sidecar.policy.recognition import SlowReaders
+from obs.sidecar.record.capture import TextCapture
 from obs.sidecar.record.engine_join import EngineJoin
 from obs.sidecar.record.record_rate import RefusedRecord
-from obs.tracecontext import new_ids
+from obs.tracecontext import TraceIds, new_ids
 
 log = structlog.get_logger("vllm_obs.recorder")
 
-Processor = Callable[[Finished], Finished | None]
 Export = Callable[[Finished], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """A record begins: the request's event (lane and pool set) and its trace ids."""
+
+    event: Event
+    ids: TraceIds
+
+
+class Processor(Protocol):
+    def on_start(self, start: Start) -> None: ...
+
+    def on_end(self, finished: Finished) -> Finished | None: ...
+
+
+class Step:
+    """A processor that needs only the end (``on_start`` does nothing)."""
+
+    def on_start(self, start: Start) -> None:
+        return None
+
+    def on_end(self, finished: Finished) -> Finished | None:
+        return finished
 
 
 class Recorder:
     """Run each record through ``processors`` in order, then hand it to ``export``."""
 
-    __slots__ = ("_export", "processors")
+    __slots__ = ("_export", "_starts", "processors")
 
     def __init__(self, processors: Sequence[Processor], export: Export) -> None:
         self.processors = tuple(processors)
         self._export = export
+        self._starts = tuple(
+            p for p in self.processors if getattr(type(p), "on_start", None) is not Step.on_start
+        )
+        for at, step in enumerate(self.processors):
+            bind = getattr(step, "bind", None)
+            if bind is not None:  # it may hold a record: this goes on from the next step
+                bind(partial(self._run, at + 1))
 
-    def record(self, finished: Finished) -> None:
-        for step in self.processors:
+    def start(self, start: Start) -> None:
+        for step in self._starts:
             try:
-                out = step(finished)
+                step.on_start(start)
+            except Exception:
+                log.exception("record_start_failed", step=type(step).__name__)
+
+    def end(self, finished: Finished) -> None:
+        self._run(0, finished)
+
+    def _run(self, at: int, finished: Finished) -> None:
+        for step in self.processors[at:]:
+            try:
+                out = step.on_end(finished)
             except Exception:  # never lose the record over one step (what a pool sent, ...)
                 log.exception(
                     "record_step_failed",
-                    step=getattr(step, "__name__", type(step).__name__),
+                    step=type(step).__name__,
                     request_id=finished.event.request_id,
                 )
                 continue
@@ -69,34 +118,50 @@ class Recorder:
         self._export(finished)
 
 
-def timings(finished: Finished) -> Finished:
+class Timings(Step):
     """The event's phases and derived timings, from the request's clock."""
-    fill_timings(finished)
-    return finished
 
-
-def stamp_config(fingerprint: str) -> Processor:
-    """Stamp each record with the fingerprint of the lanes file in force."""
-
-    def stamp(finished: Finished) -> Finished:
-        finished.event.config_fingerprint = fingerprint
+    def on_end(self, finished: Finished) -> Finished:
+        fill_timings(finished)
         return finished
 
-    return stamp
+
+class StampConfig(Step):
+    """Stamp each record with the fingerprint of the lanes file in force."""
+
+    def __init__(self, fingerprint: str) -> None:
+        self.fingerprint = fingerprint
+
+    def on_end(self, finished: Finished) -> Finished:
+        finished.event.config_fingerprint = self.fingerprint
+        return finished
 
 
-class LearnSlowReaders:
+class LearnSlowReaders(Step):
     """Each finished stream tells the recognizer whether its client reads slowly."""
 
     def __init__(self, slow: SlowReaders) -> None:
         self.slow = slow
 
-    def __call__(self, finished: Finished) -> Finished:
+    def on_end(self, finished: Finished) -> Finished:
         self.slow.observe(finished.client_id, finished.event)
         return finished
 
 
-class SampleRefusals:
+class CaptureText(Step):
+    """The texts the relay kept (``Finished.captured``), redacted into the event."""
+
+    def __init__(self, capture: TextCapture) -> None:
+        self.capture = capture
+
+    def on_end(self, finished: Finished) -> Finished:
+        kept, finished.captured = finished.captured, None
+        if kept is not None:
+            self.capture.fill(finished.event, *kept)
+        return finished
+
+
+class SampleRefusals(Step):
     """Client-caused refusals past ``rate``'s budget: to ``metrics`` only, and summarized."""
 
     def __init__(self, rate: RefusedRecord, metrics: Export, summaries: Export) -> None:
@@ -104,7 +169,7 @@ class SampleRefusals:
         self._metrics = metrics
         self._summaries = summaries
 
-    def __call__(self, finished: Finished) -> Finished | None:
+    def on_end(self, finished: Finished) -> Finished | None:
         if self.rate.keep(finished.event):
             return finished
         self._metrics(finished)
@@ -132,12 +197,17 @@ class JoinEngineSpan:
         self.traced = traced  # the pools whose engines send spans (engine_traces)
         self._engine = engine  # the engine kind of (pool, replica)
 
-    def dispatched(self, pool: str, trace_id: str, span_id: str) -> None:
-        """The relay sent these ids to ``pool``: its engine's span may name them."""
-        if pool in self.traced:
-            self.join.issue(trace_id, span_id)
+    def bind(self, resume: Export) -> None:
+        """Where a held record goes on (the pipeline's next step), joined or not."""
+        self.join.export = resume
 
-    def __call__(self, finished: Finished) -> Finished | None:
+    def on_start(self, start: Start) -> None:
+        """The relay sends these ids to the request's pool, or its lane's fallback: the
+        engine's span may name them."""
+        if self.traced:
+            self.join.issue(start.ids.trace_id_hex, start.ids.span_id_hex)
+
+    def on_end(self, finished: Finished) -> Finished | None:
         ev = finished.event
         if ev.pool not in self.traced or self._engine(ev.pool or "", ev.replica or "") in SPANLESS:
             return finished  # no span will come (an ``auto`` llama.cpp replica sends none)
@@ -148,14 +218,13 @@ class JoinEngineSpan:
 def sidecar_pipeline(
     slow: SlowReaders,
     config_fingerprint: str,
+    capture: TextCapture | None,
     refusals: SampleRefusals,
     engine_spans: JoinEngineSpan,
+    misses: MissStamp,
 ) -> list[Processor]:
     """The sidecar's processors, in the order the module's doc gives."""
-    return [
-        timings,
-        LearnSlowReaders(slow),
-        stamp_config(config_fingerprint),
-        refusals,
-        engine_spans,
-    ]
+    steps: list[Processor] = [Timings(), LearnSlowReaders(slow), StampConfig(config_fingerprint)]
+    if capture is not None:
+        steps.append(CaptureText(capture))
+    return [*steps, refusals, engine_spans, misses]

@@ -4,8 +4,9 @@ Hot path per upstream chunk (obs.sidecar.relay.streaming, in the pool socket's
 callback): one ``perf_counter_ns``, frame split, ``classify``, a list append
 for the inter-token gap, and a write to the client's transport. All
 per-request bookkeeping (event, spans, metrics) happens once, after the last
-byte: the relay hands the finished record to its ``Recorder``
-(obs.sidecar.record.recorder: processors, then the exporters) and reads nothing back.
+byte: the relay tells its ``Recorder`` (obs.sidecar.record.recorder: processors, then
+the exporters) when the record starts and hands it the finished record at the end, and
+reads nothing back.
 How a request fails, and what the client and the event are told, is the error
 type's (obs.sidecar.outcomes), answered through obs.sidecar.relay.respond.
 """
@@ -34,7 +35,7 @@ from obs.sidecar.policy.recognition import Recognizer
 from obs.sidecar.pools.pools import PoolSet, Replica
 from obs.sidecar.pools.upstream import Response, Upstream
 from obs.sidecar.record.capture import TextCapture
-from obs.sidecar.record.recorder import JoinEngineSpan, Recorder
+from obs.sidecar.record.recorder import Recorder, Start
 from obs.sidecar.relay.bodies import (
     MAX_JSON_ELEMENTS,
     MAX_MODEL_CHARS,
@@ -85,7 +86,6 @@ class Relay:
         max_body_bytes: int,
         pool_keys: dict[str, str] | None = None,
         capture: TextCapture | None = None,
-        engine_spans: JoinEngineSpan | None = None,
         max_json_elements: int = MAX_JSON_ELEMENTS,
         recognizer: Recognizer | None = None,
         split_salt: bytes = b"",
@@ -99,7 +99,6 @@ class Relay:
         self.max_body_bytes = max_body_bytes
         self.pool_keys = pool_keys or {}
         self.capture = capture
-        self.engine_spans = engine_spans  # told which ids each traced pool is sent
         self.json = BodyParser(max_json_elements)
         self.gates = gates  # each lane's admission gate, by lane name
         self.tenants = tenants
@@ -187,6 +186,7 @@ class Relay:
         ev.lane = lane.name
         traffic.place(ev, lane, headers, scope, attrs, self.split_salt)  # pool (arm), priority
         ev.model = ev.model or self.pools.default_model(ev.pool or lane.pool)  # as the engine
+        self.recorder.start(Start(ev, req.ids))  # the record begins: its processors see it
         gate = self.gates[lane.name]
         cost = gate.check(attrs.prompt_tokens, ev.max_tokens)
         inject = False
@@ -217,8 +217,6 @@ class Relay:
             h["authorization"] = headers["authorization"]
         if "tracestate" in headers:
             h["tracestate"] = headers["tracestate"]
-        if self.engine_spans is not None:
-            self.engine_spans.dispatched(pool, req.ids.trace_id_hex, req.ids.span_id_hex)
         return h
 
     async def _dispatch(self, req: Request, plan: Plan, receive: Receive, send: Send) -> None:
@@ -365,15 +363,13 @@ class Relay:
             clock.end = time.perf_counter_ns()
         if req.disconnected and ev.status == c.OK:
             e.ClientLeft().record(ev, clock.current_phase())
-        if self.capture is not None:
-            try:
-                self.capture.fill(ev, req.capture_body, req.capture_frames, req.capture_whole)
-            except Exception:  # never lose the event over a text it should carry
-                log.exception("capture_failed", request_id=ev.request_id)
+        kept = None
+        if self.capture is not None:  # redacted into the event by the capture step
+            kept = (req.capture_body, req.capture_frames, req.capture_whole)
         ids = req.ids or new_ids(None)
-        self.recorder.record(
+        self.recorder.end(
             Finished(
                 ev, clock, req.wall_ns, ids, req.itl, req.operation, req.first_read_chunks,
-                client_id=req.client_id,
+                client_id=req.client_id, captured=kept,
             )
         )  # fmt: skip

@@ -46,6 +46,9 @@ OBS_EXTENSION = "vllm_obs"
 KERNEL_SNDBUF = 64 << 10
 DEFAULT_HIGH_WATER = 64 << 10  # asyncio's and uvloop's default, restored after each stream
 NEVER_WAIT = (1 << 31) - 1  # abort policy: the relay checks the bound itself
+# How often, at most, the end of a stream looks whether the client's side has acknowledged
+# every byte: the stream phase ends at most this late (a client's delayed ACK is ~40 ms).
+DRAIN_POLL_MAX_S = 0.01
 
 
 class ClientConn:
@@ -136,7 +139,7 @@ class ClientConn:
                 if loop.time() >= deadline:
                     return False
                 await asyncio.sleep(pause)
-                pause = min(pause * 2, 0.05)
+                pause = min(pause * 2, DRAIN_POLL_MAX_S)
             return True
         except TimeoutError:
             return False

@@ -229,12 +229,12 @@ def test_stamp_sets_event_fields_only_for_misses() -> None:
     stamp = MissStamp(CONFIG)
     good = Event(lane="chat", stream=True, ttft_ms=100.0, tpot_ms=10.0, queue_ms=1.0)
     f = _finished(good)
-    stamp.export(f)
+    stamp.on_end(f)
     assert (good.miss_slo, good.miss_phase, good.miss_cause, f.misses) == (None, None, None, ())
     bad = Event(lane="chat", stream=True, ttft_ms=900.0, tpot_ms=90.0, queue_ms=880.0)
     bad.decode_ms = 2000.0
     f = _finished(bad)
-    stamp.export(f)
+    stamp.on_end(f)
     assert (bad.miss_slo, bad.miss_phase, bad.miss_cause) == (
         "ttft,tpot",
         "queue",

@@ -82,7 +82,7 @@ def _page(*finished: Finished, config: Config = CONFIG) -> str:
     reg = CollectorRegistry()
     stamp, metrics = MissStamp(config), Metrics(config, reg)
     for f in finished:
-        stamp.export(f)
+        stamp.on_end(f)
         metrics.export(f)
     return openmetrics.generate_latest(reg).decode()
 

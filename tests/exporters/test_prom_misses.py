@@ -59,7 +59,7 @@ def test_misses_counter_labels_stay_within_phases_times_causes(batch: list[Event
     gates = 0
     for ev in batch:
         f = Finished(ev, Clock(received=1), 0, new_ids(None))
-        stamp.export(f)
+        stamp.on_end(f)
         metrics.export(f)
         gates += len(f.misses)
     samples = _samples(registry)

@@ -8,7 +8,6 @@ test_sidecar_vllm.py.
 
 from __future__ import annotations
 
-import httpx
 import orjson
 
 from obs import conventions as c
@@ -77,7 +76,7 @@ def test_a_request_adds_to_the_primed_series(
     rid = request_id()
     scripted.scripts[rid] = Script(pieces=[token_frame("a"), token_frame(" b", "stop"), DONE_FRAME])
     body = chat_body(stream=True)
-    r = httpx.post(sc.url + CHAT, content=orjson.dumps(body), headers={"x-request-id": rid})
+    r = sc.client.post(CHAT, content=orjson.dumps(body), headers={"x-request-id": rid})
     assert r.status_code == 200
     assert sc.event(rid)["status"] == c.OK
     s = sc.samples()

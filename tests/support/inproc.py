@@ -4,9 +4,11 @@
 it on the very server ``vllm-obs sidecar`` runs (``obs.sidecar.serve.relay_server``: the
 sidecar's ``RelayServer``, httptools over uvloop behind the connection limits) in a thread,
 on a free 127.0.0.1 port. It starts in a fraction of a second and stops cleanly (the
-server's own shutdown, as on SIGTERM: the lifespan flushes the exporters). What a test
-reads is what a user reads: the HTTP answers, the JSONL
-event log (``event``) and ``/metrics`` (``samples``).
+server's own shutdown, as on SIGTERM: the lifespan flushes the exporters). A test reads
+the HTTP answers as a user does, each request's event from an in-memory exporter
+(``event``: ``obs.exporters.memory``, the event as the JSONL log would hold it, there as soon
+as the request has finished: no file, no flush to wait for) and ``/metrics``
+(``samples``).
 
 What stays out of the test process: ``serve``'s process-wide tuning (``gc.freeze``, the
 switch interval, signal handlers, structlog's configuration), which ``relay_server`` leaves
@@ -27,11 +29,11 @@ import httpx
 from prometheus_client import CollectorRegistry
 
 from obs.config import Config, parse_config
+from obs.exporters.memory import InMemoryExporter
 from obs.procs import free_port
 from obs.sidecar.app import create_app
 from obs.sidecar.serve import relay_server
 from obs.sidecar.settings import Settings
-from tests.support.event_log import EventLog
 from tests.support.probes import Samples, parse_samples
 
 START_TIMEOUT_S = 10.0
@@ -65,7 +67,7 @@ class InProcessSidecar:
     polled once a minute: a test decides when a replica is down, not the poll.
     """
 
-    def __init__(self, config: Config, events_path: Path, **settings: Any) -> None:
+    def __init__(self, config: Config, events_path: Path | None = None, **settings: Any) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         fields: dict[str, Any] = {"pool_poll_interval_s": 60.0, "shutdown_grace_s": 1.0}
@@ -76,11 +78,14 @@ class InProcessSidecar:
             log_level="warning",
             **{**fields, **settings},
         )
-        self._app = create_app(self.settings, registry=CollectorRegistry())
+        self.memory = InMemoryExporter()  # every finished request's record, read directly
+        self._app = create_app(self.settings, registry=CollectorRegistry(), exporters=[self.memory])
         self._server = relay_server(self.settings, self._app)
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="inproc-sidecar", daemon=True)
-        self._log: EventLog | None = None
+        # One keep-alive client for the tests' requests: a new httpx client per request
+        # costs tens of milliseconds (its TLS context) before a byte is sent.
+        self.client = httpx.Client(base_url=self.url, timeout=30)
 
     @property
     def events_path(self) -> Path | None:
@@ -101,24 +106,23 @@ class InProcessSidecar:
                 self.stop()
                 raise RuntimeError(f"the in-process sidecar did not start: {self._failure!r}")
             time.sleep(0.002)
-        self._log = EventLog(self)
         return self
 
     def stop(self) -> None:
         """Shut down as on SIGTERM (requests in flight get ``shutdown_grace_s``), and wait."""
         self._server.should_exit = True
+        self.client.close()
         if self._thread.is_alive():
             self._thread.join(STOP_TIMEOUT_S)
         assert not self._thread.is_alive(), "the in-process sidecar did not stop"
 
     def event(self, request_id: str) -> dict[str, Any]:
-        """The one event of ``request_id``, once the JSONL writer has flushed it."""
-        assert self._log is not None, "start() the sidecar first"
-        return self._log.one(request_id)
+        """The one event of ``request_id``, as soon as its request has finished."""
+        return self.memory.event(request_id)
 
     def metrics(self) -> str:
         """``/metrics`` as a scraper reads it (the text format)."""
-        return httpx.get(self.url + "/metrics", timeout=10).text
+        return self.client.get("/metrics", timeout=10).text
 
     def samples(self) -> Samples:
         """``/metrics``' samples by name: (labels, value) pairs."""

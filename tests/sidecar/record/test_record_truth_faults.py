@@ -58,9 +58,7 @@ def sidecar(inproc: InprocFactory, pool: ScriptedUpstream, **timeouts: float) ->
 
 def stream(sc: InProcessSidecar, rid: str, **extra: Any) -> httpx.Response:
     body = {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "stream": True}
-    return httpx.post(
-        sc.url + CHAT, json={**body, **extra}, headers={"X-Request-Id": rid}, timeout=30
-    )
+    return sc.client.post(CHAT, json={**body, **extra}, headers={"X-Request-Id": rid}, timeout=30)
 
 
 def test_client_closing_after_done_is_a_delivered_stream(

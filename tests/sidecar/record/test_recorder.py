@@ -1,4 +1,5 @@
-"""obs.sidecar.record.recorder: a finished request's one way out, processors then the exporters."""
+"""obs.sidecar.record.recorder: a request's record from start to end, processors then the
+exporters."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ from obs.sidecar.record.recorder import (
     JoinEngineSpan,
     Recorder,
     SampleRefusals,
-    stamp_config,
-    timings,
+    StampConfig,
+    Start,
+    Step,
+    Timings,
 )
 from obs.tracecontext import new_ids
 
@@ -36,12 +39,13 @@ def test_processors_run_in_order_then_the_record_is_exported() -> None:
     seen: list[str] = []
     out: list[Finished] = []
 
-    def first(f: Finished) -> Finished:
-        seen.append(f"first:{f.event.config_fingerprint}")
-        return f
+    class First(Step):
+        def on_end(self, finished: Finished) -> Finished:
+            seen.append(f"first:{finished.event.config_fingerprint}")
+            return finished
 
-    recorder = Recorder([stamp_config("cfg-1"), first, timings], out.append)
-    recorder.record(_finished(stream=True))
+    recorder = Recorder([StampConfig("cfg-1"), First(), Timings()], out.append)
+    recorder.end(_finished(stream=True))
     assert seen == ["first:cfg-1"]
     assert len(out) == 1 and out[0].event.e2e_ms == 21 and out[0].event.queue_ms == 2
 
@@ -51,12 +55,17 @@ def test_a_processor_that_takes_the_record_ends_its_way() -> None:
     out: list[Finished] = []
     after: list[Finished] = []
 
-    def later(f: Finished) -> Finished:
-        after.append(f)
-        return f
+    class Take(Step):
+        def on_end(self, finished: Finished) -> None:
+            return None
 
-    recorder = Recorder([lambda f: None, later], out.append)
-    recorder.record(_finished())
+    class Later(Step):
+        def on_end(self, finished: Finished) -> Finished:
+            after.append(finished)
+            return finished
+
+    recorder = Recorder([Take(), Later()], out.append)
+    recorder.end(_finished())
     assert out == [] and after == []
 
 
@@ -64,10 +73,11 @@ def test_a_failing_processor_never_loses_the_record() -> None:
     """A processor that raises is passed over; the record still reaches the exporter."""
     out: list[Finished] = []
 
-    def broken(f: Finished) -> Finished:
-        raise ValueError("a pool sent nonsense")
+    class Broken(Step):
+        def on_end(self, finished: Finished) -> Finished:
+            raise ValueError("a pool sent nonsense")
 
-    Recorder([broken, stamp_config("cfg-2")], out.append).record(_finished())
+    Recorder([Broken(), StampConfig("cfg-2")], out.append).end(_finished())
     assert [f.event.config_fingerprint for f in out] == ["cfg-2"]
 
 
@@ -81,33 +91,52 @@ def test_refusals_past_the_budget_go_to_the_metrics_and_a_summary() -> None:
     refusals = SampleRefusals(rate, metrics.append, summaries.append)
     recorder = Recorder([refusals], out.append)
     for _ in range(3):
-        recorder.record(_finished(status=c.REJECTED, lane="a"))
+        recorder.end(_finished(status=c.REJECTED, lane="a"))
     assert (len(out), len(metrics), summaries) == (1, 2, [])
     now[0] = 2.0
     refusals.write_due()
     assert [f.event.summarized for f in summaries] == [2]
-    recorder.record(_finished(status=c.OK, replica="http://r", lane="a"))  # reached a pool
+    recorder.end(_finished(status=c.OK, replica="http://r", lane="a"))  # reached a pool
     assert len(out) == 2
 
 
 def test_records_of_traced_pools_wait_for_their_engine_span() -> None:
-    """A traced pool's record is held by the join; another pool's goes straight on."""
+    """The join learns each record's ids at its start; a traced pool's record is held at its
+    end, then goes on through the steps after the join (not around them) to the exporter;
+    another pool's goes straight on."""
     exported: list[Finished] = []
     out: list[Finished] = []
 
     async def main() -> None:
         join = EngineJoin(exported.append, 30.0)
         spans = JoinEngineSpan(join, {"traced"}, lambda pool, replica: "vllm")
-        recorder = Recorder([spans], out.append)
+        recorder = Recorder([spans, StampConfig("after-join")], out.append)
         traced = _finished(pool="traced", replica="http://a", status=c.OK)
-        spans.dispatched("traced", traced.ids.trace_id_hex, traced.ids.span_id_hex)
-        spans.dispatched("plain", "ab" * 16, "cd" * 8)
+        recorder.start(Start(traced.event, traced.ids))
         assert join.knows_parent(traced.ids.trace_id_hex, traced.ids.span_id_hex)
         assert not join.knows_parent("ab" * 16, "cd" * 8)
-        recorder.record(traced)
-        recorder.record(_finished(pool="plain", replica="http://b", status=c.OK))
+        recorder.end(traced)
+        recorder.end(_finished(pool="plain", replica="http://b", status=c.OK))
         assert (join.pending, len(out)) == (1, 1)
         join.flush()
 
     asyncio.run(main())
-    assert len(exported) == 1 and exported[0].event.pool == "traced"
+    assert exported == []  # the join hands its records back to the pipeline
+    assert [(f.event.pool, f.event.config_fingerprint) for f in out] == [
+        ("plain", "after-join"),
+        ("traced", "after-join"),
+    ]
+
+
+def test_a_processor_sees_the_start_of_each_record() -> None:
+    """on_start reaches the processors that define it, with the request's event and ids."""
+    started: list[str] = []
+
+    class Watch(Step):
+        def on_start(self, start: Start) -> None:
+            started.append(start.event.request_id)
+
+    recorder = Recorder([Timings(), Watch()], lambda f: None)
+    f = _finished()
+    recorder.start(Start(f.event, f.ids))
+    assert started == ["r1"]

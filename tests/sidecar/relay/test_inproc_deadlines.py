@@ -43,7 +43,7 @@ def hold() -> Iterator[threading.Event]:
 
 def _post(sidecar: InProcessSidecar, rid: str, stream: bool) -> httpx.Response:
     body = chat_body(rid, stream=stream)
-    return httpx.post(sidecar.url + CHAT, json=body, headers={"x-request-id": rid}, timeout=30)
+    return sidecar.client.post(CHAT, json=body, headers={"x-request-id": rid}, timeout=30)
 
 
 def test_idle_timeout_mid_stream(

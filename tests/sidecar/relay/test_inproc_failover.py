@@ -82,7 +82,7 @@ def sidecar(
 
 def _post(sidecar: InProcessSidecar, rid: str, lane: str = "main") -> httpx.Response:
     headers = {"x-request-id": rid, "x-lane": lane}
-    return httpx.post(sidecar.url + CHAT, json=chat_body(rid, stream=True), headers=headers)
+    return sidecar.client.post(CHAT, json=chat_body(rid, stream=True), headers=headers)
 
 
 def _reached(upstream: ScriptedUpstream, rid: str) -> bool:
@@ -133,7 +133,7 @@ def test_dead_replica_passed_over(
     r = _post(sidecar, rid, "half")
     assert (r.status_code, r.content) == (200, b"".join(STREAM))
     assert sidecar.event(rid)["replica"] == second.url
-    health = httpx.get(sidecar.url + "/health").json()
+    health = sidecar.client.get("/health").json()
     assert health["pools"]["half"] == {dead: False, second.url: True}
 
 

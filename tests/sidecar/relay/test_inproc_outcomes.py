@@ -115,7 +115,7 @@ def test_pool_answer_outcome(
     case, rid = POOL_CASES[name], request_id()
     scripted.scripts[rid] = case.script
     body = chat_body(rid, stream=case.stream)
-    r = httpx.post(sidecar.url + CHAT, json=body, headers={"x-request-id": rid})
+    r = sidecar.client.post(CHAT, json=body, headers={"x-request-id": rid})
     assert r.status_code == case.status
     assert _client_error(r, case.stream) == case.error
     ev = sidecar.event(rid)
@@ -129,15 +129,15 @@ def test_sidecar_refusals(sidecar: InProcessSidecar) -> None:
     the client's (client_error, bad_request): a GET on a relayed route (405), a body over
     --max-body-bytes (413); an unrouted path is a 404 and no request of a pool."""
     get_id, big_id = request_id(), request_id()
-    r = httpx.get(sidecar.url + CHAT, headers={"x-request-id": get_id})
+    r = sidecar.client.get(CHAT, headers={"x-request-id": get_id})
     assert (r.status_code, r.json()["error"]["type"]) == (405, "MethodNotAllowedError")
     big = chat_body("x" * MAX_BODY)
-    r = httpx.post(sidecar.url + CHAT, json=big, headers={"x-request-id": big_id})
+    r = sidecar.client.post(CHAT, json=big, headers={"x-request-id": big_id})
     assert (r.status_code, r.json()["error"]["type"]) == (413, "PayloadTooLargeError")
     for rid in (get_id, big_id):
         ev = sidecar.event(rid)
         assert (ev["status"], ev["error_class"]) == (c.CLIENT_ERROR, "bad_request")
-    r = httpx.post(sidecar.url + "/v1/unknown", json={})
+    r = sidecar.client.post("/v1/unknown", json={})
     assert (r.status_code, r.json()["error"]["type"]) == (404, "NotFoundError")
 
 
@@ -149,7 +149,7 @@ def test_unknown_key_unauthorized(scripted: ScriptedUpstream, inproc: InprocFact
     config = config.model_copy(update={"auth": Auth.model_validate(keys)})
     sidecar, rid = inproc(config), request_id()
     headers = {"x-request-id": rid, "authorization": "Bearer wrong"}
-    r = httpx.post(sidecar.url + CHAT, json=chat_body(rid), headers=headers)
+    r = sidecar.client.post(CHAT, json=chat_body(rid), headers=headers)
     assert (r.status_code, r.json()["error"]["type"]) == (401, "AuthenticationError")
     ev = sidecar.event(rid)
     assert (ev["status"], ev["error_class"]) == (c.CLIENT_ERROR, "unauthorized")
@@ -163,7 +163,7 @@ def test_outcomes_counted(scripted: ScriptedUpstream, sidecar: InProcessSidecar)
     for case in cases:
         rid = request_id()
         scripted.scripts[rid] = case.script
-        httpx.post(sidecar.url + CHAT, json=chat_body(rid), headers={"x-request-id": rid})
+        sidecar.client.post(CHAT, json=chat_body(rid), headers={"x-request-id": rid})
         sidecar.event(rid)
     for case in cases:
         assert _requests(sidecar, case.outcome) == before[case.outcome] + 1

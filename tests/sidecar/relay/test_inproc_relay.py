@@ -65,7 +65,7 @@ def test_whole_answer_relayed_byte_for_byte(
     scripted.scripts[rid] = Script(
         content_type="application/json", pieces=[COMPLETION[:40], COMPLETION[40:]]
     )
-    r = httpx.post(sidecar.url + CHAT, json=chat_body(), headers={"x-request-id": rid})
+    r = sidecar.client.post(CHAT, json=chat_body(), headers={"x-request-id": rid})
     assert r.status_code == 200
     assert r.content == COMPLETION
     assert r.headers["content-type"] == "application/json"
@@ -84,7 +84,7 @@ def test_stream_relayed_byte_for_byte(
     pieces = [*STREAM, usage_frame(5, 3), DONE_FRAME]
     scripted.scripts[rid] = Script(pieces=pieces)
     body = chat_body(stream=True, stream_options={"include_usage": True})
-    r = httpx.post(sidecar.url + CHAT, json=body, headers={"x-request-id": rid})
+    r = sidecar.client.post(CHAT, json=body, headers={"x-request-id": rid})
     assert r.status_code == 200
     assert r.headers["content-type"] == "text/event-stream"
     assert r.content == b"".join(pieces)
@@ -102,7 +102,7 @@ def test_stream_read_in_one_burst_relayed_whole(
     pieces = [*STREAM, usage_frame(5, 3), DONE_FRAME]
     scripted.scripts[rid] = Script(pieces=pieces, burst=True)
     body = chat_body(stream=True, stream_options={"include_usage": True})
-    r = httpx.post(sidecar.url + CHAT, json=body, headers={"x-request-id": rid})
+    r = sidecar.client.post(CHAT, json=body, headers={"x-request-id": rid})
     assert r.content == b"".join(pieces)
     ev = sidecar.event(rid)
     assert ev["status"] == c.OK
@@ -118,8 +118,8 @@ def test_request_body_reaches_pool_as_sent(
     rid = request_id()
     raw = b'{"prompt":  "x",\n "model": "tiny", "max_tokens": 2, "temperature": 0}'
     scripted.scripts[rid] = Script(content_type="application/json", pieces=[b'{"choices":[]}'])
-    r = httpx.post(
-        sidecar.url + COMPLETIONS,
+    r = sidecar.client.post(
+        COMPLETIONS,
         content=raw,
         headers={"x-request-id": rid, "content-type": "application/json"},
     )
@@ -153,7 +153,7 @@ def test_large_body_relayed_as_sent(scripted: ScriptedUpstream, sidecar: InProce
     raw = orjson.dumps(chat_body(rid + " " + "word " * 60_000))
     scripted.scripts[rid] = Script(content_type="application/json", pieces=[COMPLETION])
     headers = {"x-request-id": rid, "content-type": "application/json"}
-    r = httpx.post(sidecar.url + CHAT, content=raw, headers=headers)
+    r = sidecar.client.post(CHAT, content=raw, headers=headers)
     assert (r.status_code, r.content) == (200, COMPLETION)
     assert (CHAT, raw) in scripted.received
     assert sidecar.event(rid)["status"] == c.OK
@@ -167,7 +167,7 @@ def test_body_over_json_element_cap_refused(
     rid = request_id()
     raw = orjson.dumps({**chat_body(rid), "logit_bias": [0] * 250_000})
     headers = {"x-request-id": rid, "content-type": "application/json"}
-    r = httpx.post(sidecar.url + CHAT, content=raw, headers=headers)
+    r = sidecar.client.post(CHAT, content=raw, headers=headers)
     assert (r.status_code, r.json()["error"]["type"]) == (413, "PayloadTooLargeError")
     ev = sidecar.event(rid)
     assert (ev["status"], ev["error_class"]) == (c.CLIENT_ERROR, "bad_request")

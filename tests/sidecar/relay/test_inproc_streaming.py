@@ -45,7 +45,7 @@ def test_usage_injected_and_stripped(scripted: ScriptedUpstream, sidecar: InProc
     rid = request_id()
     scripted.scripts[rid] = Script(pieces=[*TOKENS, usage_frame(7, 3), DONE_FRAME])
     body = chat_body(rid, stream=True)
-    r = httpx.post(sidecar.url + CHAT, json=body, headers={"x-request-id": rid})
+    r = sidecar.client.post(CHAT, json=body, headers={"x-request-id": rid})
     assert r.status_code == 200
     assert r.content == b"".join([*TOKENS, DONE_FRAME])
     sent = _sent(scripted, rid)["stream_options"]
@@ -63,7 +63,7 @@ def test_continuous_usage_without_usage_turned_off(
     rid = request_id()
     scripted.scripts[rid] = Script(pieces=[*TOKENS, usage_frame(7, 3), DONE_FRAME])
     body = chat_body(rid, stream=True, stream_options={"continuous_usage_stats": True})
-    r = httpx.post(sidecar.url + CHAT, json=body, headers={"x-request-id": rid})
+    r = sidecar.client.post(CHAT, json=body, headers={"x-request-id": rid})
     assert r.content == b"".join([*TOKENS, DONE_FRAME])
     sent = _sent(scripted, rid)["stream_options"]
     assert sent == {"continuous_usage_stats": False, "include_usage": True}
@@ -79,7 +79,7 @@ def test_several_choices_not_injected(
     scripted.scripts[rid] = Script(pieces=[*TOKENS, DONE_FRAME])
     raw = orjson.dumps(chat_body(rid, stream=True, n=2))
     headers = {"x-request-id": rid, "content-type": "application/json"}
-    r = httpx.post(sidecar.url + CHAT, content=raw, headers=headers)
+    r = sidecar.client.post(CHAT, content=raw, headers=headers)
     assert r.content == b"".join([*TOKENS, DONE_FRAME])
     assert (CHAT, raw) in scripted.received
     ev = sidecar.event(rid)
