@@ -60,7 +60,7 @@ from obs.sidecar.record.recorder import (
     StampConfig,
     sidecar_pipeline,
 )
-from obs.sidecar.relay.models_route import union_models
+from obs.sidecar.relay.models_route import ModelsCache, union_models, upstream_headers
 from obs.sidecar.relay.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES, request_headers
 from obs.sidecar.relay.relay import SHUTDOWN_FLUSH_S, Relay
 from obs.sidecar.relay.traces import TraceReceiver, refusal_counter
@@ -114,6 +114,7 @@ class SidecarApp:
         self.exporters = Fanout(exporters_, failures=self.metrics)
         self._summaries: asyncio.Task[None] | None = None
         self._session: aiohttp.ClientSession | None = None  # polling, /v1/models, forwarding
+        self.models_cache = ModelsCache()  # /v1/models: one fetch per CACHE_S, not per request
         self.upstream = Upstream()  # the relay's pool connections
         pool_keys = {
             p.name: os.environ.get(p.api_key_env, "")
@@ -300,8 +301,12 @@ class SidecarApp:
             self.tenants.resolve(headers)
         except RelayError as err:
             return _error(err)
-        models = await union_models(
-            self.session(), self.pools, headers, self.pool_keys, self.tenants
+        asked = [
+            upstream_headers(p, headers, self.pool_keys, self.tenants) for p in self.pools.health()
+        ]
+        models = await self.models_cache.get(
+            repr(asked),
+            lambda: union_models(self.session(), self.pools, headers, self.pool_keys, self.tenants),
         )
         if not models:
             return _error(UpstreamUnavailable("no pool answered /v1/models"))
