@@ -126,7 +126,11 @@ class SidecarApp:
             self.exporters.export, settings.engine_join_wait_s, self.metrics.engine_span
         )
         self.traced_pools = {p.name for p in settings.config.pools if p.engine_traces}
-        self.recognizer = Recognizer(settings.config.recognition, self.registry)
+        self.recognizer = Recognizer(
+            settings.config.recognition,
+            self.registry,
+            tenants_checked=bool(settings.config.auth.api_keys),  # no 401 without a listed key
+        )
         self.recorder = self._recorder(exporters_)
         self.forwarder = (
             None

@@ -180,7 +180,9 @@ class Relay:
             req.json_answer = JsonAnswer.asked_by(body)  # None unless it asks for JSON
         read = read_fields(ev.route, body, MAX_MODEL_CHARS)  # as the engine, or 400 naming it
         ev.model, ev.stream, ev.max_tokens = read.model, read.stream, read.max_tokens
-        attrs, req.client_id = self.recognizer.attrs(self.classifier, ev, headers, body, scope)
+        attrs, req.client_id, req.prefix_key = self.recognizer.attrs(
+            self.classifier, ev, headers, body, scope
+        )
         lane, ev.class_source = self.classifier.decide(attrs)
         self.recognizer.decided(lane.name, ev.class_source)
         ev.lane = lane.name
@@ -236,6 +238,7 @@ class Relay:
             admitted = await plan.gate.admit(ticket)
             if admitted:  # else the client left while queued
                 req.admitted = True
+                self.recognizer.prefixes.remember(req.prefix_key)  # refused ones never
                 await self._route(req, plan, send)
         finally:
             req.release()

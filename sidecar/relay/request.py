@@ -63,6 +63,7 @@ class Request:
         "itl",
         "json_answer",
         "operation",
+        "prefix_key",
         "response",
         "share_key",
         "started",
@@ -96,6 +97,7 @@ class Request:
         self.share_key = ""  # what fair share counts it under (obs.sidecar.policy.auth.Tenants)
         self.admitted = False
         self.client_id: str | None = None  # who sent it, for slow-reader learning
+        self.prefix_key: str | None = None  # its prompt's leading key (recognition)
         # Kept for --capture-text only (None otherwise): read when the request ends.
         self.capture_body: dict[str, Any] | None = None
         self.capture_frames: list[bytes] | None = None
