@@ -6,11 +6,12 @@ and closes: ``client_disconnect``; one that leaves once its request was sent to 
 before any output reached it, counts too), costs a client almost nothing to send, and its
 event about a kilobyte: unlimited, a flood of them would rotate the record of real requests
 away. Up to ``per_s`` such events a second (bursts of as many) are written one by one. The
-others still reach the metrics (``vllm_obs_requests_total``, ``vllm_obs_admission_rejections_total``), are
-counted in ``vllm_obs_rejected_events_skipped_total``, and are written as **summary
-records**: once a second, one record per (lane, route, outcome, reason, HTTP status) with
-``summarized`` = how many it stands for, so the record's counts equal the counters
-(``query summary``, the sweep and ClickHouse count a record as ``summarized`` requests).
+others still reach the metrics (``vllm_obs_requests_total``,
+``vllm_obs_admission_rejections_total``), are counted in
+``vllm_obs_rejected_events_skipped_total``, and are written as **summary records**: once a
+second, one record per (lane, route, outcome, reason, HTTP status) with ``summarized`` = how
+many it stands for, so the record's counts equal the counters (``query summary``, the sweep
+and ClickHouse count a record as ``summarized`` requests).
 
 At most ``per_s`` events a second (plus a burst of as many) and, while over it, one summary
 record a second per lane and outcome: the events file's growth is bounded whatever the flood.
