@@ -114,23 +114,16 @@ class SidecarApp:
         self.exporters = Fanout(exporters_, failures=self.metrics)
         self._summaries: asyncio.Task[None] | None = None
         self._session: aiohttp.ClientSession | None = None  # polling, /v1/models, forwarding
-        self.models_cache = ModelsCache()  # /v1/models: one fetch per CACHE_S, not per request
         self.upstream = Upstream()  # the relay's pool connections
-        pool_keys = {
-            p.name: os.environ.get(p.api_key_env, "")
-            for p in settings.config.pools
-            if p.api_key_env
-        }
+        pools = settings.config.pools
+        pool_keys = {p.name: os.environ.get(p.api_key_env, "") for p in pools if p.api_key_env}
         self.loop_lag = LoopLagMonitor(self.metrics.loop_lag, c.EVENT_LOOP_LAG_PERIOD_S)
         self.join = EngineJoin(
             self.exporters.export, settings.engine_join_wait_s, self.metrics.engine_span
         )
         self.traced_pools = {p.name for p in settings.config.pools if p.engine_traces}
-        self.recognizer = Recognizer(
-            settings.config.recognition,
-            self.registry,
-            tenants_checked=bool(settings.config.auth.api_keys),  # no 401 without a listed key
-        )
+        checked = bool(settings.config.auth.api_keys)  # every tenant from a key it checks
+        self.recognizer = Recognizer(settings.config.recognition, self.registry, checked)
         self.recorder = self._recorder(exporters_)
         self.forwarder = (
             None
@@ -260,6 +253,7 @@ class SidecarApp:
             log.info("sidecar_stopped")
 
     def _build_api(self) -> FastAPI:
+        self.models_cache = ModelsCache()  # /v1/models: one fetch per CACHE_S, not per request
         api = FastAPI(
             title="vllm-obs sidecar",
             lifespan=self.lifespan,
