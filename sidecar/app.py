@@ -60,11 +60,12 @@ from obs.sidecar.record.recorder import (
     StampConfig,
     sidecar_pipeline,
 )
-from obs.sidecar.relay.models_route import ModelsCache, union_models, upstream_headers
+from obs.sidecar.relay.models_route import models_cache, union_models, upstream_headers
 from obs.sidecar.relay.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES, request_headers
 from obs.sidecar.relay.relay import SHUTDOWN_FLUSH_S, Relay
 from obs.sidecar.relay.traces import TraceReceiver, refusal_counter
 from obs.sidecar.server.health_listener import HealthListener
+from obs.sidecar.server.kept import Kept
 from obs.sidecar.server.looplag import LoopLagMonitor
 from obs.sidecar.server.worker_metrics import merged_registry
 from obs.sidecar.settings import Settings
@@ -253,7 +254,8 @@ class SidecarApp:
             log.info("sidecar_stopped")
 
     def _build_api(self) -> FastAPI:
-        self.models_cache = ModelsCache()  # /v1/models: one fetch per CACHE_S, not per request
+        self.models_cache = models_cache()  # /v1/models: one fetch per CACHE_S, not per request
+        rendered: Kept[bytes] = Kept(0.0)  # /metrics: one render at a time, shared, never stale
         api = FastAPI(
             title="vllm-obs sidecar",
             lifespan=self.lifespan,
@@ -283,7 +285,9 @@ class SidecarApp:
             # OpenMetrics (with the latency exemplars) when the scraper asks for it, as
             # Prometheus does; the text format otherwise.
             encode, content_type = choose_encoder(request.headers.get("accept", ""))
-            data = await asyncio.to_thread(encode, self.exposition)
+            data = await rendered.get(
+                content_type, lambda: asyncio.to_thread(encode, self.exposition)
+            )
             return Response(data, headers={"content-type": content_type})
 
         @api.get("/v1/models")

@@ -5,17 +5,15 @@ relayed routes. A pool with its own key gets that key; the client's ``Authorizat
 goes only to a pool without one, and only when the sidecar does not check client keys
 itself.
 
-The union is kept ``CACHE_S`` (``ModelsCache``), per set of headers the pools are asked
-with, and requests that arrive while it is being fetched wait for that one fetch: a flood of
-``/v1/models`` costs the pools one round of requests every ``CACHE_S``, not one per request.
+The union is kept ``CACHE_S`` (``obs.sidecar.server.kept.Kept``), per set of headers the
+pools are asked with, and requests that arrive while it is being fetched wait for that one
+fetch: a flood of ``/v1/models`` costs the pools one round of requests every ``CACHE_S``,
+not one per request.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
@@ -23,42 +21,16 @@ import orjson
 
 from obs.sidecar.policy.auth import Tenants
 from obs.sidecar.pools.pools import PoolSet
+from obs.sidecar.server.kept import Kept
 
 MODELS_TIMEOUT_S = 5.0
 CACHE_S = 5.0
 CACHE_KEYS = 64  # header sets kept (one per client key when client keys are forwarded)
 
-Models = list[dict[str, Any]]
 
-
-class ModelsCache:
-    """The last union per key for ``ttl_s``; one fetch at a time per key (see the module doc)."""
-
-    def __init__(self, ttl_s: float = CACHE_S, clock: Callable[[], float] = time.monotonic) -> None:
-        self.ttl_s = ttl_s
-        self.clock = clock
-        self._kept: OrderedDict[str, tuple[float, Models]] = OrderedDict()
-        self._fetching: dict[str, asyncio.Task[Models]] = {}
-
-    async def get(self, key: str, fetch: Callable[[], Awaitable[Models]]) -> Models:
-        kept = self._kept.get(key)
-        if kept is not None and kept[0] > self.clock():
-            return kept[1]
-        task = self._fetching.get(key)
-        if task is None:
-            task = asyncio.ensure_future(fetch())
-            self._fetching[key] = task
-            task.add_done_callback(lambda t: self._fetched(key, t))
-        return await asyncio.shield(task)
-
-    def _fetched(self, key: str, task: asyncio.Task[Models]) -> None:
-        self._fetching.pop(key, None)
-        if task.cancelled() or task.exception() is not None or not task.result():
-            return  # nothing kept: the next request asks again
-        self._kept[key] = (self.clock() + self.ttl_s, task.result())
-        self._kept.move_to_end(key)
-        while len(self._kept) > CACHE_KEYS:
-            self._kept.popitem(last=False)
+def models_cache() -> Kept[list[dict[str, Any]]]:
+    """Where the unions are kept (see the module's doc)."""
+    return Kept(CACHE_S, CACHE_KEYS)
 
 
 def upstream_headers(
