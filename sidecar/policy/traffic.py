@@ -105,8 +105,11 @@ async def with_fallback(
     except FallBack as fb:
         reason = fb.reason
     except e.UpstreamTimeout:
-        if req.started or req.disconnected:
-            raise  # streaming began (or nobody waits): never a second answer
+        if req.started or req.disconnected or not ev.stream:
+            # Streaming began (or nobody waits): never a second answer. A non-streamed answer's
+            # first byte comes with its last token, so its timeout says the pool was still
+            # generating, not that it never started: a second pool would do the work twice.
+            raise
         reason = c.FALLBACK_TIMEOUT
     log.info("lane_fallback", lane=ev.lane, pool=ev.pool, to=fallback, reason=reason)
     req.clock.dispatched = 0  # the time on the refusing pool counts as queueing
