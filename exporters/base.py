@@ -1,4 +1,4 @@
-"""The exporter interface and the fan-out the relay calls.
+"""The exporter interface, and the fan-out the record pipeline ends in.
 
 Like OpenTelemetry's processor/exporter split: ``export`` is called once per
 finished request on the event loop and must return quickly (queue, don't do

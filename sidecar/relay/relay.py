@@ -58,7 +58,7 @@ from obs.sidecar.relay.request import Plan, Request
 from obs.sidecar.relay.respond import fail, send_head
 from obs.sidecar.relay.streaming import relay_stream, relay_whole
 from obs.sidecar.server.client import client_conn, received_ns
-from obs.sidecar.types import Message, Receive, Scope, Send
+from obs.sidecar.types import Receive, Scope, Send
 from obs.tracecontext import new_ids
 
 log = structlog.get_logger("vllm_obs.relay")
@@ -68,6 +68,10 @@ _SKIP_HEADERS = {b"connection", b"keep-alive", b"transfer-encoding", b"date", b"
 # Past --shutdown-grace, how long a cut stream's buffered bytes (up to the lane's slow_client
 # buffer, then the error frame) may take to reach a slow client before the process exits.
 SHUTDOWN_FLUSH_S = 5.0
+NO_CONNECTION = (
+    "the relay runs on the sidecar's own server (obs.sidecar.serve), which hands it the "
+    "client connection; this ASGI server does not"
+)
 SHUTDOWN_MESSAGE = "the sidecar shut down before the request finished (--shutdown-grace ended)"
 
 
@@ -157,6 +161,8 @@ class Relay:
         ev.trace_id, ev.span_id = req.ids.trace_id_hex, req.ids.span_id_hex
         ev.tenant = self.tenants.resolve(headers)
         req.share_key = self.tenants.share_key(ev.tenant, scope.get("client"))
+        if req.conn is None:  # one hot path: the client connection of the sidecar's own server
+            raise e.Internal(RuntimeError(NO_CONNECTION))
         if scope["method"] != "POST":
             raise e.MethodNotAllowed(
                 f"{scope['method']} is not allowed on {scope['path']}; use POST"
@@ -223,14 +229,10 @@ class Relay:
 
     async def _dispatch(self, req: Request, plan: Plan, receive: Receive, send: Send) -> None:
         """Admit the request through its lane's gate, then try up to two replicas."""
-        # A client that leaves from here on is seen at once: its connection calls back (under
-        # our server), or a task waits for the server's disconnect message (under another).
-        listener: asyncio.Future[Message] | None = None
-        if req.conn is not None:
-            req.conn.on_disconnect(lambda: self._client_left(req))
-        else:
-            listener = asyncio.ensure_future(receive())
-            listener.add_done_callback(lambda f: self._on_client_message(req, f))
+        # A client that leaves from here on is seen at once: its connection calls back.
+        conn = req.conn
+        assert conn is not None  # _handle refuses a request without one
+        conn.on_disconnect(lambda: self._client_left(req))
         ev = req.event
         ticket = req.ticket = Ticket(req.share_key, plan.cost, priority=ev.priority or 0)
         req.gate = plan.gate
@@ -242,10 +244,7 @@ class Relay:
                 await self._route(req, plan, send)
         finally:
             req.release()
-            if listener is not None and not listener.done():
-                listener.cancel()
-            if req.conn is not None:
-                req.conn.on_disconnect(None)
+            conn.on_disconnect(None)
 
     async def _route(self, req: Request, plan: Plan, send: Send) -> None:
         """To the request's pool, then, if it refused, failed or timed out before the first
@@ -309,12 +308,6 @@ class Relay:
         except UpstreamError as err:
             raise e.UpstreamProtocol(f"pool {replica.pool!r} failed: {err}") from err
 
-    def _on_client_message(self, req: Request, fut: asyncio.Future[Message]) -> None:
-        if fut.cancelled() or fut.exception() is not None:
-            return
-        if fut.result().get("type") == "http.disconnect":
-            self._client_left(req)
-
     def _client_left(self, req: Request) -> None:
         if not (req.done or req.delivered):
             req.disconnected = True
@@ -364,8 +357,8 @@ class Relay:
         ev, clock = req.event, req.clock
         if not clock.end:
             clock.end = time.perf_counter_ns()
-        if req.disconnected and ev.status == c.OK:
-            e.ClientLeft().record(ev, clock.current_phase())
+        if req.disconnected:  # the client left: unless it ended otherwise before
+            req.settle(e.ClientLeft(), clock.current_phase())
         kept = None
         if self.capture is not None:  # redacted into the event by the capture step
             kept = (req.capture_body, req.capture_frames, req.capture_whole)

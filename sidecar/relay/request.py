@@ -9,6 +9,7 @@ from typing import Any
 from obs.config import Lane
 from obs.events import Event
 from obs.phases import Clock
+from obs.sidecar.outcomes import RelayError
 from obs.sidecar.policy.admission import LaneGate, Ticket
 from obs.sidecar.pools.upstream import Response
 from obs.sidecar.relay.json_answers import JsonAnswer
@@ -63,6 +64,7 @@ class Request:
         "itl",
         "json_answer",
         "operation",
+        "outcome",
         "prefix_key",
         "response",
         "share_key",
@@ -98,10 +100,20 @@ class Request:
         self.admitted = False
         self.client_id: str | None = None  # who sent it, for slow-reader learning
         self.prefix_key: str | None = None  # its prompt's leading key (recognition)
+        self.outcome: RelayError | None = None  # how it ended, once settled (None: ok so far)
         # Kept for --capture-text only (None otherwise): read when the request ends.
         self.capture_body: dict[str, Any] | None = None
         self.capture_frames: list[bytes] | None = None
         self.capture_whole: bytes | None = None
+
+    def settle(self, outcome: RelayError, phase: str | None) -> RelayError:
+        """How the request ended: recorded on its event once. The first outcome settled
+        stands; it is returned, so what the client is answered is written from the same
+        object as the event (``obs.sidecar.relay.respond``)."""
+        if self.outcome is None:
+            self.outcome = outcome
+            outcome.record(self.event, phase)
+        return self.outcome
 
     def release(self) -> None:
         """Give back the lane slot (once): when the pool is done, before a slow client is."""

@@ -41,11 +41,9 @@ async def send_error(req: Request, send: Send, err: RelayError) -> None:
 
 
 async def fail(req: Request, send: Send, err: RelayError, phase: str | None) -> None:
-    """The request failed with ``err`` in ``phase``: record it on the event, then answer it.
+    """The request failed with ``err`` in ``phase``: settle it (``Request.settle``: recorded on
+    the event, unless an outcome was settled before), then answer the settled outcome.
     Once the server has refused the request (``ClientConn.refusal``: it answered 408, 503,
     ... itself), that refusal is the outcome, whatever the relay found after it."""
     refused = req.conn.refusal if req.conn is not None else None
-    if refused is not None:
-        err = refused
-    err.record(req.event, phase)
-    await send_error(req, send, err)
+    await send_error(req, send, req.settle(err if refused is None else refused, phase))

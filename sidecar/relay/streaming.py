@@ -13,13 +13,12 @@ Slow readers: what the client has not taken yet waits in its connection's
 bounded write buffer (see obs.sidecar.server.client). Under the lane's ``wait``
 policy, a full buffer pauses reading from the pool (its socket backs up, as
 nginx does) until the client catches up; under ``abort`` the stream ends.
-Under another ASGI server (no client-connection extension) the sink hands
-each piece to the coroutine, which sends it as an ASGI message.
+There is one hot path: the relay runs on the sidecar's own server, whose client
+connection it writes to (``Relay._handle`` refuses a request that comes without one).
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 from obs.config import SlowClient
@@ -46,9 +45,9 @@ class StreamSink:
     """The per-piece work of one streamed response, run in the pool socket's callback."""
 
     __slots__ = (
-        "_wake", "abort_at", "aborted", "blocked", "burst", "conn", "deadline", "ended", "error",
-        "first_read", "last_out", "limit", "paused_at", "pending", "pending_bytes", "read_chunks",
-        "read_tokens", "req", "resp", "splitter", "state", "stripper",
+        "abort_at", "aborted", "blocked", "burst", "conn", "deadline", "ended", "error",
+        "first_read", "last_out", "limit", "paused_at", "read_chunks", "read_tokens", "req",
+        "resp", "splitter", "state", "stripper",
     )  # fmt: skip
 
     def __init__(
@@ -56,13 +55,13 @@ class StreamSink:
         req: Request,
         resp: Response,
         inject: bool,
-        conn: ClientConn | None,
+        conn: ClientConn,
         slow: SlowClient,
         deadline: Deadline,
     ) -> None:
         self.req, self.resp, self.conn, self.deadline = req, resp, conn, deadline
         self.limit = slow.buffer_bytes
-        self.abort_at = self.limit if conn is not None and slow.policy == "abort" else 0
+        self.abort_at = self.limit if slow.policy == "abort" else 0
         self.splitter = FrameSplitter()
         self.state = StreamState()
         self.stripper = UsageStripper() if inject else None
@@ -76,9 +75,6 @@ class StreamSink:
         self.aborted = False
         self.ended = False
         self.error: UpstreamError | None = None
-        self.pending: list[bytes] = []  # without a client connection: for the coroutine
-        self.pending_bytes = 0
-        self._wake: asyncio.Future[None] | None = None
 
     def on_body(self, data: bytes) -> None:
         now = self.resp.read_ns or time.perf_counter_ns()
@@ -107,14 +103,6 @@ class StreamSink:
             return
         payload = out[0] if len(out) == 1 else b"".join(out)
         conn = self.conn
-        if conn is None:
-            self.pending.append(payload)
-            self.pending_bytes += len(payload)
-            if self.pending_bytes > self.limit and not self.paused_at:
-                self.paused_at = now
-                self.resp.pause_reading()
-            self._notify()
-            return
         if self.abort_at and conn.buffered() > self.abort_at:
             self.aborted = True
             self.resp.close()  # vLLM aborts the request when its connection closes
@@ -155,8 +143,7 @@ class StreamSink:
             self.first_read = self.read_tokens
 
     def _writable(self) -> None:
-        if self.conn is not None:
-            self.conn.on_writable(None)
+        self.conn.on_writable(None)
         self.resumed()
 
     def resumed(self) -> None:
@@ -173,18 +160,6 @@ class StreamSink:
     def on_end(self, exc: UpstreamError | None) -> None:
         self.ended = True
         self.error = exc
-        self._notify()
-
-    def _notify(self) -> None:
-        if self._wake is not None and not self._wake.done():
-            self._wake.set_result(None)
-
-    async def wait(self) -> None:
-        """Until there is output for the coroutine to send, or the body ended."""
-        if self.pending or self.ended:
-            return
-        self._wake = asyncio.get_running_loop().create_future()
-        await self._wake
 
 
 async def relay_stream(
@@ -197,18 +172,14 @@ async def relay_stream(
     drain_timeout_s: float,
 ) -> None:
     ev, clock, conn = req.event, req.clock, req.conn
-    if conn is not None:
-        conn.bound(slow.buffer_bytes, wait=slow.policy != "abort")
+    assert conn is not None  # Relay._handle refuses a request without its client connection
+    conn.bound(slow.buffer_bytes, wait=slow.policy != "abort")
     sink = StreamSink(req, resp, inject, conn, slow, deadline)
     state = sink.state
     try:
-        if conn is not None:
-            await resp.stream(sink)
-        else:
-            await _relay_asgi(req, resp, sink, send)
+        await resp.stream(sink)
     finally:
-        if conn is not None:
-            conn.on_writable(None)
+        conn.on_writable(None)
     clock.last_up = sink.last_out
     req.first_read_chunks = sink.first_read
     ev.burst_chunks = sink.burst or None
@@ -219,8 +190,7 @@ async def relay_stream(
         return
     if sink.error is not None and not req.disconnected:
         err = deadline.expired or e.lower_outcome(sink.error, "streaming")
-        stream_failed(req, state, err)
-        await end_stream_with_error(req, send, err)
+        await end_stream_with_error(req, send, stream_failed(req, state, err))
         ev.stream_blocked_ms = ms(sink.blocked)
         return
     req.release()  # the pool is done with this request, whatever the client still has to read
@@ -228,7 +198,7 @@ async def relay_stream(
         # A client that leaves on the pool's error frame (the openai SDK raises on it and
         # closes) left because of the pool's answer: that answer is the outcome.
         if state.error is not None:
-            e.PoolErrorFrame(state.error).record(ev, clock.current_phase(upstream_done=True))
+            req.settle(e.PoolErrorFrame(state.error), clock.current_phase(upstream_done=True))
         ev.stream_blocked_ms = ms(sink.blocked)
         apply_usage(ev, state)
         return
@@ -238,10 +208,9 @@ async def relay_stream(
         tail.append(splitter.pending)
     if not state.done and state.error is None:
         err = e.UpstreamProtocol("the pool ended the stream without [DONE]")
-        stream_failed(req, state, err)
-        tail.append(err.sse_frame())
+        tail.append(stream_failed(req, state, err).sse_frame())
     elif state.error is not None:  # the pool's error frame: a 4xx code is the client's mistake
-        e.PoolErrorFrame(state.error).record(ev, clock.current_phase(upstream_done=True))
+        req.settle(e.PoolErrorFrame(state.error), clock.current_phase(upstream_done=True))
     elif req.json_answer is not None:  # the whole answer came: judge it (a cut one is not)
         ev.json_valid = req.json_answer.verdict()
     perf = time.perf_counter_ns
@@ -249,42 +218,10 @@ async def relay_stream(
     await send({"type": _BODY, "body": b"".join(tail), "more_body": False})
     req.done = True  # only now: a shutdown cut during the send still ends the body cleanly
     t1 = perf()
-    if conn is not None:
-        await conn.drained(drain_timeout_s)
+    await conn.drained(drain_timeout_s)
     clock.end = perf()
     ev.stream_blocked_ms = ms(sink.blocked + t1 - t0)
     apply_usage(ev, state)
-
-
-async def _relay_asgi(req: Request, resp: Response, sink: StreamSink, send: Send) -> None:
-    """Without the client connection: each piece goes out as an ASGI message."""
-    perf = time.perf_counter_ns
-    body = asyncio.ensure_future(resp.stream(sink))
-    try:
-        while True:
-            await sink.wait()
-            if sink.pending:
-                out = b"".join(sink.pending)
-                sink.pending.clear()
-                sink.pending_bytes = 0
-                done = sink.state.done  # [DONE] is in what is sent now
-                t0 = perf()
-                sink.deadline.sending = True
-                await send({"type": _BODY, "body": out, "more_body": True})
-                sink.deadline.sending = False
-                t1 = perf()
-                req.delivered = req.delivered or done
-                sink.blocked += t1 - t0
-                if sink.last_out:
-                    sink.deadline.last_ns = t1
-                    if not req.clock.first_sent:
-                        req.clock.first_sent = t1
-                sink.resumed()
-            elif sink.ended or req.disconnected:
-                break
-    finally:
-        if not body.done():
-            body.cancel()
 
 
 async def relay_whole(
@@ -307,7 +244,7 @@ async def relay_whole(
     if req.capture_frames is not None:
         req.capture_whole = data
     if resp.status >= 400:  # 503: vLLM's own admission (--max-num-queued-reqs/-tokens)
-        e.pool_status(resp.status, error_message(data)).record(ev, None)
+        req.settle(e.pool_status(resp.status, error_message(data)), None)
     elif ev.route in GENERATE_ROUTES:
         read_completion(ev, data)
         if req.json_answer is not None:
@@ -326,15 +263,15 @@ async def _abort_slow_reader(req: Request, state: StreamState, send: Send, limit
     err = e.SlowClientStalled(
         f"the client fell more than {limit} bytes behind the stream; aborted (slow_client)"
     )
-    stream_failed(req, state, err)
-    await end_stream_with_error(req, send, err)
+    await end_stream_with_error(req, send, stream_failed(req, state, err))
 
 
-def stream_failed(req: Request, state: StreamState, err: e.RelayError) -> None:
-    """The stream failed with ``err`` (a stalled client's 408 is its own): the event says so,
-    with the tokens that came."""
-    err.record(req.event, req.clock.current_phase())
+def stream_failed(req: Request, state: StreamState, err: e.RelayError) -> e.RelayError:
+    """The stream failed with ``err`` (a stalled client's 408 is its own): settled, so the
+    event says so, with the tokens that came; the settled outcome is returned."""
+    settled = req.settle(err, req.clock.current_phase())
     apply_usage(req.event, state)
+    return settled
 
 
 async def end_stream_with_error(req: Request, send: Send, err: e.RelayError) -> None:

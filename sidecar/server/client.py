@@ -18,9 +18,8 @@ side has received every byte, so the event's stream phase is the time the
 client's slowness cost.
 
 The relay's server (obs.sidecar.server.connection) puts each request's ``ClientConn``
-under ``scope["extensions"]``, with when its first bytes were read. Under another
-ASGI server the extension is absent and streams are relayed at the client's pace
-(the ASGI default).
+under ``scope["extensions"]``, with when its first bytes were read; the relay refuses a
+request that comes without it (under another ASGI server).
 """
 
 from __future__ import annotations
