@@ -137,7 +137,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the secret that keys a split lane's arm hash, so nobody can work out offline which "
         f"API keys land in the canary: read from {splits.SALT_ENV} when set (give every "
         "sidecar of a fleet the same one), else from this file, made (random, mode 0600) "
-        "when missing and kept (default: vllm-obs-split-salt beside the events file)",
+        "when missing and kept (default: vllm-obs-split-salt beside the events file; "
+        "without an events file, a new salt each start)",
     )
     g.add_argument(
         "--traces-token-env",
@@ -213,7 +214,12 @@ def split_salt(path: str | None, events: Path | None, config: Config) -> bytes:
         return env.encode()
     if not any(lane.split is not None for lane in config.lanes):
         return b""
-    where = Path(path) if path else (events.parent if events else Path.cwd()) / SALT_FILE
+    if path:
+        where = Path(path)
+    elif events is not None:
+        where = events.parent / SALT_FILE
+    else:  # nowhere to keep one: this run's own (arms may change at the next start)
+        return secrets.token_hex(32).encode()
     try:
         fd = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:

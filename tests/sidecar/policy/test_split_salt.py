@@ -60,3 +60,13 @@ def test_no_split_needs_no_salt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     )
     assert split_salt(None, tmp_path / "e.jsonl", plain) == b""
     assert not (tmp_path / SALT_FILE).exists()
+
+
+def test_without_an_events_file_nothing_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No events file and no --split-salt-file: a salt of this run's own, no file anywhere."""
+    monkeypatch.delenv(splits.SALT_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert len(split_salt(None, None, SPLIT)) >= 32
+    assert not list(tmp_path.iterdir())
