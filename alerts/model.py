@@ -103,6 +103,8 @@ HEALTH_POLICY: Final = {
     c.ALERT_EXPORTER_FAILING: Policy("ticket", "10m"),
     c.ALERT_EVENT_LOOP_LAG_HIGH: Policy("ticket", "10m"),
     c.ALERT_CANARY_ROLLBACK: Policy("ticket", "10m"),
+    c.ALERT_TENANT_AT_RATE_LIMIT: Policy("ticket", "10m"),
+    c.ALERT_POOL_HELD_AT_SATURATION: Policy("ticket", "10m"),
     c.ALERT_ENGINE_QUEUE_DEEP: Policy("ticket", "5m"),
     c.ALERT_E2E_LATENCY_HIGH: Policy("ticket", "10m"),
     c.ALERT_THROUGHPUT_DROP: Policy("ticket", "15m"),
@@ -153,6 +155,9 @@ class AlertModel:
     runbook_url: str = RUNBOOK_PATH
     canaries: tuple[CanaryArm, ...] = ()  # split lanes' canary arms (obs.alerts.canary_rules)
     events: str = EVENTS_PLACEHOLDER  # what the alerts' `vllm-obs query budget` reads
+    # Flow control (obs.alerts.flow_rules): rate-limited tenants and saturated pools.
+    limited_tenants: tuple[str, ...] = ()
+    saturated_pools: tuple[str, ...] = ()
 
     def lane_slis(self, lane: str) -> tuple[SLI, ...]:
         """The SLIs of one lane, in ``SLO_KINDS`` order."""
@@ -203,7 +208,20 @@ def build_model(
         )
         for lane in config.lanes
     )
-    return AlertModel(slis, lanes, pools, th, runbook_url, _canaries(config))
+    return AlertModel(
+        slis,
+        lanes,
+        pools,
+        th,
+        runbook_url,
+        _canaries(config),
+        limited_tenants=tuple(
+            name
+            for name, t in config.tenants.items()
+            if t.requests_per_minute or t.tokens_per_minute
+        ),
+        saturated_pools=tuple(p.name for p in config.pools if p.saturation is not None),
+    )
 
 
 def _canaries(config: Config) -> tuple[CanaryArm, ...]:

@@ -8,7 +8,7 @@ from obs import conventions as c
 from obs.config import Config
 
 from . import expr as e
-from . import links
+from . import flow, links
 from . import variables as v
 from .panels import Grid, Query, dashboard, note, stat, timeseries
 
@@ -119,6 +119,7 @@ def build(config: Config) -> Dashboard:
         8,
     )
     grid.add(note("Admission limits (from the config)", _limits(config)), 24, 3 + len(config.lanes))
+    flow.add_row(config, grid)
     return dashboard(
         UID,
         "vllm-obs / Admission",

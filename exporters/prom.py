@@ -30,6 +30,7 @@ from prometheus_client.utils import floatToGoString
 from obs import conventions as c
 from obs.config import Config, Lane
 from obs.engines.metrics import EngineState
+from obs.exporters.flow import FlowCounters
 from obs.record import Finished
 
 NS = 1e9
@@ -111,6 +112,7 @@ class Metrics:
         for p in config.pools:
             if p.model:
                 self.pool_models(p.name, (p.model,))
+        self.flow = FlowCounters(config, registry)
 
     def pool_models(self, pool: str, models: tuple[str, ...]) -> None:
         """The models ``pool`` serves (config, or its replicas' /metrics): the model label
@@ -163,6 +165,8 @@ class Metrics:
         if s is None:
             s = self._series[lp] = _Series(self, lp)
         s.duration.observe(ev.e2e_ms / 1000, ex)
+        if ev.admission_gate is not None or ev.tenant in self.flow.limited_tenants:
+            self.flow.record(ev)
         if ev.rejection_reason:
             self.rejections.labels(ev.lane, ev.rejection_reason).inc()
         if ev.status == c.REJECTED:

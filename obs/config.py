@@ -22,7 +22,16 @@ from pydantic import (
     model_validator,
 )
 
-from obs.config_blocks import EngineKind, LaneBlocks, PoolBlocks
+from obs.config_blocks import (
+    ClickHouseExport,
+    EngineKind,
+    HealthCheck,
+    LaneBlocks,
+    PoolBlocks,
+    RateLimit,
+    RateLimits,
+    Tenant,
+)
 from obs.durations import seconds
 from obs.errors import ConfigError
 from obs.matching import Match, Recognition
@@ -196,11 +205,6 @@ class Lane(LaneBlocks):
         return tuple(names)
 
 
-class HealthCheck(_Model):
-    path: str = "/health"
-    interval_s: PositiveFloat = 5.0
-
-
 class Pool(PoolBlocks):
     name: Name
     replicas: list[str] = Field(min_length=1)
@@ -233,13 +237,19 @@ class Pool(PoolBlocks):
     def _spans(self) -> Pool:
         if self.engine_traces and self.engine == "llamacpp":
             raise ValueError("engine_traces: llama.cpp's llama-server exports no spans")
-        if self.engine_traces and self.engine == "sim":
-            raise ValueError("engine_traces: the simulated replica exports no spans")
+        if self.saturation is not None and (
+            self.declared is None or self.declared.max_num_seqs is None
+        ):
+            raise ValueError(
+                "saturation: admission by saturation reads running requests against the "
+                "pool's max_num_seqs; declare it (engine: {kind: ..., max_num_seqs: N})"
+            )
         return self
 
 
-class ApiKey(_Model):
-    """A client API key, stored as its SHA-256 (``vllm-obs config hash-key``), and its tenant."""
+class ApiKey(RateLimit):
+    """A client API key, stored as its SHA-256 (``vllm-obs config hash-key``), its tenant, and
+    its own rate limits (``requests_per_minute``, ``tokens_per_minute``; beside its tenant's)."""
 
     sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
     tenant: Name
@@ -261,17 +271,6 @@ class Auth(_Model):
         return keys
 
 
-class ClickHouseExport(_Model):
-    """The sidecar's ClickHouse event exporter (``--clickhouse-url`` and friends override)."""
-
-    url: Annotated[str, Field(pattern=r"^https?://")]
-    table: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")] = (
-        "vllm_obs.events"
-    )
-    spool: str | None = None  # spool file; default: clickhouse-spool.jsonl beside the events
-    spool_max_mb: PositiveFloat = 1024
-
-
 class Config(_Model):
     version: Literal[1] = 1
     pools: list[Pool] = Field(min_length=1)
@@ -280,6 +279,9 @@ class Config(_Model):
     auth: Auth = Auth()
     clickhouse: ClickHouseExport | None = None
     recognition: Recognition = Recognition()
+    # Per-tenant rate limits and fair-share weights, by the tenant auth resolves.
+    tenants: dict[Name, Tenant] = Field(default_factory=dict)
+    rate_limits: RateLimits = RateLimits()
 
     @model_validator(mode="after")
     def _references(self) -> Config:
@@ -297,6 +299,14 @@ class Config(_Model):
                     )
         if self.default_lane not in self.lane_names:
             raise ValueError(f"default_lane {self.default_lane!r} is not a lane")
+        for p in self.pools:
+            weights = p.saturation.lane_weights if p.saturation is not None else {}
+            unknown = sorted(set(weights) - set(self.lane_names))
+            if unknown:
+                raise ValueError(
+                    f"pool {p.name!r}: saturation.lane_weights names unknown lane(s) "
+                    f"{', '.join(unknown)}"
+                )
         return self
 
     @property

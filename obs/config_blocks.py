@@ -100,11 +100,40 @@ class PoolAlerts(_Model):
     throughput_baseline: Duration = "1h"
 
 
+NonNegativeInt = Annotated[int, Field(ge=0)]
+# The default waiting-requests target per replica of a pool admitted by saturation: a couple
+# of requests queued in the engine keep its batch full between polls, more only add TTFT.
+DEFAULT_MAX_WAITING = 2
+
+
+class Saturation(_Model):
+    """Admission by the pool's own measured state (``obs.sidecar.policy.saturation``): each
+    sidecar process admits a request to the pool only while its estimate of every replica's
+    waiting queue is under ``max_waiting``; the rest wait in the pool's one queue
+    (``obs.sidecar.policy.pool_queue``), highest priority band first, then by weighted fair
+    share of the lanes and tenants, each for its lane's ``queue_timeout_s``."""
+
+    max_waiting: NonNegativeInt = DEFAULT_MAX_WAITING  # target per replica
+    # Once held, admit again only when the estimate is this many requests under the target.
+    hysteresis: NonNegativeInt = 1
+    # A replica whose KV cache is this full admits nothing new until a poll shows less
+    # (None: KV usage does not gate).
+    kv_cache_usage_max: Ratio | None = None
+    # A replica's last poll older than this (default: 3 poll intervals) is stale: the
+    # process then admits on its own in-flight requests alone (as if it were the only sender).
+    stale_after_s: PositiveFloat | None = None
+    max_queue: NonNegativeInt = 256  # requests waiting in the pool's queue, all lanes
+    # Fair-share weights of the pool's lanes (default 1 each); tenants' are in ``tenants:``.
+    lane_weights: dict[str, PositiveFloat] = Field(default_factory=dict)
+
+
 class PoolBlocks(_Model):
     """The fields of a pool (``obs.config.Pool``) this module adds: its declared engine flags
-    (from its ``engine:`` block), the KV alert's hold, its alert thresholds and its price."""
+    (from its ``engine:`` block), the KV alert's hold, its alert thresholds, its price and
+    its admission by saturation."""
 
     declared: DeclaredEngine | None = None
+    saturation: Saturation | None = None
     # How long KV usage stays above kv_cache_usage_max (free blocks below the rest) before
     # the alert fires.
     kv_cache_usage_for: Duration = "5m"
@@ -131,3 +160,46 @@ class LaneBlocks(_Model):
     """The fields of a lane (``obs.config.Lane``) this module adds: its alert thresholds."""
 
     alerts: LaneAlerts = LaneAlerts()
+
+
+class RateLimit(_Model):
+    """Requests and tokens (prompt + completion; completion charged as ``max_tokens`` on
+    admission and corrected on finish) a tenant or an API key may use in any minute
+    (``obs.sidecar.policy.rate_limit``)."""
+
+    requests_per_minute: PositiveInt | None = None
+    tokens_per_minute: PositiveInt | None = None
+
+
+class Tenant(RateLimit):
+    """A tenant's rate limits and its weight in a saturated pool's fair share."""
+
+    weight: PositiveFloat = 1.0
+
+
+class RateLimits(_Model):
+    """Where the rate-limit counters live: in each process (default; each process holds the
+    whole limit), or in Redis (``redis://HOST:PORT/DB``), shared by every worker and sidecar
+    replica. ``on_store_error``: when Redis cannot be reached within ``timeout_s``, ``open``
+    admits the request (counted in ``rate_limit_store_errors_total``, which alerts) and
+    ``closed`` refuses it with 503."""
+
+    store: Annotated[str, Field(pattern=r"^rediss?://")] | None = None
+    on_store_error: Literal["open", "closed"] = "open"
+    timeout_s: PositiveFloat = 0.25
+
+
+class ClickHouseExport(_Model):
+    """The sidecar's ClickHouse event exporter (``--clickhouse-url`` and friends override)."""
+
+    url: Annotated[str, Field(pattern=r"^https?://")]
+    table: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")] = (
+        "vllm_obs.events"
+    )
+    spool: str | None = None  # spool file; default: clickhouse-spool.jsonl beside the events
+    spool_max_mb: PositiveFloat = 1024
+
+
+class HealthCheck(_Model):
+    path: str = "/health"
+    interval_s: PositiveFloat = 5.0

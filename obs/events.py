@@ -123,7 +123,15 @@ class Event:
     rejection_reason: str | None = _f(
         "Why the request was refused: an admission reason when status is rejected "
         "(queue_full, queue_timeout, tenant_share, prompt_too_long, over_token_budget, "
-        "engine_queue_full), or pool_unavailable with status error."
+        "lower_priority, rate_limit_requests, rate_limit_tokens, rate_limit_store, "
+        "pool_queue_full, pool_queue_timeout, engine_queue_full), or pool_unavailable with "
+        "status error."
+    )
+    admission_gate: str | None = _f(
+        "Which gate held (queued) or refused the request, when one did: lane (its lane's "
+        "limits), pool:waiting, pool:kv_cache, pool:stale or pool:no_replica (its pool's "
+        "saturation, by the bound that held it), or rate_limit (its tenant's or key's rate "
+        "limit); null when it was admitted at once."
     )
     miss_slo: str | None = _f(
         "The gates of its lane's SLO the request missed, comma-separated in ttft, tpot, "

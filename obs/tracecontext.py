@@ -39,19 +39,36 @@ class TraceIds:
         return f"{self.span_id:016x}"
 
 
-def new_span_id() -> int:
-    return random.getrandbits(64) or 1
+def new_span_id(owner: tuple[int, int] | None = None) -> int:
+    """A random span id; with ``owner`` (index, count) one that ``owner_of`` maps to
+    ``index``: the worker that made it (``--workers``: obs.sidecar.server.workers)."""
+    sid = random.getrandbits(64) or 1
+    if owner is None or owner[1] <= 1:
+        return sid
+    index, count = owner
+    sid -= sid % count
+    return sid + index if sid + index else count
 
 
-def new_ids(traceparent: str | None) -> TraceIds:
-    """Continue the client's trace when its ``traceparent`` is valid, else start one."""
+def owner_of(span_id: str, count: int) -> int:
+    """The worker (of ``count``) whose span id this is (``new_span_id(owner)``); 0 for an id
+    that is not hex."""
+    try:
+        return int(span_id, 16) % count
+    except ValueError:
+        return 0
+
+
+def new_ids(traceparent: str | None, owner: tuple[int, int] | None = None) -> TraceIds:
+    """Continue the client's trace when its ``traceparent`` is valid, else start one; the span
+    id is ``owner``'s (``new_span_id``)."""
     if traceparent:
         m = _TRACEPARENT.match(traceparent.strip().lower())
         if m and int(m.group(1), 16) and int(m.group(2), 16):
             return TraceIds(
                 trace_id=int(m.group(1), 16),
-                span_id=new_span_id(),
+                span_id=new_span_id(owner),
                 parent_span_id=int(m.group(2), 16),
                 sampled=bool(int(m.group(3), 16) & 1),
             )
-    return TraceIds(random.getrandbits(128) or 1, new_span_id(), None, True)
+    return TraceIds(random.getrandbits(128) or 1, new_span_id(owner), None, True)

@@ -60,6 +60,8 @@ from obs.sidecar.record.recorder import (
     StampConfig,
     sidecar_pipeline,
 )
+from obs.sidecar.record.span_handoff import SpanHandoff
+from obs.sidecar.relay.flow import FlowControl
 from obs.sidecar.relay.models_route import models_cache, union_models, upstream_headers
 from obs.sidecar.relay.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES, request_headers
 from obs.sidecar.relay.relay import SHUTDOWN_FLUSH_S, Relay
@@ -134,21 +136,11 @@ class SidecarApp:
         self.traces = self._trace_receiver()
         self.pool_keys = pool_keys
         self.gates = {lane.name: LaneGate(lane, settings.workers) for lane in settings.config.lanes}
-        self.tenants = Tenants(settings.config.auth, settings.max_tenants_per_client)
-        self.relay = Relay(
-            Classifier(settings.config),
-            self.pools,
-            self.recorder,
-            self.upstream,
-            gates=self.gates,
-            tenants=self.tenants,
-            max_body_bytes=settings.max_body_bytes,
-            pool_keys=pool_keys,
-            capture=settings.capture,
-            max_json_elements=settings.max_json_elements,
-            recognizer=self.recognizer,
-            split_salt=settings.split_salt,
+        self.flow = FlowControl.build(
+            settings.config, self.pools, self.registry, self.metrics.flow.rate_limit_store_failed
         )
+        self.tenants = Tenants(settings.config.auth, settings.max_tenants_per_client)
+        self.relay = self._relay()
         self.metrics.watch_lanes(self.gates)
         self.routes = set(GENERATE_ROUTES) | set(PASSTHROUGH_ROUTES) | set(settings.extra_routes)
         self.api = self._build_api()
@@ -158,9 +150,36 @@ class SidecarApp:
             else HealthListener(*settings.health_address, self.health)
         )
 
+    def _relay(self) -> Relay:
+        """The relay of the generating routes, with everything it is handed."""
+        settings = self.settings
+        return Relay(
+            Classifier(settings.config),
+            self.pools,
+            self.recorder,
+            self.upstream,
+            gates=self.gates,
+            tenants=self.tenants,
+            max_body_bytes=settings.max_body_bytes,
+            pool_keys=self.pool_keys,
+            capture=settings.capture,
+            max_json_elements=settings.max_json_elements,
+            recognizer=self.recognizer,
+            split_salt=settings.split_salt,
+            flow=self.flow,
+            worker=settings.worker.ids if settings.worker else None,
+        )
+
     def _trace_receiver(self) -> TraceReceiver:
-        """``POST /v1/traces``: the engine spans the traced pools' replicas send."""
+        """``POST /v1/traces``: the engine spans the traced pools' replicas send; under
+        ``--workers``, each span goes on to the worker that relayed its request."""
         config = self.settings.config
+        worker = self.settings.worker
+        self.span_handoff = (
+            None
+            if worker is None or not self.traced_pools
+            else SpanHandoff(worker.index, worker.metric_ports, self.session, self.join.on_span)
+        )
         return TraceReceiver(
             self.join,
             replicas=tuple(r for p in config.pools if p.engine_traces for r in p.replicas)
@@ -169,6 +188,7 @@ class SidecarApp:
             token=os.environ.get(self.settings.traces_token_env or "") or None,
             forward=None if self.forwarder is None else self.forwarder.forward,
             refused=refusal_counter(self.registry),
+            hand_off=self.span_handoff,
         )
 
     def health(self) -> dict[str, object]:
@@ -222,6 +242,8 @@ class SidecarApp:
     @asynccontextmanager
     async def lifespan(self, _: FastAPI) -> AsyncIterator[None]:
         self.pools.start(self.session())
+        if self.span_handoff is not None:
+            self.span_handoff.bind(asyncio.get_running_loop())
         self.loop_lag.start()
         self._summaries = asyncio.create_task(self._summarize())
         if self.health_listener is not None:
@@ -244,6 +266,7 @@ class SidecarApp:
             if self.forwarder is not None:
                 await self.forwarder.drain(5)
             await self.pools.stop()
+            await self.flow.close()
             await self.loop_lag.stop()
             if self.health_listener is not None:
                 await self.health_listener.stop()

@@ -291,6 +291,17 @@ class Rejected(RelayError):
         return c.REJECTED
 
 
+class RateLimited(Rejected):
+    """429 of a rate limit (obs.sidecar.policy.rate_limit), with OpenAI's x-ratelimit-*."""
+
+    def __init__(self, reason: str, msg: str, retry: int, more: list[tuple[bytes, bytes]]) -> None:
+        super().__init__(reason, msg, 429, retry)
+        self.more = more
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        return [*super().headers(), *self.more]
+
+
 class RequestLimit(RelayError):
     """The connection's limits refused the request (``limit``: the guard's counter): the
     server answers it (status and body from this object) and closes the connection; a

@@ -89,7 +89,9 @@ def _serve_one(
     server = relay_server(settings, app)
     metrics_server = None
     if metrics_sock is not None and settings.worker is not None:
-        serve_private_metrics(metrics_sock, app.registry, settings.worker)
+        handoff = app.span_handoff
+        spans = None if handoff is None else handoff.receive
+        serve_private_metrics(metrics_sock, app.registry, settings.worker, spans)
     if settings.metrics_address is not None:
         host, port = settings.metrics_address
         try:  # prometheus_client's own server, in a thread: scrapes never touch the relay loop

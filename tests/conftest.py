@@ -23,15 +23,16 @@ from obs.engines.setup import EnginePaths, ensure_engine
 from obs.events import Event
 from obs.query.testing import mixed_events, write_jsonl
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
+from tests.support.redis_server import RedisServer
 
 IN_CI = os.environ.get("CI") == "true"
 
 
-def require_binary(name: str) -> str:
+def require_binary(name: str, packages: str = "prometheus prometheus-alertmanager") -> str:
     """Path of a binary the test needs: missing fails in CI, skips on a dev machine."""
     path = shutil.which(name)
     if path is None:
-        msg = f"{name} not installed (apt-get install prometheus prometheus-alertmanager)"
+        msg = f"{name} not installed (apt-get install {packages})"
         if IN_CI:
             pytest.fail(msg)
         pytest.skip(msg)
@@ -158,6 +159,15 @@ def clickhouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClickHouseS
             pytest.fail(msg)
         pytest.skip(msg)
     server = ClickHouseServer(tmp_path_factory.mktemp("clickhouse")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One real redis-server (Debian's) for the session, stopped by PID."""
+    require_binary("redis-server", "redis-server")
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
     yield server
     server.stop()
 

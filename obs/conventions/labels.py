@@ -32,6 +32,16 @@ CONFIG_VERSION: Final = "config_version"
 ARM: Final = "arm"  # the pool a split lane's arm sends to (bounded by the config's pools)
 SETTING: Final = "setting"  # a declared engine setting (obs.served.DRIFT_CHECKS)
 CLASS_SOURCE: Final = "source"
+TENANT: Final = "tenant"  # a tenant named in the config's ``tenants:`` (bounded by it)
+BAND: Final = "band"  # a request's priority band, 0-9
+GATE: Final = "gate"  # which bound of a pool's saturation held a request (GATES)
+KIND: Final = "kind"  # a rate limit's kind: requests or tokens
+
+# Which bound of a pool's saturation held a request (obs.sidecar.policy.saturation): the
+# ``gate`` label and the event's ``admission_gate`` (``pool:GATE``; ``lane`` and
+# ``rate_limit`` name the other gates).
+SATURATION_GATES: Final = ("waiting", "kv_cache", "stale", "no_replica")
+RATE_LIMIT_KINDS: Final = ("requests", "tokens")
 
 # What put a request in its lane: the ``source`` label and the event's ``class_source``.
 CLASS_SOURCES: Final = ("header", "rule", "learned", "default")
@@ -64,6 +74,15 @@ POOL_UNAVAILABLE: Final = "pool_unavailable"  # 503: no replica of the pool acce
 ENGINE_QUEUE_FULL: Final = "engine_queue_full"  # 503 from vLLM itself (--max-num-queued-reqs)
 # 429: the lane's queue was full and a request of higher priority took this one's place.
 LOWER_PRIORITY: Final = "lower_priority"
+# 429: the tenant or API key is at its requests (tokens) per minute (obs.sidecar.policy.rate_limit).
+RATE_LIMIT_REQUESTS: Final = "rate_limit_requests"
+RATE_LIMIT_TOKENS: Final = "rate_limit_tokens"
+# 503: the rate-limit store (Redis) did not answer and rate_limits.on_store_error is closed.
+RATE_LIMIT_STORE: Final = "rate_limit_store"
+# 429: the pool is saturated (obs.sidecar.policy.saturation) and its queue is full, or the
+# request waited its lane's queue_timeout_s in it.
+POOL_QUEUE_FULL: Final = "pool_queue_full"
+POOL_QUEUE_TIMEOUT: Final = "pool_queue_timeout"
 REJECTION_REASONS: Final = (
     QUEUE_FULL,
     QUEUE_TIMEOUT,
@@ -73,6 +92,11 @@ REJECTION_REASONS: Final = (
     POOL_UNAVAILABLE,
     ENGINE_QUEUE_FULL,
     LOWER_PRIORITY,
+    RATE_LIMIT_REQUESTS,
+    RATE_LIMIT_TOKENS,
+    RATE_LIMIT_STORE,
+    POOL_QUEUE_FULL,
+    POOL_QUEUE_TIMEOUT,
 )
 
 # Why a request went to its lane's fallback pool: the event's ``fallback_reason`` and the

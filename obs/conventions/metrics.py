@@ -7,6 +7,7 @@ from typing import Final
 
 from obs.conventions.labels import (
     ARM,
+    BAND,
     CAUSE,
     CHANGED,
     CLASS_SOURCE,
@@ -17,6 +18,8 @@ from obs.conventions.labels import (
     EXPORTER,
     FINGERPRINT,
     FINISH_REASON,
+    GATE,
+    KIND,
     LANE,
     LIMIT,
     MODEL,
@@ -30,6 +33,7 @@ from obs.conventions.labels import (
     REPLICA,
     RESULT,
     SETTING,
+    TENANT,
 )
 from obs.conventions.rules import SLO_LABEL
 
@@ -147,6 +151,59 @@ FALLBACKS = _m(
     LANE,
     POOL,
     REASON,
+)
+
+# Flow control (docs/flow.md): a pool's admission by saturation and the tenants' rate limits.
+FLOW_QUEUED = _m(
+    "flow_queued_requests",
+    "gauge",
+    "Requests waiting in a saturated pool's one queue, by priority band.",
+    POOL,
+    BAND,
+)
+FLOW_HELD = _m(
+    "flow_saturation_held",
+    "gauge",
+    "1 while the pool is held at its saturation target (requests wait or are refused), per "
+    "sidecar process (summed: the processes holding it).",
+    POOL,
+)
+FLOW_HELD_REQUESTS = _m(
+    "flow_held_requests",
+    "counter",
+    "Requests that waited in a pool's queue for room, by the bound that held them (waiting, "
+    "kv_cache, stale, no_replica).",
+    POOL,
+    GATE,
+)
+RATE_LIMIT = _m(
+    "rate_limit_per_minute",
+    "gauge",
+    "A tenant's configured limit per minute, by kind (requests, tokens).",
+    TENANT,
+    KIND,
+)
+RATE_LIMIT_USED = _m(
+    "rate_limit_charged",
+    "counter",
+    "What a tenant was charged: requests on admission, tokens (prompt + completion) as used "
+    "when the request finished.",
+    TENANT,
+    KIND,
+)
+RATE_LIMITED = _m(
+    "rate_limited_requests",
+    "counter",
+    "Requests refused (429) by a tenant's or key's rate limit, by the tenant and the kind "
+    "of limit that refused.",
+    TENANT,
+    KIND,
+)
+RATE_LIMIT_STORE_ERRORS = _m(
+    "rate_limit_store_errors",
+    "counter",
+    "Requests whose rate-limit store (Redis) did not answer (admitted uncounted when failing "
+    "open, refused 503 when closed).",
 )
 
 # Per-pool engine state, read from each replica's /metrics at scrape time.

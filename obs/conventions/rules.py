@@ -79,6 +79,10 @@ ALERT_EVENT_LOOP_LAG_HIGH: Final = "VllmObsEventLoopLagHigh"
 # Generated only for lanes with a split (obs.alerts.canary_rules); not from the default lanes.
 ALERT_CANARY_ROLLBACK: Final = "VllmObsCanaryRollback"
 SPLIT_ALERTS: Final = (ALERT_CANARY_ROLLBACK,)
+# Generated only for configs with rate-limited tenants or saturated pools (docs/flow.md).
+ALERT_TENANT_AT_RATE_LIMIT: Final = "VllmObsTenantAtRateLimit"
+ALERT_POOL_HELD_AT_SATURATION: Final = "VllmObsPoolHeldAtSaturation"
+FLOW_ALERTS: Final = (ALERT_TENANT_AT_RATE_LIMIT, ALERT_POOL_HELD_AT_SATURATION)
 ALL_ALERTS: Final = (
     *BUDGET_BURN_ALERTS.values(),
     ALERT_KV_CACHE_USAGE_HIGH,
@@ -93,6 +97,7 @@ ALL_ALERTS: Final = (
     ALERT_EXPORTER_FAILING,
     ALERT_EVENT_LOOP_LAG_HIGH,
     *SPLIT_ALERTS,
+    *FLOW_ALERTS,
     ALERT_ENGINE_QUEUE_DEEP,
     ALERT_E2E_LATENCY_HIGH,
     ALERT_THROUGHPUT_DROP,

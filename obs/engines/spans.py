@@ -36,7 +36,7 @@ from typing import Any, Final
 
 from obs.engines.view import MAX_ENGINE_S, BadEngineSpan, engine_numbers
 
-SPANLESS: Final = frozenset({"llamacpp", "sim"})  # engines that export no spans at all
+SPANLESS: Final = frozenset({"llamacpp"})  # engines that export no spans at all
 VLLM_SPAN: Final = "llm_request"
 TGI_SPANS: Final = frozenset({"chat_completions", "completions", "generate", "generate_stream"})
 # SGLang's root span: "{role} Req {rid[:8]}", role "" for a unified server.

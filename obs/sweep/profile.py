@@ -175,6 +175,10 @@ class ProfileSpec(_Model):
     lanes: list[dict[str, Any]] | dict[str, dict[str, Any]]
     default_lane: str | None = None
     auth: dict[str, Any] | None = None
+    # How the stress replay (obs.sweep.replay) admits: "capacity" sizes each lane's limit
+    # from its pools' capacity (obs.sweep.capacity), "shared" gives each pool one gate for
+    # all its lanes (the lab's global pool), "lanes" keeps the lanes' own blocks.
+    admission: Literal["capacity", "shared", "lanes"] = "capacity"
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +191,7 @@ class Profile:
     config: Config
     engines: dict[str, EngineFlags]
     external: dict[str, list[str]]  # pool -> replica URLs given in the file
+    admission: str = "capacity"  # the stress replay's admission (ProfileSpec.admission)
 
     def lanes_config(
         self, replicas: dict[str, list[str]], engine: str | None = None
@@ -202,8 +207,18 @@ class Profile:
 
     def gpu_pools(self) -> dict[str, GpuFlags]:
         """Each pool at GPU scale: its ``gpu:`` block, or one H100 replica with vLLM's
-        defaults when the profile gives none."""
-        return {name: flags.gpu or GpuFlags() for name, flags in self.engines.items()}
+        defaults when the profile gives none; the pool's ``prefix_caching`` and
+        ``stream_interval`` hold at GPU scale too unless the ``gpu:`` block sets its own."""
+        out = {}
+        for name, flags in self.engines.items():
+            gpu = flags.gpu or GpuFlags()
+            inherit: dict[str, Any] = {}
+            if "prefix_caching" not in gpu.model_fields_set:
+                inherit["prefix_caching"] = flags.prefix_caching
+            if gpu.stream_interval is None and flags.stream_interval is not None:
+                inherit["stream_interval"] = flags.stream_interval
+            out[name] = gpu.model_copy(update=inherit) if inherit else gpu
+        return out
 
     def gates(self) -> dict[str, tuple[Any, Any]]:
         """Per lane, its TTFT and TPOT SLOs: the gates of gated goodput."""
@@ -273,6 +288,7 @@ def parse_profile(data: object, source: str = "<profile>") -> Profile:
         config=config,
         engines={p.name: p.engine for p in spec.pools},
         external={p.name: list(p.replicas) for p in spec.pools if p.replicas},
+        admission=spec.admission,
     )
 
 

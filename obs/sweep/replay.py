@@ -4,13 +4,22 @@ Each planned request of the mix (obs.loadgen's seeded plan: the same arrivals,
 classes and lengths ``vllm-obs load`` sends) goes the way the sidecar takes it, with
 the sidecar's own code: classified by ``obs.lanes.Classifier`` on the attributes the
 relay computes (route, stream, the ``x-client-class`` header the load sets, the
-~4-characters-per-token prompt estimate), admitted by ``obs.sidecar.policy.admission.LaneGate``
-(concurrency, bounded queue with its timeout, token budget), routed by
-``obs.sidecar.pools.pools.PoolSet.candidates`` (least outstanding or prefix affinity), then
+~4-characters-per-token prompt estimate), admitted by
+``obs.sidecar.policy.admission.LaneGate`` (concurrency, bounded queue with its timeout,
+token budget), routed by ``obs.sidecar.pools.pools.PoolSet.candidates`` (least
+outstanding or prefix affinity), then
 served by a simulated replica (obs.sweep.virtual). The first-token timeout of the
 lane aborts the request as the relay does. Each request becomes one request event
 (obs.events), so the matrix comes from the query engine's goodput code, as for a
 real sweep. What is *not* replayed: HTTP, the relay's byte path, the exporters.
+
+Admission is the profile's ``admission`` (obs.sweep.capacity): by default each lane's
+limit is sized from its pools' capacity (Little's law at capacity); ``shared`` gives each
+pool one gate for all its lanes; ``lanes`` keeps the lanes' blocks as written. A pool's
+``prefix_caching: false`` turns its replicas' prefix cache off, and its
+``stream_interval: N`` sends tokens N to a chunk (the first at once): the event's chunks
+and inter-token gaps are the client's. ``scale`` multiplies every modelled step time
+(the stress's calibration band).
 
 Lanes with a traffic split, a fallback pool or priorities are refused (not replayed yet).
 Slow readers (``read_bytes_per_s``) hold their admission slot until they have read
@@ -24,27 +33,25 @@ import asyncio
 import gzip
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from obs.config import Config, Lane
 from obs.engines.sim.api import TOKENS_PER_MESSAGE
-from obs.engines.sim.hardware import perf_model
+from obs.engines.sim.hardware import PerfModel, perf_model, with_calibration
 from obs.engines.sim.scheduler import SchedulerConfig, SimRequest
 from obs.errors import ConfigError
 from obs.events import Event
-from obs.lanes import CHARS_PER_TOKEN, Classifier, RequestAttrs
+from obs.lanes import Classifier
 from obs.loadgen.mix import Mix
 from obs.loadgen.plan import Arrivals, PlannedRequest, iter_plan
 from obs.sidecar.policy.admission import LaneGate, Rejected, Ticket
 from obs.sidecar.pools.pools import PoolSet
+from obs.sweep.capacity import MODEL, ROUTE, SSE_BYTES_PER_TOKEN, Sizing, request_attrs, size
 from obs.sweep.profile import Profile
 from obs.sweep.virtual import VirtualLoop, VirtualReplica, gap_percentile
 
-ROUTE = "/v1/chat/completions"
-MODEL = "llama-3.1-8b"
-SSE_BYTES_PER_TOKEN = 250  # one vLLM chat chunk carrying one token (loadgen/default_mix.yaml)
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -61,25 +68,80 @@ def _blocks(kind: str, key: int, tokens: int, block_size: int) -> list[int]:
     return [hash((kind, key, i)) for i in range(tokens // block_size)]
 
 
+def scaled(perf: PerfModel, factor: float) -> PerfModel:
+    """``perf`` with every step ``factor`` times as long (efficiencies divided, CPU costs
+    and all-reduce latency multiplied; the links' bytes are not)."""
+    c = perf.cal
+    cal = replace(
+        c,
+        mfu=c.mfu / factor,
+        mbu=c.mbu / factor,
+        step_s=c.step_s * factor,
+        seq_s=c.seq_s * factor,
+        token_s=c.token_s * factor,
+        allreduce_s=c.allreduce_s * factor,
+    )
+    return with_calibration(perf, cal)
+
+
+def chunk_gaps(gaps: list[tuple[float, int]], n: int) -> list[tuple[float, int]]:
+    """Inter-token gaps as (seconds, how many) when tokens are sent ``n`` to a chunk: each
+    chunk's gap is the sum of its ``n`` tokens' gaps (a last partial chunk sums fewer)."""
+    if n <= 1:
+        return gaps
+    out: list[tuple[float, int]] = []
+    acc, count = 0.0, 0
+    for gap, k in gaps:
+        if count:  # finish the open chunk
+            take = min(k, n - count)
+            acc, count, k = acc + take * gap, count + take, k - take
+            if count == n:
+                out.append((acc, 1))
+                acc, count = 0.0, 0
+        if k >= n:
+            out.append((gap * n, k // n))
+            k %= n
+        if k:
+            acc, count = acc + k * gap, count + k
+    if count:
+        out.append((acc, 1))
+    return out
+
+
 class Replay:
-    def __init__(self, profile: Profile, mix: Mix, out: Path, block_size: int = 16) -> None:
+    def __init__(
+        self,
+        profile: Profile,
+        mix: Mix,
+        out: Path,
+        block_size: int = 16,
+        scale: float = 1.0,
+        sizing: Sizing | None = None,
+    ) -> None:
         self.profile = profile
         self.mix = mix
         self.block_size = block_size
         self.loop = VirtualLoop()
         urls = {}
         self.replicas: dict[str, VirtualReplica] = {}
+        self.stream_interval: dict[str, int] = {}
         for pool, flags in profile.gpu_pools().items():
+            self.stream_interval[pool] = flags.stream_interval or 1
             urls[pool] = [f"http://sim-{pool}-{i}" for i in range(flags.replicas)]
             sched = SchedulerConfig(
                 max_num_batched_tokens=flags.max_num_batched_tokens or 8192,
                 max_num_seqs=flags.max_num_seqs or 256,
                 long_prefill_token_threshold=flags.long_prefill_token_threshold or 0,
             )
-            perf = perf_model(flags.gpu, flags.model)
+            perf = scaled(perf_model(flags.gpu, flags.model), scale)
             for url in urls[pool]:
                 self.replicas[url] = VirtualReplica(
-                    self.loop, perf, sched, block_size, flags.kv_blocks
+                    self.loop,
+                    perf,
+                    sched,
+                    block_size,
+                    flags.kv_blocks,
+                    prefix_caching=flags.prefix_caching,
                 )
         self.config: Config = profile.config.model_validate(
             profile.lanes_config(urls, engine="sim")
@@ -91,7 +153,17 @@ class Replay:
                     "priority, which the stress replay does not replay (yet)"
                 )
         self.classifier = Classifier(self.config)
-        self.gates = {lane.name: LaneGate(lane) for lane in self.config.lanes}
+        self.sizing = sizing or size(profile, mix)
+        admitted = self.sizing.lanes(self.config, profile.admission)
+        self.admission = {name: lane.admission for name, lane in admitted.items()}
+        if profile.admission == "shared":  # one gate per pool, for all its lanes
+            by_pool: dict[str, LaneGate] = {}
+            self.gates = {
+                lane.name: by_pool.setdefault(lane.pool, LaneGate(admitted[lane.name]))
+                for lane in self.config.lanes
+            }
+        else:
+            self.gates = {name: LaneGate(lane) for name, lane in admitted.items()}
         self.pools = PoolSet(self.config)
         self.out = out
         self.sent = 0
@@ -149,17 +221,8 @@ class Replay:
     async def _one(self, p: PlannedRequest) -> None:
         received = self.loop.time()
         self.sent += 1
-        messages = 1 + 2 * len(p.history)
-        estimate = max(1, p.total_prompt_tokens + (8 * messages) // CHARS_PER_TOKEN)
-        attrs = RequestAttrs(
-            route=ROUTE,
-            model=MODEL,
-            stream=p.stream,
-            headers={"x-client-class": p.client_class},
-            tenant=None,
-            max_tokens=p.max_tokens,
-            prompt_tokens=estimate,
-        )
+        attrs, messages = request_attrs(p)
+        estimate = attrs.prompt_tokens
         lane = self.classifier.classify(attrs)
         gate = self.gates[lane.name]
         event = Event(
@@ -280,17 +343,19 @@ class Replay:
             event.queue_ms = (dispatched - received) * 1000
             event.prefill_ms = (first - dispatched) * 1000
             event.e2e_ms = (end - received) * 1000
-            event.output_chunks = req.output
+            interval = self.stream_interval.get(event.pool or "", 1)
+            event.output_chunks = 1 + -(-(req.output - 1) // interval)
             if event.stream:
                 event.ttft_ms = (first - received) * 1000
                 event.decode_ms = (req.finished_s - first) * 1000
                 event.stream_ms = (end - req.finished_s) * 1000
                 if req.output > 1:
                     event.tpot_ms = (req.finished_s - first) * 1000 / (req.output - 1)
-                if req.gaps:  # as sampled: a slow reader's own pace is its stream_ms
-                    event.itl_p50_ms = round(gap_percentile(req.gaps, 0.5) * 1000, 3)
-                    event.itl_p95_ms = round(gap_percentile(req.gaps, 0.95) * 1000, 3)
-                    event.itl_max_ms = round(max(g for g, _ in req.gaps) * 1000, 3)
+                gaps = chunk_gaps(req.gaps, interval)
+                if gaps:  # as sent: a slow reader's own pace is its stream_ms
+                    event.itl_p50_ms = round(gap_percentile(gaps, 0.5) * 1000, 3)
+                    event.itl_p95_ms = round(gap_percentile(gaps, 0.95) * 1000, 3)
+                    event.itl_max_ms = round(max(g for g, _ in gaps) * 1000, 3)
             else:
                 event.ttft_ms = (req.finished_s - received) * 1000
         assert self._writer is not None

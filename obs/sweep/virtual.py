@@ -69,12 +69,13 @@ class VirtualReplica:
         block_size: int = 16,
         num_blocks: int | None = None,
         frontend: FrontEnd | None = None,
+        prefix_caching: bool = True,
     ) -> None:
         self.loop = loop
         self.frontend = frontend
         self._intake: set[SimRequest] = set()  # with the front end, not yet scheduled
         self.perf = perf
-        self.kv = KvCache(num_blocks or perf.kv_blocks(block_size), block_size)
+        self.kv = KvCache(num_blocks or perf.kv_blocks(block_size), block_size, prefix_caching)
         self.scheduler = Scheduler(config, self.kv)
         self._batch: Batch | None = None
         self._steps = 0

@@ -52,6 +52,14 @@ class Tenants:
             return value[:64] if value else None
         return None
 
+    def key_hash(self, headers: Mapping[str, str]) -> str | None:
+        """The SHA-256 of the client's listed API key (its per-key rate limits), or None."""
+        if not self.by_hash:
+            return None
+        key = headers.get("authorization", "").partition(" ")[2].strip()
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        return digest if digest in self.by_hash else None
+
     def share_key(self, tenant: str | None, client: str | tuple[str, int] | None) -> str:
         """What fair share counts the request under (see the module docstring); ``client``
         is the client's address (or ASGI's ``scope["client"]``)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from obs.config import Config
 from obs.engines.adapters import AUTO, unknown_state
 from obs.engines.metrics import EngineState
 from obs.served import Served
+from obs.sidecar.policy.saturation import ReplicaView
 from obs.sidecar.pools.engine_scrape import ExpositionError, read_state
 from obs.sidecar.pools.served_poll import SettingsPoll
 
@@ -58,6 +60,7 @@ class Replica:
     failures: int = 0
     slow_polls: int = 0  # late /metrics answers in a row (the connection was accepted)
     served: Served | None = None  # engine, version and settings it last reported
+    read_at: float | None = None  # monotonic time its engine state was last read
 
     @contextmanager
     def lease(self) -> Iterator[None]:
@@ -81,6 +84,9 @@ class PoolSet:
         # Told the pool and the model names each replica's /metrics carries (the metrics'
         # model label).
         self.on_models: Callable[[str, tuple[str, ...]], None] | None = None
+        # Told when a poll of a pool's replicas starts (False) and ends (True): admission by
+        # saturation counts its requests in flight from each poll (obs.sidecar.policy.pool_gate).
+        self.on_poll: Callable[[str, bool], None] | None = None
         self.settings = SettingsPoll(
             {p.name: p.declared.values() for p in config.pools if p.declared is not None}
         )
@@ -124,6 +130,25 @@ class PoolSet:
             for r in reps
         }
 
+    def saturation_view(self, pool: str) -> tuple[list[ReplicaView], float | None]:
+        """The pool's replicas as last read (for admission by saturation), and the age in
+        seconds of the oldest read among the healthy ones (None: one was never read)."""
+        now = time.monotonic()
+        views, age = [], 0.0
+        for r in self.replicas[pool]:
+            s = r.state if r.healthy else None
+            views.append(
+                ReplicaView(
+                    s is not None,
+                    None if s is None else s.waiting,
+                    None if s is None else s.running,
+                    None if s is None else s.kv_cache_usage,
+                )
+            )
+            if s is not None:
+                age = max(age, now - r.read_at) if r.read_at is not None else float("inf")
+        return views, (None if age == float("inf") else age)
+
     def default_model(self, pool: str) -> str | None:
         """The model a request naming none is served: the pool's configured ``model``, else
         the one model its replicas' /metrics name (None when they name several or none)."""
@@ -158,7 +183,14 @@ class PoolSet:
         limit = min(2.0, self.poll_interval_s)
         timeout = aiohttp.ClientTimeout(total=limit, sock_connect=limit)
         reps = [r for rs in self.replicas.values() for r in rs]
+        self._polled(False)
         await asyncio.gather(*(self._poll(session, r, timeout) for r in reps))
+        self._polled(True)
+
+    def _polled(self, done: bool) -> None:
+        if self.on_poll is not None:
+            for pool in self.replicas:
+                self.on_poll(pool, done)
 
     async def _poll(
         self, session: aiohttp.ClientSession, r: Replica, limit: aiohttp.ClientTimeout
@@ -182,6 +214,7 @@ class PoolSet:
             self._poll_failed(r)
             return
         r.slow_polls = 0
+        r.read_at = time.monotonic()
         try:
             r.state = read_state(r.engine, text)
         except ExpositionError as e:

@@ -53,10 +53,12 @@ Export = Callable[[Finished], None]
 
 @dataclass(frozen=True, slots=True)
 class Start:
-    """A record begins: the request's event (lane and pool set) and its trace ids."""
+    """A record begins: the request's event (lane and pool set), its trace ids, and the
+    pools it may be sent to (its own, then its lane's fallback, if any)."""
 
     event: Event
     ids: TraceIds
+    pools: tuple[str, ...] = ()
 
 
 class Processor(Protocol):
@@ -202,9 +204,9 @@ class JoinEngineSpan:
         self.join.export = resume
 
     def on_start(self, start: Start) -> None:
-        """The relay sends these ids to the request's pool, or its lane's fallback: the
-        engine's span may name them."""
-        if self.traced:
+        """The relay may send these ids to a traced pool (the request's, or its lane's
+        fallback): that engine's span may name them."""
+        if any(pool in self.traced for pool in start.pools):
             self.join.issue(start.ids.trace_id_hex, start.ids.span_id_hex)
 
     def on_end(self, finished: Finished) -> Finished | None:

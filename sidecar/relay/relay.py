@@ -27,7 +27,7 @@ from obs.config import Lane
 from obs.lanes import Classifier
 from obs.record import Finished
 from obs.sidecar import outcomes as e
-from obs.sidecar.outcomes import ConnectFailed, FallBack, UpstreamError
+from obs.sidecar.outcomes import ConnectFailed, FallBack, Rejected, UpstreamError
 from obs.sidecar.policy import traffic
 from obs.sidecar.policy.admission import LaneGate, Ticket
 from obs.sidecar.policy.auth import Tenants
@@ -43,6 +43,7 @@ from obs.sidecar.relay.bodies import (
     read_body,
 )
 from obs.sidecar.relay.deadline import Deadline, first_token_timeout
+from obs.sidecar.relay.flow import LANE_GATE, FlowControl
 from obs.sidecar.relay.json_answers import JsonAnswer
 from obs.sidecar.relay.payloads import (
     GENERATE_ROUTES,
@@ -93,6 +94,8 @@ class Relay:
         max_json_elements: int = MAX_JSON_ELEMENTS,
         recognizer: Recognizer | None = None,
         split_salt: bytes = b"",
+        flow: FlowControl | None = None,
+        worker: tuple[int, int] | None = None,
     ) -> None:
         self.classifier = classifier
         self.split_salt = split_salt  # keys the split arms' hash (obs.splits)
@@ -106,9 +109,13 @@ class Relay:
         self.json = BodyParser(max_json_elements)
         self.gates = gates  # each lane's admission gate, by lane name
         self.tenants = tenants
+        self.flow = flow  # rate limits and saturated pools (obs.sidecar.relay.flow)
+        self.worker = worker  # (index, count) under --workers: our span ids name us
         self._running: set[asyncio.Task[Any]] = set()  # handlers, for shutdown to wait on
-        self.needs_prompt_tokens = classifier.needs_prompt_tokens or any(
-            g.needs_prompt_tokens for g in self.gates.values()
+        self.needs_prompt_tokens = (
+            classifier.needs_prompt_tokens
+            or any(g.needs_prompt_tokens for g in self.gates.values())
+            or (flow is not None and flow.needs_prompt_tokens)
         )
         self.recognizer.needs_shape = self.needs_prompt_tokens or classifier.needs_shape
 
@@ -157,7 +164,7 @@ class Relay:
         ev.request_id = headers.get("x-request-id") or f"{random.getrandbits(64):016x}"
         if len(ev.request_id) > 128:
             ev.request_id = ev.request_id[:128]
-        req.ids = new_ids(headers.get("traceparent"))
+        req.ids = new_ids(headers.get("traceparent"), self.worker)
         ev.trace_id, ev.span_id = req.ids.trace_id_hex, req.ids.span_id_hex
         ev.tenant = self.tenants.resolve(headers)
         req.share_key = self.tenants.share_key(ev.tenant, scope.get("client"))
@@ -194,7 +201,8 @@ class Relay:
         ev.lane = lane.name
         traffic.place(ev, lane, headers, scope, attrs, self.split_salt)  # pool (arm), priority
         ev.model = ev.model or self.pools.default_model(ev.pool or lane.pool)  # as the engine
-        self.recorder.start(Start(ev, req.ids))  # the record begins: its processors see it
+        pools = (ev.pool, lane.fallback) if lane.fallback else (ev.pool,)
+        self.recorder.start(Start(ev, req.ids, pools))  # the record begins: processors see it
         gate = self.gates[lane.name]
         cost = gate.check(attrs.prompt_tokens, ev.max_tokens)
         inject = False
@@ -237,14 +245,28 @@ class Relay:
         ticket = req.ticket = Ticket(req.share_key, plan.cost, priority=ev.priority or 0)
         req.gate = plan.gate
         try:
-            admitted = await plan.gate.admit(ticket)
+            if self.flow is not None:
+                await self.flow.charge(req, plan, self.tenants.key_hash(plan.headers))
+            admitted = await self._admit_lane(req, plan, ticket)
             if admitted:  # else the client left while queued
                 req.admitted = True
                 self.recognizer.prefixes.remember(req.prefix_key)  # refused ones never
-                await self._route(req, plan, send)
+                if self.flow is None or await self.flow.admit_pool(req, plan):
+                    await self._route(req, plan, send)
         finally:
             req.release()
             conn.on_disconnect(None)
+
+    async def _admit_lane(self, req: Request, plan: Plan, ticket: Ticket) -> bool:
+        """The lane's gate; the event names it when it queued or refused the request."""
+        try:
+            admitted = await plan.gate.admit(ticket)
+        except Rejected:
+            req.event.admission_gate = LANE_GATE
+            raise
+        if ticket.queued_at:
+            req.event.admission_gate = LANE_GATE
+        return admitted
 
     async def _route(self, req: Request, plan: Plan, send: Send) -> None:
         """To the request's pool, then, if it refused, failed or timed out before the first
@@ -315,6 +337,8 @@ class Relay:
                 req.response.close()  # closes the connection: vLLM aborts the request
             elif req.gate is not None and req.ticket is not None and not req.admitted:
                 req.gate.withdraw(req.ticket)
+            elif self.flow is not None:
+                self.flow.withdraw(req)
 
     async def _respond(
         self,
@@ -335,6 +359,8 @@ class Relay:
             for k, v in resp.raw_headers
             if k.lower() not in _SKIP_HEADERS and (sized or k.lower() != b"content-length")
         ]
+        if req.charge is not None:  # the tenant's x-ratelimit-* (docs/flow.md)
+            out_headers += req.charge.rate_headers
         t = lane.timeouts
         slow = lane.admission.slow_client
         deadline = Deadline(
@@ -362,6 +388,8 @@ class Relay:
         kept = None
         if self.capture is not None:  # redacted into the event by the capture step
             kept = (req.capture_body, req.capture_frames, req.capture_whole)
+        if self.flow is not None:
+            self.flow.settle(req)
         ids = req.ids or new_ids(None)
         self.recorder.end(
             Finished(

@@ -11,6 +11,8 @@ from obs.events import Event
 from obs.phases import Clock
 from obs.sidecar.outcomes import RelayError
 from obs.sidecar.policy.admission import LaneGate, Ticket
+from obs.sidecar.policy.pool_gate import Hold, PoolGate
+from obs.sidecar.policy.rate_limit import Charge
 from obs.sidecar.pools.upstream import Response
 from obs.sidecar.relay.json_answers import JsonAnswer
 from obs.sidecar.relay.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES
@@ -51,6 +53,7 @@ class Request:
         "capture_body",
         "capture_frames",
         "capture_whole",
+        "charge",
         "client_id",
         "clock",
         "conn",
@@ -65,6 +68,9 @@ class Request:
         "json_answer",
         "operation",
         "outcome",
+        "pool_admitted",
+        "pool_gate",
+        "pool_hold",
         "prefix_key",
         "response",
         "share_key",
@@ -98,6 +104,12 @@ class Request:
         self.ticket: Ticket | None = None  # what the request holds (or waits for) of its lane
         self.share_key = ""  # what fair share counts it under (obs.sidecar.policy.auth.Tenants)
         self.admitted = False
+        # Flow control (obs.sidecar.relay.flow): the rate-limit charge, and the saturated
+        # pool's gate the request waits at or holds.
+        self.charge: Charge | None = None
+        self.pool_gate: PoolGate | None = None
+        self.pool_hold: Hold | None = None
+        self.pool_admitted = False
         self.client_id: str | None = None  # who sent it, for slow-reader learning
         self.prefix_key: str | None = None  # its prompt's leading key (recognition)
         self.outcome: RelayError | None = None  # how it ended, once settled (None: ok so far)
@@ -116,7 +128,11 @@ class Request:
         return self.outcome
 
     def release(self) -> None:
-        """Give back the lane slot (once): when the pool is done, before a slow client is."""
+        """Give back the lane slot and the pool's room (once): when the pool is done, before
+        a slow client is."""
         if self.admitted and self.gate is not None and self.ticket is not None:
             self.admitted = False
             self.gate.release(self.ticket)
+        if self.pool_admitted and self.pool_gate is not None:
+            self.pool_admitted = False
+            self.pool_gate.release()

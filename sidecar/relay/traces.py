@@ -34,7 +34,7 @@ import ipaddress
 import socket
 import time
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -57,6 +57,7 @@ MAX_TRACE_BYTES = 8 << 20
 RESOLVE_EVERY_S = 30.0
 REFUSALS = ("closed", "source", "method", "media_type", "encoding", "too_large", "invalid")
 ForwardFn = Callable[[bytes], None]
+HandOff = Callable[[list[ReceivedSpan]], Awaitable[list[ReceivedSpan]]]
 
 
 def refusal_counter(registry: CollectorRegistry) -> Callable[[str], None]:
@@ -137,6 +138,7 @@ class TraceReceiver:
         forward: ForwardFn | None,
         refused: Callable[[str], None],
         max_bytes: int = MAX_TRACE_BYTES,
+        hand_off: HandOff | None = None,
     ) -> None:
         self.join = join
         self.replicas = replicas  # the traced pools' replica URLs; None: closed
@@ -146,6 +148,9 @@ class TraceReceiver:
         self.forward = forward
         self.refused = refused
         self.max_bytes = max_bytes
+        # Under --workers: sends the spans of requests another worker relayed to it, and
+        # returns this worker's own (obs.sidecar.server.span_handoff).
+        self.hand_off = hand_off
         self._decoders = asyncio.Semaphore(DECODERS)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -205,7 +210,10 @@ class TraceReceiver:
                 decode, raw, encoding, self.max_bytes, self.join.knows_parent,
                 self.forward is not None,
             )  # fmt: skip
-        for span in decoded.spans:
+        spans = decoded.spans
+        if self.hand_off is not None and spans:
+            spans = await self.hand_off(spans)
+        for span in spans:
             self.join.on_span(span)
         if decoded.forward is not None and self.forward is not None:
             self.forward(decoded.forward)

@@ -11,7 +11,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -30,7 +30,12 @@ from obs.procs import loopback_session
 
 FETCH_TIMEOUT_S = 2.0
 # Families every worker reads the same (pool polling, the config): taken once, not summed.
-TAKEN_ONCE_PREFIXES = (f"{c.NAMESPACE}_pool_", c.LANE_INFO.name, c.CONFIG_INFO.name)
+TAKEN_ONCE_PREFIXES = (
+    f"{c.NAMESPACE}_pool_",
+    c.LANE_INFO.name,
+    c.CONFIG_INFO.name,
+    c.RATE_LIMIT.name,  # the tenants' configured limits
+)
 COUNTING = ("counter", "histogram")  # what a dead worker's saved page still contributes
 SAVE_EVERY_S = 1.0
 # One page generated and saved at a time in this process, so the saved file never goes back
@@ -46,6 +51,11 @@ class WorkerSlot:
     count: int
     metric_ports: tuple[int, ...]
     rundir: str  # saved pages: worker-I.prom, retired-*.prom
+
+    @property
+    def ids(self) -> tuple[int, int]:
+        """(index, count): what names this worker's span ids (obs.tracecontext)."""
+        return (self.index, self.count)
 
     def page_path(self, i: int) -> Path:
         return Path(self.rundir) / f"worker-{i}.prom"
@@ -150,10 +160,18 @@ def merged_registry(own: CollectorRegistry, slot: WorkerSlot) -> CollectorRegist
     return reg
 
 
+MAX_HANDOFF_BYTES = 8 << 20
+
+
 def serve_private_metrics(
-    sock: socket.socket, registry: CollectorRegistry, slot: WorkerSlot
+    sock: socket.socket,
+    registry: CollectorRegistry,
+    slot: WorkerSlot,
+    spans: Callable[[bytes], bool] | None = None,
 ) -> ThreadingHTTPServer:
-    """This worker's own page, for its siblings, on its pre-bound loopback socket; saved too."""
+    """This worker's own page, for its siblings, on its pre-bound loopback socket; saved too.
+    With ``spans``, ``POST /engine-spans`` takes the engine spans a sibling received for this
+    worker's requests (obs.sidecar.record.span_handoff)."""
 
     def save_often() -> None:
         while True:
@@ -169,6 +187,18 @@ def serve_private_metrics(
             self.send_header("content-length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+
+        def do_POST(self) -> None:
+            n = int(self.headers.get("content-length") or 0)
+            ok = (
+                spans is not None
+                and self.path == "/engine-spans"
+                and 0 < n <= MAX_HANDOFF_BYTES
+                and spans(self.rfile.read(n))
+            )
+            self.send_response(204 if ok else 400)
+            self.send_header("content-length", "0")
+            self.end_headers()
 
         def log_message(self, *args: object) -> None:
             return None

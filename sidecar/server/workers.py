@@ -27,9 +27,17 @@ What stays correct across workers:
   ``.wI`` before the suffix (``events.w1.jsonl``), each rotated on its own:
   ``vllm-obs query ... 'events*.jsonl*'`` reads them together.
 
-Pools that send their engine spans to the sidecar (``engine_traces``) are
-refused with more than one worker: vLLM posts a span to one worker while the
-request's event waits in another.
+- **Engine spans.** A pool's engine posts its request spans (``engine_traces``) to
+  whichever worker accepts the connection; each worker's span ids name it, and the
+  worker that receives a span hands it to the one that relayed its request over that
+  worker's private loopback port (``obs.sidecar.record.span_handoff``), where it joins.
+  Only the spans a worker relayed itself are forwarded to the operator's collector
+  (``OTEL_EXPORTER_OTLP_*``) from there; a handed-over span joins its event but is not
+  forwarded again.
+- **Rate limits and saturation.** A tenant's rate limits are each worker's own unless
+  they are shared through Redis (``rate_limits.store``); a pool admitted by saturation
+  needs no sharing: each worker reads the pool and counts its own requests
+  (docs/flow.md).
 """
 
 from __future__ import annotations
@@ -65,12 +73,6 @@ def check_config(config: Config, workers: int) -> None:
         raise ConfigError(f"--workers: {workers} is not a positive number of processes")
     if workers == 1:
         return
-    traced = [p.name for p in config.pools if p.engine_traces]
-    if traced:
-        raise ConfigError(
-            f"--workers {workers}: pool(s) {', '.join(traced)} send engine spans to the sidecar "
-            "(engine_traces), which needs one process; use --workers 1 for them"
-        )
     for lane in config.lanes:
         mc = lane.admission.max_concurrency
         if mc is not None and mc < workers:

@@ -167,9 +167,12 @@ def test_overridden_windows_change_recordings_and_alerts() -> None:
 
 
 def test_every_alert_is_named_in_conventions_and_generated(files: dict[str, Any]) -> None:
-    """The default config yields every alert in ALL_ALERTS but those of split lanes (it has
-    none; tests/alerts/test_alerts_canary.py), and no other."""
-    assert {a["alert"] for a in alerts(files)} == set(c.ALL_ALERTS) - set(c.SPLIT_ALERTS)
+    """The default config yields every alert in ALL_ALERTS but those of split lanes and of
+    flow control (it has neither; tests/alerts/test_alerts_canary.py,
+    tests/alerts/test_alerts_flow.py), and no other."""
+    assert {a["alert"] for a in alerts(files)} == set(c.ALL_ALERTS) - set(c.SPLIT_ALERTS) - set(
+        c.FLOW_ALERTS
+    )
 
 
 def test_burn_alerts_name_the_top_phase_cause_and_budget_command(files: dict[str, Any]) -> None:

@@ -53,6 +53,10 @@ FIXED = {
     c.CONFIG_VERSION: ["1"],
     c.ARM: ["interactive", "bulk"],  # a split lane's arms (pools of the default config)
     c.SLO_LABEL: ["ttft", "availability"],
+    c.BAND: ["0", "7"],  # flow control (docs/flow.md)
+    c.GATE: ["waiting"],
+    c.KIND: ["tokens"],
+    c.TENANT: ["acme"],
     c.CAUSE: ["admission_queue", "upstream_error"],
     c.SETTING: ["max_num_seqs"],
     c.CLASS_SOURCE: list(c.CLASS_SOURCES),

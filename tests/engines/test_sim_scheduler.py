@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from obs.engines.sim.hardware import StepWork, perf_model
 from obs.engines.sim.kvcache import KvCache
 from obs.engines.sim.scheduler import Scheduler, SchedulerConfig, SimRequest
+from obs.errors import ConfigError
 
 H100 = perf_model("H100", "llama-3.1-8b")
 
@@ -149,16 +151,43 @@ def test_decode_runs_advance_like_single_steps() -> None:
 
 
 def test_step_time_is_memory_bound_for_decode_and_compute_bound_for_prefill() -> None:
-    """A batch of 8 decodes costs about one read of the weights; a 4096-token prefill costs
-    its FLOPs; both grow with the work."""
-    decode = H100.step_seconds(StepWork(8, 8 * 1000, 8 * 1000))
-    weights = H100.model.weight_bytes / (H100.gpu.bandwidth * H100.cal.mbu)
-    assert weights < decode < 1.2 * weights + H100.cal.step_overhead_s
-    prefill = H100.step_seconds(StepWork(4096, 4096 * 2048, 4096))
-    flops = 2 * H100.model.params * 4096 / (H100.gpu.flops * H100.cal.mfu)
+    """A batch of 8 decodes costs about one read of the weights plus the CPU's share; a
+    4096-token prefill costs its FLOPs; a mixed step pays its decodes' KV reads on top of
+    the prefill; the CPU's share grows with the batch."""
+    cal = H100.cal
+    decode = H100.step_seconds(StepWork(8, 8 * 1000, 8 * 1000, 8, 8 * 1000))
+    weights = H100.weight_bytes / (H100.gpu.bandwidth * cal.mbu)
+    cpu8 = cal.step_s + 8 * cal.seq_s + 8 * cal.token_s
+    assert weights + cpu8 < decode < 1.2 * weights + cpu8
+    prefill = H100.step_seconds(StepWork(4096, 4096 * 2048, 4096, 1))
+    flops = 2 * H100.model.params * 4096 / (H100.gpu.flops * cal.mfu)
     assert prefill > flops > weights
-    assert H100.step_seconds(StepWork(16, 16 * 1000, 16 * 1000)) >= decode
+    mixed = H100.step_seconds(
+        StepWork(4096 + 64, 4096 * 2048 + 64 * 8000, 4096 + 64 * 8000, 65, 64 * 8000)
+    )
+    assert mixed > prefill + 64 * 8000 * H100.kv_bytes_per_token / (H100.gpu.bandwidth * cal.mbu)
+    bigger = H100.step_seconds(StepWork(64, 64 * 1000, 64 * 1000, 64, 64 * 1000))
+    assert bigger - decode > 56 * cal.seq_s
     assert H100.kv_blocks(16) > 10_000
+
+
+def test_tensor_parallelism_and_fp8_let_a_70b_model_fit_and_cost_all_reduces() -> None:
+    """Llama-3.1-70B in BF16 fits no single H100 (GiB memory) but fits four, each holding a
+    quarter of the weights and KV; FP8 weights halve the weight bytes; a TP step pays two
+    all-reduces per layer, so 4 GPUs decode faster than 1/4 of one GPU's time would not."""
+    with pytest.raises(ConfigError, match="does not fit"):
+        perf_model("H100", "llama-3.1-70b").kv_blocks(16)
+    tp4 = perf_model("H100", "llama-3.1-70b", tp=4)
+    fp8 = perf_model("H100", "llama-3.1-70b", tp=4, weights="fp8")
+    assert tp4.kv_blocks(16) > 20_000 and fp8.kv_blocks(16) > tp4.kv_blocks(16)
+    assert fp8.weight_bytes == tp4.weight_bytes / 2
+    work = StepWork(8, 8 * 1000, 8 * 1000, 8, 8 * 1000)
+    assert tp4.comm_seconds(8) >= 2 * 80 * tp4.cal.allreduce_s
+    assert fp8.step_seconds(work) < tp4.step_seconds(work)
+    assert tp4.step_seconds(work) > tp4.weight_bytes / 4 / (tp4.gpu.bandwidth * tp4.cal.mbu)
+    assert H100.gpu.memory_bytes == 81559 * 2**20
+    with pytest.raises(ConfigError, match="tensor-parallel-size"):
+        perf_model("H100", "llama-3.1-70b", tp=3)
 
 
 def test_a_one_token_prefill_after_a_cache_hit_is_not_taken_for_a_decode() -> None:

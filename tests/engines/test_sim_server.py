@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -171,3 +173,38 @@ def test_sim_pool_through_the_sidecar_is_marked_sim(
     assert event["status"] == "ok" and event["completion_tokens"] == 7
     assert event["tokens_source"] == "usage" and event["settings_fingerprint"]
     assert probes.label_values(sc.url, c.POOL_ENGINE_INFO.name, c.ENGINE) == {"sim"}
+
+
+def test_70b_on_four_h100s_streams_and_reports_its_kv_capacity() -> None:
+    """``--gpu H100 --model llama-3.1-70b --tensor-parallel-size 4`` serves a streamed chat
+    (real openai client) and /metrics reports the KV capacity the four GPUs hold."""
+    args = ["--gpu", "H100", "--model", "llama-3.1-70b", "--tensor-parallel-size", "4"]
+    with SimServer(args) as server:
+
+        async def go() -> str:
+            async with _client(server.url) as client:
+                stream = await client.chat.completions.create(
+                    model="llama-3.1-70b",
+                    messages=[{"role": "user", "content": "hello"}],
+                    stream=True,
+                    max_tokens=5,
+                )
+                return "".join([ch.choices[0].delta.content or "" async for ch in stream])
+
+        assert asyncio.run(go())
+        (labels, value), *_ = probes.samples(server.url)["vllm:cache_config_info"]
+    assert value == 1 and int(labels["kv_cache_size_tokens"]) > 100_000
+    assert int(labels["num_gpu_blocks"]) * 16 == int(labels["kv_cache_size_tokens"])
+
+
+def test_a_model_too_big_for_its_gpus_is_refused_with_the_fix() -> None:
+    """Llama-3.1-70B in BF16 on one H100 is refused at start with a message naming the
+    memory and the flags that make it fit, not a stack trace."""
+    out = subprocess.run(
+        [sys.executable, "-m", "obs.cli", "engine", "sim", "--model", "llama-3.1-70b"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert "does not fit" in out.stderr and "--tensor-parallel-size 2" in out.stderr

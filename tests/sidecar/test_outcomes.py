@@ -30,6 +30,8 @@ SENT = [
     e.UpstreamProtocol("broken"),
     e.Internal(KeyError("k")),
     Rejected(c.QUEUE_FULL, "full", 429, 1),
+    e.RateLimited(c.RATE_LIMIT_TOKENS, "at its limit", 5, [(b"x-ratelimit-limit-tokens", b"9")]),
+    Rejected(c.RATE_LIMIT_STORE, "redis down", 503, 1),
     e.RequestLimit(408, "body_timeout", "slow"),
     e.RequestLimit(503, "body_memory", "full"),
     e.TraceExportRefused(415, "media_type", "protobuf"),

@@ -122,6 +122,7 @@ class ScriptedUpstream:
         self.received: list[tuple[str, bytes]] = []  # (path, body) of every POST, in order
         self.gets: list[str] = []  # the path of every GET, in order
         self.cut_off: set[str] = set()  # request ids whose answer the sidecar hung up on
+        self.traceparents: dict[str, str] = {}  # request id -> the traceparent it was sent
         upstream = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -146,6 +147,7 @@ class ScriptedUpstream:
                 n = int(self.headers.get("content-length") or 0)
                 upstream.received.append((self.path, self.rfile.read(n)))
                 rid = self.headers.get("x-request-id", "")
+                upstream.traceparents[rid] = self.headers.get("traceparent", "")
                 script = upstream.scripts.get(rid, Script())
                 self.send_response(script.status)
                 self.send_header("content-type", script.content_type)

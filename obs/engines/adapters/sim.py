@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from obs.engines.adapters.base import ENGINE_VIEW_FIELDS
 from obs.engines.adapters.vllm import VLLM, read_v1
 from obs.engines.metrics import EngineState, Sums
 
@@ -23,12 +24,16 @@ SIM = replace(
     VLLM,
     name="sim",
     read=_read,
-    serve_flags="`vllm-obs engine sim` with the pool's vLLM flags (no spans)",
+    serve_flags="`vllm-obs engine sim` with the pool's vLLM flags; spans: "
+    "--otlp-traces-endpoint http://SIDECAR/v1/traces",
     events={
-        "engine_view": "absent (the simulator exports no spans)",
+        "engine_view": "joined when the pool traces to the sidecar (`engine_traces: true`)",
         "cached_tokens": "null (no prompt tokens details)",
         "error_message": "`error.message` of its error body",
         "cache_hit": "null (no prompt tokens details)",
+        **dict.fromkeys(
+            ENGINE_VIEW_FIELDS, "with `--otlp-traces-endpoint` (its llm_request span, as vLLM's)"
+        ),
     },
     tested="`vllm-obs engine sim` in process (tests/engines/test_sim_server.py)",
 )

@@ -61,6 +61,7 @@ class Ask:
     explicit_max: bool  # False: the reply ends with ``stop`` at the default length
     stream: bool
     include_usage: bool
+    top_p: float = 1.0
 
 
 def _int(body: Mapping[str, Any], key: str, low: int, high: int | None = None) -> int | None:
@@ -105,6 +106,11 @@ def parse(raw: bytes, kind: str, model: str, max_model_len: int, default_output:
             f"{asked or 1} in the completion). Please reduce the length of the messages or "
             "completion."
         )
+    top_p = body.get("top_p", 1.0)
+    if top_p is None:
+        top_p = 1.0
+    if isinstance(top_p, bool) or not isinstance(top_p, int | float) or not 0 < top_p <= 1:
+        raise ApiError(f"top_p must be in (0, 1], got {top_p!r}", param="top_p")
     options = body.get("stream_options") or {}
     stream = bool(body.get("stream", False))
     if options and not stream:
@@ -118,6 +124,7 @@ def parse(raw: bytes, kind: str, model: str, max_model_len: int, default_output:
         explicit_max=asked is not None,
         stream=stream,
         include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
+        top_p=float(top_p),
     )
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from obs.engines.sim.engine import EngineConfig, SimEngine
-from obs.engines.sim.hardware import GPUS, MODELS, Calibration, perf_model
+from obs.engines.sim.hardware import GPUS, MODELS, perf_model, with_calibration
 from obs.engines.sim.scheduler import SchedulerConfig
 from obs.errors import ConfigError, ObsError
 
@@ -36,6 +36,9 @@ class SimOptions:
     server: ServerConfig
     engine: EngineConfig
     memory_utilization: float
+    tp: int = 1
+    weights: str = "bf16"
+    kv_cache_dtype: str = "auto"
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -48,6 +51,26 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--gpu", default="H100", help=f"one of {', '.join(GPUS)} (default H100)")
     p.add_argument(
         "--model", default="llama-3.1-8b", help=f"one of {', '.join(MODELS)} (default %(default)s)"
+    )
+    p.add_argument(
+        "--tensor-parallel-size",
+        "-tp",
+        type=int,
+        default=1,
+        metavar="N",
+        help="GPUs the model is split over, with their all-reduces (1, 2, 4 or 8; default 1)",
+    )
+    p.add_argument(
+        "--quantization",
+        "-q",
+        choices=("fp8",),
+        help="fp8: FP8 weights (half the bytes, FP8 tensor cores where the GPU has them)",
+    )
+    p.add_argument(
+        "--kv-cache-dtype",
+        choices=("auto", "fp8"),
+        default="auto",
+        help="fp8: one byte per KV element (default auto: BF16)",
     )
     p.add_argument(
         "--served-model-name", metavar="NAME", help="model name in requests (default: --model)"
@@ -109,6 +132,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="reply length when a request sets no max_tokens (default %(default)s)",
     )
     p.add_argument(
+        "--otlp-traces-endpoint",
+        metavar="URL",
+        help="send each finished request's llm_request span here, as vLLM does "
+        "(OTLP/HTTP protobuf, e.g. http://127.0.0.1:4318/v1/traces)",
+    )
+    p.add_argument(
         "--speed",
         type=float,
         default=1.0,
@@ -145,7 +174,12 @@ def options(args: argparse.Namespace) -> SimOptions:
             f"--max-num-batched-tokens ({args.max_num_batched_tokens}) must be at least "
             f"--max-num-seqs ({args.max_num_seqs})"
         )
-    perf_model(args.gpu, args.model)  # names checked here, with their message
+    weights = "fp8" if args.quantization == "fp8" else "bf16"
+    perf = perf_model(  # names checked here, with their message
+        args.gpu, args.model, args.tensor_parallel_size, weights, args.kv_cache_dtype
+    )
+    if args.num_gpu_blocks_override is None:
+        perf.kv_blocks(args.block_size, args.gpu_memory_utilization)  # fits, or says why
     engine = EngineConfig(
         scheduler=SchedulerConfig(
             max_num_batched_tokens=args.max_num_batched_tokens,
@@ -163,16 +197,33 @@ def options(args: argparse.Namespace) -> SimOptions:
     )
     from obs.engines.sim.server import ServerConfig
 
-    server = ServerConfig(args.gpu, args.model.lower(), args.default_output_tokens)
-    return SimOptions(args.host, args.port, server, engine, args.gpu_memory_utilization)
+    endpoint = args.otlp_traces_endpoint
+    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"--otlp-traces-endpoint {endpoint!r}: give an http:// or https:// URL "
+            "(the simulator sends OTLP/HTTP protobuf)"
+        )
+    server = ServerConfig(args.gpu, args.model.lower(), args.default_output_tokens, endpoint)
+    return SimOptions(
+        args.host,
+        args.port,
+        server,
+        engine,
+        args.gpu_memory_utilization,
+        args.tensor_parallel_size,
+        weights,
+        args.kv_cache_dtype,
+    )
 
 
 def build(opts: SimOptions) -> web.Application:
     """The replica's app for ``opts`` (tests run it in process)."""
     from obs.engines.sim.server import create_app
 
-    base = perf_model(opts.server.gpu, opts.server.model)
-    perf = type(base)(base.gpu, base.model, Calibration(memory_utilization=opts.memory_utilization))
+    base = perf_model(
+        opts.server.gpu, opts.server.model, opts.tp, opts.weights, opts.kv_cache_dtype
+    )
+    perf = with_calibration(base, replace(base.cal, memory_utilization=opts.memory_utilization))
     return create_app(SimEngine(opts.engine, perf), opts.server)
 
 

@@ -48,7 +48,9 @@ class SimEngine:
         blocks = config.num_blocks or perf.kv_blocks(config.block_size)
         self.kv = KvCache(blocks, config.block_size, config.prefix_caching)
         self.scheduler = Scheduler(config.scheduler, self.kv)
-        self.metrics = SimMetrics(self.scheduler, config.model_name, self.cache_info())
+        self.metrics = SimMetrics(
+            self.scheduler, config.model_name, self.cache_info(), config.max_model_len
+        )
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._t0 = time.monotonic()
@@ -58,7 +60,7 @@ class SimEngine:
         blocks = self.kv.num_blocks
         return {
             "block_size": str(cfg.block_size),
-            "cache_dtype": "auto",
+            "cache_dtype": self.perf.kv_dtype,
             "enable_prefix_caching": str(cfg.prefix_caching),
             "gpu_memory_utilization": str(self.perf.cal.memory_utilization),
             "kv_cache_size_tokens": str(blocks * cfg.block_size),
@@ -93,8 +95,12 @@ class SimEngine:
         return ticket
 
     def abort(self, ticket: Ticket) -> None:
+        """Drop a request its client left (nothing to do once it finished); a request
+        that had not failed is observed as aborted."""
         if ticket.req.finished_s is None:
             self.scheduler.abort(ticket.req)
+            if ticket.failed is None:
+                self.metrics.aborted(ticket.req)
 
     async def _run(self) -> None:
         s = self.scheduler
@@ -108,6 +114,7 @@ class SimEngine:
                 self._refuse_stuck()
                 await asyncio.sleep(0)
                 continue
+            self.metrics.iteration_tokens.observe(batch.work.tokens)
             await asyncio.sleep(self.perf.step_seconds(batch.work) / self.config.speed)
             now = self.now()
             emitted, finished = s.complete(batch, now)

@@ -1,38 +1,52 @@
 """The simulator's performance model: a named GPU and model, and the time of one engine step.
 
-A roofline per step (docs/sim.md has the derivation and the sources): one step runs
-the model once over every token scheduled in it (prefill chunks and one token per
-decoding sequence). It costs the larger of
+A roofline per step and per part of the step (docs/sim.md has the derivation and the
+sources). One step runs the model once over every token scheduled in it (prefill
+chunks and one token per decoding sequence), split over ``tp`` GPUs (tensor
+parallelism). Its time is the sum of
 
-- compute: ``2 x params`` FLOPs per token plus attention, ``4 x layers x hidden`` FLOPs
-  per (query token, context token) pair, at ``mfu`` of the GPU's dense BF16 peak;
-- memory: the weights once (``2 x params`` bytes, BF16) plus the KV cache the step's
-  attention reads (``kv_bytes_per_token`` per context token), at ``mbu`` of the GPU's
-  memory bandwidth;
+- the linear layers: the larger of their compute, ``2 x params`` FLOPs per token at
+  ``mfu`` of the GPU's dense peak (FP8 peak for FP8 weights where the GPU has one),
+  and reading the weights once (``params x bytes per weight``) at ``mbu`` of the memory
+  bandwidth; all tokens of the step share that read;
+- prefill attention: the larger of ``4 x layers x hidden`` FLOPs per (query token,
+  context token) pair at ``mfu``, and reading the chunks' context keys and values;
+- decode attention: reading each decoding sequence's keys and values (``kv bytes per
+  token`` per context token) at ``mbu``; it does not overlap the prefill's compute, so a
+  mixed step pays both;
+- with ``tp > 1``, two all-reduces per layer of the step's activations (``tokens x
+  hidden x 2`` bytes): ``allreduce_s`` each plus the ring's ``2 (tp-1)/tp`` of the bytes
+  over the GPU's link;
+- the CPU's share: ``step_s`` per step plus ``seq_s`` per sequence and ``token_s`` per
+  token in the batch (scheduling, input preparation, sampling, the kernel launches).
 
-plus a fixed ``step_overhead_s`` for the scheduler, sampling and the kernel launches
-around the model. The efficiencies are the only fitted numbers (``calibration``), set
-from the published measurements docs/sim.md lists. Pure: no I/O.
+The efficiencies and CPU costs are the fitted numbers (``Calibration``), fitted on the
+points bench/sim_calibration.py names as fit points and scored on the others. Pure: no I/O.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from obs.errors import ConfigError
 
+GIB: Final = 1 << 30
 BF16_BYTES: Final = 2
 
 
 @dataclass(frozen=True, slots=True)
 class Gpu:
-    """A GPU's public specifications (dense BF16 tensor FLOP/s, HBM bytes/s and bytes)."""
+    """A GPU's public specifications: dense tensor FLOP/s (BF16, FP8 where it has FP8
+    tensor cores, else 0), HBM bytes/s, memory in bytes (GiB, as the driver reports it)
+    and the bytes/s one GPU sends to a peer (NVLink, or PCIe for cards without it)."""
 
     name: str
     flops: float
     bandwidth: float
     memory_bytes: float
+    fp8_flops: float = 0.0
+    link_bandwidth: float = 32e9
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,26 +61,19 @@ class Model:
     head_dim: int
     context: int
 
-    @property
-    def weight_bytes(self) -> float:
-        return self.params * BF16_BYTES
 
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """Keys and values of every layer for one token, BF16."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * BF16_BYTES
-
-
-# NVIDIA datasheets (dense, no sparsity); see docs/sim.md for the links.
+# NVIDIA datasheets (dense, no sparsity); memory as nvidia-smi reports it (MiB, here in
+# GiB); links: NVLink 4 (H100/H200 SXM) 450 GB/s and NVLink 3 (A100 SXM) 300 GB/s each
+# way, PCIe 4.0 x16 32 GB/s otherwise. See docs/sim.md for the links.
 GPUS: Final = {
     g.name: g
     for g in (
-        Gpu("H100", 989e12, 3.35e12, 80e9),  # H100 SXM5 80 GB
-        Gpu("H200", 989e12, 4.8e12, 141e9),
-        Gpu("A100", 312e12, 2.039e12, 80e9),  # A100 SXM4 80 GB
-        Gpu("A100-40GB", 312e12, 1.555e12, 40e9),
-        Gpu("L4", 121e12, 0.3e12, 24e9),
-        Gpu("RTX4090", 165e12, 1.008e12, 24e9),  # FP16 tensor, FP32 accumulate
+        Gpu("H100", 989e12, 3.35e12, 81559 / 1024 * GIB, 1979e12, 450e9),  # H100 SXM5 80 GB
+        Gpu("H200", 989e12, 4.8e12, 143771 / 1024 * GIB, 1979e12, 450e9),
+        Gpu("A100", 312e12, 2.039e12, 81920 / 1024 * GIB, 0.0, 300e9),  # A100 SXM4 80 GB
+        Gpu("A100-40GB", 312e12, 1.555e12, 40960 / 1024 * GIB, 0.0, 300e9),
+        Gpu("L4", 121e12, 0.3e12, 23034 / 1024 * GIB, 242e12),
+        Gpu("RTX4090", 165e12, 1.008e12, 24564 / 1024 * GIB, 330e12),  # FP32 accumulate
     )
 }
 # Hugging Face config.json of each model (parameters from the model card).
@@ -81,13 +88,21 @@ MODELS: Final = {
 }
 
 
+WEIGHT_DTYPES: Final = {"bf16": 2, "fp8": 1}  # --quantization (none, fp8): bytes per weight
+KV_DTYPES: Final = {"auto": 2, "fp8": 1}  # --kv-cache-dtype: bytes per element
+
+
 @dataclass(frozen=True, slots=True)
 class Calibration:
-    """The fitted efficiencies (docs/sim.md, "Calibration")."""
+    """The fitted efficiencies and CPU costs (docs/sim.md, "Calibration")."""
 
-    mfu: float = 0.5  # share of peak FLOP/s reached by large prefill matmuls
-    mbu: float = 0.8  # share of HBM bandwidth reached by decode (weights + KV reads)
-    step_overhead_s: float = 0.003  # scheduler, sampling, launches: per step
+    # python -m bench.sim_calibration --fit (the fit points only; docs/sim.md)
+    mfu: float = 0.5  # share of peak FLOP/s reached by prefill matmuls and attention
+    mbu: float = 0.85  # share of HBM bandwidth reached by weight and KV reads
+    step_s: float = 0.001  # per step: scheduler, launches, output
+    seq_s: float = 160e-6  # per sequence in the step: input preparation, sampling, output
+    token_s: float = 20e-6  # per token in the step, outside the roofline's matmuls
+    allreduce_s: float = 30e-6  # latency of one all-reduce between the TP GPUs
     memory_utilization: float = 0.9  # vLLM's --gpu-memory-utilization default
     activation_reserve: float = 0.04  # share of GPU memory kept for activations, graphs
 
@@ -97,11 +112,14 @@ CALIBRATION: Final = Calibration()
 
 @dataclass(frozen=True, slots=True)
 class StepWork:
-    """What one step computes: tokens in the batch and the attention it does."""
+    """What one step computes: tokens and sequences in the batch, and the attention they
+    do. ``decode_*`` are the decoding sequences' share of the totals (0: none known)."""
 
     tokens: int  # prefill chunk tokens + one per decoding sequence
     attention_pairs: float  # sum over sequences of new tokens x context they attend to
     kv_read_tokens: float  # context tokens whose keys and values the step reads
+    seqs: int = 0  # sequences in the batch (0: unknown, taken as 1)
+    decode_kv_tokens: float = 0.0  # context tokens the decoding sequences read
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,34 +127,76 @@ class PerfModel:
     gpu: Gpu
     model: Model
     cal: Calibration = CALIBRATION
+    tp: int = 1  # --tensor-parallel-size
+    weights: str = "bf16"  # "fp8" with --quantization fp8
+    kv_dtype: str = "auto"  # --kv-cache-dtype
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.model.params * WEIGHT_DTYPES[self.weights]
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """Keys and values of every layer for one token, on all GPUs together."""
+        m = self.model
+        return 2 * m.layers * m.kv_heads * m.head_dim * KV_DTYPES[self.kv_dtype]
+
+    @property
+    def peak_flops(self) -> float:
+        fp8 = self.weights == "fp8" and self.gpu.fp8_flops > 0
+        return self.gpu.fp8_flops if fp8 else self.gpu.flops
 
     def step_seconds(self, work: StepWork) -> float:
         """Seconds one step takes (0 for an empty step)."""
         if work.tokens <= 0:
             return 0.0
-        m = self.model
-        flops = 2.0 * m.params * work.tokens + 4.0 * m.layers * m.hidden * work.attention_pairs
-        read = m.weight_bytes + m.kv_bytes_per_token * work.kv_read_tokens
-        compute = flops / (self.gpu.flops * self.cal.mfu)
-        memory = read / (self.gpu.bandwidth * self.cal.mbu)
-        return self.cal.step_overhead_s + max(compute, memory)
+        m, g, cal, tp = self.model, self.gpu, self.cal, self.tp
+        flops = g.flops * cal.mfu * tp
+        linear_flops = self.peak_flops * cal.mfu * tp
+        bandwidth = g.bandwidth * cal.mbu * tp
+        kv = self.kv_bytes_per_token
+        linear = max(2.0 * m.params * work.tokens / linear_flops, self.weight_bytes / bandwidth)
+        decode_kv = min(work.decode_kv_tokens, work.kv_read_tokens)
+        prefill_pairs = max(0.0, work.attention_pairs - decode_kv)
+        prefill = max(
+            4.0 * m.layers * m.hidden * prefill_pairs / flops,
+            kv * (work.kv_read_tokens - decode_kv) / bandwidth,
+        )
+        decode = kv * decode_kv / bandwidth
+        cpu = cal.step_s + cal.seq_s * max(1, work.seqs) + cal.token_s * work.tokens
+        return cpu + linear + prefill + decode + self.comm_seconds(work.tokens)
+
+    def comm_seconds(self, tokens: int) -> float:
+        """Two ring all-reduces per layer of ``tokens`` activations (0 without TP)."""
+        if self.tp <= 1:
+            return 0.0
+        size = tokens * self.model.hidden * 2  # BF16 activations
+        ring = 2 * (self.tp - 1) / self.tp * size / self.gpu.link_bandwidth
+        return 2 * self.model.layers * (self.cal.allreduce_s + ring)
 
     def kv_blocks(self, block_size: int, memory_utilization: float | None = None) -> int:
-        """Blocks of KV cache the GPU holds after the weights, as vLLM sizes it."""
+        """Blocks of KV cache the GPUs hold after the weights, as vLLM sizes it: each GPU
+        keeps its 1/tp of the weights and of every token's keys and values."""
         share = memory_utilization or self.cal.memory_utilization
         free = self.gpu.memory_bytes * (share - self.cal.activation_reserve) - (
-            self.model.weight_bytes
+            self.weight_bytes / self.tp
         )
-        blocks = int(free // (self.model.kv_bytes_per_token * block_size))
+        per_gpu = self.kv_bytes_per_token * max(1, self.model.kv_heads // self.tp)
+        per_gpu /= self.model.kv_heads
+        blocks = int(free // (per_gpu * block_size))
         if blocks <= 0:
             raise ConfigError(
-                f"model {self.model.name} does not fit GPU {self.gpu.name} "
-                f"({self.gpu.memory_bytes / 1e9:g} GB at {share:g} utilization)"
+                f"model {self.model.name} ({self.weights} weights) does not fit "
+                f"{self.tp} x GPU {self.gpu.name} ({self.gpu.memory_bytes / GIB:.1f} GiB at "
+                f"{share:g} utilization): try --tensor-parallel-size {self.tp * 2} or "
+                "--quantization fp8"
             )
         return blocks
 
 
-def perf_model(gpu: str, model: str) -> PerfModel:
+def perf_model(
+    gpu: str, model: str, tp: int = 1, weights: str = "bf16", kv_dtype: str = "auto"
+) -> PerfModel:
     """The performance model of a named GPU and model; names are case-insensitive."""
     g = {k.lower(): v for k, v in GPUS.items()}.get(gpu.lower())
     if g is None:
@@ -144,4 +204,17 @@ def perf_model(gpu: str, model: str) -> PerfModel:
     m = MODELS.get(model.lower())
     if m is None:
         raise ConfigError(f"--model {model!r}: choose one of {', '.join(MODELS)}")
-    return PerfModel(g, m)
+    if tp not in (1, 2, 4, 8):
+        raise ConfigError(f"--tensor-parallel-size {tp}: choose 1, 2, 4 or 8")
+    if m.kv_heads % tp and tp % m.kv_heads:
+        raise ConfigError(f"--tensor-parallel-size {tp}: {m.name}'s {m.kv_heads} KV heads")
+    if weights not in WEIGHT_DTYPES:
+        raise ConfigError(f"--quantization {weights!r}: choose fp8 (or none)")
+    if kv_dtype not in KV_DTYPES:
+        raise ConfigError(f"--kv-cache-dtype {kv_dtype!r}: choose auto or fp8")
+    return PerfModel(g, m, tp=tp, weights=weights, kv_dtype=kv_dtype)
+
+
+def with_calibration(perf: PerfModel, cal: Calibration) -> PerfModel:
+    """``perf`` with other fitted numbers (the calibration's fit, the CLI's memory share)."""
+    return replace(perf, cal=cal)

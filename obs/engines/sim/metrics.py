@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -87,6 +87,38 @@ REQUEST_BUCKETS: tuple[float, ...] = (
 )
 
 
+ITERATION_BUCKETS: tuple[float, ...] = (
+    1,
+    8,
+    16,
+    32,
+    64,
+    128,
+    256,
+    512,
+    1024,
+    2048,
+    4096,
+    8192,
+    16384,
+)
+PARAMS_N_BUCKETS: tuple[float, ...] = (1, 2, 5, 10, 20)
+PREEMPTION_BUCKETS: tuple[float, ...] = (1, 2, 3, 4, 5, 10, 20)
+FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
+
+
+def token_buckets(max_model_len: int) -> tuple[float, ...]:
+    """vLLM's 1-2-5 buckets up to the context length (its token-count histograms)."""
+    out: list[float] = []
+    magnitude = 1
+    while True:
+        for m in (1, 2, 5):
+            if m * magnitude > max_model_len:
+                return tuple(out)
+            out.append(float(m * magnitude))
+        magnitude *= 10
+
+
 class _State(Collector):
     def __init__(self, scheduler: Scheduler, labels: list[str], config: dict[str, str]) -> None:
         self.s = scheduler
@@ -141,7 +173,9 @@ class _State(Collector):
 class SimMetrics:
     """The registry of one simulated replica."""
 
-    def __init__(self, scheduler: Scheduler, model: str, config: dict[str, str]) -> None:
+    def __init__(
+        self, scheduler: Scheduler, model: str, config: dict[str, str], max_model_len: int = 32768
+    ) -> None:
         self.registry = CollectorRegistry()
         self.labels = ["0", model]
         self.registry.register(_State(scheduler, self.labels, config))
@@ -174,14 +208,82 @@ class SimMetrics:
             REQUEST_BUCKETS,
         )
 
+        self.inference = hist(
+            "vllm:request_inference_time_seconds",
+            "Histogram of time spent in RUNNING phase for request.",
+            REQUEST_BUCKETS,
+        )
+        self.tpot = hist(
+            "vllm:request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.",
+            ITL_BUCKETS,
+        )
+        tokens = token_buckets(max_model_len)
+        self.prompt_tokens = hist(
+            "vllm:request_prompt_tokens", "Number of prefill tokens processed.", tokens
+        )
+        self.generation_tokens = hist(
+            "vllm:request_generation_tokens", "Number of generation tokens processed.", tokens
+        )
+        self.max_generation_tokens = hist(
+            "vllm:request_max_num_generation_tokens",
+            "Histogram of maximum number of requested generation tokens.",
+            tokens,
+        )
+        self.params_max_tokens = hist(
+            "vllm:request_params_max_tokens",
+            "Histogram of the max_tokens request parameter.",
+            tokens,
+        )
+        self.params_n = hist(
+            "vllm:request_params_n", "Histogram of the n request parameter.", PARAMS_N_BUCKETS
+        )
+        self.preemptions = hist(
+            "vllm:request_num_preemptions",
+            "Histogram of the number of times a request was preempted.",
+            PREEMPTION_BUCKETS,
+        )
+        self.iteration_tokens = hist(
+            "vllm:iteration_tokens_total",
+            "Histogram of number of tokens per engine_step.",
+            ITERATION_BUCKETS,
+        )
+        success = Counter(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            ["engine", "finished_reason", "model_name"],
+            registry=self.registry,
+        )
+        self.success = {r: success.labels("0", r, model) for r in FINISHED_REASONS}
+
     def finished(self, req: SimRequest) -> None:
-        """Observe a finished request's latencies (engine-side, as vLLM measures them)."""
+        """Observe a finished request's latencies (engine-side, as vLLM measures them), its
+        token counts and parameters, and count it under its finish reason."""
         if req.finished_s is None or req.first_token_s is None or req.scheduled_s is None:
             return
+        self.success[req.finish_reason].inc()
         self.e2e.observe(req.finished_s - req.arrival_s)
         self.queue.observe(req.scheduled_s - req.arrival_s)
         self.prefill.observe(req.first_token_s - req.scheduled_s)
         self.decode.observe(req.finished_s - req.first_token_s)
+        self.inference.observe(req.finished_s - req.scheduled_s)
+        if req.output > 1:
+            self.tpot.observe((req.finished_s - req.first_token_s) / (req.output - 1))
+        self._counts(req)
+
+    def aborted(self, req: SimRequest) -> None:
+        """A request its client left before it finished: counted under ``abort``, with the
+        tokens it had (vLLM records an aborted request's stats too)."""
+        self.success["abort"].inc()
+        self._counts(req)
+
+    def _counts(self, req: SimRequest) -> None:
+        self.prompt_tokens.observe(req.prompt_tokens)
+        self.generation_tokens.observe(req.output)
+        self.max_generation_tokens.observe(req.max_tokens)
+        self.params_max_tokens.observe(req.max_tokens)
+        self.params_n.observe(req.n)
+        self.preemptions.observe(req.preemptions)
 
     def first_token(self, req: SimRequest) -> None:
         if req.first_token_s is not None:

@@ -56,6 +56,8 @@ class SimRequest:
     last_token_s: float | None = None  # when its latest token was sampled (its caller sets it)
     # Its inter-token gaps as (seconds, how many), kept by the virtual-time replica.
     gaps: list[tuple[float, int]] = field(default_factory=list)
+    finish_reason: str = "length"  # at max_tokens: "length" if the client set it, else "stop"
+    n: int = 1  # the HTTP request's n (its choices are requests of their own)
 
     @property
     def total(self) -> int:
@@ -81,12 +83,14 @@ class Batch:
 
 
 def _work(items: list[tuple[SimRequest, int]]) -> StepWork:
-    tokens, pairs, read = 0, 0.0, 0.0
+    tokens, pairs, read, decode = 0, 0.0, 0.0, 0.0
     for r, n in items:
         tokens += n
         pairs += n * (r.computed + n / 2)
         read += r.computed + n
-    return StepWork(tokens, pairs, read)
+        if n == 1 and r.output > 0:
+            decode += r.computed + 1
+    return StepWork(tokens, pairs, read, len(items), decode)
 
 
 class Scheduler:
@@ -237,10 +241,13 @@ class Scheduler:
         """The work of the middle step of ``steps`` decode steps like ``batch``."""
         mid = (steps - 1) / 2
         n = len(batch.items)
+        w = batch.work
         return StepWork(
-            batch.work.tokens,
-            batch.work.attention_pairs + n * mid,
-            batch.work.kv_read_tokens + n * mid,
+            w.tokens,
+            w.attention_pairs + n * mid,
+            w.kv_read_tokens + n * mid,
+            w.seqs,
+            w.decode_kv_tokens + n * mid,
         )
 
     def complete_run(

@@ -19,6 +19,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from obs.engines.sim.api import CHAT, COMPLETIONS, DONE, ApiError, Ask, Framer, error_frame, parse
 from obs.engines.sim.engine import SimEngine, Ticket
 from obs.engines.sim.scheduler import SimRequest
+from obs.engines.sim.spans import (
+    SpanContext,
+    SpanExporter,
+    now_ns,
+    request_ids,
+    request_span,
+    span_attributes,
+)
 from obs.engines.sim.tokens import block_hashes, output_text, token_ids
 from obs.openai_api import prompt_text
 
@@ -30,12 +38,14 @@ class ServerConfig:
     gpu: str
     model: str
     default_output_tokens: int = 128
+    otlp_traces_endpoint: str | None = None  # send each request's llm_request span here
 
 
 def create_app(engine: SimEngine, config: ServerConfig) -> web.Application:
     """The replica's routes; the engine's step loop runs while the app does."""
     app = web.Application(client_max_size=64 << 20)
-    routes = _Routes(engine, config)
+    exporter = SpanExporter(config.otlp_traces_endpoint) if config.otlp_traces_endpoint else None
+    routes = _Routes(engine, config, exporter)
     app.router.add_get("/health", routes.health)
     app.router.add_get("/version", routes.version)
     app.router.add_get("/metrics", routes.metrics)
@@ -46,8 +56,12 @@ def create_app(engine: SimEngine, config: ServerConfig) -> web.Application:
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         engine.start()
+        if exporter is not None:
+            exporter.start()
         yield
         await engine.stop()
+        if exporter is not None:
+            await exporter.stop()
 
     app.cleanup_ctx.append(lifecycle)
     return app
@@ -62,9 +76,12 @@ def _error(e: ApiError) -> web.Response:
 
 
 class _Routes:
-    def __init__(self, engine: SimEngine, config: ServerConfig) -> None:
+    def __init__(
+        self, engine: SimEngine, config: ServerConfig, exporter: SpanExporter | None = None
+    ) -> None:
         self.engine = engine
         self.config = config
+        self.exporter = exporter
         self.name = engine.config.model_name
 
     async def health(self, request: web.Request) -> web.Response:
@@ -121,17 +138,36 @@ class _Routes:
             return _error(e)
         hashes = block_hashes(ask.ids, cfg.block_size)
         changed = asyncio.Event()
-        tickets = [
-            self.engine.submit(SimRequest(f"r{i}", len(ask.ids), ask.max_tokens, hashes), changed)
-            for i in range(ask.n)
-        ]
+        start_ns = now_ns()
+        reason = "length" if ask.explicit_max else "stop"
+        tickets = []
+        for i in range(ask.n):
+            req = SimRequest(f"r{i}", len(ask.ids), ask.max_tokens, hashes)
+            req.finish_reason, req.n = reason, ask.n
+            tickets.append(self.engine.submit(req, changed))
         try:
             if ask.stream:
                 return await self._stream(request, ask, tickets, changed)
             return await self._whole(ask, tickets, changed)
         finally:
+            if self.exporter is not None:
+                self._spans(request, ask, tickets, start_ns)
             for t in tickets:
                 self.engine.abort(t)
+
+    def _spans(self, request: web.Request, ask: Ask, tickets: list[Ticket], start_ns: int) -> None:
+        """Each finished choice's ``llm_request`` span (none for one aborted or refused)."""
+        assert self.exporter is not None
+        ctx = SpanContext.from_headers(request.headers)
+        ids = request_ids(ask.kind == CHAT, request.headers.get("X-Request-Id"), ask.n)
+        speed = self.engine.config.speed
+        for rid, t in zip(ids, tickets, strict=True):
+            req = t.req
+            if t.failed or req.finished_s is None:
+                continue
+            attrs = span_attributes(req, rid, ask.top_p, ask.n, speed)
+            end_ns = start_ns + round(attrs["gen_ai.latency.e2e"] * 1e9)
+            self.exporter.add(request_span(ctx, attrs, start_ns, end_ns))
 
     async def _whole(self, ask: Ask, tickets: list[Ticket], changed: asyncio.Event) -> web.Response:
         while not all(t.req.done or t.failed for t in tickets):

@@ -1,0 +1,201 @@
+"""The published runs the simulator is calibrated and scored on (bench/sim_calibration.py).
+
+Each :class:`Case` is one published run and the figures it gives; ``held_out`` was
+fixed for every case before any was scored (docs/sim.md, "Calibration", cites each).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MUSGRAVE = "https://johnmusgrave.com/p/vllm-throughput-latency-sweep-on"
+RAHMAN = "https://mushfiqrahman.dev/?p=1668"
+# vLLM's performance-benchmark pipeline (Buildkite): its report of the latency tests. The
+# H100 and A100 reports are the copies the search index holds under the addresses below.
+CI_H200 = "https://buildkite.com/vllm/performance-benchmark/builds/9515"
+CI_H100 = "https://buildkite.com/elastic/enterprise-search-ruby/builds/571"
+CI_A100 = "https://buildkite.com/julialang/opencl-dot-jl/builds/306"
+LAMBDA = "https://github.com/LambdaLabsML/vllm-benchmark/blob/{commit}/{path}"
+LAMBDA_MISTRAL = LAMBDA.format(
+    commit="de55d46ea652cfc8f3edd3121a7a826f47d20611",
+    path="results/prompt_10/1xH100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp1_len2000.json",
+)
+LAMBDA_MISTRAL_STEP10 = LAMBDA.format(
+    commit="a4f9f4371a1ccac781293837fce2bce0cc6d25cc",
+    path="results/prompt_10/1xH100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp1_len2048.json",
+)
+LAMBDA_70B = LAMBDA.format(
+    commit="a4f9f4371a1ccac781293837fce2bce0cc6d25cc",
+    path="results/prompt_10/4xH100-80GB-SXM/Meta-Llama-3.1-70B-Instruct-FP8_tp4_len2048.json",
+)
+SHAREGPT_10_IN = (14, 30, 28, 12, 375, 29, 487, 369, 5, 236)  # Mistral tokenizer
+LLAMA_SHAREGPT_10_IN = (13, 25, 27, 10, 329, 29, 399, 328, 4, 205)  # Llama-3 tokenizer
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One published run and the figures it gives (metric name -> published value)."""
+
+    name: str
+    source: str
+    note: str  # what the run was: vLLM version, flags, where each figure is read
+    gpu: str
+    model: str
+    kind: str  # "closed", "batch" or "replay"
+    published: dict[str, float]
+    held_out: bool
+    tp: int = 1
+    weights: str = "bf16"
+    input_tokens: int = 0
+    output_tokens: int = 0
+    concurrency: int = 1
+    prompts: int = 0
+    spread: float = 0.0
+    inputs: tuple[int, ...] = ()
+    outputs: tuple[int, ...] = ()
+    derived: dict[str, str] = field(default_factory=dict)  # metric -> how it was derived
+
+    @property
+    def workload(self) -> str:
+        if self.kind == "closed":
+            return (
+                f"{self.input_tokens} in / {self.output_tokens} out, concurrency {self.concurrency}"
+            )
+        if self.kind == "batch":
+            return f"{self.input_tokens} in / {self.output_tokens} out, batch of {self.prompts}"
+        return f"{len(self.inputs)} ShareGPT prompts at once (published lengths)"
+
+
+def _rahman(c: int, tok_s: float, ttft: float) -> Case:
+    return Case(
+        f"rtx4090-mistral-c{c}",
+        RAHMAN,
+        "Mistral-7B-Instruct-v0.3, --tokenizer-mode mistral, 300 prompts, no --ignore-eos "
+        "(lengths drawn uniform in 128 x (1 +- 0.5), an assumption); the table's output "
+        "tok/s and mean TTFT",
+        "RTX4090",
+        "mistral-7b",
+        "closed",
+        {"output_tok_s": tok_s, "ttft_ms": ttft},
+        held_out=False,
+        input_tokens=256,
+        output_tokens=128,
+        concurrency=c,
+        prompts=300,
+        spread=0.5,
+    )
+
+
+def _ci(gpu: str, url: str, model: str, tp: int, latency_ms: float, held_out: bool) -> Case:
+    return Case(
+        f"ci-{gpu.lower()}-{model}-tp{tp}",
+        url,
+        "vLLM performance benchmark, latency test (benchmark_latency.py, input 32, output "
+        f"128, batch 8), {model.replace('llama-3.1-70b', 'Llama-3-70B')} TP{tp}: mean latency",
+        gpu,
+        model,
+        "batch",
+        {"latency_ms": latency_ms},
+        held_out=held_out,
+        tp=tp,
+        input_tokens=32,
+        output_tokens=128,
+        prompts=8,
+    )
+
+
+CASES: tuple[Case, ...] = (
+    # ---- fit points -------------------------------------------------------------------
+    _rahman(4, 210.0, 63.0),
+    _rahman(8, 377.0, 79.0),
+    _rahman(16, 644.0, 155.0),
+    _rahman(32, 975.0, 362.0),
+    _rahman(48, 1190.0, 667.0),
+    Case(
+        "a100-40gb-8b-c1",
+        MUSGRAVE,
+        "vLLM 0.23, Llama-3.1-8B-Instruct BF16, --ignore-eos: 'decode at one request per "
+        "time runs at about 75 tokens/sec' (the decode rate, 1 / ITL)",
+        "A100-40GB",
+        "llama-3.1-8b",
+        "closed",
+        {"decode_tok_s": 75.0},
+        held_out=False,
+        input_tokens=1024,
+        output_tokens=128,
+        concurrency=1,
+        prompts=20,
+    ),
+    _ci("H200", CI_H200, "llama-3.1-8b", 1, 833.421, held_out=False),
+    _ci("H200", CI_H200, "llama-3.1-70b", 4, 2077.53, held_out=False),
+    # ---- held-out points --------------------------------------------------------------
+    _ci("H100", CI_H100, "llama-3.1-8b", 1, 997.542, held_out=True),
+    _ci("H100", CI_H100, "llama-3.1-70b", 4, 2444.47, held_out=True),
+    _ci("A100", CI_A100, "llama-3.1-8b", 1, 1585.43, held_out=True),
+    Case(
+        "a100-40gb-8b-c8",
+        MUSGRAVE,
+        "vLLM 0.23, Llama-3.1-8B-Instruct BF16, --ignore-eos, --max-concurrency 8, 160 "
+        "prompts: output tok/s",
+        "A100-40GB",
+        "llama-3.1-8b",
+        "closed",
+        {"output_tok_s": 495.0},
+        held_out=True,
+        input_tokens=1024,
+        output_tokens=128,
+        concurrency=8,
+        prompts=160,
+        derived={"output_tok_s": "the text's 'a 6.6x gain' over 75 tokens/s at concurrency 1"},
+    ),
+    Case(
+        "lambda-h100-mistral-10",
+        LAMBDA_MISTRAL,
+        "vLLM 0.5.4, Mistral-7B-Instruct-v0.3 BF16, benchmark_serving.py, 10 ShareGPT "
+        "prompts, --request-rate inf: mean TTFT, mean TPOT, output throughput",
+        "H100",
+        "mistral-7b",
+        "replay",
+        {"ttft_ms": 51.8117, "tpot_ms": 8.9538, "output_tok_s": 336.735},
+        held_out=True,
+        inputs=SHAREGPT_10_IN,
+        outputs=(129, 890, 273, 169, 0, 928, 10, 26, 8, 57),
+    ),
+    Case(
+        "lambda-h100-mistral-10-step10",
+        LAMBDA_MISTRAL_STEP10,
+        "vLLM 0.6.0 with --num-scheduler-steps 10 (tokens come 10 at a time, so only the "
+        "TPOT is scored), Mistral-7B-Instruct-v0.3 BF16, the same 10 prompts: mean TPOT",
+        "H100",
+        "mistral-7b",
+        "replay",
+        {"tpot_ms": 7.4837},
+        held_out=True,
+        inputs=SHAREGPT_10_IN,
+        outputs=(129, 883, 273, 169, 0, 928, 10, 26, 8, 57),
+    ),
+    Case(
+        "lambda-4xh100-70b-fp8-10-step10",
+        LAMBDA_70B,
+        "vLLM 0.6.0 with --num-scheduler-steps 10 (only the TPOT is scored), "
+        "neuralmagic/Meta-Llama-3.1-70B-Instruct-FP8, TP4, 10 ShareGPT prompts: mean TPOT",
+        "H100",
+        "llama-3.1-70b",
+        "replay",
+        {"tpot_ms": 14.6894},
+        held_out=True,
+        tp=4,
+        weights="fp8",
+        inputs=LLAMA_SHAREGPT_10_IN,
+        outputs=(120, 770, 233, 194, 101, 741, 0, 0, 6, 63),
+    ),
+)
+
+
+def source_name(url: str) -> str:
+    """The independent source a point comes from (vLLM's CI reports count as one)."""
+    if "buildkite.com" in url:
+        return "vLLM performance benchmark (CI)"
+    return {MUSGRAVE: "Musgrave, A100 sweep", RAHMAN: "Rahman, RTX 4090 sweep"}.get(
+        url, "Lambda, vllm-benchmark"
+    )
