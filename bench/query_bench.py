@@ -199,6 +199,7 @@ SELECT
     WHEN 'client_error' THEN 'pool answered 400' END AS error_message,
   CASE WHEN status = 'rejected' THEN
     CASE WHEN u_frac < 0.5 THEN 'queue_full' ELSE 'queue_timeout' END END AS rejection_reason,
+  CASE WHEN status = 'rejected' THEN 'lane' END AS admission_gate,
   NULL::VARCHAR AS miss_slo,  -- the sidecar's attribution: query budget recomputes it
   NULL::VARCHAR AS miss_phase,
   NULL::VARCHAR AS miss_cause,

@@ -133,8 +133,7 @@ class Priority(_Model):
     matching rule's, else ``default``; a queued request gains one level per ``aging_s``
     seconds."""
 
-    # A header clients set their own priority with (one ASCII digit): off by default, since
-    # any client may send it; a tenant's requests never rank above the tenant's level.
+    # Clients' own priority header (one ASCII digit): off unless named; capped at the tenant's.
     header: Annotated[str, Field(pattern=r"^[A-Za-z0-9-]{1,64}$")] | None = None
     tenants: dict[Name, Annotated[int, Field(ge=0, le=9)]] = Field(default_factory=dict)
     rules: list[PriorityRule] = Field(default_factory=list)

@@ -62,7 +62,7 @@ from obs.sidecar.record.recorder import (
 )
 from obs.sidecar.record.span_handoff import SpanHandoff
 from obs.sidecar.relay.flow import FlowControl
-from obs.sidecar.relay.models_route import models_cache, union_models, upstream_headers
+from obs.sidecar.relay.models_route import cached_union, models_cache
 from obs.sidecar.relay.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES, request_headers
 from obs.sidecar.relay.relay import SHUTDOWN_FLUSH_S, Relay
 from obs.sidecar.relay.traces import TraceReceiver, refusal_counter
@@ -326,12 +326,8 @@ class SidecarApp:
             self.tenants.resolve(headers)
         except RelayError as err:
             return _error(err)
-        asked = [
-            upstream_headers(p, headers, self.pool_keys, self.tenants) for p in self.pools.health()
-        ]
-        models = await self.models_cache.get(
-            repr(asked),
-            lambda: union_models(self.session(), self.pools, headers, self.pool_keys, self.tenants),
+        models = await cached_union(
+            self.models_cache, self.session(), self.pools, headers, self.pool_keys, self.tenants
         )
         if not models:
             return _error(UpstreamUnavailable("no pool answered /v1/models"))

@@ -71,3 +71,18 @@ async def union_models(
                     seen.setdefault(m["id"], m)
             break
     return list(seen.values())
+
+
+async def cached_union(
+    cache: Kept[list[dict[str, Any]]],
+    session: aiohttp.ClientSession,
+    pools: PoolSet,
+    headers: Mapping[str, str],
+    pool_keys: Mapping[str, str],
+    tenants: Tenants,
+) -> list[dict[str, Any]]:
+    """``union_models`` kept in ``cache`` per set of headers the pools are asked with."""
+    asked = [upstream_headers(p, headers, pool_keys, tenants) for p in pools.health()]
+    return await cache.get(
+        repr(asked), lambda: union_models(session, pools, headers, pool_keys, tenants)
+    )
