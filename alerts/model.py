@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from obs import conventions as c
-from obs.config import Config, Lane
+from obs.config import Config, Lane, Pool
 from obs.durations import seconds
 from obs.engines.adapters import reports
 from obs.engines.metrics import STATE_FIELDS
@@ -63,6 +63,10 @@ class LaneHealth:
     cache_hit_ratio_min: float | None
     e2e_p99_max_s: float = 30.0
     invalid_json_ratio_max: float = 0.05
+    # The lane's canary margins and request floor, which also judge a settings change.
+    ttft_p95_margin: float = 0.15
+    tpot_p95_margin: float = 0.15
+    min_requests: int = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +114,10 @@ HEALTH_POLICY: Final = {
     c.ALERT_THROUGHPUT_DROP: Policy("ticket", "15m"),
     c.ALERT_ENGINE_SETTINGS_DRIFT: Policy("ticket", "10m"),
     c.ALERT_INVALID_JSON_HIGH: Policy("ticket", "10m"),
+    c.ALERT_SETTINGS_CHANGE_REGRESSION: Policy("ticket", "10m"),
+    c.ALERT_GPU_MEMORY_HIGH: Policy("ticket", "10m"),
+    c.ALERT_GPU_UTILISATION_OUT_OF_BAND: Policy("ticket", "30m"),
+    c.ALERT_SPEC_DECODE_ACCEPTANCE_DROP: Policy("ticket", "15m"),
 }
 
 
@@ -128,6 +136,22 @@ class HealthThresholds:
     # relay itself (CPU-bound process: add --workers or cores).
     loop_lag_quantile: float = 0.99
     loop_lag_max_s: float = c.EVENT_LOOP_LAG_MAX_S
+    # A settings change judged like a canary (obs.alerts.change_rules): p95 over the last
+    # ``change_after`` against p95 over ``change_before`` ending ``change_recent`` ago, while
+    # the pool's last settings change is younger than ``change_recent``.
+    change_after: str = "15m"
+    change_before: str = "1h"
+    change_recent: str = "1h"
+    # GPUs (dcgm-exporter): frame buffer used over total above this (vLLM itself takes its
+    # --gpu-memory-utilization, 0.9 by default, at start), and utilisation outside the band
+    # the production guide aims at under load (70-95%); the low bound only while requests flow.
+    gpu_memory_used_max: float = 0.97
+    gpu_util_low: float = 0.70
+    gpu_util_high: float = 0.95
+    # Speculative decoding: accepted over proposed draft tokens over ``spec_window`` below this
+    # share of the same ratio over the hour before.
+    spec_window: str = "15m"
+    spec_acceptance_drop_ratio: float = 0.7
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,9 +211,9 @@ def build_model(
             tuple(p.replicas),
             p.kv_cache_usage_max,
             p.engine,
-            reports(p.engine),
+            reports(p.engine) if p.metrics else frozenset(),
             p.kv_cache_usage_for,
-            p.alerts.engine_waiting_max,
+            _engine_waiting_max(p),
             p.alerts.throughput_drop_ratio,
             p.alerts.throughput_baseline,
         )
@@ -205,6 +229,9 @@ def build_model(
             cache_hit_ratio_min=lane.slo.cache_hit_ratio_min if lane.pool in hits else None,
             e2e_p99_max_s=_e2e_max_s(lane),
             invalid_json_ratio_max=lane.alerts.invalid_json_ratio_max,
+            ttft_p95_margin=lane.canary_policy.ttft_p95_margin,
+            tpot_p95_margin=lane.canary_policy.tpot_p95_margin,
+            min_requests=lane.canary_policy.min_requests,
         )
         for lane in config.lanes
     )
@@ -222,6 +249,15 @@ def build_model(
         ),
         saturated_pools=tuple(p.name for p in config.pools if p.saturation is not None),
     )
+
+
+def _engine_waiting_max(pool: Pool) -> int:
+    """The engine-queue bound: ``alerts.engine_waiting_max`` when set, else the pool's declared
+    ``max_num_seqs`` (a queue a whole batch long), else the guide's 100."""
+    declared = pool.declared.max_num_seqs if pool.declared else None
+    if "engine_waiting_max" in pool.alerts.model_fields_set or declared is None:
+        return pool.alerts.engine_waiting_max
+    return declared
 
 
 def _canaries(config: Config) -> tuple[CanaryArm, ...]:

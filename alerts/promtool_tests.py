@@ -13,6 +13,7 @@ from typing import Any
 from .model import AlertModel
 from .promtool_canary import canary_tests
 from .promtool_capacity import capacity_tests
+from .promtool_gpu import gpu_tests
 from .promtool_health import health_tests
 from .promtool_slo import lane_tests
 from .rules import CANARY_FILE, HEALTH_FILE, RuleFile, RuleIndex, slo_file
@@ -34,7 +35,7 @@ def promtool_files(
     for lane in model.slo_lanes:
         name = slo_file(lane)
         out[unit_file_name(name)] = _doc(f"{rel}/{name}", lane_tests(model, lane, index))
-    health = health_tests(model, index) + capacity_tests(model, index)
+    health = health_tests(model, index) + capacity_tests(model, index) + gpu_tests(model, index)
     out[unit_file_name(HEALTH_FILE)] = _doc(f"{rel}/{HEALTH_FILE}", health)
     if CANARY_FILE in files:
         out[unit_file_name(CANARY_FILE)] = _doc(f"{rel}/{CANARY_FILE}", canary_tests(model, index))

@@ -6,7 +6,9 @@ from typing import Any
 
 from .canary_rules import canary_groups
 from .capacity_rules import capacity_groups
+from .change_rules import change_groups
 from .flow_rules import flow_groups
+from .gpu_rules import gpu_groups
 from .health_rules import health_groups
 from .model import AlertModel
 from .slo_rules import lane_groups
@@ -25,9 +27,8 @@ def rule_files(model: AlertModel) -> dict[str, RuleFile]:
     """One file per lane with SLOs, then the health rules (and the canary rules of split
     lanes); in a stable order."""
     files = {slo_file(lane): {"groups": lane_groups(model, lane)} for lane in model.slo_lanes}
-    files[HEALTH_FILE] = {
-        "groups": health_groups(model) + capacity_groups(model) + flow_groups(model)
-    }
+    groups = health_groups(model) + capacity_groups(model) + flow_groups(model)
+    files[HEALTH_FILE] = {"groups": groups + change_groups(model) + gpu_groups(model)}
     canary = canary_groups(model)
     if canary:
         files[CANARY_FILE] = {"groups": canary}

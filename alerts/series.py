@@ -85,6 +85,7 @@ def sli_buckets(sli: SLI) -> tuple[float, ...]:
 MISS_SPLIT = {
     "ttft": (("queue", "admission_queue"), ("prefill", "long_prefill")),
     "tpot": (("decode", "slow_client"), ("decode", "other")),
+    "itl": (("decode", "slow_client"), ("decode", "other")),
     "availability": (("queue", "upstream_error"), ("prefill", "other")),
 }
 TOP_SHARE = 0.75

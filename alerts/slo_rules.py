@@ -26,7 +26,7 @@ Group = dict[str, Any]
 # The period rules scan 30 days of samples; once every 5 minutes is plenty for a budget.
 PERIOD_INTERVAL = "5m"
 
-_TITLE = {"ttft": "TTFT", "tpot": "TPOT", "availability": "availability"}
+_TITLE = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL p95", "availability": "availability"}
 
 
 def lane_groups(model: AlertModel, lane: str) -> list[Group]:

@@ -231,6 +231,13 @@ SELECT
   NULL::DOUBLE AS engine_decode_ms,
   NULL::DOUBLE AS engine_inference_ms,
   NULL::DOUBLE AS engine_ttft_ms,
+  NULL::INTEGER AS pool_in_flight,  -- the dispatch snapshot: no pool state in generated traffic
+  NULL::INTEGER AS pool_max_running,
+  NULL::INTEGER AS pool_waiting,
+  NULL::DOUBLE AS pool_kv_usage,
+  NULL::BOOLEAN AS pool_preempting,
+  NULL::INTEGER AS pool_ahead_prompt_tokens,
+  NULL::INTEGER AS pool_prompt_tokens_during,
   CASE WHEN lane IN ('rag', 'agent') THEN substr(md5(lane || (i % 97)::VARCHAR), 1, 12)
   END AS prefix_fingerprint,
   CASE WHEN status = 'rejected' THEN NULL

@@ -11,6 +11,7 @@ from obs.engines.adapters import reports
 from . import expr as e
 from . import links
 from . import variables as v
+from .cold_starts import cold_start_row
 from .models import gpus_row, models_row
 from .panels import Grid, Query, Steps, dashboard, stat, timeseries
 
@@ -268,6 +269,7 @@ def build(config: Config) -> Dashboard:
     _engine_timings(grid)
     models_row(grid)
     gpus_row(grid)
+    cold_start_row(grid)
     _relay(grid)
     return dashboard(
         UID,

@@ -65,6 +65,8 @@ class Metrics:
         self.ttft = _hist(c.TTFT, registry, lat)
         self.tpot = _hist(c.TPOT, registry, tok)
         self.itl = BatchHistogram(c.ITL, registry, tok, scale=NS)
+        itl_p95 = c.merged_buckets(c.TOKEN_LATENCY_BUCKETS, config.slo_thresholds_s("itl"))
+        self.itl_p95 = _hist(c.ITL_REQUEST_P95, registry, itl_p95)
         self.blocked = _hist(c.STREAM_BLOCKED, registry, lat)
         self.prompt_tokens = _counter(c.PROMPT_TOKENS, registry)
         self.cached_tokens = _counter(c.CACHED_TOKENS, registry)
@@ -179,6 +181,8 @@ class Metrics:
             s.tpot.observe(ev.tpot_ms / 1000, ex)
         if finished.itl_ns:
             self.itl.observe_many(lp, finished.itl_ns)
+        if ev.itl_p95_ms is not None:
+            s.itl_p95.observe(ev.itl_p95_ms / 1000)
         if ev.stream:
             s.blocked.observe(ev.stream_blocked_ms / 1000)
         if ev.prompt_tokens:
@@ -247,6 +251,7 @@ class _Series:
         "completion_tokens",
         "disconnects",
         "duration",
+        "itl_p95",
         "phases",
         "prompt_tokens",
         "tpot",
@@ -258,6 +263,7 @@ class _Series:
         self.phases = [m.phase.labels(*lp, phase) for phase in c.PHASES]
         self.ttft = m.ttft.labels(*lp)
         self.tpot = m.tpot.labels(*lp)
+        self.itl_p95 = m.itl_p95.labels(*lp)
         self.blocked = m.blocked.labels(*lp)
         self.prompt_tokens = m.prompt_tokens.labels(*lp)
         self.cached_tokens = m.cached_tokens.labels(*lp)
@@ -370,3 +376,23 @@ class PoolStateCollector(Collector):
                 if value is not None:  # not reported by this engine: no sample at all
                     family.add_metric(lv, value)
         return [up, info, *families.values()]
+
+
+class ColdStartCollector(Collector):
+    """Scrape-time cold starts of each replica that came back after being down: how many
+    times, and its last cold start's seconds per stage (obs.sidecar.pools)."""
+
+    def __init__(
+        self, snapshot: Callable[[], Mapping[tuple[str, str], tuple[int, Mapping[str, float]]]]
+    ) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterable[Metric]:
+        m, n = c.POOL_COLD_START, c.POOL_COLD_STARTS
+        took = GaugeMetricFamily(m.name, m.help, labels=list(m.labels))
+        times = CounterMetricFamily(n.name, n.help, labels=list(n.labels))
+        for (pool, replica), (count, stages) in self._snapshot().items():
+            times.add_metric([pool, replica], float(count))
+            for stage, seconds in stages.items():
+                took.add_metric([pool, replica, stage], seconds)
+        return [took, times]

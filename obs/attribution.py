@@ -16,23 +16,45 @@ Each missed gate is attributed to a **phase** and a **cause** (``MISS_CAUSES``),
    phase on average (the ``Baseline``): TTFT is queue + prefill + first_token (a non-streamed
    request's e2e: every phase); TPOT is first_token + decode (the cadence upstream). Ties go
    to the earlier phase.
-2. **Cause**, the first that holds:
+2. **Cause**, the first that holds (the pool-state factors, ``AHEAD_FACTOR`` and
+   ``BUSY_FACTOR``, and the rules reading them live in ``obs.engine_queue``):
 
    * an availability miss: ``slow_client`` when the relay ended the stream on a client that
      read nothing (``error_class`` slow_client); ``upstream_error`` when the pool refused,
      failed or timed out (``upstream_*``, or no replica accepting connections); else
      ``other``;
-   * phase ``queue``: ``engine_queue`` when the engine's span shows its waiting queue took
-     at least half of the queue's excess (``obs.engines.view`` moves the engine's wait from
-     prefill into the queue phase); else ``admission_queue`` (the time from arrival to
-     dispatch is the lane's admission gate and the connect);
+   * phase ``queue``: the engine's queue when the engine's wait (``engine_queue_ms``: its
+     span's, or, with no span, the estimate of ``obs.engine_queue`` from the pool's state at
+     dispatch, ``engine_view: inferred``) took at least half of the queue's excess; then named
+     by what the pool's state at dispatch says filled the engine: ``kv_pressure`` when its KV
+     cache was near full or it was preempting, ``prefills_ahead`` when the requests in flight
+     ahead carried prompts (per request) at least ``AHEAD_FACTOR`` times what the lane's
+     good requests found ahead of them, and longer than this one's,
+     else ``engine_queue`` (the pool was saturated); without that wait,
+     ``admission_queue`` (the time from arrival to dispatch is the lane's admission gate
+     and the connect);
    * phase ``prefill``: ``long_prefill`` when the prompt has at least
      ``LONG_PROMPT_FACTOR`` times the tokens of the lane's good requests; ``cache_miss`` when
      no prompt token came from the prefix cache while at least ``CACHED_SHARE`` of the lane's
-     good requests hit it; else ``other``;
+     good requests hit it; then, by the pool's state at dispatch: when every slot was taken,
+     or when the engine's span shows its own queue and prefill explain less than half the
+     phase's excess (the request waited before the engine's scheduler, in its API server),
+     as in the queue phase (``engine_queue`` by default); with a slot free, ``kv_pressure``,
+     ``prefills_ahead`` when the requests in flight carried at least ``AHEAD_FACTOR`` times
+     the prompt tokens the lane's good requests found in flight (the engine's steps were
+     busy prefilling them; or, sent while it was in flight, at least ``AHEAD_FACTOR`` times
+     the prompt tokens per ms its lane's good requests saw), or ``engine_queue`` when there
+     were at least ``BUSY_FACTOR``
+     times as many requests in flight as they found (the pool was saturated); else
+     ``other``;
    * phases ``first_token``, ``decode`` and ``stream``: ``slow_client`` when the relay was
      blocked writing to the client for at least half of the phase's excess (a stream always
-     is: its phase is the client reading the rest); else ``other``.
+     is: its phase is the client reading the rest); in ``decode``, ``kv_pressure`` when the
+     engine was short of KV cache at dispatch (a preempted request stalls), and
+     ``prefills_ahead`` when the pool was saturated at dispatch (each waiting request it
+     admits is prefilled in the same steps as this one's decode) or its batch carried far
+     more prompt tokens than usual, and ``engine_queue`` for a batch of far more requests
+     than usual (as in prefill); else ``other``.
 
 Replicas, tenants and models are not causes of one request (one request cannot tell whether
 its replica is unusual): ``vllm-obs query budget`` names the ones behind most misses.
@@ -47,6 +69,7 @@ from dataclasses import dataclass, field
 from dataclasses import replace as _replace
 from typing import Any, Final
 
+from obs import engine_queue
 from obs.config import Config, Lane
 from obs.conventions import BAD_OUTCOMES, MISS_CAUSES, OK, PHASES, SLO_KINDS
 from obs.record import Finished
@@ -58,7 +81,14 @@ TPOT_PHASES: Final[tuple[str, ...]] = ("first_token", "decode")
 # How many good requests the running baseline averages over (the weight of a new one).
 BASELINE_REQUESTS: Final = 100
 SLOW_CLIENT, UPSTREAM_ERROR, OTHER = "slow_client", "upstream_error", "other"
-assert {SLOW_CLIENT, UPSTREAM_ERROR, OTHER} <= set(MISS_CAUSES)
+ENGINE_QUEUE, PREFILLS_AHEAD, KV_PRESSURE = (
+    engine_queue.ENGINE_QUEUE,
+    engine_queue.PREFILLS_AHEAD,
+    engine_queue.KV_PRESSURE,
+)
+assert {SLOW_CLIENT, UPSTREAM_ERROR, OTHER, ENGINE_QUEUE, PREFILLS_AHEAD, KV_PRESSURE} <= set(
+    MISS_CAUSES
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +109,16 @@ class Facts:
     cache_hit: bool | None = None
     engine_queue_ms: float | None = None
     stream_blocked_ms: float = 0.0
+    engine_view: str | None = None
+    engine_prefill_ms: float | None = None
+    # The pool's state at dispatch (the event's pool_* fields).
+    pool_in_flight: int | None = None
+    pool_max_running: int | None = None
+    pool_waiting: int | None = None
+    pool_kv_usage: float | None = None
+    pool_preempting: bool | None = None
+    pool_ahead_prompt_tokens: int | None = None
+    pool_prompt_tokens_during: int | None = None
 
     @classmethod
     def of(cls, ev: Any) -> Facts:
@@ -88,14 +128,22 @@ class Facts:
             tuple(getattr(ev, f"{p}_ms") for p in PHASES),
             ev.ttft_ms, ev.tpot_ms, ev.error_class, ev.error_phase, ev.rejection_reason,
             ev.prompt_tokens, ev.cache_hit, ev.engine_queue_ms, ev.stream_blocked_ms or 0.0,
+            ev.engine_view, ev.engine_prefill_ms, ev.pool_in_flight, ev.pool_max_running,
+            ev.pool_waiting,
+            ev.pool_kv_usage, ev.pool_preempting, ev.pool_ahead_prompt_tokens,
+            ev.pool_prompt_tokens_during,
         )  # fmt: skip
 
     @classmethod
     def of_row(cls, row: Mapping[str, Any]) -> Facts:
         """From an event as a mapping of its fields (a query's row; ClickHouse's 0/1 too)."""
         f = cls.of(_Row(row))
-        hit = row.get("cache_hit")
-        return f if hit is None or isinstance(hit, bool) else _replace(f, cache_hit=bool(hit))
+        hit, preempting = row.get("cache_hit"), row.get("pool_preempting")
+        if hit is not None and not isinstance(hit, bool):
+            f = _replace(f, cache_hit=bool(hit))
+        if preempting is not None and not isinstance(preempting, bool):
+            f = _replace(f, pool_preempting=bool(preempting))
+        return f
 
     @property
     def ttft_value(self) -> float | None:
@@ -123,6 +171,10 @@ class Baseline:
     prompt_tokens: float | None = None
     cache_hit_ratio: float | None = None
     engine_queue_ms: float | None = None
+    ahead_tokens: float | None = None  # prompt tokens in flight ahead, per request ahead
+    ahead_total: float | None = None  # prompt tokens in flight ahead, in all
+    in_flight: float | None = None  # requests in flight on the replica at dispatch
+    during_rate: float | None = None  # others' prompt tokens sent per ms while in flight
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +244,8 @@ def _worst(f: Facts, candidates: tuple[str, ...], base: Baseline) -> str:
 def _failure_cause(f: Facts) -> str:
     if f.error_class == SLOW_CLIENT:
         return SLOW_CLIENT
-    if (f.error_class or "").startswith("upstream_") or f.rejection_reason == "pool_unavailable":
+    pool_side = (f.error_class or "").startswith("upstream_") or f.error_class == "oom"
+    if pool_side or f.rejection_reason == "pool_unavailable":
         return UPSTREAM_ERROR
     return OTHER
 
@@ -203,7 +256,7 @@ def _latency_cause(f: Facts, phase: str, base: Baseline) -> str:
         if f.engine_queue_ms is not None:
             waited = f.engine_queue_ms - (base.engine_queue_ms or 0.0)
             if over > 0 and waited >= over / 2:
-                return "engine_queue"
+                return engine_queue.engine_cause(f, base) or ENGINE_QUEUE
         return "admission_queue"
     if phase == "prefill":
         if (
@@ -214,9 +267,17 @@ def _latency_cause(f: Facts, phase: str, base: Baseline) -> str:
             return "long_prefill"
         if f.cache_hit is False and (base.cache_hit_ratio or 0.0) >= CACHED_SHARE:
             return "cache_miss"
-        return OTHER
+        if engine_queue.queued(f) or engine_queue.before_the_scheduler(f, over):
+            return engine_queue.engine_cause(f, base) or ENGINE_QUEUE
+        return engine_queue.busy_cause(f, base) or OTHER
     if phase == "stream" or (over > 0 and f.stream_blocked_ms >= over / 2):
         return SLOW_CLIENT
+    if phase == "decode":
+        if engine_queue.queued(f):
+            # A saturated pool admits each waiting request as a slot frees, and prefills it
+            # in the same steps as the running requests' decode.
+            return engine_queue.engine_cause(f, base) or PREFILLS_AHEAD
+        return engine_queue.busy_cause(f, base) or OTHER
     return OTHER
 
 
@@ -233,6 +294,10 @@ class RunningBaseline:
     prompt: tuple[int, float] = (0, 0.0)  # (samples, mean)
     cached: tuple[int, float] = (0, 0.0)
     engine_queue: tuple[int, float] = (0, 0.0)
+    ahead: tuple[int, float] = (0, 0.0)
+    ahead_total: tuple[int, float] = (0, 0.0)
+    in_flight: tuple[int, float] = (0, 0.0)
+    during: tuple[int, float] = (0, 0.0)
 
     def add(self, f: Facts) -> None:
         """Count one good request of the lane."""
@@ -246,6 +311,16 @@ class RunningBaseline:
             self.cached = _mean(self.cached, 1.0 if f.cache_hit else 0.0)
         if f.engine_queue_ms is not None:
             self.engine_queue = _mean(self.engine_queue, f.engine_queue_ms)
+        per = engine_queue.ahead_per_request(f)
+        if per is not None:
+            self.ahead = _mean(self.ahead, per)
+        if f.pool_ahead_prompt_tokens is not None:
+            self.ahead_total = _mean(self.ahead_total, f.pool_ahead_prompt_tokens)
+        if f.pool_in_flight is not None:
+            self.in_flight = _mean(self.in_flight, f.pool_in_flight)
+        rate = engine_queue.during_rate(f)
+        if rate is not None:
+            self.during = _mean(self.during, rate)
 
     def snapshot(self) -> Baseline:
         """The baseline as the rule reads it."""
@@ -254,6 +329,10 @@ class RunningBaseline:
             self.prompt[1] if self.prompt[0] else None,
             self.cached[1] if self.cached[0] else None,
             self.engine_queue[1] if self.engine_queue[0] else None,
+            self.ahead[1] if self.ahead[0] else None,
+            self.ahead_total[1] if self.ahead_total[0] else None,
+            self.in_flight[1] if self.in_flight[0] else None,
+            self.during[1] if self.during[0] else None,
         )
 
 
@@ -274,6 +353,11 @@ class Attributor:
         self._lanes = dict(lanes)
         self._baselines = {name: RunningBaseline() for name in self._lanes}
 
+    def base_prefill_ms(self, lane: str) -> float:
+        """The lane's good requests' mean prefill so far (0 before the first)."""
+        base = self._baselines.get(lane)
+        return base.phases_ms[PHASES.index("prefill")] if base is not None else 0.0
+
     def judge(self, f: Facts) -> tuple[Miss, ...]:
         lane = self._lanes.get(f.lane)
         base = self._baselines.get(f.lane)
@@ -289,8 +373,10 @@ class MissStamp:
     """The record's attribution step: the sidecar's last processor, before every exporter
     (``obs.sidecar.record.recorder``).
 
-    Sets the event's ``miss_slo``, ``miss_phase`` and ``miss_cause`` and the record's
-    ``misses`` (every missed gate, for the ``slo_misses`` counter).
+    With no engine span joined, first splits a queued request's engine wait from its prefill
+    (``obs.engine_queue``: ``engine_view: inferred``). Then sets the event's ``miss_slo``,
+    ``miss_phase`` and ``miss_cause`` and the record's ``misses`` (every missed gate, for the
+    ``slo_misses`` counter).
     """
 
     def __init__(self, config: Config) -> None:
@@ -301,6 +387,7 @@ class MissStamp:
 
     def on_end(self, finished: Finished) -> Finished:
         ev = finished.event
+        engine_queue.infer(finished, self._attributor.base_prefill_ms(ev.lane))
         misses = self._attributor.judge(Facts.of(ev))
         finished.misses = tuple((m.slo, m.phase, m.cause) for m in misses)
         if misses:

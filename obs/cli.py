@@ -16,23 +16,34 @@ from collections.abc import Sequence
 
 from obs.errors import ObsError
 
-# Subcommand modules, in the order ``--help`` lists them.
-COMMANDS = (
-    "obs.sidecar.cli",
-    "obs.config_cli",
-    "obs.loadgen.cli",
-    "obs.alerts.cli",
-    "obs.dashboards.cli",
-    "obs.kube.cli",
-    "obs.query.cli",
-    "obs.clickhouse.cli",
-    "obs.engines.cli",
-    "obs.demo.cli",
-    "obs.sweep.cli",
-)
+# Each command's module, in the order ``--help`` lists them.
+COMMANDS = {
+    "sidecar": "obs.sidecar.cli",
+    "config": "obs.config_cli",
+    "load": "obs.loadgen.cli",
+    "alerts": "obs.alerts.cli",
+    "dashboards": "obs.dashboards.cli",
+    "k8s": "obs.kube.cli",
+    "query": "obs.query.cli",
+    "clickhouse": "obs.clickhouse.cli",
+    "engine": "obs.engines.cli",
+    "demo": "obs.demo.cli",
+    "sweep": "obs.sweep.cli",
+    "plan": "obs.plan.cli",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _modules(argv: Sequence[str] | None) -> list[str]:
+    """The modules whose parsers ``argv`` needs: its command's only, when it names one (a
+    command does not pay for the others' imports); every one otherwise (``--help``)."""
+    first = next((a for a in argv or () if not a.startswith("-")), None)
+    if first in COMMANDS:
+        return [COMMANDS[first]]
+    return list(COMMANDS.values())
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of only the one ``argv`` names."""
     parser = argparse.ArgumentParser(
         prog="vllm-obs",
         description=(
@@ -42,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMANDS:
+    for name in _modules(argv):
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as e:
@@ -54,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args) or 0)

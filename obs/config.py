@@ -23,25 +23,23 @@ from pydantic import (
 )
 
 from obs.config_blocks import (
+    Auth,
     ClickHouseExport,
     EngineKind,
     HealthCheck,
     LaneBlocks,
+    Name,
     PoolBlocks,
-    RateLimit,
+    PositiveFloat,
+    PositiveInt,
     RateLimits,
+    Ratio,
     Tenant,
 )
 from obs.durations import seconds
 from obs.errors import ConfigError
 from obs.matching import Match, Recognition
 from obs.splits import Canary, with_baseline
-
-NAME_RE = r"^[a-z][a-z0-9_-]{0,39}$"
-Name = Annotated[str, Field(pattern=NAME_RE)]
-PositiveInt = Annotated[int, Field(gt=0)]
-PositiveFloat = Annotated[float, Field(gt=0)]
-Ratio = Annotated[float, Field(gt=0, lt=1)]
 
 # The SRE-workbook multi-window, multi-burn-rate alerts: data, not code.
 DEFAULT_BURN_WINDOWS: list[dict[str, object]] = [
@@ -86,6 +84,9 @@ class AvailabilitySLO(_Model):
 class SLO(_Model):
     ttft: LatencySLO | None = None
     tpot: LatencySLO | None = None
+    # Each streamed request's p95 gap between output chunks (its itl_p95_ms) within the
+    # threshold, for ``objective`` of them: the lab's TTFT/ITL gate.
+    itl: LatencySLO | None = None
     availability: AvailabilitySLO | None = None
     # Alerting floor for the prefix-cache hit ratio of the lane's pool (lanes that expect reuse).
     cache_hit_ratio_min: Ratio | None = None
@@ -215,6 +216,10 @@ class Pool(PoolBlocks):
     # Which engine serves the pool (its adapter; ``auto``: detected), and its flags: PoolBlocks
     engine: EngineKind = "auto"
     health: HealthCheck = HealthCheck()
+    # False for replicas that serve no Prometheus /metrics (a hosted OpenAI-compatible API as a
+    # fallback): their health comes from a GET of ``health.path`` (``/v1/models`` for most
+    # hosted APIs), their engine state is unknown, and no saturation alert is judged on them.
+    metrics: bool = True
     kv_cache_usage_max: Ratio = 0.9
 
     @field_validator("replicas")
@@ -244,30 +249,6 @@ class Pool(PoolBlocks):
                 "pool's max_num_seqs; declare it (engine: {kind: ..., max_num_seqs: N})"
             )
         return self
-
-
-class ApiKey(RateLimit):
-    """A client API key, stored as its SHA-256 (``vllm-obs config hash-key``), its tenant, and
-    its own rate limits (``requests_per_minute``, ``tokens_per_minute``; beside its tenant's)."""
-
-    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
-    tenant: Name
-
-
-class Auth(_Model):
-    """Who the client is. With ``api_keys``, requests without a listed key get 401."""
-
-    api_keys: list[ApiKey] = Field(default_factory=list)
-    # A header naming the tenant, set by a gateway you trust; used when no key names one.
-    tenant_header: Annotated[str, Field(pattern=r"^[A-Za-z0-9-]{1,64}$")] | None = None
-
-    @field_validator("api_keys")
-    @classmethod
-    def _unique(cls, keys: list[ApiKey]) -> list[ApiKey]:
-        hashes = [k.sha256 for k in keys]
-        if len(set(hashes)) != len(hashes):
-            raise ValueError("the same key hash is listed twice")
-        return keys
 
 
 class Config(_Model):
@@ -318,7 +299,7 @@ class Config(_Model):
     def pool(self, name: str) -> Pool:
         return next(p for p in self.pools if p.name == name)
 
-    def slo_thresholds_s(self, which: Literal["ttft", "tpot"]) -> list[float]:
+    def slo_thresholds_s(self, which: Literal["ttft", "tpot", "itl"]) -> list[float]:
         """Every latency threshold of that kind, in seconds (for histogram buckets)."""
         out = []
         for lane in self.lanes:

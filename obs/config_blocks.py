@@ -16,12 +16,15 @@ from pydantic import (
     Field,
     SerializationInfo,
     SerializerFunctionWrapHandler,
+    field_validator,
     model_serializer,
     model_validator,
 )
 
 from obs.durations import seconds
 
+NAME_RE = r"^[a-z][a-z0-9_-]{0,39}$"
+Name = Annotated[str, Field(pattern=NAME_RE)]
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 Ratio = Annotated[float, Field(gt=0, lt=1)]
@@ -54,6 +57,38 @@ class DeclaredEngine(_Model):
     def values(self) -> dict[str, object]:
         """The declared flags (those given), by name."""
         return self.model_dump(exclude_none=True)
+
+    def serve_args(self) -> list[str]:
+        """The declared flags as ``vllm serve`` arguments, in field order (``prefix_caching``:
+        ``--enable-prefix-caching`` or ``--no-enable-prefix-caching``)."""
+        out: list[str] = []
+        for name, value in self.values().items():
+            if isinstance(value, bool):
+                out.append(f"--{'' if value else 'no-'}enable-{name.replace('_', '-')}")
+            else:
+                out += [serve_flag(name), str(value)]
+        return out
+
+
+def serve_flag(name: str) -> str:
+    """The ``vllm serve`` flag of a declared setting: ``max_num_seqs`` -> ``--max-num-seqs``."""
+    return "--" + name.replace("_", "-")
+
+
+def declared_in_args(args: list[str]) -> dict[str, object]:
+    """The settings a ``vllm serve`` argument list gives that a pool can declare, by name
+    (``DeclaredEngine``'s fields): what a shipped serve line must agree with."""
+    out: dict[str, object] = {}
+    words = [w for a in args for w in a.split("=", 1)] if args else []
+    for i, word in enumerate(words):
+        for name, field in DeclaredEngine.model_fields.items():
+            if field.annotation == bool | None:
+                flag = serve_flag(name).replace("--", "--enable-", 1)
+                if word in (flag, flag.replace("--enable-", "--no-enable-", 1)):
+                    out[name] = not word.startswith("--no-")
+            elif word == serve_flag(name) and i + 1 < len(words):
+                out[name] = int(words[i + 1])
+    return out
 
 
 def engine_block(data: Any) -> Any:
@@ -94,7 +129,8 @@ class LaneAlerts(_Model):
 class PoolAlerts(_Model):
     """A pool's thresholds for the alerts the production guides name (their numbers)."""
 
-    engine_waiting_max: PositiveInt = 100  # requests waiting in one replica's engine
+    # Requests waiting in one replica's engine; unset: the declared max_num_seqs, else 100.
+    engine_waiting_max: PositiveInt = 100
     # Generated tokens/s over 5m below this share of the same ``throughput_baseline`` before.
     throughput_drop_ratio: Ratio = 0.5
     throughput_baseline: Duration = "1h"
@@ -203,3 +239,27 @@ class ClickHouseExport(_Model):
 class HealthCheck(_Model):
     path: str = "/health"
     interval_s: PositiveFloat = 5.0
+
+
+class ApiKey(RateLimit):
+    """A client API key, stored as its SHA-256 (``vllm-obs config hash-key``), its tenant, and
+    its own rate limits (``requests_per_minute``, ``tokens_per_minute``; beside its tenant's)."""
+
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    tenant: Name
+
+
+class Auth(_Model):
+    """Who the client is. With ``api_keys``, requests without a listed key get 401."""
+
+    api_keys: list[ApiKey] = Field(default_factory=list)
+    # A header naming the tenant, set by a gateway you trust; used when no key names one.
+    tenant_header: Annotated[str, Field(pattern=r"^[A-Za-z0-9-]{1,64}$")] | None = None
+
+    @field_validator("api_keys")
+    @classmethod
+    def _unique(cls, keys: list[ApiKey]) -> list[ApiKey]:
+        hashes = [k.sha256 for k in keys]
+        if len(set(hashes)) != len(hashes):
+            raise ValueError("the same key hash is listed twice")
+        return keys

@@ -81,6 +81,10 @@ def describe(config: object) -> str:
             parts.append(f"TTFT <= {slo.ttft.threshold_ms:g} ms for {slo.ttft.objective:.1%}")
         if slo.tpot:
             parts.append(f"TPOT <= {slo.tpot.threshold_ms:g} ms for {slo.tpot.objective:.1%}")
+        if slo.itl:
+            parts.append(
+                f"ITL p95 <= {slo.itl.threshold_ms:g} ms for {slo.itl.objective:.1%} of requests"
+            )
         if slo.availability:
             parts.append(f"availability {slo.availability.objective:.2%}")
         if slo.cache_hit_ratio_min:
@@ -158,7 +162,7 @@ def run_hash_key(args: argparse.Namespace) -> int:
     import re
     import sys
 
-    from obs.config import NAME_RE
+    from obs.config_blocks import NAME_RE
     from obs.errors import InputError
 
     if not re.match(NAME_RE, args.tenant):

@@ -112,7 +112,8 @@ class Event:
     http_status: int | None = _f("HTTP status the client received (or would have).")
     error_class: str | None = _f(
         "Why it failed: upstream_connect, upstream_status, upstream_timeout, "
-        "upstream_protocol, upstream_stream_error, client_disconnect, slow_client, admission, "
+        "upstream_protocol, upstream_stream_error, oom (a 5xx status or error frame whose text "
+        "says the engine ran out of memory), client_disconnect, slow_client, admission, "
         "bad_request, unauthorized, request_limit (the sidecar's server refused it: a body too "
         "slow, 408, or past the body memory budget, 503), shutdown, internal."
     )
@@ -144,9 +145,9 @@ class Event:
         "docs/query.md, Where the error budget went."
     )
     miss_cause: str | None = _f(
-        "Why the first missed gate was missed: admission_queue, engine_queue, long_prefill, "
-        "cache_miss, slow_client, upstream_error or other (the rule: docs/query.md, Where the "
-        "error budget went); null when miss_slo is."
+        "Why the first missed gate was missed: admission_queue, engine_queue, prefills_ahead, "
+        "kv_pressure, long_prefill, cache_miss, slow_client, upstream_error or other (the "
+        "rule: docs/query.md, Where the error budget went); null when miss_slo is."
     )
     cached_tokens: int | None = _f(
         "Prompt tokens served from the prefix cache (needs vLLM's "
@@ -184,16 +185,50 @@ class Event:
         False,
     )
     engine_view: str = _f(
-        "Whether the engine's request span was joined (vLLM, SGLang, TGI): joined, or absent "
-        "(pool not tracing to the sidecar, request failed, the span came after the join wait "
-        "or had no usable timing; always for llama.cpp).",
+        "Where the engine's side of the request comes from: joined (the engine's request span "
+        "was joined: vLLM, SGLang, TGI), inferred (no span, but the pool's state at dispatch "
+        "says the request waited for a batch slot: the wait is estimated from the sidecar's "
+        "own timings, see `engine_queue_ms`), or absent (no span and no sign of a wait: pool "
+        "not tracing to the sidecar, request failed, the span came after the join wait or had "
+        "no usable timing; llama.cpp sends none).",
         "absent",
     )
-    engine_queue_ms: float | None = _f("Engine: time in the engine's waiting queue.")
+    engine_queue_ms: float | None = _f(
+        "Engine: time in the engine's waiting queue (the span's; with engine_view `inferred`, "
+        "an estimate: the prefill beyond the lane's good requests' mean prefill, moved from "
+        "prefill_ms into queue_ms)."
+    )
     engine_prefill_ms: float | None = _f("Engine: time in model prefill.")
     engine_decode_ms: float | None = _f("Engine: time in model decode.")
     engine_inference_ms: float | None = _f("Engine: prefill + decode.")
     engine_ttft_ms: float | None = _f("Engine: arrival in the engine to first token.")
+    pool_in_flight: int | None = _f(
+        "Requests the sidecar had in flight on the serving replica when it dispatched this one "
+        "(this one not counted); null when the request reached no replica."
+    )
+    pool_max_running: int | None = _f(
+        "The serving replica's batch slots at dispatch: the pool's declared max_num_seqs, "
+        "else what its engine reports (llama.cpp's slots); null when unknown."
+    )
+    pool_waiting: int | None = _f(
+        "Requests waiting in the serving replica's engine queue at the sidecar's last poll "
+        "before dispatch; null when the engine reports none or was not read yet."
+    )
+    pool_kv_usage: float | None = _f(
+        "The serving replica's KV-cache usage (0-1) at the sidecar's last poll before dispatch."
+    )
+    pool_preempting: bool | None = _f(
+        "True when the serving replica's engine preempted requests between the sidecar's last "
+        "two polls before dispatch (KV cache short)."
+    )
+    pool_ahead_prompt_tokens: int | None = _f(
+        "Estimated prompt tokens (request bytes / 4) of the requests in flight on the serving "
+        "replica at dispatch: the prefills ahead of this one."
+    )
+    pool_prompt_tokens_during: int | None = _f(
+        "Estimated prompt tokens (request bytes / 4) sent to the serving replica while this "
+        "request was in flight there: the other requests' prefills that shared its steps."
+    )
     prefix_fingerprint: str | None = _f(
         "Short hash of the prompt's first 512 characters, for cache analysis (no text)."
     )

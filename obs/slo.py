@@ -1,6 +1,6 @@
 """The lane SLOs as the rule and dashboard generators read them: one model for both.
 
-``objectives(lane)`` lists a lane's declared SLOs in ``SLO_KINDS`` order;
+``objectives(lane)`` lists a lane's declared SLOs in ``RULE_SLO_KINDS`` order;
 ``obs.alerts.model.SLI`` adds the burn windows that alert on one of them.
 """
 
@@ -12,7 +12,7 @@ from obs import conventions as c
 from obs.config import Lane, LatencySLO
 
 # The histogram each latency SLO kind is judged on.
-LATENCY_HISTOGRAMS = {"ttft": c.TTFT, "tpot": c.TPOT}
+LATENCY_HISTOGRAMS = {"ttft": c.TTFT, "tpot": c.TPOT, "itl": c.ITL_REQUEST_P95}
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +21,7 @@ class Objective:
 
     lane: str
     pool: str
-    kind: str  # one of conventions.SLO_KINDS
+    kind: str  # one of conventions.RULE_SLO_KINDS
     objective: float
     threshold_ms: float | None  # latency SLOs only
 
@@ -52,9 +52,9 @@ class Objective:
 
 
 def objectives(lane: Lane) -> list[Objective]:
-    """The lane's declared SLOs, in ``SLO_KINDS`` order."""
+    """The lane's declared SLOs, in ``RULE_SLO_KINDS`` order."""
     out = []
-    for kind in c.SLO_KINDS:
+    for kind in c.RULE_SLO_KINDS:
         slo = getattr(lane.slo, kind)
         if slo is None:
             continue

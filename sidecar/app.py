@@ -34,7 +34,7 @@ from obs.exporters.otel import OtlpSettings, SpanExporter
 from obs.exporters.otlp_http import default_resource
 from obs.exporters.otlp_logs import LogRecordExporter
 from obs.exporters.otlp_metrics import GenAiMetricsExporter
-from obs.exporters.prom import Metrics, PoolStateCollector
+from obs.exporters.prom import ColdStartCollector, Metrics, PoolStateCollector
 from obs.exporters.served import DriftCollector, ServedCollector
 from obs.lanes import Classifier
 from obs.served import config_fingerprint
@@ -95,6 +95,7 @@ class SidecarApp:
         self.pools = PoolSet(settings.config, settings.pool_poll_interval_s)
         self.pools.on_models = self.metrics.pool_models
         self.registry.register(PoolStateCollector(self.pools.snapshot))
+        self.registry.register(ColdStartCollector(self.pools.cold_starts))
         self.config_fingerprint = config_fingerprint(settings.config.model_dump_json())
         self.registry.register(
             ServedCollector(

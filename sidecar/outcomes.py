@@ -29,6 +29,7 @@ raises an exception the table has no entry for (tests/sidecar/test_outcomes.py).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +41,16 @@ from obs.events import Event
 from obs.openai_api import error_code
 
 MAX_MESSAGE = 300  # characters of an error's message the event keeps
+# An engine's out-of-memory failure, in its error text: PyTorch's "CUDA out of memory" /
+# torch.OutOfMemoryError (vLLM's 500 body or error frame), llama.cpp's "failed to allocate".
+OOM_TEXT = re.compile(r"out of memory|OutOfMemoryError|failed to allocate", re.IGNORECASE)
+OOM = "oom"
+
+
+def pool_error_class(status: int, message: str, default: str) -> str:
+    """``oom`` for a server-side failure whose text says the engine ran out of memory,
+    else ``default``: an OOM reads apart from any other 5xx."""
+    return OOM if status >= 500 and OOM_TEXT.search(message) else default
 
 
 class RelayError(ObsError):
@@ -193,6 +204,7 @@ class PoolStatus(RelayError):
         super().__init__(message)
         self.status = status
         self.type_ = _type_of(status)
+        self.error_class = pool_error_class(status, message, self.error_class)
 
 
 class EngineQueueFull(RelayError):
@@ -218,6 +230,7 @@ class PoolErrorFrame(RelayError):
         code = error_code(error)
         self.status = code if code is not None else 502
         self.type_ = str(error.get("type") or _type_of(self.status))
+        self.error_class = pool_error_class(self.status, self.message, self.error_class)
 
 
 def pool_status(status: int, message: str) -> RelayError:

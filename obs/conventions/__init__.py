@@ -13,6 +13,7 @@ name is writing it once, in its submodule.
 from __future__ import annotations
 
 from obs.conventions.buckets import *  # noqa: F403
+from obs.conventions.causes import *  # noqa: F403
 from obs.conventions.engines import *  # noqa: F403
 from obs.conventions.genai import *  # noqa: F403
 from obs.conventions.labels import *  # noqa: F403

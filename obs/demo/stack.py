@@ -20,12 +20,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from obs.demo.options import LOCAL_MAX_MODEL_LEN, LOCAL_POOLS
+from obs.demo.options import LOCAL_MAX_MODEL_LEN, LOCAL_POOLS, SIM_POOLS
 from obs.engines.server import ServerError, VllmServer
 from obs.engines.setup import EnginePaths
 from obs.procs import group_alive
 
 if TYPE_CHECKING:
+    from obs.engines.sim.process import SimServer
     from obs.sidecar.process import SidecarProcess
 
 WAIT_POLL_S = 0.2
@@ -173,7 +174,12 @@ def _abort_start(server: VllmServer, finished: threading.Event) -> None:
 
 
 def start_sidecar(
-    stack: Stack, config: Path, events: Path, log_path: Path, env: dict[str, str] | None = None
+    stack: Stack,
+    config: Path,
+    events: Path,
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    port: int | None = None,
 ) -> SidecarProcess:
     """The sidecar on the lanes file ``config``, polling its pools every second: on the
     stack before it starts, tracked once it runs. Raises ``RuntimeError`` or
@@ -186,6 +192,7 @@ def start_sidecar(
         args=["--pool-poll-interval", "1"],
         env=env,
         log_path=log_path,
+        port=port,
     )
     stack.push(SIDECAR, sidecar.stop)
     try:
@@ -196,13 +203,17 @@ def start_sidecar(
     return sidecar
 
 
-def local_pools(paths: EnginePaths, log_dir: Path) -> list[VllmServer]:
-    """The demo's local vLLM pools (``LOCAL_POOLS``, in order), not started yet."""
+def local_pools(
+    paths: EnginePaths, log_dir: Path, traces_to: str | None = None
+) -> list[VllmServer]:
+    """The demo's local vLLM pools (``LOCAL_POOLS``, in order), not started yet; sending
+    their request spans to ``traces_to`` (the sidecar's ``/v1/traces``) when given."""
     return [
         VllmServer(
             paths.model_dir,
             max_model_len=LOCAL_MAX_MODEL_LEN,
             kv_cache_bytes=spec.kv_cache_bytes,
+            otlp_traces_endpoint=traces_to,
             extra_args=spec.vllm_args,
             log_path=log_dir / f"vllm-{spec.name}.log",
             python=paths.python,
@@ -210,3 +221,34 @@ def local_pools(paths: EnginePaths, log_dir: Path) -> list[VllmServer]:
         )
         for spec in LOCAL_POOLS
     ]
+
+
+def sim_pools(log_dir: Path, traces_to: str | None = None) -> list[SimServer]:
+    """The same pools simulated (``SIM_POOLS``, in ``LOCAL_POOLS`` order), not started yet."""
+    from obs.engines.sim.process import SimServer
+
+    traced = ("--otlp-traces-endpoint", traces_to) if traces_to else ()
+    return [
+        SimServer((*SIM_POOLS[spec.name], *traced), log_path=log_dir / f"sim-{spec.name}.log")
+        for spec in LOCAL_POOLS
+    ]
+
+
+def start_sims(
+    servers: Sequence[SimServer], stack: Stack, names: Sequence[str], say: Callable[[str], None]
+) -> list[str]:
+    """Start the simulated pools one by one (each is ready in about a second), saying each;
+    the start errors (empty when all answer /health)."""
+    errors = []
+    for server, name in zip(servers, names, strict=True):
+        stack.push(f"sim pool {name}", server.stop)
+        try:
+            server.start()
+            args = " ".join(SIM_POOLS[name])
+            say(f"[pools] {name:<11} {server.url}  engine sim {args}")
+        except RuntimeError as e:
+            errors.append(f"{name}: {e}")
+        finally:
+            with contextlib.suppress(RuntimeError):  # never launched: nothing to track
+                stack.track(f"sim pool {name}", server.pid, group=True)
+    return errors

@@ -67,6 +67,7 @@ _LANES_HEADER = (
     "# pool's replicas pointed at the pools this demo ran. Check it: vllm-obs config check\n"
 )
 REQUEST_TIMEOUT_S = 120.0
+UNLABELLED_CLIENTS = 4  # per class, when clients send no class header (slow readers learned)
 
 
 def write_mix(path: Path, full_mix: bool) -> Path | None:
@@ -83,11 +84,29 @@ def load_demo_mix(mix_path: Path | None, sets: tuple[str, ...]) -> Mix:
     return load_mix(mix_path, sets)
 
 
-def write_lanes(path: Path, replicas: Mapping[str, list[str]]) -> Config:
-    """The default lanes with each pool's replicas replaced; written to ``path`` and validated."""
+def write_lanes(
+    path: Path,
+    replicas: Mapping[str, list[str]],
+    engines: Mapping[str, Mapping[str, object]] | None = None,
+    *,
+    traced: bool = False,
+) -> Config:
+    """The default lanes with each pool's replicas replaced; written to ``path`` and validated.
+
+    Each pool's ``engine:`` block is ``engines[pool]`` (the engine and flags its replicas run
+    with); a pool not in ``engines`` declares none (the shipped block names the production
+    flags, not what these replicas run). ``traced``: the pools send their request spans to the
+    sidecar (``engine_traces``)."""
     data = yaml.safe_load(default_config_path().read_text(encoding="utf-8"))
     for pool in data["pools"]:
         pool["replicas"] = list(replicas[pool["name"]])
+        engine = (engines or {}).get(pool["name"])
+        if engine is None:
+            pool.pop("engine", None)
+        else:
+            pool["engine"] = dict(engine)
+        if traced:
+            pool["engine_traces"] = True
     path.write_text(_LANES_HEADER + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return load_config(path)
 
@@ -155,10 +174,13 @@ def drive(
     notice: Callable[[str], None],
     sessions: int | None = None,
     whole_plan: bool = False,
+    class_header: bool = True,
 ) -> LoadOutcome:
     """Send the mix open-loop at ``rate`` sessions/s for ``duration_s`` to ``url``.
 
     ``sessions`` also ends the plan after that many sessions (an agent conversation is one).
+    ``class_header=False``: clients name no class (``X-Client-Class``), each class its own
+    few clients (API keys), and the sidecar recognises them.
     ``whole_plan`` cuts the plan at ``duration_s`` of *planned* time and sends all of it,
     every turn, however late a busy generator runs: runs that are compared then send the
     same requests.
@@ -178,6 +200,8 @@ def drive(
         base_url=url,
         duration_s=None if whole_plan else duration_s,
         request_timeout_s=REQUEST_TIMEOUT_S,
+        class_header=class_header,
+        clients=0 if class_header else UNLABELLED_CLIENTS,
     )
     outcome = LoadOutcome(None, False, None)
 

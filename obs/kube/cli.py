@@ -15,8 +15,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "config: each pool overlay's lanes.yaml (the pool's lanes, on the vLLM container "
         "beside the sidecar), monitoring/prometheusrule.yaml (the rules `vllm-obs alerts` "
         "writes, as one PrometheusRule) and monitoring/dashboards.yaml (the dashboards as "
-        "ConfigMaps labelled grafana_dashboard). The hand-written files (base/, each "
-        "overlay's kustomization and vLLM flags) are not touched. See docs/kubernetes.md.",
+        "ConfigMaps labelled grafana_dashboard) and each overlay's vllm.yaml (the vLLM container's "
+        "arguments, from the pool's engine block). The hand-written files (base/, each "
+        "overlay's kustomization) are not touched. See docs/kubernetes.md.",
     )
     p.add_argument("--config", type=Path, help="lanes YAML (default: the shipped default)")
     p.add_argument(

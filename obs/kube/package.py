@@ -5,9 +5,11 @@ its Service and ServiceMonitor), one overlay per pool of the config (``overlays/
 the pool's name, labels, vLLM flags and its own lanes config) and ``monitoring/`` (the
 ``PrometheusRule`` and the Grafana dashboards as config maps), with a top-level
 ``kustomization.yaml`` that renders them all. What follows from the config is generated here
-and checked in: each overlay's ``lanes.yaml``, ``monitoring/prometheusrule.yaml`` and
-``monitoring/dashboards.yaml``. ``vllm-obs k8s --out deploy/k8s`` rewrites them; ``--check``
-lists the stale ones (a test runs it). The rest is hand-written and stays.
+and checked in: each overlay's ``lanes.yaml`` and ``vllm.yaml`` (the ``vllm serve`` arguments,
+from the pool's ``engine:`` block, so what the pod runs and what its record declares are one),
+``monitoring/prometheusrule.yaml`` and ``monitoring/dashboards.yaml``. ``vllm-obs k8s --out
+deploy/k8s`` rewrites them; ``--check`` lists the stale ones (a test runs it). The rest is
+hand-written and stays.
 
 Spec -> model -> generator -> writer: ``files(config)`` returns file name -> text (plain
 data serialised once); ``write`` and ``stale`` compare or write them.
@@ -30,6 +32,17 @@ from obs.errors import ConfigError
 
 # In the pod, vLLM listens here and the sidecar reaches it on localhost.
 ENGINE_URL: Final = "http://127.0.0.1:8001"
+# The vLLM container's arguments around the pool's declared flags (base/pool.yaml has the same
+# model and port): the model served, the port, and what every pool needs (cached-token counts
+# in usage, spans to the sidecar beside it).
+MODEL: Final = "Qwen/Qwen2.5-1.5B-Instruct"
+SERVE_HEAD: Final = ("--model", MODEL, "--port", "8001")
+SERVE_TAIL: Final = (
+    "--enable-prompt-tokens-details",
+    "--otlp-traces-endpoint",
+    "http://127.0.0.1:4318/v1/traces",
+)
+VLLM_KINDS: Final = ("vllm", "auto")
 RULE_NAME: Final = "vllm-obs"
 # The label Grafana's dashboard sidecar (the Grafana Helm chart, kube-prometheus-stack)
 # watches for by default; its value is not read.
@@ -59,6 +72,30 @@ def pool_config(config: Config, pool: str) -> dict[str, Any]:
         data["default_lane"] = names[0]
     parse_config(data, f"the {pool} pool's config")  # the sidecar must accept it
     return data
+
+
+def serve_args(config: Config, pool: str) -> list[str]:
+    """The ``vllm serve`` arguments of ``pool``'s container: its declared engine flags between
+    the model and port and what every pool needs."""
+    (spec,) = [p for p in config.pools if p.name == pool]
+    if spec.engine not in VLLM_KINDS:
+        raise ConfigError(
+            f"pools[{pool}].engine: the Kubernetes package runs vLLM; kind {spec.engine!r} "
+            "has no pod here"
+        )
+    declared = spec.declared.serve_args() if spec.declared else []
+    return [*SERVE_HEAD, *declared, *SERVE_TAIL]
+
+
+def vllm_patch(config: Config, pool: str) -> dict[str, Any]:
+    """The overlay's patch of the base Deployment: the vLLM container's arguments."""
+    container = {"name": "vllm", "args": serve_args(config, pool)}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "vllm"},
+        "spec": {"template": {"spec": {"containers": [container]}}},
+    }
 
 
 def prometheus_rule(config: Config) -> dict[str, Any]:
@@ -97,6 +134,12 @@ def files(config: Config, source: str) -> dict[str, str]:
         + yaml.safe_dump(pool_config(config, p.name), sort_keys=False)
         for p in config.pools
     }
+    for p in config.pools:
+        out[f"overlays/{p.name}/vllm.yaml"] = (
+            header
+            + f"# The {p.name} pool's vLLM flags: its engine block ({source}, pools[{p.name}]).\n"
+            + yaml.safe_dump(vllm_patch(config, p.name), sort_keys=False)
+        )
     out["monitoring/prometheusrule.yaml"] = dump_rules(prometheus_rule(config), source).replace(
         "`vllm-obs alerts`", "`vllm-obs k8s`"
     )

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from obs.config import Config, default_config_path, load_config
 from obs.errors import InputError
 from obs.query.filters import Filters
+from obs.query.inputs import is_clickhouse
 from obs.query.scan import SRC, Scan, Source, connect
 from obs.query.table import Table
 
@@ -61,10 +62,10 @@ def open_any(
 ) -> Source:
     """A scan over local logs (on ``con``, if given), or over ClickHouse for one
     ``clickhouse://HOST/DB.TABLE``."""
-    from obs.query.clickhouse import ClickHouseScan, is_clickhouse
-
     items = _paths(paths)
     if is_clickhouse(items):
+        from obs.query.clickhouse import ClickHouseScan
+
         if len(items) != 1:
             raise InputError("give one clickhouse:// URL, without local logs beside it")
         return ClickHouseScan(items[0], filters, progress)

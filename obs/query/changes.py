@@ -7,6 +7,12 @@ config). Each change is compared (``obs.query.comparison``) over the window befo
 and the window after it, of the same length, as long as the neighbouring changes of
 that pool allow.
 
+Each change and lane gets the canary verdict (``obs.query.canary.judge``, the lane's
+``canary`` margins: p95 TTFT/TPOT more than the margin worse and beyond noise, or
+availability under the objective: roll back; too few requests or not significant yet:
+hold; else promote), the window before standing for the baseline arm and the window after
+for the canary.
+
 Fingerprint runs are found from one grouped query (per pool, replica, fingerprints and
 minute), so a log of any size comes back as a few rows per minute; two flips inside
 one minute of one replica read as none.
@@ -20,13 +26,17 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from obs.config import Config
+from obs.query.canary import Verdict, judge
 from obs.query.comparison import compare
 from obs.query.filters import Filters, sql_str
 from obs.query.scan import Source
 from obs.query.table import Table
 
 BUCKET_S = 60
-CHANGE_COLUMNS = ["change_at", "pool", "change", "before_from", "before_until", "after_until"]
+CHANGE_COLUMNS = [
+    "change_at", "pool", "change", "before_from", "before_until", "after_until", "verdict",
+]  # fmt: skip
+BEFORE, AFTER = "before", "after"  # the verdict's baseline and canary
 EDGE = timedelta(milliseconds=1)  # a window's end is exclusive: one tick past its last event
 
 
@@ -138,5 +148,43 @@ def around_changes(
         after = open_side(replace(base, since=ch.at, until=end, pools=pool))
         table = compare(before, after, config, alpha)
         columns = CHANGE_COLUMNS + table.columns
-        rows += [(ch.at, ch.pool, ch.what, start, until, end, *r) for r in table.rows]
+        verdicts = {v.lane: v.verdict for v in judge_table(table, config)}
+        rows += [
+            (ch.at, ch.pool, ch.what, start, until, end, verdicts.get(r[0]), *r) for r in table.rows
+        ]
     return Table(columns or CHANGE_COLUMNS, rows)
+
+
+def judge_table(table: Table, config: Config) -> list[Verdict]:
+    """The canary verdict of each configured lane of one ``compare`` table (before as the
+    baseline, after as the canary)."""
+    out = []
+    for lane in config.lanes:
+        metrics = {r[1]: tuple(r[2:]) for r in table.rows if r[0] == lane.name}
+        if metrics:
+            v = judge(lane, AFTER, metrics)
+            v.baseline = BEFORE
+            out.append(v)
+    return out
+
+
+def verdicts(table: Table, config: Config) -> list[tuple[str, Verdict]]:
+    """Each change's verdict per lane, from ``around_changes``'s table: (change, verdict)."""
+    n = len(CHANGE_COLUMNS)
+    groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+    for r in table.rows:
+        groups.setdefault(tuple(r[:3]), []).append(r[n:])
+    out = []
+    for (at, pool, what), rows in groups.items():
+        label = f"{at:%Y-%m-%d %H:%M:%S} pool {pool}: {what}"
+        out += [(label, v) for v in judge_table(Table(table.columns[n:], rows), config)]
+    return out
+
+
+def describe_verdicts(found: list[tuple[str, Verdict]]) -> str:
+    """The verdict lines printed under the table: per change and lane, with the reasons."""
+    lines = []
+    for change, v in found:
+        lines.append(f"{change}: lane {v.lane}: {v.verdict.upper()}")
+        lines += [f"  - {r}" for r in v.reasons]
+    return "\n".join(lines) + "\n" if lines else ""

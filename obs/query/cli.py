@@ -165,6 +165,12 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--format", choices=("table", "json", "markdown"), default="table")
     p.set_defaults(handler=_budget)
 
+    p = sub.add_parser("incident", help="the postmortem's first draft, in words (docs/query.md)")
+    _common(p)  # --format json: the draft as data; any other: in words
+    _config_arg(p)
+    p.add_argument("--prometheus", metavar="URL", help="read the alerts that fired from it")
+    p.set_defaults(handler=_budget, window=None)
+
     p = sub.add_parser("report", help="self-contained HTML report with plots")
     _common(p, fmt=False)
     _config_arg(p)
@@ -223,9 +229,7 @@ def _summary(args: argparse.Namespace) -> int:
     config = _config(args)
     scan = _scan(args)
     table = summary(scan, config, args.by)
-    _emit(render(table, args.format, transpose=True))
-    _warn(scan)
-    return 0
+    return _out(render(table, args.format, transpose=True), scan)
 
 
 def _slowest(args: argparse.Namespace) -> int:
@@ -233,9 +237,7 @@ def _slowest(args: argparse.Namespace) -> int:
     from obs.query.table import render
 
     scan = _scan(args)
-    _emit(render(slowest(scan, args.by, args.n), args.format))
-    _warn(scan)
-    return 0
+    return _out(render(slowest(scan, args.by, args.n), args.format), scan)
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -244,9 +246,7 @@ def _show(args: argparse.Namespace) -> int:
 
     scan = _scan(args)
     event = find(scan, args.request_id)
-    _emit(to_json(as_json(event)) if args.format == "json" else describe(event))
-    _warn(scan)
-    return 0
+    return _out(to_json(as_json(event)) if args.format == "json" else describe(event), scan)
 
 
 def _timeline(args: argparse.Namespace) -> int:
@@ -255,9 +255,7 @@ def _timeline(args: argparse.Namespace) -> int:
 
     config = _config(args)
     scan = _scan(args)
-    _emit(render(timeline(scan, config, args.interval, args.by), args.format))
-    _warn(scan)
-    return 0
+    return _out(render(timeline(scan, config, args.interval, args.by), args.format), scan)
 
 
 def _window(text: str | None) -> tuple[Any, Any] | None:
@@ -297,17 +295,14 @@ def _compare(args: argparse.Namespace) -> int:
     before = open_any([args.logs[0]], fb, progress, con)
     after = open_any([args.logs[-1]], fa, progress, con)
     table = compare(before, after, _config(args), args.alpha)
-    _emit(
-        render(for_display(table) if args.format in ("table", "markdown") else table, args.format)
-    )
-    _warn(before, after)
-    return 0
+    shown = for_display(table) if args.format in ("table", "markdown") else table
+    return _out(render(shown, args.format), before, after)
 
 
 def _around_changes(args: argparse.Namespace) -> int:
     from obs.errors import InputError
     from obs.query.api import open_any
-    from obs.query.changes import around_changes
+    from obs.query.changes import around_changes, describe_verdicts, verdicts
     from obs.query.comparison import for_display
     from obs.query.scan import connect
     from obs.query.table import Table, render
@@ -324,20 +319,22 @@ def _around_changes(args: argparse.Namespace) -> int:
     con = connect()
     progress = _progress(args)
     scan = open_any(args.logs, _filters(args), progress, con)
+    config = _config(args)
     table = around_changes(
-        scan, lambda f: open_any(args.logs, f, progress, con), _filters(args), _config(args),
+        scan, lambda f: open_any(args.logs, f, progress, con), _filters(args), config,
         args.alpha, describe,
     )  # fmt: skip
     if not table.rows:
         print("vllm-obs query: no settings change in the log", file=sys.stderr)
+    text = ""
     if args.format in ("table", "markdown") and table.rows:
+        text = describe_verdicts(verdicts(table, config))
         n = len(table.columns) - 9
         shown = for_display(Table(table.columns[n:], [r[n:] for r in table.rows]))
         heads = [tuple(map(str, r[:n])) for r in table.rows]
         table = Table(table.columns, [h + r for h, r in zip(heads, shown.rows, strict=True)])
-    _emit(render(table, args.format))
-    _warn(scan)
-    return 0
+    out = render(table, args.format)
+    return _out(out + "\n" + text if text else out, scan)
 
 
 def _canary(args: argparse.Namespace) -> int:
@@ -363,16 +360,17 @@ def _canary(args: argparse.Namespace) -> int:
     return 0
 
 
-def _budget(args: argparse.Namespace) -> int:
-    from obs.query.error_budget import budget, render, window_filters
+def _budget(args: argparse.Namespace) -> int:  # budget, and incident (its first draft)
+    from obs.query import error_budget, incident
 
     scan = _scan(args)
-    windowed = window_filters(scan, args.window)
+    windowed = error_budget.window_filters(scan, args.window)
     if windowed is not scan.filters:
         scan = _scan(args, filters=windowed)
-    _emit(render(budget(scan, _config(args), list(args.paths)), args.format))
-    _warn(scan)
-    return 0
+    config, paths = _config(args), list(args.paths)
+    if args.query_command == "incident":
+        return _out(incident.text(scan, config, paths, args.prometheus, args.format), scan)
+    return _out(error_budget.render(error_budget.budget(scan, config, paths), args.format), scan)
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -393,4 +391,11 @@ def _export(args: argparse.Namespace) -> int:
     result = export(scan, args.out, args.append)
     _warn(scan)
     print(f"wrote {result['events']} events to {result['out']} ({result['files']} files)")
+    return 0
+
+
+def _out(text: str, *scans: Any) -> int:
+    """Print a command's answer, then the scans' warnings; the exit status."""
+    _emit(text)
+    _warn(*scans)
     return 0

@@ -21,18 +21,12 @@ from obs.clickhouse.schema import COLUMNS, TableSpec, check
 from obs.events import Event
 from obs.query.dialect import CLICKHOUSE
 from obs.query.filters import Filters
-from obs.query.inputs import Inputs
+from obs.query.inputs import Inputs, is_clickhouse
 from obs.query.scan import SRC, ScanReport
 from obs.query.table import Table
 
-SCHEME = "clickhouse://"
 _EXTRA = ("_malformed_files", "_max_schema")
-
-
-def is_clickhouse(paths: Any) -> bool:
-    """True when the query's LOG argument is a ``clickhouse://`` URL."""
-    items = [paths] if isinstance(paths, str) else list(paths)
-    return any(str(p).startswith(SCHEME) for p in items)
+__all__ = ["ClickHouseScan", "is_clickhouse"]
 
 
 _BOOLS = frozenset(f.name for f in fields(Event) if str(f.type).startswith("bool"))

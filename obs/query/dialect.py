@@ -39,11 +39,18 @@ class DuckDB:
 
     def quantiles(self, column: str, qs: tuple[float, ...], cond: str) -> str:
         """A list: ``column``'s exact, interpolated quantiles ``qs`` over rows where ``cond``."""
-        return f"quantile_cont({column}, {_q(qs)}) FILTER (WHERE {cond})"
+        # A CASE, not a FILTER clause: the same values (NULLs are skipped), and DuckDB
+        # evaluates it without a filtered aggregate's per-row selection (about 12% of a
+        # summary's scan on 600k events, bench/query_vs_scan.py).
+        return f"quantile_cont(CASE WHEN {cond} THEN {column} END, {_q(qs)})"
 
     def ts_literal(self, t: datetime) -> str:
         """A time filter bound (``t`` naive UTC)."""
         return f"TIMESTAMP '{t.isoformat(sep=' ')}'"
+
+    def sample(self, column: str, share: float) -> str:
+        """True for a deterministic ``share`` of the rows, by a hash of ``column``."""
+        return f"(hash({column}) % 1000000) < {round(share * 1_000_000)}"
 
     def bucket(self, seconds: int) -> str:
         """The start of the epoch-aligned ``seconds`` interval holding the row's ``ts``."""
@@ -108,6 +115,9 @@ FROM (
 
     def ts_literal(self, t: datetime) -> str:
         return str(calendar.timegm(t.timetuple()) * 1000 + t.microsecond // 1000)
+
+    def sample(self, column: str, share: float) -> str:
+        return f"(cityHash64({column}) % 1000000) < {round(share * 1_000_000)}"
 
     def bucket(self, seconds: int) -> str:
         return f"toDateTime(intDiv(ts_ms, {seconds * 1000}) * {seconds}, 'UTC')"

@@ -38,7 +38,10 @@ DIMENSIONS = ("replica", "tenant", "model")
 _FACT_COLUMNS = (
     "lane", "status", "stream", "e2e_ms", *(f"{p}_ms" for p in PHASES), "ttft_ms", "tpot_ms",
     "error_class", "error_phase", "rejection_reason", "prompt_tokens", "cache_hit",
-    "engine_queue_ms", "stream_blocked_ms",
+    "engine_queue_ms", "stream_blocked_ms", "engine_view", "engine_prefill_ms", "pool_in_flight",
+    "pool_max_running",
+    "pool_waiting", "pool_kv_usage", "pool_preempting", "pool_ahead_prompt_tokens",
+    "pool_prompt_tokens_during",
 )  # fmt: skip
 COLUMNS = ("request_id", "ts", *DIMENSIONS, *_FACT_COLUMNS)
 
@@ -79,12 +82,12 @@ def window_filters(scan: Source, window: str | None) -> Filters:
         (newest,) = scan.run(f"SELECT max({col}) FROM {SRC} WHERE request_id IS NOT NULL").rows[0]
         if newest is None:
             return f
-        end = _utc(newest) + timedelta(milliseconds=1)
+        end = as_utc(newest) + timedelta(milliseconds=1)
     since = end - length
     return f.with_window(max(since, f.since) if f.since else since, end)
 
 
-def _utc(t: datetime | int) -> datetime:
+def as_utc(t: datetime | int) -> datetime:
     """A time column as naive UTC: DuckDB's timestamp, or ClickHouse's epoch milliseconds."""
     if isinstance(t, datetime):
         return t
@@ -101,11 +104,16 @@ def _baselines(scan: Source, config: Config) -> tuple[dict[str, Baseline], dict[
     good = "_good"
     counted = "status NOT IN (" + ", ".join(map(sql_str, AVAILABILITY_EXCLUDED_OUTCOMES)) + ")"
     hit = "CASE WHEN cache_hit THEN 1.0 ELSE 0.0 END"
+    ahead = f"{good} AND pool_in_flight > 0 AND pool_ahead_prompt_tokens IS NOT NULL"
     items = [
         *(f"{d.agg_if('avg', f'{p}_ms', good)} AS _b_{p}" for p in PHASES),
         f"{d.agg_if('avg', 'prompt_tokens', good)} AS _b_prompt",
         f"{d.agg_if('avg', hit, f'{good} AND cache_hit IS NOT NULL')} AS _b_hit",
         f"{d.agg_if('avg', 'engine_queue_ms', good)} AS _b_engine_queue",
+        f"{d.agg_if('avg', 'pool_ahead_prompt_tokens / pool_in_flight', ahead)} AS _b_ahead",
+        f"{d.agg_if('avg', 'pool_ahead_prompt_tokens', good)} AS _b_ahead_total",
+        f"{d.agg_if('avg', 'pool_in_flight', good)} AS _b_in_flight",
+        f"{d.agg_if('avg', 'pool_prompt_tokens_during / (e2e_ms + 1.0)', good)} AS _b_during",
         f"{d.count_if('_ttft_judged')} AS _n_ttft",
         f"{d.count_if('_tpot_judged')} AS _n_tpot",
         f"{d.count_if(f'request_id IS NOT NULL AND {counted}')} AS _n_availability",
@@ -124,7 +132,8 @@ def _baselines(scan: Source, config: Config) -> tuple[dict[str, Baseline], dict[
 
         bases[rec["_lane"]] = Baseline(
             tuple(f(f"_b_{p}") or 0.0 for p in PHASES),
-            f("_b_prompt"), f("_b_hit"), f("_b_engine_queue"),
+            f("_b_prompt"), f("_b_hit"), f("_b_engine_queue"), f("_b_ahead"),
+            f("_b_ahead_total"), f("_b_in_flight"), f("_b_during"),
         )  # fmt: skip
         counts[rec["_lane"]] = {k: int(rec[f"_n_{k}"] or 0) for k in SLO_KINDS}
     return bases, counts
@@ -214,7 +223,7 @@ def budget(scan: Source, config: Config, paths: list[str]) -> dict[str, Any]:
         entry["worst"] = [
             {
                 "request_id": row["request_id"],
-                "ts": _utc(row["_t"]).isoformat(timespec="milliseconds"),
+                "ts": as_utc(row["_t"]).isoformat(timespec="milliseconds"),
                 "phase": m.phase,
                 "cause": m.cause,
                 "over_ms" if s.slo != "availability" else "e2e_ms": round(_value(s, row), 3),

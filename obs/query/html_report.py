@@ -18,6 +18,7 @@ from obs.query import plots
 from obs.query.aggregate import METRICS, latency_condition, summary
 from obs.query.error_budget import COLUMNS as BUDGET_COLUMNS
 from obs.query.error_budget import budget, tables
+from obs.query.incident import CHANGE_FIELDS, draft, words
 from obs.query.intervals import timeline
 from obs.query.requests import SLOWEST_COLUMNS, slowest
 from obs.query.scan import SRC, Source
@@ -61,6 +62,7 @@ _NEEDED = (
     "schema_version",
     "summarized",
     *BUDGET_COLUMNS,
+    *CHANGE_FIELDS,
 )
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1200px;
@@ -149,6 +151,11 @@ def _figures(scan: Source, config: Config, summ: Table) -> dict[str, tuple[str, 
         }
         for lane in lanes
     }
+    for lane, engine in _engine_queue_means(scan).items():
+        if lane in means and means[lane]["queue"] is not None:
+            # The engine's wait is in the queue phase (joined or inferred): drawn apart.
+            means[lane]["engine_queue"] = min(engine, means[lane]["queue"])
+            means[lane]["queue"] -= means[lane]["engine_queue"]
     figs["phases"] = ("Phase breakdown per lane", plots.phases(means))
     overall = timeline(scan, config)
     by_lane = timeline(scan, config, interval=f"{_interval_of(overall)}s", by="lane")
@@ -182,6 +189,22 @@ def _figures(scan: Source, config: Config, summ: Table) -> dict[str, tuple[str, 
     values["goodput"] = [recs[n].get("goodput_ratio") for n in lanes]
     figs["slo"] = ("SLO attainment", plots.attainment(lanes, values, objectives))
     return figs
+
+
+def _engine_queue_means(scan: Source) -> dict[str, float]:
+    """Per lane, the mean engine wait of its successful requests (0 where none was seen), the
+    population of the phase means."""
+    rows = scan.run(
+        f"SELECT lane, avg(coalesce(engine_queue_ms, 0)) AS q FROM {SRC} "
+        "WHERE request_id IS NOT NULL AND status = 'ok' GROUP BY lane"
+    ).rows
+    return {str(lane): float(q or 0.0) for lane, q in rows}
+
+
+def _incident_section(scan: Source, config: Config) -> str:
+    """The postmortem's first draft (``vllm-obs query incident``) over the report's window."""
+    text = words(draft(scan, config, list(scan.inputs.files)))
+    return f"<h2>Incident draft</h2><pre>{html.escape(text)}</pre>"
 
 
 def _budget_section(scan: Source, config: Config) -> str:
@@ -238,6 +261,7 @@ def report(scan: Source, config: Config, out: str | Path, title: str | None = No
         b64 = base64.b64encode(png).decode()
         parts.append(f"<h2>{html.escape(caption)}</h2>")
         parts.append(f'<img alt="{html.escape(caption)}" src="data:image/png;base64,{b64}">')
+    parts.append(_incident_section(scan, config))
     parts.append(_budget_section(scan, config))
     parts.append("<h2>Slowest requests (end-to-end)</h2>" + _html_table(slow, SLOW_COLUMNS))
     parts.append("<h2>Slowest first tokens (TTFT)</h2>" + _html_table(slow_ttft, SLOW_COLUMNS))

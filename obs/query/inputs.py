@@ -25,6 +25,7 @@ import orjson
 from obs.errors import InputError
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json", ".log")
+CLICKHOUSE_SCHEME = "clickhouse://"
 _TAIL_CHUNK = 1 << 16
 _MAX_TAIL = 16 << 20
 
@@ -46,6 +47,13 @@ class Inputs:
 class _Found:
     jsonl: list[str] = field(default_factory=list)
     parquet: list[str] = field(default_factory=list)
+
+
+def is_clickhouse(paths: object) -> bool:
+    """True when a query's LOG argument is a ``clickhouse://`` URL (read by
+    ``obs.query.clickhouse``, imported only then: its HTTP client is not cheap to load)."""
+    items = [paths] if isinstance(paths, str) else list(paths)  # type: ignore[call-overload]
+    return any(str(p).startswith(CLICKHOUSE_SCHEME) for p in items)
 
 
 def _is_parquet(path: str) -> bool:

@@ -85,18 +85,27 @@ def ecdf(
     return _png(fig)
 
 
+# The phase chart's segments: the queue split into the sidecar's own (admission, connect) and
+# the engine's (its span's, or inferred from the pool's state: obs.engine_queue).
+CHART_PHASES = ("queue", "engine_queue", *PHASES[1:])
+CHART_LABELS = {"queue": "queue (sidecar)", "engine_queue": "engine queue"}
+
+
 def phases(means: dict[str, dict[str, float]], palette_phases: Sequence[str] = PALETTE) -> bytes:
-    """Share of mean end-to-end time per phase, one bar per lane, mean e2e labelled."""
+    """Share of mean end-to-end time per phase, one bar per lane, mean e2e labelled; the
+    engine's queue (``engine_queue`` in ``means``) drawn apart from the sidecar's queue and
+    from prefill."""
     fig = _figure(9, 0.6 * max(len(means), 2) + 1.6)
     ax = fig.add_subplot()
     lanes = list(means)
     left = [0.0] * len(lanes)
-    totals = [sum(means[lane].get(p) or 0.0 for p in PHASES) or 1.0 for lane in lanes]
-    for i, phase in enumerate(PHASES):
+    totals = [sum(means[lane].get(p) or 0.0 for p in CHART_PHASES) or 1.0 for lane in lanes]
+    for i, phase in enumerate(CHART_PHASES):
         shares = [
             100 * (means[lane].get(phase) or 0.0) / t for lane, t in zip(lanes, totals, strict=True)
         ]
-        ax.barh(lanes, shares, left=left, label=phase, color=palette_phases[i])
+        label = CHART_LABELS.get(phase, phase)
+        ax.barh(lanes, shares, left=left, label=label, color=palette_phases[i])
         left = [a + b for a, b in zip(left, shares, strict=True)]
     for y, t in enumerate(totals):
         ax.text(101, y, f"{t:,.0f} ms", va="center", fontsize="small")
@@ -104,7 +113,7 @@ def phases(means: dict[str, dict[str, float]], palette_phases: Sequence[str] = P
     ax.invert_yaxis()
     ax.set_xlabel("% of mean end-to-end time (label: mean e2e of successful requests)")
     ax.set_title("Where the time goes: phase breakdown per lane")
-    ax.legend(ncols=len(PHASES), loc="upper center", bbox_to_anchor=(0.5, -0.25), fontsize="small")
+    ax.legend(ncols=3, loc="upper center", bbox_to_anchor=(0.5, -0.25), fontsize="small")
     return _png(fig)
 
 

@@ -10,7 +10,7 @@ scan, and a lane is charged its pool's rate.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from obs.config import Config
@@ -21,12 +21,13 @@ RATE_COLUMNS = tuple(f"{k}_tokens_per_s" for k in TOKEN_COLUMNS)
 COST_COLUMNS = ("cost_per_1k_tokens", "api_cost_per_1k_tokens")
 
 
-def _seconds(value: Any) -> float | None:
-    """A time column's value as epoch seconds (DuckDB: a datetime; ClickHouse: epoch ms)."""
+def epoch_seconds(value: Any) -> float | None:
+    """A time column's value as epoch seconds (DuckDB: a naive UTC datetime, the session's
+    time zone; ClickHouse: epoch ms)."""
     if value is None:
         return None
     if isinstance(value, datetime):
-        return value.timestamp()
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
     return float(value) / 1000
 
 
@@ -34,10 +35,42 @@ def span_s(scan: Source) -> float | None:
     """Seconds from the scan's first event to its last (None when under a second)."""
     ts = scan.dialect.ts_column
     rows = scan.run(f"SELECT min({ts}) AS t0, max({ts}) AS t1, {scan.extra} FROM {SRC}").rows
-    t0, t1 = (_seconds(v) for v in rows[0][:2]) if rows else (None, None)
+    return _span(rows[0][0], rows[0][1]) if rows else None
+
+
+def _span(first: Any, last: Any) -> float | None:
+    t0, t1 = epoch_seconds(first), epoch_seconds(last)
     if t0 is None or t1 is None or t1 - t0 < 1:
         return None
     return t1 - t0
+
+
+def items(scan: Source) -> list[str]:
+    """Select-list items a grouped query adds so :func:`rates_from` needs no pass of its own:
+    the group's first and last event and its token sums."""
+    ts = scan.dialect.ts_column
+    return [
+        f"min({ts}) AS _tok_t0",
+        f"max({ts}) AS _tok_t1",
+        "sum(prompt_tokens) AS _tok_p",
+        "sum(completion_tokens) AS _tok_g",
+        "sum(cached_tokens) AS _tok_c",
+    ]
+
+
+def rates_from(
+    scan: Source, config: Config, by: str, records: list[dict[str, Any]]
+) -> dict[Any, dict[str, float | None]]:
+    """:func:`token_rates` from the rows of a query grouped by ``by`` (key ``_key``) that
+    carried :func:`items`; only a priced per-lane summary reads the pools' sums again."""
+    firsts = [r["_tok_t0"] for r in records if r["_tok_t0"] is not None]
+    lasts = [r["_tok_t1"] for r in records if r["_tok_t1"] is not None]
+    span = _span(min(firsts), max(lasts)) if firsts and lasts else None
+    sums = {
+        r["_key"]: (float(r["_tok_p"] or 0), float(r["_tok_g"] or 0), float(r["_tok_c"] or 0))
+        for r in records
+    }
+    return _rates(scan, config, by, span, sums)
 
 
 def _sums(scan: Source, by: str) -> dict[Any, tuple[float, float, float]]:
@@ -50,11 +83,21 @@ def _sums(scan: Source, by: str) -> dict[Any, tuple[float, float, float]]:
 
 def token_rates(scan: Source, config: Config, by: str) -> dict[Any, dict[str, float | None]]:
     """Per ``by`` value: tokens/s of each kind and, by lane or pool, the cost columns."""
-    span = span_s(scan)
-    sums = _sums(scan, by)
-    pool_tokens = _sums(scan, "pool") if by in ("lane", "pool") else {}
-    lane_pool = {lane.name: lane.pool for lane in config.lanes}
+    return _rates(scan, config, by, span_s(scan), _sums(scan, by))
+
+
+def _rates(
+    scan: Source,
+    config: Config,
+    by: str,
+    span: float | None,
+    sums: dict[Any, tuple[float, float, float]],
+) -> dict[Any, dict[str, float | None]]:
     priced = by in ("lane", "pool") and any(p.price for p in config.pools)
+    pool_tokens = {}
+    if priced:
+        pool_tokens = sums if by == "pool" else _sums(scan, "pool")
+    lane_pool = {lane.name: lane.pool for lane in config.lanes}
     out: dict[Any, dict[str, float | None]] = {}
     for key, values in sums.items():
         row: dict[str, float | None] = {

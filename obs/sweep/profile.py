@@ -20,14 +20,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from obs.config import (
-    NAME_RE,
     Config,
     default_config_path,
     parse_config,
     read_yaml,
     validation_error,
 )
-from obs.config_blocks import DeclaredEngine
+from obs.config_blocks import NAME_RE, DeclaredEngine
 from obs.errors import ConfigError
 
 PositiveInt = Annotated[int, Field(gt=0)]

@@ -6,6 +6,10 @@ marks it healthy again (and keeps its engine state) when it answers. A pool
 whose replicas are all unhealthy is still tried, so traffic resumes on the
 first request after the engine is back, without waiting for a poll.
 
+A pool that serves no ``/metrics`` (``metrics: false``: a hosted OpenAI-compatible API as a
+fallback) is probed instead: a GET of its ``health.path``, where any answer below 500 is up
+(no engine state, no settings).
+
 A replica that accepts the poll's connection but answers late is busy, not down: a
 saturated engine starves its API server, and /metrics answers seconds late exactly
 when its KV cache is full. It keeps its health and its last engine state through
@@ -21,16 +25,18 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from hashlib import blake2b
 
 import aiohttp
 import structlog
 
+from obs import conventions as c
 from obs.config import Config
 from obs.engines.adapters import AUTO, unknown_state
 from obs.engines.metrics import EngineState
-from obs.served import Served
+from obs.events import Event
+from obs.served import MAX_RUNNING, Served
 from obs.sidecar.policy.saturation import ReplicaView
 from obs.sidecar.pools.engine_scrape import ExpositionError, read_state
 from obs.sidecar.pools.served_poll import SettingsPoll
@@ -43,6 +49,7 @@ log = structlog.get_logger("vllm_obs.pools")
 AFFINITY_LOAD_FACTOR = 1.5
 AFFINITY_LOAD_SLACK = 4
 SLOW_POLLS_TOLERATED = 2
+COLD_HEALTHY, COLD_FIRST_TOKEN = c.COLD_START_STAGES
 
 
 def _weight(key: str, url: str) -> bytes:
@@ -60,17 +67,48 @@ class Replica:
     failures: int = 0
     slow_polls: int = 0  # late /metrics answers in a row (the connection was accepted)
     served: Served | None = None  # engine, version and settings it last reported
+    ahead_tokens: int = 0  # estimated prompt tokens of the requests outstanding here
+    sent_tokens: int = 0  # estimated prompt tokens of every request sent here, ever
+    preempting: bool = False  # its engine preempted requests between the last two polls
     read_at: float | None = None  # monotonic time its engine state was last read
+    # A pool without /metrics (``metrics: false``, a hosted API): the path its health probe
+    # GETs instead; None reads /metrics.
+    probe: str | None = None
+    # Cold starts: when it was first seen down (None: up), when it came back and has served
+    # no token yet, how many times it came back, and its last cold start per stage (seconds).
+    down_since: float | None = None
+    back_since: float | None = None
+    cold_starts: int = 0
+    cold_start_s: dict[str, float] = field(default_factory=dict)
 
     @contextmanager
-    def lease(self) -> Iterator[None]:
+    def lease(self, prompt_tokens: int = 0, ev: Event | None = None) -> Iterator[None]:
         """One request outstanding on this replica while the block runs (least-outstanding
-        routing reads the count), however the block ends."""
+        routing reads the count), however the block ends. With ``ev``, the prompt tokens sent
+        here meanwhile go on it (``pool_prompt_tokens_during``: others' prefills)."""
         self.outstanding += 1
+        self.ahead_tokens += prompt_tokens
+        self.sent_tokens += prompt_tokens
+        start = self.sent_tokens
         try:
             yield
         finally:
             self.outstanding -= 1
+            self.ahead_tokens -= prompt_tokens
+            if ev is not None:
+                ev.pool_prompt_tokens_during = self.sent_tokens - start
+
+    def stamp_dispatch(self, ev: Event) -> None:
+        """The replica's state as a request is sent to it, on the request's event (its
+        ``pool_*`` fields, which ``obs.engine_queue`` reads when the engine sends no span)."""
+        ev.pool_in_flight, ev.pool_ahead_prompt_tokens = self.outstanding, self.ahead_tokens
+        settings = dict(self.served.settings) if self.served is not None else {}
+        slots = settings.get("max_num_seqs") or settings.get(MAX_RUNNING) or ""
+        ev.pool_max_running = int(slots) if slots.isdigit() else None
+        st = self.state
+        ev.pool_waiting = None if st is None or st.waiting is None else int(st.waiting)
+        ev.pool_kv_usage = None if st is None else st.kv_cache_usage
+        ev.pool_preempting = None if st is None or st.preemptions is None else self.preempting
 
 
 class PoolSet:
@@ -78,7 +116,11 @@ class PoolSet:
         self.config = config
         self.poll_interval_s = poll_interval_s
         self.replicas: dict[str, list[Replica]] = {
-            p.name: [Replica(p.name, u, p.engine) for u in p.replicas] for p in config.pools
+            p.name: [
+                Replica(p.name, u, p.engine, probe=None if p.metrics else p.health.path)
+                for u in p.replicas
+            ]
+            for p in config.pools
         }
         self._task: asyncio.Task[None] | None = None
         # Told the pool and the model names each replica's /metrics carries (the metrics'
@@ -117,11 +159,35 @@ class PoolSet:
             log.warning("replica_unhealthy", pool=replica.pool, replica=replica.url)
         replica.healthy = False
         replica.failures += 1
+        if replica.down_since is None:  # its cold start counts from the first failure
+            replica.down_since, replica.back_since = time.time(), None
 
     def mark_ok(self, replica: Replica) -> None:
         if not replica.healthy:
             log.info("replica_healthy", pool=replica.pool, replica=replica.url)
         replica.healthy = True
+        if replica.down_since is not None:
+            took = time.time() - replica.down_since
+            replica.cold_start_s[COLD_HEALTHY] = took
+            replica.cold_starts += 1
+            replica.back_since, replica.down_since = replica.down_since, None
+            log.info("replica_cold_start", pool=replica.pool, replica=replica.url, healthy_s=took)
+
+    def served_token(self, replica: Replica, at_s: float) -> None:
+        """The replica served a token at Unix time ``at_s``: the first since it came back
+        ends its cold start."""
+        if replica.back_since is not None:
+            replica.cold_start_s[COLD_FIRST_TOKEN] = max(0.0, at_s - replica.back_since)
+            replica.back_since = None
+
+    def cold_starts(self) -> dict[tuple[str, str], tuple[int, dict[str, float]]]:
+        """Each replica that came back at least once: (times, last cold start per stage)."""
+        return {
+            (r.pool, r.url): (r.cold_starts, dict(r.cold_start_s))
+            for reps in self.replicas.values()
+            for r in reps
+            if r.cold_starts
+        }
 
     def snapshot(self) -> dict[tuple[str, str], EngineState | None]:
         return {
@@ -196,7 +262,11 @@ class PoolSet:
         self, session: aiohttp.ClientSession, r: Replica, limit: aiohttp.ClientTimeout
     ) -> None:
         try:
-            async with session.get(f"{r.url}/metrics", timeout=limit) as resp:
+            async with session.get(f"{r.url}{r.probe or '/metrics'}", timeout=limit) as resp:
+                if r.probe is not None and resp.status < 500:
+                    # Answered: a hosted API says 401 without the key, and is up all the same.
+                    self._probe_ok(r)
+                    return
                 if resp.status != 200:
                     raise aiohttp.ClientResponseError(
                         resp.request_info, (), status=resp.status, message="bad status"
@@ -215,15 +285,24 @@ class PoolSet:
             return
         r.slow_polls = 0
         r.read_at = time.monotonic()
+        before = r.state.preemptions if r.state is not None else None
         try:
             r.state = read_state(r.engine, text)
         except ExpositionError as e:
             # The replica answers, so it is up; what its engine reports is unknown.
             log.warning("replica_metrics_unreadable", pool=r.pool, replica=r.url, error=str(e))
             r.state = unknown_state()
+        now = r.state.preemptions
+        r.preempting = before is not None and now is not None and now > before
         if r.state.models and self.on_models is not None:
             self.on_models(r.pool, r.state.models)
         await self.settings.read(session, r, text, limit)
+        self.mark_ok(r)
+
+    def _probe_ok(self, r: Replica) -> None:
+        """A pool without /metrics answered its probe: up, with no engine state to read."""
+        r.slow_polls = 0
+        r.state = unknown_state()
         self.mark_ok(r)
 
     def _poll_failed(self, r: Replica) -> None:

@@ -286,8 +286,9 @@ class Relay:
                 return
             ev.replica = replica.url
             ev.settings_fingerprint = replica.served.fingerprint if replica.served else None
+            replica.stamp_dispatch(ev)
             req.clock.dispatched = time.perf_counter_ns()
-            with replica.lease():
+            with replica.lease(len(plan.raw) // 4, ev):  # ~4 bytes a token: prefill work
                 try:
                     resp = await self._post(replica, ev.route, lane, plan.raw, up_headers)
                 except ConnectFailed as err:
@@ -311,6 +312,9 @@ class Relay:
                     await self._respond(req, resp, lane, plan.inject, send)
                 finally:
                     resp.release()
+                if req.clock.first_up:  # a cold start ends at the replica's first token
+                    ago_s = (time.perf_counter_ns() - req.clock.first_up) / 1e9
+                    self.pools.served_token(replica, time.time() - ago_s)
                 return
         raise traffic.unavailable(pool, last_err, may_fall_back)
 

@@ -112,3 +112,24 @@ def test_queue_wait_threshold_stays_within_the_histogram_range() -> None:
     """A long queue timeout is capped so histogram_quantile can still exceed the threshold."""
     model = build_model(_config({}, admission={"queue_timeout_s": 600}))
     assert model.lanes[0].queue_wait_max_s == c.LATENCY_BUCKETS[-2]
+
+
+def test_the_engine_queue_bound_follows_a_declared_max_num_seqs() -> None:
+    """Unset, the queue alert's bound is the pool's declared max_num_seqs (else the guide's
+    100); a pool's own alerts.engine_waiting_max wins over both."""
+    from obs.config import parse_config
+
+    def bound(**pool: object) -> float:
+        config = parse_config(
+            {
+                "pools": [{"name": "gpu", "replicas": ["http://127.0.0.1:1"], **pool}],
+                "lanes": [{"name": "chat", "pool": "gpu"}],
+                "default_lane": "chat",
+            }
+        )
+        return build_model(config).pools[0].engine_waiting_max
+
+    assert bound() == 100
+    assert bound(engine={"kind": "vllm", "max_num_seqs": 48}) == 48
+    declared = {"kind": "vllm", "max_num_seqs": 48}
+    assert bound(engine=declared, alerts={"engine_waiting_max": 200}) == 200

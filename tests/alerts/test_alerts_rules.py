@@ -50,7 +50,7 @@ def _conventions_rule_names(files: dict[str, Any]) -> set[str]:
 def test_every_promql_name_is_defined_in_conventions(files: dict[str, Any]) -> None:
     """Each metric an expression reads is a conventions series or a conventions rule name."""
     series = {name for m in c.ALL_METRICS for name in m.series}
-    known = series | set(c.VLLM_METRICS) | _conventions_rule_names(files)
+    known = series | set(c.VLLM_METRICS) | set(c.DCGM_METRICS) | _conventions_rule_names(files)
     for rule in _rules(files):
         unknown = metric_names(rule["expr"]) - known
         assert not unknown, f"{rule.get('record') or rule.get('alert')}: {unknown}"
@@ -167,12 +167,11 @@ def test_overridden_windows_change_recordings_and_alerts() -> None:
 
 
 def test_every_alert_is_named_in_conventions_and_generated(files: dict[str, Any]) -> None:
-    """The default config yields every alert in ALL_ALERTS but those of split lanes and of
-    flow control (it has neither; tests/alerts/test_alerts_canary.py,
-    tests/alerts/test_alerts_flow.py), and no other."""
-    assert {a["alert"] for a in alerts(files)} == set(c.ALL_ALERTS) - set(c.SPLIT_ALERTS) - set(
-        c.FLOW_ALERTS
-    )
+    """The default config yields every alert in ALL_ALERTS but those of split lanes, of flow
+    control and of ITL SLOs (it has none; tests/alerts/test_alerts_canary.py,
+    tests/alerts/test_alerts_flow.py, tests/alerts/test_alerts_itl.py), and no other."""
+    optional = {*c.SPLIT_ALERTS, *c.FLOW_ALERTS, c.ALERT_ITL_BUDGET_BURN}
+    assert {a["alert"] for a in alerts(files)} == set(c.ALL_ALERTS) - optional
 
 
 def test_burn_alerts_name_the_top_phase_cause_and_budget_command(files: dict[str, Any]) -> None:
@@ -197,7 +196,8 @@ def test_alert_rules_are_distinct_by_labels(files: dict[str, Any]) -> None:
 
 
 def test_every_alert_has_severity_summary_description_and_runbook(files: dict[str, Any]) -> None:
-    """Annotations name the lane, pool, exporter (or sidecar) and the value, and link a runbook."""
+    """Annotations name the lane, pool, exporter, sidecar (or GPU host) and the value, and link
+    a runbook."""
     for a in alerts(files):
         labels, notes = a["labels"], a["annotations"]
         assert labels["severity"] in ("page", "ticket")
@@ -206,6 +206,8 @@ def test_every_alert_has_severity_summary_description_and_runbook(files: dict[st
         )
         assert set(notes) == {"summary", "description", "runbook_url", *budget}
         process = "{{ $labels.instance }}" if a["alert"] == c.ALERT_EVENT_LOOP_LAG_HIGH else None
+        if a["alert"] in (c.ALERT_GPU_MEMORY_HIGH, c.ALERT_GPU_UTILISATION_OUT_OF_BAND):
+            process = "{{ $labels.Hostname }}"  # dcgm-exporter's series have no pool
         subject = labels.get("lane") or labels.get("pool") or process or "{{ $labels.exporter }}"
         for text in (notes["summary"], notes["description"]):
             assert subject in text, (a["alert"], text)

@@ -20,9 +20,10 @@ from obs.attribution import (
 )
 from obs.config import parse_config
 from obs.conventions import MISS_CAUSES, OUTCOMES, PHASES, SLO_KINDS
+from obs.engine_queue import infer
 from obs.events import Event
 from obs.phases import Clock
-from obs.record import Finished
+from obs.record import Finished, fill_timings
 from obs.tracecontext import new_ids
 
 CONFIG = parse_config(
@@ -165,6 +166,12 @@ fact_st = st.builds(
     cache_hit=st.none() | st.booleans(),
     engine_queue_ms=st.none() | phase_ms,
     stream_blocked_ms=phase_ms,
+    pool_in_flight=st.none() | st.integers(0, 64),
+    pool_max_running=st.none() | st.integers(1, 64),
+    pool_waiting=st.none() | st.integers(0, 64),
+    pool_kv_usage=st.none() | st.floats(0, 1),
+    pool_preempting=st.none() | st.booleans(),
+    pool_ahead_prompt_tokens=st.none() | st.integers(0, 10**6),
 )
 base_st = st.builds(
     Baseline,
@@ -241,3 +248,145 @@ def test_stamp_sets_event_fields_only_for_misses() -> None:
         "admission_queue",
     )
     assert f.misses == (("ttft", "queue", "admission_queue"), ("tpot", "decode", "other"))
+
+
+SATURATED = {"pool_in_flight": 2, "pool_max_running": 2, "pool_ahead_prompt_tokens": 60}
+
+
+def test_engine_wait_is_named_by_the_pool_state_at_dispatch() -> None:
+    """An engine wait behind the queue's excess is kv_pressure when the KV cache was near full
+    or preempting, prefills_ahead when the prompts in flight were many times this one's, else
+    engine_queue (the pool was saturated)."""
+    kw = {"phases": (900.0, 100.0, 1.0, 300.0, 1.0), "ttft_ms": 1001.0, "engine_queue_ms": 850.0}
+    assert only(facts(**kw, **SATURATED)) == ("ttft", "queue", "engine_queue")
+    kv = facts(**kw, **SATURATED, pool_kv_usage=0.95)
+    assert only(kv) == ("ttft", "queue", "kv_pressure")
+    assert only(facts(**kw, **SATURATED, pool_preempting=True))[2] == "kv_pressure"
+    long_ahead = {**SATURATED, "pool_ahead_prompt_tokens": 2 * 3000}
+    assert only(facts(**kw, **long_ahead, prompt_tokens=40)) == ("ttft", "queue", "prefills_ahead")
+
+
+def test_prefill_miss_of_a_queued_request_is_the_engine_queue() -> None:
+    """A prefill miss with no long prompt or cache miss is the engine's queue when every slot
+    was taken at dispatch (or the engine had waiting requests), prefills_ahead behind long
+    prompts, and other only when the pool's state explains nothing."""
+    kw = {"phases": (10.0, 900.0, 1.0, 300.0, 1.0), "ttft_ms": 911.0, "prompt_tokens": 50}
+    assert only(facts(**kw, **SATURATED)) == ("ttft", "prefill", "engine_queue")
+    assert only(facts(**kw, pool_waiting=3)) == ("ttft", "prefill", "engine_queue")
+    ahead = {"pool_in_flight": 1, "pool_max_running": 2, "pool_ahead_prompt_tokens": 4000}
+    assert only(facts(**kw, **ahead)) == ("ttft", "prefill", "prefills_ahead")
+    idle = {"pool_in_flight": 0, "pool_max_running": 2, "pool_waiting": 0}
+    assert only(facts(**kw, **idle)) == ("ttft", "prefill", "other")
+
+
+def test_tpot_miss_under_kv_pressure() -> None:
+    """A decode miss on a replica whose engine was preempting is kv_pressure, not other."""
+    f = facts(phases=(10.0, 100.0, 1.0, 3000.0, 1.0), tpot_ms=90.0, pool_preempting=True)
+    assert only(f) == ("tpot", "decode", "kv_pressure")
+
+
+def _dispatched(prefill_ms: float, **pool: object) -> Finished:
+    ev = Event(lane="chat", stream=True, **pool)  # type: ignore[arg-type]
+    ms = 1_000_000
+    clock = Clock(received=1, dispatched=1 + 5 * ms)
+    clock.first_up = clock.dispatched + int(prefill_ms * ms)
+    clock.first_sent, clock.last_up = clock.first_up + ms, clock.first_up + 50 * ms
+    clock.end = clock.last_up + ms
+    f = Finished(ev, clock, 0, new_ids(None))
+    fill_timings(f)
+    return f
+
+
+def test_inferred_engine_queue_moves_the_wait_out_of_prefill() -> None:
+    """With every slot taken at dispatch and no engine span, the prefill beyond the lane's
+    usual becomes the engine's queue (engine_view inferred); phases still sum to e2e."""
+    f = _dispatched(700.0, pool_in_flight=2, pool_max_running=2)
+    e2e = f.event.e2e_ms
+    assert infer(f, base_prefill_ms=40.0)
+    ev = f.event
+    assert (ev.engine_view, ev.engine_queue_ms) == ("inferred", 660.0)
+    assert (ev.queue_ms, ev.prefill_ms) == (665.0, 40.0)
+    total = ev.queue_ms + ev.prefill_ms + ev.first_token_ms + ev.decode_ms + ev.stream_ms
+    assert abs(total - e2e) < 0.01 and ev.e2e_ms == e2e
+
+
+def test_no_inference_with_a_slot_free_or_a_span_joined() -> None:
+    """A request dispatched with a slot free, or one whose engine span was joined, keeps its
+    phases: the span wins, and an idle pool says nothing of a wait."""
+    free = _dispatched(700.0, pool_in_flight=1, pool_max_running=2)
+    assert not infer(free, 40.0) and free.event.engine_view == "absent"
+    joined = _dispatched(700.0, pool_in_flight=5, pool_max_running=2, engine_view="joined")
+    assert not infer(joined, 40.0) and joined.event.prefill_ms == 700.0
+
+
+def test_stamp_infers_before_judging() -> None:
+    """The sidecar's step splits a saturated pool's wait from prefill, then charges the miss
+    to the engine's queue instead of prefill / other."""
+    stamp = MissStamp(CONFIG)
+    for _ in range(3):
+        stamp.on_end(_dispatched(40.0, pool_in_flight=0, pool_max_running=2))
+    f = _dispatched(900.0, pool_in_flight=4, pool_max_running=2, prompt_tokens=20)
+    stamp.on_end(f)
+    ev = f.event
+    assert ev.engine_view == "inferred" and ev.engine_queue_ms is not None
+    assert (ev.miss_slo, ev.miss_phase, ev.miss_cause) == ("ttft", "queue", "engine_queue")
+
+
+def test_prefills_ahead_is_judged_against_what_the_lanes_good_requests_found_ahead() -> None:
+    """With a baseline of what the lane's good requests found in flight ahead of them, prompts
+    ahead at least twice that (and longer than the request's own) are prefills_ahead; the
+    same prompts ahead as usual are a saturated pool, engine_queue."""
+    base = Baseline(BASE.phases_ms, prompt_tokens=400, ahead_tokens=500.0)
+    kw = {"phases": (900.0, 100.0, 1.0, 300.0, 1.0), "ttft_ms": 1001.0, "engine_queue_ms": 850.0}
+    burst = facts(**kw, pool_in_flight=30, pool_max_running=8, pool_ahead_prompt_tokens=36_000)
+    assert only(burst, base) == ("ttft", "queue", "prefills_ahead")
+    usual = facts(**kw, pool_in_flight=30, pool_max_running=8, pool_ahead_prompt_tokens=15_000)
+    assert only(usual, base) == ("ttft", "queue", "engine_queue")
+    longer_own = facts(
+        **kw, **{"pool_in_flight": 30, "pool_ahead_prompt_tokens": 36_000}, prompt_tokens=1500
+    )
+    assert only(longer_own, base)[2] == "engine_queue"
+    run = RunningBaseline()
+    run.add(facts(pool_in_flight=4, pool_ahead_prompt_tokens=2000))
+    run.add(facts(pool_in_flight=0, pool_ahead_prompt_tokens=0))
+    assert run.snapshot().ahead_tokens == 500.0
+
+
+def test_tpot_miss_on_a_saturated_pool_is_prefills_ahead() -> None:
+    """A decode miss on a replica whose slots were all taken at dispatch is prefills_ahead
+    (the requests it admits next prefill in the same steps); on an idle one, other."""
+    kw = {"phases": (10.0, 100.0, 1.0, 3000.0, 1.0), "tpot_ms": 90.0}
+    assert only(facts(**kw, **SATURATED)) == ("tpot", "decode", "prefills_ahead")
+    assert only(facts(**kw, pool_in_flight=0, pool_max_running=2))[2] == "other"
+
+
+def test_a_batch_heavier_than_usual_is_prefills_ahead() -> None:
+    """A prefill or decode miss with a slot free, on a replica whose requests in flight carried
+    at least twice the prompt tokens the lane's good requests found in flight: prefills_ahead;
+    a batch as heavy as usual: other."""
+    base = Baseline(BASE.phases_ms, prompt_tokens=100, ahead_total=3000.0)
+    free = {"pool_in_flight": 5, "pool_max_running": 32}
+    prefill = {"phases": (10.0, 900.0, 1.0, 300.0, 1.0), "ttft_ms": 911.0, "prompt_tokens": 90}
+    assert only(facts(**prefill, **free, pool_ahead_prompt_tokens=7000), base)[2] == (
+        "prefills_ahead"
+    )
+    assert only(facts(**prefill, **free, pool_ahead_prompt_tokens=3500), base)[2] == "other"
+    decode = {"phases": (10.0, 100.0, 1.0, 3000.0, 1.0), "tpot_ms": 90.0}
+    assert only(facts(**decode, **free, pool_ahead_prompt_tokens=7000), base) == (
+        "tpot", "decode", "prefills_ahead"
+    )  # fmt: skip
+
+
+def test_a_saturated_pool_without_a_queue_is_still_the_engine_queue() -> None:
+    """A prefill miss whose joined span shows the engine's own queue and prefill were short
+    (the request waited before the scheduler, in the engine's API server), or a miss on a
+    replica with 1.5x the requests in flight the lane's good requests found, is the pool
+    saturated (engine_queue), not other."""
+    base = Baseline(BASE.phases_ms, prompt_tokens=100, ahead_total=3000.0, in_flight=8.0)
+    kw = {"phases": (10.0, 900.0, 1.0, 300.0, 1.0), "ttft_ms": 911.0, "prompt_tokens": 90}
+    held = facts(**kw, engine_view="joined", engine_queue_ms=5.0, engine_prefill_ms=40.0)
+    assert only(held, base) == ("ttft", "prefill", "engine_queue")
+    slow_engine = facts(**kw, engine_view="joined", engine_queue_ms=5.0, engine_prefill_ms=700.0)
+    assert only(slow_engine, base)[2] == "other"
+    crowded = facts(**kw, pool_in_flight=13, pool_max_running=32, pool_ahead_prompt_tokens=4000)
+    assert only(crowded, base)[2] == "engine_queue"

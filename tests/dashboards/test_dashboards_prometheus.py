@@ -51,6 +51,7 @@ FIXED = {
     c.NEW: ["prefix_caching=true"],
     c.CONFIG_HASH: ["0a1b2c3d"],
     c.CONFIG_VERSION: ["1"],
+    c.STAGE: list(c.COLD_START_STAGES),
     c.ARM: ["interactive", "bulk"],  # a split lane's arms (pools of the default config)
     c.SLO_LABEL: ["ttft", "availability"],
     c.BAND: ["0", "7"],  # flow control (docs/flow.md)
@@ -112,7 +113,7 @@ def _openmetrics(config: Config, t0: int) -> Iterator[str]:
     for m in c.ALL_METRICS:
         sets = _label_sets(m, config)
         if m.kind == "histogram":
-            bounds = token if m in (c.TPOT, c.ITL) else latency
+            bounds = token if m in (c.TPOT, c.ITL, c.ITL_REQUEST_P95) else latency
             for labels in sets:
                 yield from _histogram(m.name, labels, bounds, t0)
         elif m.kind == "counter":

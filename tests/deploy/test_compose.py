@@ -200,13 +200,15 @@ def test_every_address_in_the_stack_names_a_service_port() -> None:
 
 
 def test_prometheus_scrapes_the_sidecar_and_each_replica_with_its_pool() -> None:
-    """The sidecar is scraped on its port; each pool replica with label pool=<pool name>."""
+    """The sidecar is scraped on its port, each pool replica with label pool=<pool name>, and
+    the dcgm-exporter service on its port."""
     targets: dict[str, dict[str, str]] = {}
     for job in PROMETHEUS["scrape_configs"]:
         for sc in job["static_configs"]:
             for t in sc["targets"]:
                 targets[t] = sc.get("labels", {})
     assert f"sidecar:{_flag(_command('sidecar'), '--port')}" in targets
+    assert "dcgm-exporter:9400" in targets  # the GPU panels' and alerts' DCGM_FI_DEV_* series
     for pool in LANES.pools:
         for url in pool.replicas:
             ((host, port),) = URL_RE.findall(url)

@@ -98,6 +98,23 @@ def test_lanes_config_points_every_pool_at_the_local_replicas(tmp_path: Path) ->
     assert {p.name: p.replicas for p in config.pools} == urls
     assert config.lanes == default.lanes
     assert config.default_lane == default.default_lane
+    assert all(p.declared is None for p in config.pools)  # no flags these replicas may not run
+
+
+def test_local_pools_declare_the_flags_they_are_started_with(tmp_path: Path) -> None:
+    """Each local pool's `vllm serve` flags are generated from the engine block the demo's
+    lanes config declares for it: what runs and what the record says are one."""
+    from obs.config_blocks import declared_in_args
+    from obs.demo.options import LOCAL_POOLS
+
+    urls = {"interactive": ["http://127.0.0.1:1111"], "bulk": ["http://127.0.0.1:2222"]}
+    engines = {s.name: s.engine_block() for s in LOCAL_POOLS}
+    config = write_lanes(tmp_path / "lanes.yaml", urls, engines)
+    for spec in LOCAL_POOLS:
+        pool = config.pool(spec.name)
+        assert pool.engine == "vllm" and pool.declared is not None
+        assert declared_in_args(list(spec.vllm_args)) == pool.declared.values()
+        assert pool.declared.max_num_seqs is not None
 
 
 def test_prometheus_config_passes_promtool(tmp_path: Path) -> None:
@@ -235,7 +252,9 @@ def short_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path,
     out = tmp_path_factory.mktemp("demo") / "out"
     started = time.monotonic()
     proc = subprocess.run(
-        _demo("--duration", "15", *QUICK_DRAIN, "--out", str(out)),
+        # The labelled run (X-Client-Class): every lane gets requests within 15 s, so each
+        # lane's artefacts are checked; the unlabelled default is test_sim_demo_tells_the_story.
+        _demo("--duration", "15", "--class-headers", *QUICK_DRAIN, "--out", str(out)),
         capture_output=True,
         text=True,
         timeout=DEMO_TIMEOUT_S,

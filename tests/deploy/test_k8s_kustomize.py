@@ -107,12 +107,22 @@ def test_generated_parts_match_the_default_lanes_config(tmp_path: Path) -> None:
 
 def test_kustomize_renders_both_pools_a_prometheus_rule_and_service_monitors() -> None:
     """The package renders a Deployment, Service and ServiceMonitor per default pool, one
-    PrometheusRule, and a dashboard ConfigMap per dashboard labelled for Grafana's sidecar."""
+    PrometheusRule, a dashboard ConfigMap per dashboard labelled for Grafana's sidecar, and the
+    dcgm-exporter DaemonSet with the Service and ServiceMonitor that scrape it."""
     docs = _render(K8S)
     pools = [p.name for p in load_config(default_config_path()).pools]
     for kind in ("Deployment", "Service", "ServiceMonitor"):
         names = sorted(d["metadata"]["name"] for d in _by_kind(docs, kind))
-        assert names == sorted(f"vllm-{p}" for p in pools), kind
+        dcgm = ["dcgm-exporter"] if kind != "Deployment" else []
+        assert names == sorted([*dcgm, *(f"vllm-{p}" for p in pools)]), kind
+    (daemon,) = _by_kind(docs, "DaemonSet")  # the GPU panels' and alerts' DCGM_FI_DEV_* series
+    (monitor,) = [
+        d
+        for d in _by_kind(docs, "ServiceMonitor")
+        if d["metadata"]["name"] == daemon["metadata"]["name"]
+    ]
+    port = daemon["spec"]["template"]["spec"]["containers"][0]["ports"][0]["name"]
+    assert monitor["spec"]["endpoints"][0]["port"] == port
     (rule,) = _by_kind(docs, "PrometheusRule")
     assert rule["spec"]["groups"]
     boards = [
@@ -192,7 +202,10 @@ def test_service_monitor_scrapes_sidecar_and_engine_with_the_pool_label() -> Non
     engine (vLLM, labelled with the pool) ports, which the Service declares."""
     docs = _render(K8S)
     services = {d["metadata"]["name"]: d for d in _by_kind(docs, "Service")}
-    for monitor in _by_kind(docs, "ServiceMonitor"):
+    pools = [
+        m for m in _by_kind(docs, "ServiceMonitor") if m["metadata"]["name"] != "dcgm-exporter"
+    ]
+    for monitor in pools:
         service = services[monitor["metadata"]["name"]]
         selector = monitor["spec"]["selector"]["matchLabels"]
         assert selector.items() <= service["metadata"]["labels"].items()

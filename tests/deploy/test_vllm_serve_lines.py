@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
+from obs.config import Config, default_config_path, load_config
+from obs.config_blocks import declared_in_args
 from obs.engines.setup import EnginePaths, engine_environment
 from obs.sweep.profile import SHIPPED, resolve
 from obs.sweep.run import pool_server
@@ -214,3 +216,63 @@ def test_the_parser_refuses_what_vllm_refuses(verdicts: list[str | None]) -> Non
     assert partial is not None and "--max-num-partial-prefills" in partial
     assert not_a_number is not None and "--max-num-seqs" in not_a_number
     assert fine is None
+
+
+COMPOSE_LANES = ROOT / "deploy" / "lanes.compose.yaml"
+
+
+def _pool_of(where: str) -> str:
+    """The pool a shipped line runs: ``vllm-<pool>`` (compose), ``overlays/<pool>/`` (k8s)."""
+    if where.startswith("docker-compose.yml:"):
+        return where.split(":", 1)[1].removeprefix("vllm-")
+    return where.split("/")[3]
+
+
+def disagreements(
+    config: Config, lines: list[tuple[str, list[str]]]
+) -> dict[str, tuple[dict[str, object], dict[str, object] | None]]:
+    """Each line whose declarable flags differ from its pool's engine block: (what the line
+    runs, what the pool declares)."""
+    declared = {p.name: p.declared.values() if p.declared else {} for p in config.pools}
+    out = {}
+    for where, args in lines:
+        said = declared_in_args(args)
+        if said != declared.get(_pool_of(where)):
+            out[where] = (said, declared.get(_pool_of(where)))
+    return out
+
+
+def test_every_shipped_pool_runs_what_its_config_declares() -> None:
+    """Each compose service and k8s overlay runs the flags its pool's engine block declares
+    (compose: deploy/lanes.compose.yaml; k8s: the shipped default its overlays come from)."""
+    compose = load_config(COMPOSE_LANES)
+    default = load_config(default_config_path())
+    assert all(p.declared and p.engine == "vllm" for c in (compose, default) for p in c.pools)
+    overlays = [(w, a) for w, a in k8s_lines() if "/overlays/" in w]
+    assert len(compose_lines()) == len(overlays) == 2
+    assert disagreements(compose, compose_lines()) == {}
+    assert disagreements(default, overlays) == {}
+
+
+def test_a_drifted_serve_line_is_caught() -> None:
+    """The check can fail: a compose line with another --max-num-seqs, or a flag dropped."""
+    compose = load_config(COMPOSE_LANES)
+    where, args = compose_lines()[0]
+    flipped = [("64" if a == "128" else a) for a in args]
+    dropped = [a for a in args if a != "--enable-prefix-caching"]
+    runs, declared = disagreements(compose, [(where, flipped)])[where]
+    assert (runs["max_num_seqs"], declared and declared["max_num_seqs"]) == (64, 128)
+    runs, declared = disagreements(compose, [(where, dropped)])[where]
+    assert "prefix_caching" not in runs and declared and declared["prefix_caching"] is True
+
+
+def test_serve_args_and_the_parser_round_trip() -> None:
+    """A declaration's serve arguments read back as the same declaration (both spellings of a
+    flag: ``--flag V`` and ``--flag=V``; prefix caching off as ``--no-enable-prefix-caching``)."""
+    for pool in load_config(COMPOSE_LANES).pools:
+        assert pool.declared is not None
+        assert declared_in_args(pool.declared.serve_args()) == pool.declared.values()
+    assert declared_in_args(["M", "--max-num-seqs=8", "--no-enable-prefix-caching"]) == {
+        "max_num_seqs": 8,
+        "prefix_caching": False,
+    }

@@ -98,3 +98,31 @@ def test_itl_histogram_exposes_what_prometheus_client_would_for_the_same_gaps() 
     assert len(sums) == 1 and math.isclose(
         float(sums[0][0].split()[-1]), float(sums[0][1].split()[-1]), rel_tol=1e-12
     )
+
+
+def test_each_request_s_itl_p95_is_one_observation_with_a_bucket_at_the_itl_threshold() -> None:
+    """vllm_obs_itl_request_p95_seconds: one observation per request that has an itl_p95_ms
+    (none for one without), in a histogram with a bound at the lanes' ITL SLO threshold."""
+    from prometheus_client import CollectorRegistry
+
+    from obs import conventions as c
+    from obs.config import parse_config
+    from obs.exporters.prom import Metrics
+
+    config = parse_config(
+        {
+            "pools": [{"name": "gpu", "replicas": ["http://127.0.0.1:9"]}],
+            "lanes": [{"name": "chat", "pool": "gpu", "slo": {"itl": {"threshold_ms": 42}}}],
+            "default_lane": "chat",
+        }
+    )
+    registry = CollectorRegistry()
+    metrics = Metrics(config, registry)
+    for i, p95 in enumerate((30.0, 42.0, 60.0, None)):
+        ev = Event(request_id=f"r{i}", lane="chat", pool="gpu", status="ok", e2e_ms=1.0)
+        ev.itl_p95_ms = p95
+        metrics.export(Finished(ev, Clock(received=0, end=1), 0, new_ids(None)))
+    labels = {"lane": "chat", "pool": "gpu"}
+    bucket, _, count = c.ITL_REQUEST_P95.series
+    assert registry.get_sample_value(count, labels) == 3
+    assert registry.get_sample_value(bucket, {**labels, "le": "0.042"}) == 2

@@ -9,7 +9,8 @@ import pytest
 
 from obs.cli import main
 from obs.config import default_config_path, load_config
-from obs.query.changes import Change, around_changes, find_changes, windows
+from obs.query.canary import HOLD, PROMOTE, ROLL_BACK, Verdict
+from obs.query.changes import Change, around_changes, find_changes, verdicts, windows
 from obs.query.filters import Filters
 from obs.query.scan import Scan, connect
 from obs.query.testing import T0, event, ts, write_jsonl
@@ -75,7 +76,8 @@ def test_around_changes_compares_ttft_and_cache_hits_either_side(tmp_path):
     table = around_changes(
         Scan(str(path), con=con), lambda f: Scan(str(path), f, con=con), Filters(), CONFIG
     )
-    rows = {(r[2].split()[0], r[7]): dict(zip(table.columns, r, strict=True)) for r in table.rows}
+    named = [dict(zip(table.columns, r, strict=True)) for r in table.rows]
+    rows = {(r["change"].split()[0], r["metric"]): r for r in named}
     ttft = rows[("replica", "ttft_p50_ms")]
     assert ttft["before"] == pytest.approx(103, abs=4) and ttft["after"] == pytest.approx(
         303, abs=4
@@ -106,3 +108,56 @@ def test_cli_prometheus_errors_are_one_line(tmp_path, capsys):
     assert main(["query", "compare", path, "--around-changes", "--prometheus", closed]) != 0
     err = capsys.readouterr().err
     assert "127.0.0.1:9" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def _doubling_log(path: Path, factor: float = 2.0, n: int = 300) -> Path:
+    """Settings A -> B at n s; the chat lane's TTFT (prefill) is ``factor`` times longer after."""
+    events = [
+        event(
+            ts=ts(i),
+            lane="chat",
+            pool="gpu",
+            replica=R,
+            prefill_ms=(100.0 + i % 11) * (factor if i >= n else 1.0),
+            settings_fingerprint="bbbbbbbb" if i >= n else "aaaaaaaa",
+            config_fingerprint="c1c1c1c1",
+        )
+        for i in range(2 * n)
+    ]
+    return write_jsonl(path, events)
+
+
+def _verdicts(path: Path) -> dict[str, Verdict]:
+    con = connect()
+    table = around_changes(
+        Scan(str(path), con=con), lambda f: Scan(str(path), f, con=con), Filters(), CONFIG
+    )
+    return {v.lane: v for _, v in verdicts(table, CONFIG)}
+
+
+def test_ttft_doubling_after_a_settings_change_says_roll_back(tmp_path):
+    """p95 TTFT doubles after the change, beyond noise and the 15% margin: roll back."""
+    found = _verdicts(_doubling_log(tmp_path / "e.jsonl"))
+    chat = found["chat"]
+    assert chat.verdict == ROLL_BACK
+    assert any("p95 TTFT +100%" in r for r in chat.reasons)
+
+
+def test_an_unchanged_pool_is_promoted_and_a_thin_one_held(tmp_path):
+    """The same TTFT either side is promoted; 50 requests a side (under min_requests) hold."""
+    same = _verdicts(_doubling_log(tmp_path / "a.jsonl", 1.0))["chat"]
+    assert same.verdict == PROMOTE
+    thin = _verdicts(_doubling_log(tmp_path / "b.jsonl", 1.0, n=50))["chat"]
+    assert thin.verdict == HOLD
+
+
+def test_cli_prints_the_verdict_under_the_table_and_in_json(tmp_path, capsys):
+    """The table ends with each change's verdict and reasons; JSON rows carry the verdict."""
+    path = str(_doubling_log(tmp_path / "e.jsonl"))
+    assert main(["query", "compare", path, "--around-changes"]) == 0
+    out = capsys.readouterr().out
+    assert "settings aaaaaaaa -> bbbbbbbb: lane chat: ROLL BACK" in out
+    assert "  - p95 TTFT +100% vs the baseline (margin 15%" in out
+    assert main(["query", "compare", path, "--around-changes", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["verdict"] for r in rows if r["lane"] == "chat"} == {ROLL_BACK}

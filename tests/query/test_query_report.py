@@ -31,7 +31,8 @@ def test_report_embeds_every_figure_and_writes_it_beside(tmp_path: Path):
 
 
 def test_report_tables_show_the_summary_and_slowest_requests(tmp_path: Path):
-    """The HTML names every lane, the SLO verdicts and the slowest request ids."""
+    """The HTML names every lane, the SLO verdicts, the slowest request ids and the incident
+    draft (`query incident`) over its window."""
     events = mixed_events()
     log = write_jsonl(tmp_path / "e.jsonl", events)
     doc = report(Scan([str(log)]), CONFIG, tmp_path / "out").read_text()
@@ -40,6 +41,7 @@ def test_report_tables_show_the_summary_and_slowest_requests(tmp_path: Path):
     slowest = max(events, key=lambda e: e.e2e_ms)
     assert slowest.request_id in doc
     assert 'class="no"' in doc  # chat misses its SLOs in this log
+    assert "<h2>Incident draft</h2>" in doc and "Lane chat missed its" in doc
 
 
 def test_report_notes_skipped_lines(tmp_path: Path):

@@ -218,3 +218,28 @@ def test_exception_classes_for_how_a_request_ends_live_in_outcomes() -> None:
             if exc and (rel, name) not in NOT_OUTCOMES:
                 found.append(f"{rel}:{name}")
     assert not found, "define these in obs.sidecar.outcomes: " + ", ".join(found)
+
+
+# vLLM's 500 body when PyTorch runs out of GPU memory, and llama.cpp's allocation failure.
+OOM_MESSAGES = [
+    "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB total capacity)",
+    "torch.OutOfMemoryError: CUDA error: out of memory",
+    "failed to allocate compute buffers",
+]
+
+
+@pytest.mark.parametrize("message", OOM_MESSAGES)
+def test_an_engine_out_of_memory_is_its_own_error_class(message: str) -> None:
+    """A 5xx status or error frame whose text says the engine ran out of memory records
+    error_class oom (an error, charged to the pool), not upstream_status / _stream_error."""
+    for err in (e.pool_status(500, message), e.PoolErrorFrame({"message": message, "code": 500})):
+        ev = Event(request_id="r")
+        err.record(ev, "decode")
+        assert (ev.status, ev.error_class) == (c.ERROR, "oom")
+
+
+def test_other_failures_and_client_errors_are_not_oom() -> None:
+    """Another 5xx keeps upstream_status; a 400 that mentions memory is the client's."""
+    assert e.pool_status(500, "engine dead").error_class == "upstream_status"
+    assert e.pool_status(400, "prompt too long: out of memory").error_class == "upstream_status"
+    assert e.PoolErrorFrame({"message": "x"}).error_class == "upstream_stream_error"

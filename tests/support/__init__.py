@@ -34,6 +34,21 @@ def chat_body(text: str = "hi", max_tokens: int = 8, **extra: Any) -> dict[str, 
     }
 
 
+def chat_answer(text: str, model: str = MODEL) -> dict[str, Any]:
+    """A whole (non-streamed) chat completion of one token, as an OpenAI-compatible server
+    answers it: what the fake pools of the tests send back."""
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+
+
 def pct(values: list[float], q: float) -> float | None:
     """Reference percentile: linear interpolation between the closest ranks (None if empty)."""
     v = sorted(values)

@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from obs import conventions as c
-from obs.config import ApiKey, Auth
+from obs.config_blocks import ApiKey, Auth
 from obs.sidecar.policy.auth import TENANT_WINDOW_S, Tenants
 from tests.conftest import SidecarFactory
 from tests.support import chat_body

@@ -1,0 +1,194 @@
+"""``incident``: the postmortem's first draft, in words, from a window of events.
+
+For each lane and SLO that missed in the window (``obs.query.error_budget``'s spending): from
+when to when (the first and last miss, and the span that holds the middle 90% of them), the
+misses against the requests judged and the share of the window's budget they burned, the
+phase and cause behind most of them (``obs.attribution``'s rule) with what that cause means
+and the lever the runbook names for it (``obs.conventions.CAUSE_WORDS``), and the replica and
+tenant behind most misses. Then the settings and config changes in the window
+(``obs.query.changes``) and, given Prometheus, the alerts that fired in it (its ``ALERTS``
+series). Plain data first (``--format json``), then the words.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime
+from typing import Any
+
+from obs.config import Config
+from obs.conventions import CAUSE_WORDS
+from obs.prom.api import PrometheusAPI, PrometheusError
+from obs.query.changes import find_changes
+from obs.query.error_budget import COLUMNS, as_utc, budget, spending
+from obs.query.scan import Source
+from obs.query.table import to_json
+
+ALERT_STEP_S = 15.0
+CHANGE_FIELDS = (
+    "pool",
+    "settings_fingerprint",
+    "config_fingerprint",
+)  # the resolution at which fired alerts are read back
+
+
+def _iso(t: datetime) -> str:
+    return t.isoformat(timespec="seconds")
+
+
+def _middle(times: list[datetime]) -> tuple[datetime, datetime]:
+    """The span holding the middle 90% of ``times`` (sorted)."""
+    n = len(times)
+    return times[int(0.05 * (n - 1))], times[int(0.95 * (n - 1) + 0.999)]
+
+
+def draft(
+    scan: Source, config: Config, paths: list[str], prometheus: str | None = None
+) -> dict[str, Any]:
+    """The draft as plain data: the window, each missing SLO, changes, alerts."""
+    scan.materialize((*COLUMNS, *CHANGE_FIELDS))  # once, for every query below
+    doc = budget(scan, config, paths)
+    times: dict[tuple[str, str], list[datetime]] = {}
+    for s in spending(scan, config):
+        times[(s.lane, s.slo)] = sorted(as_utc(row["_t"]) for _, row in s.misses)
+    slos = []
+    for e in doc["slos"]:
+        if not e["misses"]:
+            continue
+        t = times[(e["lane"], e["slo"])]
+        top = e["by_phase_cause"][0]
+        meaning, lever = CAUSE_WORDS.get(top["cause"], ("", ""))
+        lo, hi = _middle(t)
+        slos.append(
+            {
+                "lane": e["lane"], "slo": e["slo"], "objective": e["objective"],
+                "judged": e["judged"], "misses": e["misses"],
+                "budget_spent": e["budget_spent"], "first_miss": _iso(t[0]),
+                "last_miss": _iso(t[-1]), "most_from": _iso(lo), "most_until": _iso(hi),
+                "phase": top["phase"], "cause": top["cause"],
+                "cause_share": top["misses"] / e["misses"], "means": meaning, "lever": lever,
+                "causes": e["by_cause"], "top_replica": _top(e["top_replicas"], "replica"),
+                "top_tenant": _top(e["top_tenants"], "tenant"),
+            }
+        )  # fmt: skip
+    slos.sort(key=lambda x: -(x["budget_spent"] or 0.0))
+    changes = [{"at": _iso(ch.at), "pool": ch.pool, "change": ch.what} for ch in find_changes(scan)]
+    since, until = doc["since"], doc["until"]
+    if since is None or until is None:  # no window given: the events' own span
+        col = scan.dialect.ts_column
+        first, last = scan.run(f"SELECT min({col}), max({col}) FROM {scan.source}").rows[0]
+        if first is not None:
+            since = since or _iso(as_utc(first))
+            until = until or _iso(as_utc(last))
+    return {
+        "since": since,
+        "until": until,
+        "slos": slos,
+        "changes": changes,
+        "alerts": _alerts(prometheus, scan, slos) if prometheus else None,
+    }
+
+
+def _top(rows: list[dict[str, Any]], dim: str) -> dict[str, Any] | None:
+    return {"value": rows[0][dim], "share": rows[0]["share"]} if rows else None
+
+
+def _alerts(url: str, scan: Source, slos: list[dict[str, Any]]) -> list[dict[str, Any]] | str:
+    """Each alert that fired in the window (Prometheus' ``ALERTS``), first to last seen; or
+    why it could not be read."""
+    f = scan.filters
+    ends = [datetime.fromisoformat(x) for s in slos for x in (s["first_miss"], s["last_miss"])]
+    start = f.since or (min(ends) if ends else None)
+    end = f.until or (max(ends) if ends else None)
+    if start is None or end is None:
+        return []
+    t0, t1 = (
+        t.timestamp() if t.tzinfo else t.replace(tzinfo=UTC).timestamp() for t in (start, end)
+    )
+    try:
+        series = PrometheusAPI(url).query_range(
+            'ALERTS{alertstate="firing"}', t0, max(t1, t0 + ALERT_STEP_S), ALERT_STEP_S
+        )
+    except PrometheusError as e:
+        return f"not read from {url}: {e}"
+    out = []
+    for s in series:
+        m, vals = s["metric"], s.get("values") or []
+        if not vals:
+            continue
+        labels = {k: v for k, v in m.items() if k in ("lane", "slo", "pool", "severity")}
+        out.append(
+            {
+                "alert": m.get("alertname", "?"),
+                "labels": labels,
+                "from": _iso(datetime.fromtimestamp(float(vals[0][0]), UTC)),
+                "until": _iso(datetime.fromtimestamp(float(vals[-1][0]), UTC)),
+            }
+        )
+    return sorted(out, key=lambda a: (a["from"], a["alert"]))
+
+
+def words(doc: dict[str, Any]) -> str:
+    """The draft an SRE starts the postmortem from."""
+    span = f"{doc['since'] or 'the first event'} to {doc['until'] or 'the last event'} (UTC)"
+    lines = [f"Incident draft, {span}", ""]
+    if not doc["slos"]:
+        lines.append("No lane missed an SLO in the window.")
+    for s in doc["slos"]:
+        spent = "" if s["budget_spent"] is None else f", {s['budget_spent']:.0%} of its budget"
+        lines.append(
+            f"- Lane {s['lane']} missed its {s['slo']} SLO on {s['misses']} of {s['judged']} "
+            f"requests{spent} for the window, from {s['first_miss']} to {s['last_miss']} "
+            f"(most between {s['most_from']} and {s['most_until']})."
+        )
+        lines.append(
+            f"  Behind {s['cause_share']:.0%} of it: phase {s['phase']}, cause {s['cause']}: "
+            f"{s['means']}."
+        )
+        who = []
+        if s["top_replica"]:
+            who.append(f"replica {s['top_replica']['value']} ({s['top_replica']['share']:.0%})")
+        if s["top_tenant"] and s["top_tenant"]["value"] != "-":
+            who.append(f"tenant {s['top_tenant']['value']} ({s['top_tenant']['share']:.0%})")
+        if who:
+            lines.append(f"  Most misses: {', '.join(who)}.")
+        lines.append(f"  Lever (docs/runbook.md, Where the budget went): {s['lever']}.")
+    lines.append("")
+    if doc["changes"]:
+        lines.append("Changes in the window:")
+        lines += [f"- {c['at']} pool {c['pool']}: {c['change']}" for c in doc["changes"]]
+    else:
+        lines.append("Changes in the window: no replica settings or lanes config changed.")
+    alerts = doc["alerts"]
+    if alerts is None:
+        lines.append("Alerts: not read (give --prometheus URL).")
+    elif isinstance(alerts, str):
+        lines.append(f"Alerts: {alerts}.")
+    elif not alerts:
+        lines.append("Alerts: none fired in the window.")
+    else:
+        lines.append("Alerts fired:")
+        for a in alerts:
+            labels = ", ".join(f"{k}={v}" for k, v in sorted(a["labels"].items()))
+            lines.append(f"- {a['alert']} ({labels}) from {a['from']} to {a['until']}")
+    return "\n".join(lines) + "\n"
+
+
+def render(doc: dict[str, Any], fmt: str) -> str:
+    """The draft as JSON, or in words."""
+    return to_json(doc) if fmt == "json" else words(doc)
+
+
+def text(scan: Source, config: Config, paths: list[str], prometheus: str | None, fmt: str) -> str:
+    """``vllm-obs query incident``'s answer: the draft over ``scan``, rendered."""
+    return render(draft(scan, config, paths, prometheus), fmt)
+
+
+def causes_line(doc: dict[str, Any]) -> str:
+    """One line: the causes behind every miss of the window, most first."""
+    c: Counter[str] = Counter()
+    for s in doc["slos"]:
+        for r in s["causes"]:
+            c[r["cause"]] += r["misses"]
+    total = sum(c.values())
+    return ", ".join(f"{k} {v / total:.0%}" for k, v in c.most_common()) if total else "none"
