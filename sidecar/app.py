@@ -278,8 +278,7 @@ class SidecarApp:
             log.info("sidecar_stopped")
 
     def _build_api(self) -> FastAPI:
-        self.models_cache = models_cache()  # /v1/models: one fetch per CACHE_S, not per request
-        rendered: Kept[bytes] = Kept(0.0)  # /metrics: one render at a time, shared, never stale
+        self.models_cache, rendered = models_cache(), Kept[bytes](0.0)  # /metrics: one at a time
         api = FastAPI(
             title="vllm-obs sidecar",
             lifespan=self.lifespan,

@@ -97,8 +97,7 @@ class Relay:
         flow: FlowControl | None = None,
         worker: tuple[int, int] | None = None,
     ) -> None:
-        self.classifier = classifier
-        self.split_salt = split_salt  # keys the split arms' hash (obs.splits)
+        self.classifier, self.split_salt = classifier, split_salt  # salt: obs.splits
         self.recognizer = recognizer or Recognizer(classifier.config.recognition)
         self.pools = pools
         self.recorder = recorder  # where each finished request's record goes, once
@@ -193,9 +192,8 @@ class Relay:
             req.json_answer = JsonAnswer.asked_by(body)  # None unless it asks for JSON
         read = read_fields(ev.route, body, MAX_MODEL_CHARS)  # as the engine, or 400 naming it
         ev.model, ev.stream, ev.max_tokens = read.model, read.stream, read.max_tokens
-        attrs, req.client_id, req.prefix_key = self.recognizer.attrs(
-            self.classifier, ev, headers, body, scope
-        )
+        rec = self.recognizer
+        attrs, req.client_id, req.prefix_key = rec.attrs(self.classifier, ev, headers, body, scope)
         lane, ev.class_source = self.classifier.decide(attrs)
         self.recognizer.decided(lane.name, ev.class_source)
         ev.lane = lane.name
@@ -355,8 +353,7 @@ class Relay:
         ev = req.event
         ev.http_status = resp.status
         is_sse = resp.headers.get("content-type", "").startswith("text/event-stream")
-        # A stream's length is what the relay writes (usage stripped, an error frame added);
-        # a whole body (an error status, a non-streamed answer) is relayed as it came.
+        # A stream's length is the relay's (usage stripped, error frames); a whole body's, as came.
         sized = resp.status >= 400 or not is_sse
         out_headers = [
             (k.lower(), v)
