@@ -5,6 +5,12 @@ shipped lanes (`obs/data/lanes.yaml`, both pools pointed at that one engine), th
 `vllm-obs load --no-class-header --clients N` with the six-class mix sized for the tiny model,
 and prints `vllm-obs load check`'s matrix (true class x lane). Writes the report as JSON.
 
+The load generator's slow readers (a 4 KiB receive buffer from before ``connect``) open one
+connection per request and send ``Connection: close`` (aiohttp's ``force_close``), as urllib
+and many scripts do; the other classes keep their connections alive. So the slow-stream row is
+learned from the stream phase measured to the last byte the client's side acknowledged on a
+connection the sidecar closes only then (issue 44: 0 of 12 before).
+
     .venv/bin/python -m bench.lane_accuracy --duration 120 --out bench/results/lane_accuracy.json
 """
 

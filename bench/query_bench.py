@@ -207,11 +207,13 @@ SELECT
   (completion_tokens * 2)::INTEGER AS max_tokens,
   round(round(queue_ms, 3) + round(prefill_ms, 3) + round(first_token_ms, 3)
     + round(decode_ms, 3) + round(stream_ms, 3), 3) AS e2e_ms,
+  CASE WHEN status = 'rejected' THEN 0.0 ELSE round(1.0 + u_frac, 3) END AS upload_ms,
   round(queue_ms, 3) AS queue_ms,
   round(prefill_ms, 3) AS prefill_ms,
   round(first_token_ms, 3) AS first_token_ms,
   round(decode_ms, 3) AS decode_ms,
   round(stream_ms, 3) AS stream_ms,
+  NULL::BIGINT AS client_unread_bytes,
   CASE WHEN lane = 'slow-stream' AND status = 'ok' THEN round(stream_ms * 0.8, 3)
        ELSE 0.0 END AS stream_blocked_ms,
   CASE WHEN NOT got_output THEN 0 WHEN NOT stream THEN 1

@@ -34,6 +34,7 @@ from obs.config_blocks import (
     PositiveInt,
     RateLimits,
     Ratio,
+    SlowClient,
     Tenant,
 )
 from obs.durations import seconds
@@ -93,16 +94,6 @@ class SLO(_Model):
     burn_windows: list[BurnWindow] = Field(
         default_factory=lambda: [BurnWindow.model_validate(w) for w in DEFAULT_BURN_WINDOWS]
     )
-
-
-class SlowClient(_Model):
-    """Per-stream buffer bound and what to do when a slow reader fills it."""
-
-    buffer_bytes: PositiveInt = 1 << 20
-    policy: Literal["wait", "abort"] = "wait"
-    # Under "wait": the longest a stream waits on a client that reads nothing; then it ends
-    # (error slow_client) and the client's connection is closed, freeing the lane's slot.
-    max_blocked_s: PositiveFloat = 60.0
 
 
 class Admission(_Model):
@@ -279,6 +270,15 @@ class Config(_Model):
                     )
         if self.default_lane not in self.lane_names:
             raise ValueError(f"default_lane {self.default_lane!r} is not a lane")
+        slow_ms = self.recognition.slow_stream_ms
+        for lane in self.lanes:  # a stream recorded before its client took it all is slow
+            if lane.admission.slow_client.record_wait_s * 1000 < slow_ms:
+                raise ValueError(
+                    f"lane {lane.name!r}: admission.slow_client.record_wait_s "
+                    f"({lane.admission.slow_client.record_wait_s:g} s) is below "
+                    f"recognition.slow_stream_ms ({slow_ms:g} ms): a stream the record stopped "
+                    "waiting for must read as a slow reader's"
+                )
         for p in self.pools:
             weights = p.saturation.lane_weights if p.saturation is not None else {}
             unknown = sorted(set(weights) - set(self.lane_names))

@@ -1,5 +1,6 @@
 """Blocks of a lanes config's pools and lanes beyond routing and SLOs: the engine flags a
-pool declares, the thresholds of the alerts the production guides name, and a pool's price.
+pool declares, the thresholds of the alerts the production guides name, a pool's price, and
+what a lane does with slow clients.
 
 ``obs.config`` parses them (and re-exports them); each is a strict model whose errors name
 the field.
@@ -196,6 +197,19 @@ class LaneBlocks(_Model):
     """The fields of a lane (``obs.config.Lane``) this module adds: its alert thresholds."""
 
     alerts: LaneAlerts = LaneAlerts()
+
+
+class SlowClient(_Model):
+    """Per-stream buffer bound and what to do when a slow reader fills it."""
+
+    buffer_bytes: PositiveInt = 1 << 20
+    policy: Literal["wait", "abort"] = "wait"
+    # Under "wait": the longest a stream waits on a client that reads nothing; then it ends
+    # (error slow_client) and the client's connection is closed, freeing the lane's slot.
+    max_blocked_s: PositiveFloat = 60.0
+    # The longest the record waits, after a stream's last byte, for the client's side to
+    # acknowledge it; then the event is written with client_unread_bytes (docs/record.md).
+    record_wait_s: PositiveFloat = 30.0
 
 
 class RateLimit(_Model):

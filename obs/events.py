@@ -154,14 +154,35 @@ class Event:
         "`--enable-prompt-tokens-details`; null without it)."
     )
     max_tokens: int | None = _f("max_tokens (or max_completion_tokens) the client asked for.")
-    e2e_ms: float = _f("End-to-end: received to last byte handed to the client.", 0.0)
-    queue_ms: float = _f("Phase: received to dispatched to the pool.", 0.0)
+    e2e_ms: float = _f(
+        "End-to-end, the server's side: the request's body complete to the last byte "
+        "acknowledged by the client's side (docs/record.md). The upload before it is "
+        "upload_ms.",
+        0.0,
+    )
+    upload_ms: float | None = _f(
+        "The client's upload: the request's first byte read to its body complete. The "
+        "client's time, in no phase, in neither e2e_ms nor ttft_ms; 0 when the whole request "
+        "came in one read; null where the server does not say (another ASGI server)."
+    )
+    queue_ms: float = _f("Phase: body complete to dispatched to the pool.", 0.0)
     prefill_ms: float = _f("Phase: dispatched to first upstream chunk carrying a token.", 0.0)
     first_token_ms: float = _f(
         "Phase: that chunk's arrival to its bytes handed to the client.", 0.0
     )
     decode_ms: float = _f("Phase: first token handed to the client to last upstream output.", 0.0)
-    stream_ms: float = _f("Phase: last upstream output to last byte handed to the client.", 0.0)
+    stream_ms: float = _f(
+        "Phase: last upstream output to the last byte acknowledged by the client's side "
+        "(a stream; any connection kind), or handed to it (a whole body). With "
+        "client_unread_bytes set, the time until the sidecar stopped waiting: a lower bound.",
+        0.0,
+    )
+    client_unread_bytes: int | None = _f(
+        "Bytes of the stream the client's side had not acknowledged when the sidecar stopped "
+        "waiting for them (the lane's slow_client.record_wait_s) or when the client reset "
+        "the connection: a slow reader whose stream_ms is a lower bound. Null when it "
+        "acknowledged every byte, or for a whole body."
+    )
     stream_blocked_ms: float = _f("Time the relay spent blocked writing to the client.", 0.0)
     output_chunks: int = _f("Upstream chunks that carried at least one generated token.", 0)
     burst_chunks: int | None = _f(

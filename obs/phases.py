@@ -7,13 +7,16 @@ engine's own times are vLLM's clock, in the event's ``engine_*`` fields):
 =============  =====================================================
 boundary       when
 =============  =====================================================
-received       the sidecar received the request
+received       the sidecar received the request: the read that completed its body
+               (the upload before it is the client's, ``upload_ms``)
 dispatched     the request was sent to the pool (after admission, routing, connect)
 first_up       the first upstream chunk carrying a generated token arrived (whatever
                its text: ``obs.openai_api.choice_tokens``)
 first_sent     that chunk's bytes were handed to the client
 last_up        the last upstream chunk carrying a token arrived
-end            the last byte was handed to the client (or the request ended)
+end            the client's side acknowledged the last byte of a stream (or the record
+               stopped waiting: ``client_unread_bytes``), a whole body's last byte was
+               handed to it, or the request ended
 =============  =====================================================
 
 Phases are the gaps between consecutive boundaries. A boundary that was never

@@ -3,7 +3,9 @@
 Per lane and SLO over the window: the requests judged, the misses, the budget the window
 allowed (``(1 - objective) x judged``) and the share of it spent; that spending split by
 phase and cause, the replicas, tenants and models behind the misses, and the worst misses
-with the ``vllm-obs query show`` command for each.
+with the ``vllm-obs query show`` command for each. Apart, not charged: the client's own time
+(``slow_upload``: requests whose upload, ``upload_ms``, alone took longer than the lane's TTFT
+threshold; the server's clock starts after it, so no gate judges it).
 
 Judged, as the alert rules judge (``obs.alerts``): TTFT and TPOT as ``obs.query.slo`` does;
 availability over every request but refused and abandoned ones. Each miss is attributed
@@ -43,7 +45,10 @@ _FACT_COLUMNS = (
     "pool_waiting", "pool_kv_usage", "pool_preempting", "pool_ahead_prompt_tokens",
     "pool_prompt_tokens_during",
 )  # fmt: skip
-COLUMNS = ("request_id", "ts", *DIMENSIONS, *_FACT_COLUMNS)
+# The client's own time, judged by no gate (the server's clock starts after it), shown apart
+# as a client cause: uploads that alone took longer than the lane's TTFT threshold.
+SLOW_UPLOAD = "slow_upload"
+COLUMNS = ("request_id", "ts", *DIMENSIONS, *_FACT_COLUMNS, "upload_ms")
 
 
 @dataclass(slots=True)
@@ -56,6 +61,7 @@ class Spend:
     judged: int
     threshold_ms: float | None
     misses: list[tuple[Miss, dict[str, Any]]] = field(default_factory=list)
+    slow_uploads: int = 0  # TTFT: requests whose upload alone passed the threshold (not charged)
 
     @property
     def allowed(self) -> float:
@@ -117,6 +123,7 @@ def _baselines(scan: Source, config: Config) -> tuple[dict[str, Baseline], dict[
         f"{d.count_if('_ttft_judged')} AS _n_ttft",
         f"{d.count_if('_tpot_judged')} AS _n_tpot",
         f"{d.count_if(f'request_id IS NOT NULL AND {counted}')} AS _n_availability",
+        f"{d.count_if('_ttft_thr IS NOT NULL AND upload_ms > _ttft_thr')} AS _n_{SLOW_UPLOAD}",
     ]
     source = slo.judged_rows(config, SRC, d)
     raw = scan.run(
@@ -135,7 +142,7 @@ def _baselines(scan: Source, config: Config) -> tuple[dict[str, Baseline], dict[
             f("_b_prompt"), f("_b_hit"), f("_b_engine_queue"), f("_b_ahead"),
             f("_b_ahead_total"), f("_b_in_flight"), f("_b_during"),
         )  # fmt: skip
-        counts[rec["_lane"]] = {k: int(rec[f"_n_{k}"] or 0) for k in SLO_KINDS}
+        counts[rec["_lane"]] = {k: int(rec[f"_n_{k}"] or 0) for k in (*SLO_KINDS, SLOW_UPLOAD)}
     return bases, counts
 
 
@@ -162,7 +169,10 @@ def spending(scan: Source, config: Config) -> list[Spend]:
             if target is not None:
                 thr = getattr(target, "threshold_ms", None)
                 judged = counts[lane.name][kind]
-                out[(lane.name, kind)] = Spend(lane.name, kind, target.objective, judged, thr)
+                spend = Spend(lane.name, kind, target.objective, judged, thr)
+                if kind == "ttft":
+                    spend.slow_uploads = counts[lane.name][SLOW_UPLOAD]
+                out[(lane.name, kind)] = spend
     for row in _missed_rows(scan, config):
         f = Facts.of_row(row)
         for m in attribute(f, config.lane(f.lane), bases.get(f.lane, Baseline())):
@@ -203,6 +213,8 @@ def budget(scan: Source, config: Config, paths: list[str]) -> dict[str, Any]:
             "lane": s.lane, "slo": s.slo, "objective": s.objective, "judged": s.judged,
             "misses": n, "allowed": round(s.allowed, 6), "budget_spent": s.spent(n),
         }  # fmt: skip
+        if s.slo == "ttft":  # the client's time: no gate judges it, no budget pays for it
+            entry["not_charged"] = [{"cause": SLOW_UPLOAD, "requests": s.slow_uploads}]
         for name, key in (("by_phase", 0), ("by_cause", 1)):
             c: Counter[str] = Counter()
             for pc, k in by.items():
@@ -237,7 +249,7 @@ def budget(scan: Source, config: Config, paths: list[str]) -> dict[str, Any]:
 
 def tables(doc: dict[str, Any]) -> dict[str, Table]:
     """The ``budget`` document as titled tables, for the terminal and the HTML report."""
-    spent, split, who, worst = [], [], [], []
+    spent, split, who, worst, client = [], [], [], [], []
     for e in doc["slos"]:
         lane, kind = e["lane"], e["slo"]
         top = e["by_phase_cause"][0] if e["by_phase_cause"] else {"phase": None, "cause": None}
@@ -249,6 +261,7 @@ def tables(doc: dict[str, Any]) -> dict[str, Table]:
             (lane, kind, r["phase"], r["cause"], r["misses"], r["budget_spent"])
             for r in e["by_phase_cause"]
         ]
+        client += [(lane, kind, r["cause"], r["requests"]) for r in e.get("not_charged", ())]
         for dim in DIMENSIONS:
             who += [(lane, kind, dim, r[dim], r["misses"], r["share"]) for r in e[f"top_{dim}s"]]
         worst += [
@@ -279,6 +292,9 @@ def tables(doc: dict[str, Any]) -> dict[str, Table]:
         ),
         "Worst misses (over_ms: past the threshold; failures: e2e_ms)": Table(
             ["lane", "slo", "request_id", "phase", "cause", "ms", "show"], worst
+        ),
+        "The client's time, not charged (uploads longer than the TTFT threshold)": Table(
+            ["lane", "slo", "cause", "requests"], client
         ),
     }
 

@@ -9,7 +9,10 @@ Two bounded LRU maps, touched once per request on the event loop (no locks):
   "seen"; a short prompt has no key at all. A prefix is remembered only once its request
   was admitted (``remember``): refused requests cannot flush a victim's document out.
 - ``SlowReaders``: clients (by API key, tenant or address: ``recognition.client_id``) who
-  read a stream slowly. Their next requests have ``slow_reader`` until they read
+  read a stream slowly: its stream phase (to the last byte their side acknowledged, on any
+  connection kind, one connection per request included) or the relay's wait on them passed
+  ``slow_stream_ms``, or they had not taken it all when the record stopped waiting
+  (``client_unread_bytes``). Their next requests have ``slow_reader`` until they read
   ``fast_streams_to_forget`` streams in a row fast again (one fast stream may only mean the
   pool was slower than the client that time). Keys are hashed: no API key is held in memory.
   A key is read as its scheme (any case) and token (spaces trimmed), so a slow reader cannot
@@ -134,7 +137,10 @@ class SlowReaders(Collector):
         """Learn from a finished stream: slow (past ``slow_stream_ms``) or fast again."""
         if who is None or not ev.stream or ev.status != c.OK:
             return
-        slow = max(ev.stream_ms, ev.stream_blocked_ms) >= self.settings.slow_stream_ms
+        slow = (
+            max(ev.stream_ms, ev.stream_blocked_ms) >= self.settings.slow_stream_ms
+            or (ev.client_unread_bytes or 0) > 0  # not all read when the record stopped waiting
+        )
         d = self._slow
         if not slow:
             if who in d:

@@ -58,7 +58,7 @@ from obs.sidecar.relay.payloads import (
 from obs.sidecar.relay.request import Plan, Request
 from obs.sidecar.relay.respond import fail, send_head
 from obs.sidecar.relay.streaming import relay_stream, relay_whole
-from obs.sidecar.server.client import client_conn, received_ns
+from obs.sidecar.server.client import body_ns, client_conn, received_ns
 from obs.sidecar.types import Receive, Scope, Send
 from obs.tracecontext import new_ids
 
@@ -181,6 +181,9 @@ class Relay:
                 req.disconnected = True
                 return
             raise refused from None  # what the server answered is what the event says
+        # The server-side clock starts now: the upload was the client's time (upload_ms).
+        req.body_complete(body_ns(scope))
+        ev.ts = datetime.fromtimestamp(req.wall_ns / 1e9, UTC).isoformat(timespec="milliseconds")
         body: dict[str, Any] | None = None
         generate = ev.route in GENERATE_ROUTES
         if generate or headers.get("content-type", "").startswith("application/json"):
@@ -372,9 +375,7 @@ class Relay:
                 await relay_whole(req, resp, out_headers, send, deadline)
                 return
             await send_head(req, send, resp.status, out_headers)
-            await relay_stream(
-                req, resp, inject, send, lane.admission.slow_client, deadline, t.idle_s
-            )
+            await relay_stream(req, resp, inject, send, lane.admission.slow_client, deadline)
         finally:
             deadline.cancel()
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from obs.config import Lane
 from obs.events import Event
-from obs.phases import Clock
+from obs.phases import Clock, ms
 from obs.sidecar.outcomes import RelayError
 from obs.sidecar.policy.admission import LaneGate, Ticket
 from obs.sidecar.policy.pool_gate import Hold, PoolGate
@@ -82,7 +82,8 @@ class Request:
     def __init__(self, route: str, received_ns: int | None = None) -> None:
         now = time.perf_counter_ns()
         # The queue phase starts when the request's first bytes were read, where the server
-        # says when that was: time waiting for the event loop is the sidecar's own queue.
+        # says when that was (time waiting for the event loop is the sidecar's own queue);
+        # once the body is read, it moves to when the body was complete (``body_complete``).
         received = received_ns if received_ns is not None and received_ns <= now else now
         self.clock = Clock(received=received)
         self.wall_ns = time.time_ns() - (now - received)
@@ -117,6 +118,17 @@ class Request:
         self.capture_body: dict[str, Any] | None = None
         self.capture_frames: list[bytes] | None = None
         self.capture_whole: bytes | None = None
+
+    def body_complete(self, at_ns: int | None) -> None:
+        """The request's body was complete at ``at_ns`` (None: not known): the server-side
+        clock starts there, and the upload before it is the client's (``upload_ms``)."""
+        if at_ns is None:
+            return
+        upload = min(at_ns, time.perf_counter_ns()) - self.clock.received
+        if upload > 0:
+            self.clock.received += upload
+            self.wall_ns += upload
+        self.event.upload_ms = ms(max(upload, 0))
 
     def settle(self, outcome: RelayError, phase: str | None) -> RelayError:
         """How the request ended: recorded on its event once. The first outcome settled

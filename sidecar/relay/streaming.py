@@ -169,7 +169,6 @@ async def relay_stream(
     send: Send,
     slow: SlowClient,
     deadline: Deadline,
-    drain_timeout_s: float,
 ) -> None:
     ev, clock, conn = req.event, req.clock, req.conn
     assert conn is not None  # Relay._handle refuses a request without its client connection
@@ -218,10 +217,24 @@ async def relay_stream(
     await send({"type": _BODY, "body": b"".join(tail), "more_body": False})
     req.done = True  # only now: a shutdown cut during the send still ends the body cleanly
     t1 = perf()
-    await conn.drained(drain_timeout_s)
+    deadline.cancel()  # the pool is done: its deadlines do not run while the client reads
+    await _until_acknowledged(req, conn, slow.record_wait_s)
     clock.end = perf()
     ev.stream_blocked_ms = ms(sink.blocked + t1 - t0)
     apply_usage(ev, state)
+
+
+async def _until_acknowledged(req: Request, conn: ClientConn, wait_s: float) -> None:
+    """The stream phase ends when the client's side has acknowledged the last byte, whatever
+    the connection kind (the response lingers: obs.sidecar.server.client), or after
+    ``wait_s``: the event then says how many bytes it had not (``client_unread_bytes``). A
+    client that resets the connection with bytes unacknowledged left before the end."""
+    unread = await conn.drained(wait_s)
+    if unread:
+        req.event.client_unread_bytes = unread
+        if conn.left:
+            req.disconnected = True
+            req.settle(e.ClientLeft(), "stream")
 
 
 async def relay_whole(

@@ -14,8 +14,17 @@ the lane's ``slow_client`` policy applies:
   the relay ends the stream with an error and closes the pool connection.
 
 At the end of a stream :meth:`ClientConn.drained` waits until the client's
-side has received every byte, so the event's stream phase is the time the
-client's slowness cost.
+side has acknowledged every byte (the kernel's unacknowledged send queue,
+``SIOCOUTQ``, is empty), so the event's stream phase is the time the client's
+slowness cost, whatever the connection kind: a stream the relay writes
+``lingers`` (``Exchange.linger``), so a ``Connection: close`` or HTTP/1.0
+response is closed only after that wait, and a kept-alive connection's idle
+clock starts only then. The wait is bounded by the lane's
+``slow_client.record_wait_s``; what the client's side had not acknowledged by
+then is returned (the event's ``client_unread_bytes``). A lingering connection
+holds no more than it did while streaming (its pinned kernel buffer; the
+write buffer is empty before the kernel's queue is watched) and stays counted
+in the connection limits.
 
 The relay's server (obs.sidecar.server.connection) puts each request's ``ClientConn``
 under ``scope["extensions"]``, with when its first bytes were read; the relay refuses a
@@ -40,7 +49,8 @@ if TYPE_CHECKING:
 
 EXTENSION = "vllm_obs.client_conn"
 # scope["extensions"]["vllm_obs"]: {"received_ns": perf_counter_ns of the read that began the
-# request}, set by the relay's server (obs.sidecar.server.connection)
+# request, "body_ns": of the read that completed its body (once it has)}, set by the relay's
+# server (obs.sidecar.server.connection)
 OBS_EXTENSION = "vllm_obs"
 KERNEL_SNDBUF = 64 << 10
 DEFAULT_HIGH_WATER = 64 << 10  # asyncio's and uvloop's default, restored after each stream
@@ -92,10 +102,18 @@ class ClientConn:
         """
         self._ex.write(data)
 
+    @property
+    def left(self) -> bool:
+        """The client's connection is gone (it closed or reset it)."""
+        return self._conn.lost
+
     def bound(self, limit: int, *, wait: bool) -> None:
-        """Start a stream: buffer up to ``limit`` bytes, waiting (or not) past it."""
+        """Start a stream: buffer up to ``limit`` bytes, waiting (or not) past it. The
+        response lingers: its connection is closed (or its keep-alive clock started) when the
+        request's handler returns, after :meth:`drained`."""
         if self._transport.is_closing():
             return  # the client reset the connection as its stream starts: the relay sees it
+        self._ex.linger = True
         if self._sock is not None and not self._conn.sndbuf_pinned:  # once per connection
             with contextlib.suppress(OSError, ValueError):  # uvloop: ValueError once closed
                 self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, KERNEL_SNDBUF)
@@ -121,27 +139,44 @@ class ClientConn:
         """Bytes the relay wrote that the client's side has not received yet."""
         return self._transport.get_write_buffer_size() + self.unsent()
 
-    async def drained(self, timeout_s: float) -> bool:
-        """Wait until the client's side has received every byte (True), or ``timeout_s``."""
+    async def drained(self, timeout_s: float) -> int:
+        """Wait until the client's side has acknowledged every byte written, at most
+        ``timeout_s``; the bytes it had not acknowledged then (0: it had them all).
+
+        A client that resets the connection during the wait returns what it had not
+        acknowledged at the last look (``DRAIN_POLL_MAX_S`` old at most), provided that look
+        came after a pause (right after the write, the last bytes are in flight even to a
+        fast client); a client that closes cleanly had read all it received. The kernel's
+        queue is read only while the connection is open: once closed, its descriptor may
+        name another socket.
+        """
         t = self._transport
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
+        left, looks = 0, 0
         try:
             if not t.is_closing() and t.get_write_buffer_size():
+                left, looks = self.buffered(), 1  # the client is behind: the relay holds bytes
                 t.set_write_buffer_limits(high=0, low=0)  # pauses the protocol until empty
                 await asyncio.wait_for(self._flow.drain(), timeout_s)
             pause = 0.002
-            # A closing transport (the server closes it after the last byte of a response when the
-            # connection is not kept alive, e.g. at shutdown) still flushes its buffer: wait
-            # for that too, or the process could exit with the stream's end unsent.
-            while t.get_write_buffer_size() or (not t.is_closing() and self.unsent()):
+            while True:
+                if self._conn.lost:
+                    return left if looks > 1 and self._conn.reset_by_peer else 0
+                # A closing transport (closed at shutdown) still flushes its buffer: wait for
+                # that too, or the process could exit with the stream's end unsent.
+                left = t.get_write_buffer_size()
+                if not t.is_closing():
+                    left += self.unsent()
+                looks += 1
+                if not left:
+                    return 0
                 if loop.time() >= deadline:
-                    return False
+                    return left
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, DRAIN_POLL_MAX_S)
-            return True
         except TimeoutError:
-            return False
+            return self.buffered() if not t.is_closing() else t.get_write_buffer_size()
         finally:
             self.reset()
 
@@ -159,3 +194,9 @@ def received_ns(scope: MutableMapping[str, Any]) -> int | None:
     """When the request's first bytes were read (under our server), else None."""
     ours = (scope.get("extensions") or {}).get(OBS_EXTENSION)
     return ours.get("received_ns") if ours else None
+
+
+def body_ns(scope: MutableMapping[str, Any]) -> int | None:
+    """When the request's body was complete (under our server, once it is), else None."""
+    ours = (scope.get("extensions") or {}).get(OBS_EXTENSION)
+    return ours.get("body_ns") if ours else None

@@ -7,26 +7,16 @@ between requests; pipelined requests are answered in order. What a client sends 
 piece at a time (obs.sidecar.server.intake): while a request waits behind another or its
 body waits for the app, parsing and reading stop, so a connection's memory is its buffers.
 
-The limits of ``Limits`` (docs/security.md) are enforced where the bytes arrive,
-before any of them reach the app, with the counters of ``Guard`` (obs.sidecar.server.guard):
+The limits of ``Limits`` are enforced where the bytes arrive, before the app sees them,
+with the counters of ``Guard`` (obs.sidecar.server.guard); docs/security.md lists them:
+head size (414, 431), header and body timeouts (408), idle connections (closed), the
+connection caps (an idle or slow connection evicted, else 503), body memory as bytes arrive
+(503), protocol switches (400; a bodiless GET or HEAD is served as HTTP/1.1). An answer
+before its body was read closes the connection; trailers never join the headers.
 
-- request line, header bytes and header count, counted as the head is read: 414 or 431;
-- a header read timeout (first byte to the end of the head: 408), a body read timeout
-  (end of the head to the end of the body: 408, the event says so), an idle timeout for a
-  connection that sends no request (closed, counted), the same between requests (closed);
-- open connections, in all and per client address: at the cap, a connection that serves
-  no request is evicted (``Guard.evict``), else the newcomer is answered 503 and closed;
-- request bodies held, in all and per client, counted as bytes arrive (never as declared):
-  past the budget, 503 (the event says 503);
-- an answer before its request's body was read (an early 401, 413) closes the connection:
-  it is the only answer; a chunked body's trailer fields never join the request's headers;
-- a request that asks to switch protocols (``Connection: upgrade`` with ``Upgrade``, or
-  ``CONNECT``) is answered 400 and closed, but for a GET or HEAD without a body, which is
-  served as plain HTTP/1.1 (the parser's skipped bytes are read as the next request).
-
-Each request's scope carries, under ``extensions``, its ``ClientConn`` (the relay writes
-a stream's pieces straight to the transport) and when its first bytes were read
-(``received_ns``: ``perf_counter_ns`` of the read that began it).
+A stream the relay writes lingers after its last byte (obs.sidecar.server.wire). A request's
+scope carries under ``extensions`` its ``ClientConn``, ``received_ns`` (the read that began
+it) and, once complete, ``body_ns`` (the read that completed its body).
 """
 
 from __future__ import annotations
@@ -89,7 +79,7 @@ class HttpConnection(asyncio.Protocol):
         self._headers: list[tuple[bytes, bytes]] = []
         self._header_bytes = 0
         self._url = b""
-        self._read_ns = 0
+        self._read_ns = 0  # the read that began the current request
         self._received_ns = 0
         self._expect_continue = False
         self._counted = False
@@ -99,6 +89,7 @@ class HttpConnection(asyncio.Protocol):
         self._chunked = False
         self.intake = Intake(self._feed_piece, self._piece_size)
         self._body_left = 0  # bytes of a sized body still to parse
+        self.lost = self.reset_by_peer = False  # connection_lost was called (with an error)
 
     # ---- asyncio.Protocol ----------------------------------------------------------------
 
@@ -126,7 +117,8 @@ class HttpConnection(asyncio.Protocol):
 
     def evictable(self) -> int:
         """2: idle (waits for a request), 1: a request's head trickles in, 0: serving."""
-        busy = self.current is not None and not self.current.response_complete
+        cur = self.current  # a lingering answer still serves its request
+        busy = cur is not None and (not cur.response_complete or cur.linger)
         if busy or self.pipeline or self._in_body or not self._counted:
             return 0
         return 0 if self.transport.is_closing() else 1 if self._in_message else 2
@@ -138,6 +130,8 @@ class HttpConnection(asyncio.Protocol):
         self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.reset_by_peer = exc is not None
         self.state.connections.discard(self)
         self._disarm()
         if self._counted:
@@ -246,6 +240,7 @@ class HttpConnection(asyncio.Protocol):
             keep_alive=version != "1.0" and parser.should_keep_alive(),
             on_complete=self._answered,
             resume_reading=self._resume_reading,
+            on_settle=self._next,
         )
         ex.scope["extensions"] = {
             EXTENSION: ClientConn(self, ex),
@@ -278,7 +273,9 @@ class HttpConnection(asyncio.Protocol):
         self._body_left = 0
         self._disarm()
         if self.reading is not None:
-            self.reading.body_complete()
+            self.reading.body_complete(self._read_ns)
+            obs = self.reading.scope["extensions"][OBS_EXTENSION]
+            obs["body_ns"] = self.reading.body_ns
             self.reading = None
 
     # ---- requests ------------------------------------------------------------------------
@@ -295,12 +292,18 @@ class HttpConnection(asyncio.Protocol):
         """``ex``'s response is complete: free its body, go on to the next request."""
         if self._bodies:  # the oldest request still held is the one answered
             self.guard.budgets.free_body(self.addr, self._bodies.popleft())
+        if not ex.linger:  # else when it settles (obs.sidecar.server.wire)
+            self._next()
+
+    def _next(self) -> None:
+        """Go on to the next request: a pipelined one, or wait for one."""
         if self.transport.is_closing():
             return
         if self.pipeline:
             self._start(self.pipeline.popleft())
         self._resume_reading()
-        idle = self.current is None or self.current.response_complete
+        cur = self.current  # not while answering a request that came while one lingered
+        idle = cur is None or (cur.response_complete and not cur.linger)
         if idle and not self._in_message and not self.transport.is_closing():
             self._arm(self.limits.idle_timeout_s, "keep_alive")
 
@@ -313,8 +316,7 @@ class HttpConnection(asyncio.Protocol):
         for ex in self.pipeline:
             ex.keep_alive = False
 
-    def _resume_reading(self) -> None:
-        """Parsing goes on, unless a pipelined request still waits for its turn."""
+    def _resume_reading(self) -> None:  # unless a pipelined request waits for its turn
         if self.pipeline or self.transport.is_closing():
             return
         ex = self.reading

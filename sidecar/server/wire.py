@@ -12,6 +12,11 @@ waits while the connection's write buffer is past its high-water mark.
 
 The per-token path does not go through ``send``: the relay writes each piece of a
 stream with ``ClientConn.write_body`` (obs.sidecar.server.client), framed the same way.
+
+A response that ``lingers`` (a stream the relay writes: it waits, after the last byte,
+until the client's side has acknowledged it) is not closed at its end, and its
+connection's keep-alive clock does not start then: both happen when the app returns
+(``Exchange.settle``, called by ``run_app`` whatever the app did).
 """
 
 from __future__ import annotations
@@ -90,6 +95,7 @@ class Exchange:
         "_resume_reading",
         "body",
         "body_bytes",
+        "body_ns",
         "chunked",
         "clock",
         "disconnected",
@@ -97,9 +103,11 @@ class Exchange:
         "flow",
         "head_only",
         "keep_alive",
+        "linger",
         "more_body",
         "on_complete",
         "on_lost",
+        "on_settle",
         "refusal",
         "response_complete",
         "response_started",
@@ -117,6 +125,7 @@ class Exchange:
         keep_alive: bool,
         on_complete: Callable[[Exchange], None],
         resume_reading: Callable[[], None],
+        on_settle: Callable[[], None] | None = None,
     ) -> None:
         self.scope = scope
         self.transport = transport
@@ -134,6 +143,9 @@ class Exchange:
         self.chunked = False
         self.expected = 0  # body bytes still owed under the response's content-length
         self.on_lost: Callable[[], None] | None = None  # the client left before the end
+        self.on_settle = on_settle  # a kept-alive lingering response settled: the next request
+        self.linger = False  # close / keep-alive clock deferred to ``settle``
+        self.body_ns = 0  # perf_counter_ns of the read that completed the body; 0: not yet
         self.refusal: RequestLimit | None = None  # the server refused it (connection.py)
         self._event = asyncio.Event()
         self._reading_paused = False
@@ -148,7 +160,8 @@ class Exchange:
         self._event.set()
         return self.body_bytes > BODY_HIGH_WATER
 
-    def body_complete(self) -> None:
+    def body_complete(self, at_ns: int = 0) -> None:
+        self.body_ns = at_ns or time.perf_counter_ns()
         self.more_body = False
         self._event.set()
 
@@ -268,9 +281,20 @@ class Exchange:
             self.write(data)
         self.response_complete = True
         self._event.set()
-        if not self.keep_alive:
+        if not self.keep_alive and not self.linger:
             self.transport.close()
         self.on_complete(self)
+
+    def settle(self) -> None:
+        """A lingering response's end, once the app is done with it: close the connection
+        when it is not kept alive, else start its keep-alive clock."""
+        if not self.linger:
+            return
+        self.linger = False
+        if not self.keep_alive:
+            self.transport.close()
+        elif self.on_settle is not None:
+            self.on_settle()
 
 
 def http_scope(
@@ -309,6 +333,7 @@ async def run_app(app: Callable[[Scope, Receive, Send], Awaitable[None]], ex: Ex
     try:
         await app(ex.scope, ex.receive, ex.send)
     except BaseException as exc:
+        ex.linger = False
         if not isinstance(exc, asyncio.CancelledError):
             log.error("app_failed", error=type(exc).__name__, exc_info=exc)
         if not ex.response_started and not ex.disconnected:
@@ -323,6 +348,8 @@ async def run_app(app: Callable[[Scope, Receive, Send], Awaitable[None]], ex: Ex
             _internal_error(ex)
         elif not ex.response_complete and not ex.disconnected:
             ex.transport.close()
+    finally:
+        ex.settle()
 
 
 def _internal_error(ex: Exchange) -> None:

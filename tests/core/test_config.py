@@ -49,6 +49,11 @@ def test_default_config_has_six_lanes_on_two_pools() -> None:
             "lanes.0.admission.max_concurrency: Input should be greater than 0",
         ),
         (lambda d: d.update(default_lane="other"), "default_lane 'other' is not a lane"),
+        (
+            lambda d: d["lanes"][0].update(admission={"slow_client": {"record_wait_s": 0.5}}),
+            "lane 'chat': admission.slow_client.record_wait_s (0.5 s) is below "
+            "recognition.slow_stream_ms (1000 ms)",
+        ),
     ],
 )
 def test_broken_config_names_file_field_and_problem(

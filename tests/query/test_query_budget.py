@@ -229,3 +229,31 @@ def test_sql_and_python_judge_the_same_misses(tmp_path: Path, events: list[Event
         t, p, g = by_id[ev.request_id]
         assert ("ttft" in gates, "tpot" in gates) == (bool(t), bool(p))
         assert is_good(f, lane) == bool(g)
+
+
+def test_slow_uploads_are_the_clients_time_apart_from_the_budget(tmp_path: Path) -> None:
+    """Requests whose bodies took 1.5 s to arrive (upload_ms) but were served at once spend
+    none of the TTFT budget and show apart, as the client cause slow_upload."""
+    lane = SLO_LANES[0]
+    threshold = lane.slo.ttft.threshold_ms  # type: ignore[union-attr]
+    events = [
+        event(
+            request_id=f"u{i:03d}",
+            ts=ts(i),
+            lane=lane.name,
+            stream=True,
+            queue_ms=0.4,
+            prefill_ms=8.0,
+            first_token_ms=0.1,
+            decode_ms=20.0,
+            tpot_ms=1.0,
+            upload_ms=1500.0 if i < 40 else 3.0,
+        )
+        for i in range(60)
+    ]
+    path = write_jsonl(tmp_path / "events.jsonl", events)
+    doc = budget(open_scan(path), CONFIG, [str(path)])
+    (ttft,) = [e for e in doc["slos"] if (e["lane"], e["slo"]) == (lane.name, "ttft")]
+    assert ttft["misses"] == 0 and ttft["budget_spent"] == 0
+    assert threshold < 1500
+    assert ttft["not_charged"] == [{"cause": "slow_upload", "requests": 40}]

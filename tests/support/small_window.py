@@ -19,6 +19,18 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from bench.client_time import KINDS, raw_post, read_paced, small_socket
+
+__all__ = [
+    "KINDS",
+    "RCVBUF",
+    "SmallWindow",
+    "raw_post",
+    "read_paced",
+    "small_socket",
+    "small_window_post",
+]
+
 RCVBUF = 4096
 
 
