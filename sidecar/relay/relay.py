@@ -159,8 +159,7 @@ class Relay:
         ev = req.event
         ev.ts = datetime.fromtimestamp(req.wall_ns / 1e9, UTC).isoformat(timespec="milliseconds")
         headers = request_headers(scope)
-        # Made ids have vLLM's own length (16 hex), so response ids keep vLLM's form.
-        ev.request_id = headers.get("x-request-id") or f"{random.getrandbits(64):016x}"
+        ev.request_id = headers.get("x-request-id") or f"{random.getrandbits(64):016x}"  # vLLM's
         if len(ev.request_id) > 128:
             ev.request_id = ev.request_id[:128]
         req.ids = new_ids(headers.get("traceparent"), self.worker)
@@ -195,9 +194,9 @@ class Relay:
             req.json_answer = JsonAnswer.asked_by(body)  # None unless it asks for JSON
         read = read_fields(ev.route, body, MAX_MODEL_CHARS)  # as the engine, or 400 naming it
         ev.model, ev.stream, ev.max_tokens = read.model, read.stream, read.max_tokens
-        rec = self.recognizer
-        attrs, req.client_id, req.prefix_key = rec.attrs(self.classifier, ev, headers, body, scope)
-        lane, ev.class_source = self.classifier.decide(attrs)
+        rec, cl = self.recognizer, self.classifier
+        attrs, req.client_id, req.prefix_key = rec.attrs(cl, ev, headers, body, scope)
+        lane, ev.class_source = cl.decide(attrs)
         self.recognizer.decided(lane.name, ev.class_source)
         ev.lane = lane.name
         traffic.place(ev, lane, headers, scope, attrs, self.split_salt)  # pool (arm), priority
