@@ -16,6 +16,9 @@ relay port and on ``--health-address``, chats from a third:
 
     .venv/bin/python -m bench.abuse --scenario flood --seconds 30 \\
         --out bench/results/abuse-flood.json
+
+``--scenario server``: issue 38's attacks on the relay's own server (bench.abuse_server),
+``--out bench/results/abuse-server.json``.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from typing import Any
 
 import httpx
 
+from bench.abuse_server import measure_server
 from bench.procs import FakeVllm, ProcStat, Server
 from obs.procs import free_port
 from obs.sidecar.testing import llm_request_export
@@ -371,13 +375,15 @@ def main(argv: list[str] | None = None) -> int:
         "--baseline", action="store_true", help="legitimate load and the probe only, no attack"
     )
     ap.add_argument(
-        "--scenario", choices=["all", "flood"], default="all",
+        "--scenario", choices=["all", "flood", "server"], default="all",
         help="all: every attack at once; flood: 2,048 silent sockets from one address, /health "
         "probed from another on the relay port and on --health-address (default: all)",
     )  # fmt: skip
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="vllm-obs-abuse-") as tmp:
-        if args.scenario == "flood":
+        if args.scenario == "server":
+            summary = measure_server(Path(tmp))
+        elif args.scenario == "flood":
             summary = measure_flood(args.seconds, Path(tmp), flood=not args.baseline)
         else:
             summary = measure(args.seconds, Path(tmp), attacks=not args.baseline)

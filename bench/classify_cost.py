@@ -106,7 +106,8 @@ def measure(n: int = 400, repeats: int = 5) -> dict[str, Any]:
             ev = Event(route="/v1/chat/completions")
             read = read_fields(ev.route, b, MAX_MODEL_CHARS)
             ev.model, ev.stream, ev.max_tokens = read.model, read.stream, read.max_tokens
-            attrs, who = rec.attrs(cl, ev, headers, b, scope)
+            attrs, who, key = rec.attrs(cl, ev, headers, b, scope)
+            rec.prefixes.remember(key)  # as the relay does once admitted
             lane, ev.class_source = cl.decide(attrs)
             rec.decided(lane.name, ev.class_source)
             rec.slow.observe(who, done)

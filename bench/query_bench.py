@@ -177,7 +177,8 @@ SELECT
   lane, 'rule' AS class_source, pool,
   'http://10.0.' || CASE WHEN pool = 'bulk' THEN '2' ELSE '1' END || '.'
     || (i % 4 + 1)::VARCHAR || ':8000' AS replica,
-  NULL::VARCHAR AS arm, NULL::VARCHAR AS fallback_from, NULL::VARCHAR AS fallback_reason,
+  NULL::VARCHAR AS arm, NULL::VARCHAR AS identity, NULL::VARCHAR AS fallback_from,
+  NULL::VARCHAR AS fallback_reason,
   NULL::BIGINT AS priority,
   'tenant-' || lpad(least(40, floor(1 / {_u(25)})::INTEGER)::VARCHAR, 2, '0') AS tenant,
   '/v1/chat/completions' AS route,

@@ -120,11 +120,13 @@ class PriorityRule(_Model):
 
 
 class Priority(_Model):
-    """A request's priority in its lane, 0-9 (obs.sidecar.policy.priority): the ``header``'s digit,
-    else the tenant's, else the first matching rule's, else ``default``; a queued request
-    gains one level per ``aging_s`` seconds."""
+    """A request's priority in its lane, 0-9 (obs.sidecar.policy.priority): the ``header``'s digit
+    (off unless named; never above the tenant's level), else the tenant's, else the first
+    matching rule's, else ``default``; a queued request gains one level per ``aging_s``
+    seconds."""
 
-    header: Annotated[str, Field(pattern=r"^[A-Za-z0-9-]{1,64}$")] | None = "x-priority"
+    # Clients' own priority header (one ASCII digit): off unless named; capped at the tenant's.
+    header: Annotated[str, Field(pattern=r"^[A-Za-z0-9-]{1,64}$")] | None = None
     tenants: dict[Name, Annotated[int, Field(ge=0, le=9)]] = Field(default_factory=dict)
     rules: list[PriorityRule] = Field(default_factory=list)
     default: Annotated[int, Field(ge=0, le=9)] = 0

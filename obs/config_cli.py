@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,29 @@ def run_check(args: argparse.Namespace) -> int:
     config = load_config(path)
     print(f"{path}: ok")
     print(describe(config))
+    for line in warnings(config):
+        print(f"warning: {line}", file=sys.stderr)
     return 0
+
+
+def warnings(config: object) -> list[str]:
+    """What the config allows that a client could turn against other clients."""
+    from obs.config import Config
+
+    assert isinstance(config, Config)
+    out = []
+    for lane in config.lanes:
+        p = lane.priority
+        if p is not None and p.header is not None:
+            cap = (
+                "capped at their tenant's level" if p.tenants else "with no tenant levels to cap it"
+            )
+            out.append(
+                f"lane {lane.name}: any client may set its own priority with the "
+                f"{p.header} header ({cap}); name priority.header only when a gateway in "
+                "front sets or strips it"
+            )
+    return out
 
 
 def _is_profile(path: str | Path) -> bool:

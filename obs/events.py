@@ -79,6 +79,11 @@ class Event:
         "The arm of the lane's split the client's identity chose (a pool name; the pool "
         "before any fallback); null when the lane has no split."
     )
+    identity: str | None = _f(
+        "A keyed hash (16 hex) of the client identity that chose the split arm (the lane's "
+        "canary.sticky: API key, tenant or address), never the identity itself; `query "
+        "canary` caps one identity's weight by it. Null when the lane has no split."
+    )
     fallback_from: str | None = _f(
         "The pool that refused, failed or timed out before the first byte when the lane's "
         "fallback pool (`pool`) answered instead; null when no fallback happened."

@@ -4,7 +4,10 @@ Pure: takes the request's attributes, returns the lane and what decided it
 (``class_source``: a header rule, another rule, a learned client, or the default).
 Prompt size is an
 estimate of ~4 characters per token over the text the request carries
-(``obs.openai_api``: messages' text content, or the completion prompt); on English and code
+(``obs.openai_api``: messages' text content, or the completion prompt), plus what the chat
+template renders into the prompt besides it (``tools`` and ``functions`` declared, the tool
+calls' arguments in the messages, ``documents``) and one token per token id of a token-id
+prompt (flat or nested, one list per prompt); on English and code
 this is within about +-30% of a BPE tokenizer's count, enough to tell a
 200-token chat turn from a 4,000-token document.
 """
@@ -22,6 +25,9 @@ from obs.matching import Match
 CHARS_PER_TOKEN = 4
 _ROLE_CHARS = 8  # role and template tokens of one message, in characters
 _TOOL_ROLES = frozenset({"tool", "function"})
+# Request fields a chat template renders into the prompt (vLLM's tools, legacy functions,
+# and the documents of a retrieval template).
+_TEMPLATE_FIELDS = ("tools", "functions", "documents")
 
 # class_source values: what put the request in its lane.
 HEADER, RULE, LEARNED, DEFAULT = "header", "rule", "learned", "default"
@@ -64,13 +70,16 @@ def prompt_shape(body: Mapping[str, Any]) -> PromptShape:
     built), else ``last`` (one long user message; a completion prompt).
     """
     tools = bool(body.get("tools")) or bool(body.get("functions"))
-    chars = last = 0
+    # Rendered into the prompt by the chat template, before the messages.
+    chars = sum(_json_chars(body.get(k)) for k in _TEMPLATE_FIELDS)
+    last = 0
     for m in openai_api.messages(body) or []:
         if not tools and (
             m.get("role") in _TOOL_ROLES or m.get("tool_calls") or m.get("function_call")
         ):
             tools = True
         last = sum(len(t) for t in openai_api.content_texts(m.get("content"))) + _ROLE_CHARS
+        last += _json_chars(m.get("tool_calls")) + _json_chars(m.get("function_call"))
         chars += last
     strings = openai_api.prompt_strings(body)
     if strings is not None:
@@ -78,11 +87,34 @@ def prompt_shape(body: Mapping[str, Any]) -> PromptShape:
         last = chars  # a completion prompt is all "last"
     prompt = body.get("prompt")
     if isinstance(prompt, list):
-        ids = CHARS_PER_TOKEN * sum(isinstance(p, int) for p in prompt)  # token ids
-        chars += ids
+        chars += CHARS_PER_TOKEN * _token_ids(prompt)  # token ids, flat or one list per prompt
         last = chars
     context_in = "earlier" if chars - last > last else "last"
     return PromptShape(max(1, chars // CHARS_PER_TOKEN), context_in, tools)
+
+
+def _json_chars(value: Any) -> int:
+    """About how many characters ``value`` takes as JSON: its strings' (keys too) lengths and
+    a few per other scalar. Iterative: a deeply nested value cannot exhaust the stack."""
+    n, todo = 0, [value]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, str):
+            n += len(v) + 2
+        elif isinstance(v, dict):
+            n += sum(len(k) + 3 for k in v if isinstance(k, str))
+            todo.extend(v.values())
+        elif isinstance(v, list):
+            todo.extend(v)
+        elif v is not None:
+            n += 4
+    return n
+
+
+def _token_ids(prompt: list[Any]) -> int:
+    """Token ids in a prompt list: ints, or lists of ints (a batch of token-id prompts)."""
+    flat = sum(isinstance(p, int) for p in prompt)
+    return flat + sum(sum(isinstance(t, int) for t in p) for p in prompt if isinstance(p, list))
 
 
 def response_format(body: Mapping[str, Any]) -> str:

@@ -62,11 +62,12 @@ from obs.sidecar.record.recorder import (
 )
 from obs.sidecar.record.span_handoff import SpanHandoff
 from obs.sidecar.relay.flow import FlowControl
-from obs.sidecar.relay.models_route import union_models
+from obs.sidecar.relay.models_route import cached_union, models_cache
 from obs.sidecar.relay.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES, request_headers
 from obs.sidecar.relay.relay import SHUTDOWN_FLUSH_S, Relay
 from obs.sidecar.relay.traces import TraceReceiver, refusal_counter
 from obs.sidecar.server.health_listener import HealthListener
+from obs.sidecar.server.kept import Kept
 from obs.sidecar.server.looplag import LoopLagMonitor
 from obs.sidecar.server.worker_metrics import merged_registry
 from obs.sidecar.settings import Settings
@@ -118,17 +119,15 @@ class SidecarApp:
         self._summaries: asyncio.Task[None] | None = None
         self._session: aiohttp.ClientSession | None = None  # polling, /v1/models, forwarding
         self.upstream = Upstream()  # the relay's pool connections
-        pool_keys = {
-            p.name: os.environ.get(p.api_key_env, "")
-            for p in settings.config.pools
-            if p.api_key_env
-        }
+        pools = settings.config.pools
+        pool_keys = {p.name: os.environ.get(p.api_key_env, "") for p in pools if p.api_key_env}
         self.loop_lag = LoopLagMonitor(self.metrics.loop_lag, c.EVENT_LOOP_LAG_PERIOD_S)
         self.join = EngineJoin(
             self.exporters.export, settings.engine_join_wait_s, self.metrics.engine_span
         )
         self.traced_pools = {p.name for p in settings.config.pools if p.engine_traces}
-        self.recognizer = Recognizer(settings.config.recognition, self.registry)
+        checked = bool(settings.config.auth.api_keys)  # every tenant from a key it checks
+        self.recognizer = Recognizer(settings.config.recognition, self.registry, checked)
         self.recorder = self._recorder(exporters_)
         self.forwarder = (
             None
@@ -167,6 +166,7 @@ class SidecarApp:
             capture=settings.capture,
             max_json_elements=settings.max_json_elements,
             recognizer=self.recognizer,
+            split_salt=settings.split_salt,
             flow=self.flow,
             worker=settings.worker.ids if settings.worker else None,
         )
@@ -278,6 +278,7 @@ class SidecarApp:
             log.info("sidecar_stopped")
 
     def _build_api(self) -> FastAPI:
+        self.models_cache, rendered = models_cache(), Kept[bytes](0.0)  # /metrics: one at a time
         api = FastAPI(
             title="vllm-obs sidecar",
             lifespan=self.lifespan,
@@ -307,7 +308,9 @@ class SidecarApp:
             # OpenMetrics (with the latency exemplars) when the scraper asks for it, as
             # Prometheus does; the text format otherwise.
             encode, content_type = choose_encoder(request.headers.get("accept", ""))
-            data = await asyncio.to_thread(encode, self.exposition)
+            data = await rendered.get(
+                content_type, lambda: asyncio.to_thread(encode, self.exposition)
+            )
             return Response(data, headers={"content-type": content_type})
 
         @api.get("/v1/models")
@@ -323,8 +326,8 @@ class SidecarApp:
             self.tenants.resolve(headers)
         except RelayError as err:
             return _error(err)
-        models = await union_models(
-            self.session(), self.pools, headers, self.pool_keys, self.tenants
+        models = await cached_union(
+            self.models_cache, self.session(), self.pools, headers, self.pool_keys, self.tenants
         )
         if not models:
             return _error(UpstreamUnavailable("no pool answered /v1/models"))

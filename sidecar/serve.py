@@ -135,6 +135,8 @@ def relay_server(settings: Settings, app: SidecarApp) -> RelayServer:
         )
     guard = Guard(limits)  # header, timeout and connection limits (docs/security.md)
     app.registry.register(GuardCollector(guard))
+    if app.health_listener is not None:  # liveness: a relay refusing everyone is not alive
+        app.health_listener.watch(guard.full_for)
     return RelayServer(
         app,
         guard,

@@ -41,3 +41,4 @@ class Settings:
     max_json_elements: int = 200_000  # JSON values a large request body may hold
     rejected_events_per_s: float = 50.0  # client-caused events before a pool written one by one
     max_tenants_per_client: int = 8  # header tenants one address brings a minute (0: any)
+    split_salt: bytes = b""  # keys the split lanes' arm hash (obs.splits); secret

@@ -11,6 +11,13 @@ the verdict follows the lane's ``canary`` margins (``obs.config.Canary``):
   margin but not significantly (wait for more traffic);
 * **promote** otherwise.
 
+One client cannot carry the verdict: each identity (the event's ``identity``, a keyed hash
+of what picked the arm) counts for at most ``canary.max_identity_weight`` times its arm's
+median requests per identity (default: the median); its oldest requests count, the rest
+are left out of the arm's figures (``Capped``). The verdict weighs clients, not requests:
+five keys sending eight slow requests each into an arm where a client sends one count as
+five slow requests.
+
 The generated canary alert (``obs.alerts.canary_rules``) fires on the same conditions.
 """
 
@@ -23,8 +30,10 @@ from typing import Any, Final
 from obs.config import Config, Lane
 from obs.errors import InputError
 from obs.query.comparison import compare, for_display
+from obs.query.dialect import Dialect
 from obs.query.filters import Filters
-from obs.query.scan import Source
+from obs.query.inputs import Inputs
+from obs.query.scan import SRC, ScanReport, Source
 from obs.query.table import Table, render, to_json
 
 PROMOTE: Final = "promote"
@@ -82,12 +91,68 @@ def canary(
 ) -> list[Verdict]:
     """The verdict of each canary arm of ``lane_name`` over the events ``filters`` select."""
     lane = split_lane(config, lane_name)
-    base = open_scan(filters.with_arm(lane.name, lane.pool))
+    weight = lane.canary_policy.max_identity_weight
+    base = Capped(open_scan(filters.with_arm(lane.name, lane.pool)), weight)
     out = []
     for arm in lane.canaries:
-        table = compare(base, open_scan(filters.with_arm(lane.name, arm)), config, alpha)
+        other = Capped(open_scan(filters.with_arm(lane.name, arm)), weight)
+        table = compare(base, other, config, alpha)
         out.append(judge(lane, arm, _metrics(table, lane.name)))
     return out
+
+
+class Capped:
+    """An arm's events with each identity's requests past ``weight`` times the median
+    identity's left out (events without an identity all count; ``weight`` None: none left
+    out). A ``Source`` over another one."""
+
+    def __init__(self, inner: Source, weight: float | None) -> None:
+        self.inner = inner
+        self.weight = weight
+
+    @property
+    def source(self) -> str:
+        if self.weight is None:
+            return self.inner.source
+        src = self.inner.source
+        cap = (
+            f"(SELECT greatest(1, ceil(median(_n) * {float(self.weight)!r})) FROM "
+            f"(SELECT count(*) AS _n FROM {src} WHERE identity IS NOT NULL GROUP BY identity))"
+        )
+        return (
+            "(SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY identity ORDER BY ts) "
+            f"AS _identity_n FROM {src}) WHERE identity IS NULL OR _identity_n <= {cap})"
+        )
+
+    def run(self, sql: str) -> Table:
+        return self.inner.run(sql.replace(SRC, self.source))
+
+    def materialize(self, columns: list[str] | tuple[str, ...]) -> None:
+        self.inner.materialize([*columns, "identity", "ts"])
+
+    @property
+    def dialect(self) -> Dialect:
+        return self.inner.dialect
+
+    @property
+    def filters(self) -> Filters:
+        return self.inner.filters
+
+    @property
+    def inputs(self) -> Inputs:
+        return self.inner.inputs
+
+    @property
+    def report(self) -> ScanReport:
+        return self.inner.report
+
+    @property
+    def extra(self) -> str:
+        return self.inner.extra
+
+    @property
+    def con(self) -> object:
+        return self.inner.con
 
 
 def _metrics(table: Table, lane: str) -> dict[str, tuple[Any, ...]]:

@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from obs.query.schema import GROUP_BY, TIMINGS
+from obs.query.table import printable as _printable
 
 FILTER_HELP = (
     "Times are ISO 8601 (2025-06-02T14:30, ...Z or +02:00; no offset = UTC) or relative to "
@@ -216,7 +217,7 @@ def _warn(*scans: Any) -> None:
 
 
 def _emit(text: str) -> None:
-    sys.stdout.write(text)
+    sys.stdout.write(_printable(text, keep="\n\t"))  # no client string drives the terminal
     sys.stdout.flush()
 
 

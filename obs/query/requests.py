@@ -14,7 +14,7 @@ from obs.errors import InputError
 from obs.query.filters import sql_str
 from obs.query.scan import SRC, Source
 from obs.query.schema import COLUMNS, PHASE_COLUMNS, timing_column
-from obs.query.table import Table
+from obs.query.table import Table, printable
 
 SLOWEST_COLUMNS = (
     "request_id",
@@ -143,7 +143,7 @@ def _fmt(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, datetime):
         return value.isoformat(timespec="milliseconds") + "Z"
-    return str(value)
+    return printable(str(value))
 
 
 def describe(event: dict[str, Any]) -> str:

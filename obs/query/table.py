@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -21,6 +22,12 @@ if TYPE_CHECKING:
     import pandas as pd
 
 FORMATS = ("table", "json", "csv", "markdown")
+
+# C0 and C1 control characters and DEL: a client's string (its model, request id, tenant)
+# must not move the operator's cursor or recolour the terminal (ESC sequences).
+_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# A spreadsheet runs a CSV cell that starts with one of these as a formula.
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 # Columns shown as percentages in table and markdown output.
 _RATIO_SUFFIXES = ("_rate", "_ratio", "_attainment", "availability", "_share", "_objective")
@@ -68,6 +75,19 @@ class Table:
         return pd.DataFrame.from_records(self.rows, columns=self.columns)
 
 
+def printable(text: str, keep: str = "") -> str:
+    """``text`` with every control character but those in ``keep`` written as an escape
+    (``\\x1b``), so a client's string prints as what it is, never as terminal control."""
+    return _CONTROLS.sub(lambda m: m[0] if m[0] in keep else f"\\x{ord(m[0]):02x}", text)
+
+
+def csv_cell(value: Any) -> Any:
+    """A CSV cell: a string a spreadsheet would run as a formula gets a leading ``'``."""
+    if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
 def _is_ratio(column: str) -> bool:
     return column.endswith(_RATIO_SUFFIXES)
 
@@ -87,7 +107,7 @@ def human(column: str, value: Any) -> str:
         return f"{value:,}" if abs(value) >= 10000 else str(value)
     if isinstance(value, datetime):
         return value.isoformat(sep=" ", timespec="milliseconds")
-    return str(value)
+    return printable(str(value))
 
 
 def _transposed(table: Table) -> tuple[list[str], list[list[str]]]:
@@ -162,7 +182,7 @@ def render(table: Table, fmt: str = "table", transpose: bool = False) -> str:
         w = csv.writer(out, lineterminator="\n")
         w.writerow(table.columns)
         for row in table.rows:
-            w.writerow(["" if v is None else _plain(v) for v in row])
+            w.writerow(["" if v is None else csv_cell(_plain(v)) for v in row])
         return out.getvalue()
     if not table.rows:
         return "(no matching events)\n"

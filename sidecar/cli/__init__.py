@@ -213,6 +213,7 @@ def run(args: argparse.Namespace) -> int:
             spool=args.clickhouse_spool,
             spool_max_mb=args.clickhouse_spool_max_mb,
         ),
+        split_salt=hardening.split_salt(args.split_salt_file, events, config),
         **hardening.settings_kwargs(args),
     )
     return serve(settings)

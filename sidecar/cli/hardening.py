@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
+from pathlib import Path
 from typing import Any
 
+from obs import splits
+from obs.config import Config
 from obs.errors import ConfigError
 from obs.sidecar.server.limits import Limits
 
@@ -79,9 +83,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=_D.max_body_memory >> 20,
         metavar="MB",
-        help="request body bytes held at once, all clients together (declared Content-Length, "
-        "or a chunked body's bytes as they arrive, until the response ends); a body past it is "
-        "answered 503 and closed (default: %(default)s)",
+        help="request body bytes held at once, all clients together (counted as they arrive, "
+        "not as declared, until the response ends); a body past it is answered 503 and closed "
+        "(default: %(default)s)",
     )
     g.add_argument(
         "--max-client-body-memory-mb",
@@ -126,6 +130,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="also serve GET /health on this address, on a listener of its own that no flood "
         "of the relay's port reaches (point liveness probes here); 503 when the relay's event "
         "loop has not turned for 10 s",
+    )
+    g.add_argument(
+        "--split-salt-file",
+        metavar="PATH",
+        help="the secret that keys a split lane's arm hash, so nobody can work out offline which "
+        f"API keys land in the canary: read from {splits.SALT_ENV} when set (give every "
+        "sidecar of a fleet the same one), else from this file, made (random, mode 0600) "
+        "when missing and kept (default: vllm-obs-split-salt beside the events file; "
+        "without an events file, a new salt each start)",
     )
     g.add_argument(
         "--traces-token-env",
@@ -187,6 +200,45 @@ def settings_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "rejected_events_per_s": args.rejected_events_per_s,
         "max_tenants_per_client": args.max_tenants_per_client,
     }
+
+
+MIN_SALT = 16  # bytes
+
+
+def split_salt(path: str | None, events: Path | None, config: Config) -> bytes:
+    """The split salt (see ``--split-salt-file``); empty when no lane splits its traffic."""
+    env = os.environ.get(splits.SALT_ENV, "")
+    if env:
+        if len(env) < MIN_SALT:
+            raise ConfigError(f"{splits.SALT_ENV}: at least {MIN_SALT} characters, please")
+        return env.encode()
+    if not any(lane.split is not None for lane in config.lanes):
+        return b""
+    if path:
+        where = Path(path)
+    elif events is not None:
+        where = events.parent / SALT_FILE
+    else:  # nowhere to keep one: this run's own (arms may change at the next start)
+        return secrets.token_hex(32).encode()
+    try:
+        fd = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    except OSError as err:
+        raise ConfigError(f"--split-salt-file: cannot create {where}: {err.strerror}") from err
+    else:
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32) + "\n")
+    try:
+        salt = where.read_bytes().strip()
+    except OSError as err:
+        raise ConfigError(f"--split-salt-file: cannot read {where}: {err.strerror}") from err
+    if len(salt) < MIN_SALT:
+        raise ConfigError(f"--split-salt-file: {where} holds under {MIN_SALT} bytes")
+    return salt
+
+
+SALT_FILE = "vllm-obs-split-salt"
 
 
 def address(value: str, flag: str) -> tuple[str, int]:

@@ -31,17 +31,25 @@ T = TypeVar("T", bound=Queued)
 
 
 def resolve(policy: Priority, headers: Mapping[str, str], attrs: RequestAttrs) -> int:
-    """The request's priority: header (0-9), else the tenant's, else the first rule's."""
+    """The request's priority: the header's digit (when the policy names a header; capped at
+    the tenant's level), else the tenant's, else the first rule's, else the default."""
+    tenant = policy.tenants.get(attrs.tenant) if attrs.tenant is not None else None
     if policy.header is not None:
-        raw = headers.get(policy.header.lower(), "").strip()
-        if raw.isdigit() and len(raw) == 1:
-            return int(raw)
-    if attrs.tenant is not None and attrs.tenant in policy.tenants:
-        return policy.tenants[attrs.tenant]
+        asked = digit(headers.get(policy.header.lower(), ""))
+        if asked is not None:
+            return asked if tenant is None else min(asked, tenant)
+    if tenant is not None:
+        return tenant
     for rule in policy.rules:
         if matches(rule.match, attrs):
             return rule.priority
     return policy.default
+
+
+def digit(raw: str) -> int | None:
+    """One ASCII digit 0-9 (spaces around allowed), else None: ``'¹'``, ``'٣'``, ``'12'``."""
+    raw = raw.strip()
+    return ord(raw) - 48 if len(raw) == 1 and "0" <= raw <= "9" else None
 
 
 def effective(t: Queued, now: float, aging_s: float) -> float:

@@ -6,7 +6,8 @@ Two bounded LRU maps, touched once per request on the event loop (no locks):
   of recent requests' text (``leading_key``). A request whose hash is in it has
   ``prefix_seen`` (a shared document, a conversation resent with one more turn). The span is
   longer than a shared system prompt usually is, so one alone does not make every request
-  "seen"; a short prompt has no key at all.
+  "seen"; a short prompt has no key at all. A prefix is remembered only once its request
+  was admitted (``remember``): refused requests cannot flush a victim's document out.
 - ``SlowReaders``: clients (by API key, tenant or address: ``recognition.client_id``) who
   read a stream slowly: its stream phase (to the last byte their side acknowledged, on any
   connection kind, one connection per request included) or the relay's wait on them passed
@@ -14,6 +15,10 @@ Two bounded LRU maps, touched once per request on the event loop (no locks):
   (``client_unread_bytes``). Their next requests have ``slow_reader`` until they read
   ``fast_streams_to_forget`` streams in a row fast again (one fast stream may only mean the
   pool was slower than the client that time). Keys are hashed: no API key is held in memory.
+  A key is read as its scheme (any case) and token (spaces trimmed), so a slow reader cannot
+  escape by respelling ``Bearer``; a tenant the sidecar did not check against a key (a
+  header's) counts together with the address that sent it, so nobody can name a victim's
+  tenant to mark it slow.
 
 Both are sized by the config's ``recognition`` section; the least recently seen entry goes
 first. The number of learned clients is a gauge (``vllm_obs_slow_readers``), and each
@@ -67,6 +72,14 @@ class RecentPrefixes:
         self.size = size
         self._seen: OrderedDict[str, None] = OrderedDict()
 
+    def has(self, fp: str | None) -> bool:
+        """Whether ``fp`` was remembered recently (remembers nothing)."""
+        return fp is not None and fp in self._seen
+
+    def remember(self, fp: str | None) -> None:
+        """Keep ``fp`` as the most recent."""
+        self.seen(fp)
+
     def seen(self, fp: str | None) -> bool:
         """Whether ``fp`` was seen recently; remembers it either way."""
         if fp is None:
@@ -81,20 +94,29 @@ class RecentPrefixes:
         return False
 
 
-def client_id(how: str, headers: Mapping[str, str], tenant: str | None, client: Any) -> str | None:
+def client_id(
+    how: str,
+    headers: Mapping[str, str],
+    tenant: str | None,
+    client: Any,
+    tenant_checked: bool = True,
+) -> str | None:
     """The client's identity for learning (``recognition.client_id``), or None when unknown.
 
-    ``api_key``: a hash of the ``Authorization`` header; ``tenant``: the resolved tenant;
-    either falls back to the client's address (``scope["client"]``) when absent.
+    ``api_key``: a hash of the ``Authorization`` header's scheme (lower case) and token
+    (trimmed); ``tenant``: the resolved tenant, with the address when the tenant was not
+    checked against a key (``tenant_checked``); either falls back to the client's address
+    (``scope["client"]``) when absent.
     """
-    if how == "api_key" and headers.get("authorization"):
-        key = headers["authorization"].encode("latin-1", "replace")
+    addr = client[0] if isinstance(client, list | tuple) and client else None
+    addr = addr if isinstance(addr, str) else None
+    if how == "api_key" and headers.get("authorization", "").strip():
+        scheme, _, token = headers["authorization"].strip().partition(" ")
+        key = f"{scheme.lower()} {token.strip()}".encode("latin-1", "replace")
         return "k:" + blake2b(key, digest_size=12).hexdigest()
     if how == "tenant" and tenant:
-        return "t:" + tenant
-    if isinstance(client, list | tuple) and client and isinstance(client[0], str):
-        return "a:" + client[0]
-    return None
+        return "t:" + tenant if tenant_checked or addr is None else f"t:{tenant}|a:{addr}"
+    return None if addr is None else "a:" + addr
 
 
 class SlowReaders(Collector):
@@ -141,8 +163,14 @@ class SlowReaders(Collector):
 class Recognizer:
     """The relay's memory for recognition, and the counter of its decisions."""
 
-    def __init__(self, settings: Recognition, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        settings: Recognition,
+        registry: CollectorRegistry | None = None,
+        tenants_checked: bool = False,
+    ) -> None:
         self.settings = settings
+        self.tenants_checked = tenants_checked  # every tenant comes from a key the sidecar checks
         self.needs_shape = True  # prompt size or shape: a rule or a gate reads it (the relay says)
         self.prefixes = RecentPrefixes(settings.max_prefixes)
         self.slow = SlowReaders(settings)
@@ -152,7 +180,7 @@ class Recognizer:
             registry.register(self.slow)
 
     def client(self, headers: Mapping[str, str], tenant: str | None, client: Any) -> str | None:
-        return client_id(self.settings.client_id, headers, tenant, client)
+        return client_id(self.settings.client_id, headers, tenant, client, self.tenants_checked)
 
     def decided(self, lane: str, source: str) -> None:
         self.decisions.labels(lane, source).inc()
@@ -164,11 +192,13 @@ class Recognizer:
         headers: dict[str, str],
         body: dict[str, Any] | None,
         scope: Mapping[str, Any],
-    ) -> tuple[RequestAttrs, str | None]:
+    ) -> tuple[RequestAttrs, str | None, str | None]:
         """The attributes the lane rules read (each computed only when a rule or a gate needs
-        it), and the client's identity, from the event's model, stream and max_tokens as the
-        relay read them (``obs.sidecar.relay.payloads.read_fields``)."""
+        it), the client's identity and the prompt's leading key (to ``prefixes.remember`` once
+        admitted), from the event's model, stream and max_tokens as the relay read them
+        (``obs.sidecar.relay.payloads.read_fields``)."""
         b = body or {}
+        key = leading_key(b) if cl.needs_prefix and body is not None else None
         shape = prompt_shape(body) if self.needs_shape and body is not None else None
         n = b.get("n")
         who = self.client(headers, ev.tenant, scope.get("client"))
@@ -182,9 +212,9 @@ class Recognizer:
             prompt_tokens=shape.tokens if shape else None,
             tools=shape.tools if shape else False,
             context_in=shape.context_in if shape else "last",
-            prefix_seen=cl.needs_prefix and body is not None and self.prefixes.seen(leading_key(b)),
+            prefix_seen=self.prefixes.has(key),
             n=n if isinstance(n, int) and not isinstance(n, bool) else 1,
             response_format=response_format(b),
             slow_reader=cl.needs_slow_reader and who in self.slow,
         )
-        return attrs, who
+        return attrs, who, key

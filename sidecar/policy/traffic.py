@@ -3,7 +3,9 @@
 The arm is chosen by ``obs.splits`` from the client's identity, as the lane's
 ``canary.sticky`` names it: the API key (hashed here, never kept), the tenant, or the
 client's address; a request without that identity uses its address, and one without an
-address its request id. A fallback (:class:`FallBack`) is raised by the relay only
+address its request id. The hash is keyed with the sidecar's split salt (a secret), and
+the event keeps a keyed hash of the identity (``identity``), so that ``query canary`` can
+cap one client's weight in its verdict. A fallback (:class:`FallBack`) is raised by the relay only
 before anything was sent to the client.
 """
 
@@ -47,20 +49,22 @@ def identity(
     return "request:" + request_id
 
 
-def arm(lane: Lane, headers: Mapping[str, str], tenant: str | None, scope: Scope, rid: str) -> str:
-    """The pool of the lane's split this request goes to (the lane's pool without a split)."""
-    if lane.split is None:
-        return lane.pool
-    who = identity(lane.canary_policy.sticky, headers, tenant, scope, rid)
-    return splits.choose(lane.arms, f"{lane.name}|{who}")
-
-
 def place(
-    ev: Event, lane: Lane, headers: Mapping[str, str], scope: Scope, attrs: RequestAttrs
+    ev: Event,
+    lane: Lane,
+    headers: Mapping[str, str],
+    scope: Scope,
+    attrs: RequestAttrs,
+    salt: bytes = b"",
 ) -> None:
-    """Set the event's pool (its arm, for a split lane) and its priority in the lane."""
-    ev.pool = arm(lane, headers, ev.tenant, scope, ev.request_id)
-    ev.arm = ev.pool if lane.split is not None else None
+    """Set the event's pool (its arm, for a split lane, with the identity's keyed hash) and its
+    priority in the lane."""
+    if lane.split is None:
+        ev.pool, ev.arm = lane.pool, None
+    else:
+        who = identity(lane.canary_policy.sticky, headers, ev.tenant, scope, ev.request_id)
+        ev.pool = ev.arm = splits.choose(lane.arms, f"{lane.name}|{who}", salt)
+        ev.identity = splits.identity_hash(who, salt)
     if lane.priority is not None:
         ev.priority = priority.resolve(lane.priority, headers, attrs)
 
@@ -101,8 +105,11 @@ async def with_fallback(
     except FallBack as fb:
         reason = fb.reason
     except e.UpstreamTimeout:
-        if req.started or req.disconnected:
-            raise  # streaming began (or nobody waits): never a second answer
+        if req.started or req.disconnected or not ev.stream:
+            # Streaming began (or nobody waits): never a second answer. A non-streamed answer's
+            # first byte comes with its last token, so its timeout says the pool was still
+            # generating, not that it never started: a second pool would do the work twice.
+            raise
         reason = c.FALLBACK_TIMEOUT
     log.info("lane_fallback", lane=ev.lane, pool=ev.pool, to=fallback, reason=reason)
     req.clock.dispatched = 0  # the time on the refusing pool counts as queueing

@@ -2,14 +2,16 @@
 
 A request the sidecar ends before any pool sees it, for the client's reason (a missing key:
 401, bad JSON: 400, too large: 413, an admission rejection: 429, a client that sends headers
-and closes: ``client_disconnect``), costs a client almost nothing to send, and its event about
-a kilobyte: unlimited, a flood of them would rotate the record of real requests away. Up to
-``per_s`` such events a second (bursts of as many) are written one by one. The others still
-reach the metrics (``vllm_obs_requests_total``, ``vllm_obs_admission_rejections_total``), are
-counted in ``vllm_obs_rejected_events_skipped_total``, and are written as **summary
-records**: once a second, one record per (lane, route, outcome, reason, HTTP status) with
-``summarized`` = how many it stands for, so the record's counts equal the counters
-(``query summary``, the sweep and ClickHouse count a record as ``summarized`` requests).
+and closes: ``client_disconnect``; one that leaves once its request was sent to a pool,
+before any output reached it, counts too), costs a client almost nothing to send, and its
+event about a kilobyte: unlimited, a flood of them would rotate the record of real requests
+away. Up to ``per_s`` such events a second (bursts of as many) are written one by one. The
+others still reach the metrics (``vllm_obs_requests_total``,
+``vllm_obs_admission_rejections_total``), are counted in
+``vllm_obs_rejected_events_skipped_total``, and are written as **summary records**: once a
+second, one record per (lane, route, outcome, reason, HTTP status) with ``summarized`` = how
+many it stands for, so the record's counts equal the counters (``query summary``, the sweep
+and ClickHouse count a record as ``summarized`` requests).
 
 At most ``per_s`` events a second (plus a burst of as many) and, while over it, one summary
 record a second per lane and outcome: the events file's growth is bounded whatever the flood.
@@ -49,8 +51,11 @@ Key = tuple[object, ...]
 
 
 def client_caused(ev: Event) -> bool:
-    """Ended for the client's reason before any pool saw it: under the event budget."""
-    return ev.replica is None and ev.status in _CLIENT_CAUSED
+    """Ended for the client's reason before any pool saw it, or a client that left before any
+    output reached it (dispatched, then gone: as cheap to send): under the event budget."""
+    if ev.status not in _CLIENT_CAUSED:
+        return False
+    return ev.replica is None or (ev.status == c.DISCONNECTED and not ev.output_chunks)
 
 
 class RefusedRecord:

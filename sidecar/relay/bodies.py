@@ -2,8 +2,9 @@
 
 A body under ``OFF_LOOP_BYTES`` is parsed on the event loop (microseconds). A
 larger one is first checked for how many JSON values it can hold (commas and
-object openers: each value but the first of a container follows a comma, and
-nesting is bounded), counted a ``SLICE`` at a time with the loop free in between, and
+object openers outside strings, ``obs.json_check.ValueCount``: each value but the first
+of a container follows a comma, and nesting is bounded; a comma inside a text is text),
+counted a ``SLICE`` at a time with the loop free in between, and
 refused with 413 past ``max_elements``: 30 MB of ``{}`` would otherwise become
 ten million dicts. It is then parsed in a thread, at most ``PARSERS`` at a
 time. The parser holds the GIL while it runs, so the element cap, not the
@@ -16,12 +17,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from obs.json_check import ValueCount
 from obs.sidecar import outcomes as e
 from obs.sidecar.relay.payloads import try_json
 from obs.sidecar.types import Receive
 
 OFF_LOOP_BYTES = 256 << 10
-SLICE = 1 << 20  # bytes counted per loop turn
+SLICE = 256 << 10  # bytes counted per loop turn
 MAX_JSON_ELEMENTS = 200_000
 PARSERS = 2
 MAX_MODEL_CHARS = 256  # the event's ``model`` is cut to this (a client chooses it)
@@ -58,11 +60,9 @@ class BodyParser:
         """The body as an object, or None when it is not one (the pool answers it)."""
         if len(raw) < OFF_LOOP_BYTES:
             return try_json(raw)
-        values = 0
+        count = ValueCount()
         for at in range(0, len(raw), SLICE):
-            part = raw[at : at + SLICE]
-            values += part.count(b",") + part.count(b"{")
-            if values > self.max_elements:
+            if count.feed(raw[at : at + SLICE]) > self.max_elements:
                 raise e.PayloadTooLarge(
                     f"request body holds more than {self.max_elements} JSON values "
                     "(--max-json-elements)"

@@ -4,6 +4,11 @@ Each pool is asked at its first replica that answers. Client auth applies as on 
 relayed routes. A pool with its own key gets that key; the client's ``Authorization``
 goes only to a pool without one, and only when the sidecar does not check client keys
 itself.
+
+The union is kept ``CACHE_S`` (``obs.sidecar.server.kept.Kept``), per set of headers the
+pools are asked with, and requests that arrive while it is being fetched wait for that one
+fetch: a flood of ``/v1/models`` costs the pools one round of requests every ``CACHE_S``,
+not one per request.
 """
 
 from __future__ import annotations
@@ -16,8 +21,16 @@ import orjson
 
 from obs.sidecar.policy.auth import Tenants
 from obs.sidecar.pools.pools import PoolSet
+from obs.sidecar.server.kept import Kept
 
 MODELS_TIMEOUT_S = 5.0
+CACHE_S = 5.0
+CACHE_KEYS = 64  # header sets kept (one per client key when client keys are forwarded)
+
+
+def models_cache() -> Kept[list[dict[str, Any]]]:
+    """Where the unions are kept (see the module's doc)."""
+    return Kept(CACHE_S, CACHE_KEYS)
 
 
 def upstream_headers(
@@ -58,3 +71,18 @@ async def union_models(
                     seen.setdefault(m["id"], m)
             break
     return list(seen.values())
+
+
+async def cached_union(
+    cache: Kept[list[dict[str, Any]]],
+    session: aiohttp.ClientSession,
+    pools: PoolSet,
+    headers: Mapping[str, str],
+    pool_keys: Mapping[str, str],
+    tenants: Tenants,
+) -> list[dict[str, Any]]:
+    """``union_models`` kept in ``cache`` per set of headers the pools are asked with."""
+    asked = [upstream_headers(p, headers, pool_keys, tenants) for p in pools.health()]
+    return await cache.get(
+        repr(asked), lambda: union_models(session, pools, headers, pool_keys, tenants)
+    )

@@ -93,10 +93,11 @@ class Relay:
         capture: TextCapture | None = None,
         max_json_elements: int = MAX_JSON_ELEMENTS,
         recognizer: Recognizer | None = None,
+        split_salt: bytes = b"",
         flow: FlowControl | None = None,
         worker: tuple[int, int] | None = None,
     ) -> None:
-        self.classifier = classifier
+        self.classifier, self.split_salt = classifier, split_salt  # salt: obs.splits
         self.recognizer = recognizer or Recognizer(classifier.config.recognition)
         self.pools = pools
         self.recorder = recorder  # where each finished request's record goes, once
@@ -158,8 +159,7 @@ class Relay:
         ev = req.event
         ev.ts = datetime.fromtimestamp(req.wall_ns / 1e9, UTC).isoformat(timespec="milliseconds")
         headers = request_headers(scope)
-        # Made ids have vLLM's own length (16 hex), so response ids keep vLLM's form.
-        ev.request_id = headers.get("x-request-id") or f"{random.getrandbits(64):016x}"
+        ev.request_id = headers.get("x-request-id") or f"{random.getrandbits(64):016x}"  # vLLM's
         if len(ev.request_id) > 128:
             ev.request_id = ev.request_id[:128]
         req.ids = new_ids(headers.get("traceparent"), self.worker)
@@ -194,11 +194,12 @@ class Relay:
             req.json_answer = JsonAnswer.asked_by(body)  # None unless it asks for JSON
         read = read_fields(ev.route, body, MAX_MODEL_CHARS)  # as the engine, or 400 naming it
         ev.model, ev.stream, ev.max_tokens = read.model, read.stream, read.max_tokens
-        attrs, req.client_id = self.recognizer.attrs(self.classifier, ev, headers, body, scope)
-        lane, ev.class_source = self.classifier.decide(attrs)
+        rec, cl = self.recognizer, self.classifier
+        attrs, req.client_id, req.prefix_key = rec.attrs(cl, ev, headers, body, scope)
+        lane, ev.class_source = cl.decide(attrs)
         self.recognizer.decided(lane.name, ev.class_source)
         ev.lane = lane.name
-        traffic.place(ev, lane, headers, scope, attrs)  # pool (arm of a split), priority
+        traffic.place(ev, lane, headers, scope, attrs, self.split_salt)  # pool (arm), priority
         ev.model = ev.model or self.pools.default_model(ev.pool or lane.pool)  # as the engine
         pools = (ev.pool, lane.fallback) if lane.fallback else (ev.pool,)
         self.recorder.start(Start(ev, req.ids, pools))  # the record begins: processors see it
@@ -249,6 +250,7 @@ class Relay:
             admitted = await self._admit_lane(req, plan, ticket)
             if admitted:  # else the client left while queued
                 req.admitted = True
+                self.recognizer.prefixes.remember(req.prefix_key)  # refused ones never
                 if self.flow is None or await self.flow.admit_pool(req, plan):
                     await self._route(req, plan, send)
         finally:
@@ -353,8 +355,7 @@ class Relay:
         ev = req.event
         ev.http_status = resp.status
         is_sse = resp.headers.get("content-type", "").startswith("text/event-stream")
-        # A stream's length is what the relay writes (usage stripped, an error frame added);
-        # a whole body (an error status, a non-streamed answer) is relayed as it came.
+        # A stream's length is the relay's (usage stripped, error frames); a whole body's, as came.
         sized = resp.status >= 400 or not is_sse
         out_headers = [
             (k.lower(), v)

@@ -71,6 +71,7 @@ class Request:
         "pool_admitted",
         "pool_gate",
         "pool_hold",
+        "prefix_key",
         "response",
         "share_key",
         "started",
@@ -111,6 +112,7 @@ class Request:
         self.pool_hold: Hold | None = None
         self.pool_admitted = False
         self.client_id: str | None = None  # who sent it, for slow-reader learning
+        self.prefix_key: str | None = None  # its prompt's leading key (recognition)
         self.outcome: RelayError | None = None  # how it ended, once settled (None: ok so far)
         # Kept for --capture-text only (None otherwise): read when the request ends.
         self.capture_body: dict[str, Any] | None = None

@@ -4,8 +4,8 @@ Pure bookkeeping for ``obs.sidecar.server.guard`` (on the event loop, no locks):
 connection or a request body is admitted only while both the global budget and
 its address's budget have room, so one address flooding the port with silent
 sockets or large bodies takes at most its share and leaves the rest to others.
-A body is counted by its declared ``Content-Length`` when its headers arrive (a
-chunked one as its bytes arrive) until its response is complete.
+A body is counted as its bytes arrive (never by its declared ``Content-Length``: a
+declared body that never comes holds nothing) until its response is complete.
 
 ``nofile_cap`` fits the connection cap to the process's open-file limit: each
 relayed request holds two descriptors (the client's and the pool's), and the

@@ -2,39 +2,27 @@
 
 ``HttpConnection`` is an asyncio protocol on ``httptools.HttpRequestParser`` (under
 uvloop). It reads requests, one ``Exchange`` each (obs.sidecar.server.wire), runs the app on
-it (the relayed routes go straight to the relay, the others to the FastAPI app), and
-keeps the connection alive between requests (HTTP/1.1, or 1.0 with ``keep-alive``);
-pipelined requests are answered in order, reading paused until the first is answered.
+it (relayed routes to the relay, others to the FastAPI app), and keeps the connection alive
+between requests; pipelined requests are answered in order. What a client sends is parsed a
+piece at a time (obs.sidecar.server.intake): while a request waits behind another or its
+body waits for the app, parsing and reading stop, so a connection's memory is its buffers.
 
-The limits of ``Limits`` (docs/security.md) are enforced where the bytes arrive,
-before any of them reach the app, with the counters of ``Guard`` (obs.sidecar.server.guard):
+The limits of ``Limits`` are enforced where the bytes arrive, before the app sees them,
+with the counters of ``Guard`` (obs.sidecar.server.guard); docs/security.md lists them:
+head size (414, 431), header and body timeouts (408), idle connections (closed), the
+connection caps (an idle or slow connection evicted, else 503), body memory as bytes arrive
+(503), protocol switches (400; a bodiless GET or HEAD is served as HTTP/1.1). An answer
+before its body was read closes the connection; trailers never join the headers.
 
-- request line, header bytes and header count: counted as the head is read (bytes
-  across reads, then each header as parsed); past a limit the request is answered
-  414 or 431 and the connection closed;
-- a header read timeout (first byte of a request to the end of its head: 408), a body
-  read timeout (end of the head to the end of the body: 408, and the request's event
-  says 408), an idle timeout for a connection that sends no request (closed, counted), and
-  the same time between requests (closed: a keep-alive connection's end, not counted);
-- open connections, in all and per client address: one more is answered 503 and closed;
-- request bodies held in memory, in all and per client: past the budget, 503 (the
-  request's event says 503);
-- a request that asks to switch protocols (``Connection: upgrade`` with ``Upgrade``, or
-  ``CONNECT``) is answered 400 and closed, but for a GET or HEAD without a body, which is
-  served as plain HTTP/1.1 (the parser's skipped bytes are read as the next request).
-
-A stream the relay writes lingers after its last byte (obs.sidecar.server.wire). Each request's
-scope carries, under ``extensions``, its ``ClientConn`` (the relay writes a stream's
-pieces straight to the transport), when its first bytes were read
-(``received_ns``: ``perf_counter_ns`` of the read that began it) and, once it is
-complete, when its body was (``body_ns``: of the read that completed it).
+A stream the relay writes lingers after its last byte (obs.sidecar.server.wire). A request's
+scope carries under ``extensions`` its ``ClientConn``, ``received_ns`` (the read that began
+it) and, once complete, ``body_ns`` (the read that completed its body).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-import urllib.parse
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -43,12 +31,11 @@ import httptools
 from obs.sidecar.outcomes import RequestLimit
 from obs.sidecar.server.client import EXTENSION, OBS_EXTENSION, ClientConn
 from obs.sidecar.server.guard import REASONS, Guard, content_length, plain_get
-from obs.sidecar.server.wire import Clock, Exchange, Flow, run_app
+from obs.sidecar.server.intake import BODY_PIECE, PIECE, Intake
+from obs.sidecar.server.wire import BODY_HIGH_WATER, Clock, Exchange, Flow, http_scope, run_app
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-    from obs.sidecar.types import Scope
 
 
 BAD_REQUEST = "Invalid HTTP request received."
@@ -93,21 +80,22 @@ class HttpConnection(asyncio.Protocol):
         self._header_bytes = 0
         self._url = b""
         self._read_ns = 0  # the read that began the current request
-        self._data_ns = 0  # the latest read
         self._received_ns = 0
         self._expect_continue = False
         self._counted = False
         self._refusal: RequestLimit | None = None  # raised in a parser callback: answered
-        self._addr = ""
+        self.addr = ""
         self._bodies: deque[int] = deque()  # body bytes held, per request not yet answered
         self._chunked = False
-        self._reading_paused = False
+        self.intake = Intake(self._feed_piece, self._piece_size)
+        self._body_left = 0  # bytes of a sized body still to parse
         self.lost = self.reset_by_peer = False  # connection_lost was called (with an error)
 
     # ---- asyncio.Protocol ----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # a stream transport (uvloop's)
+        self.intake.transport = self.transport
         self.sock = transport.get_extra_info("socket")
         self.fd = self.sock.fileno() if self.sock is not None else -1
         self.state.connections.add(self)
@@ -115,14 +103,31 @@ class HttpConnection(asyncio.Protocol):
         self.client = (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else None
         local = transport.get_extra_info("sockname")
         self.server = (str(local[0]), int(local[1])) if isinstance(local, tuple) else None
-        self._addr = self.client[0] if self.client else ""
-        over = self.guard.budgets.connect(self._addr)
+        self.addr = self.client[0] if self.client else ""
+        over = self.guard.budgets.connect(self.addr)
+        if over == "max_connections" and self.guard.evict(self.state.connections):
+            over = self.guard.budgets.connect(self.addr)
         if over is not None:
             whose = "the sidecar has" if over == "max_connections" else "this client has"
             self._refuse(RequestLimit(503, over, f"{whose} too many open connections"))
             return
         self._counted = True
+        self.guard.accepted()
         self._arm(self.limits.idle_timeout_s, "idle_timeout")
+
+    def evictable(self) -> int:
+        """2: idle (waits for a request), 1: a request's head trickles in, 0: serving."""
+        cur = self.current  # a lingering answer still serves its request
+        busy = cur is not None and (not cur.response_complete or cur.linger)
+        if busy or self.pipeline or self._in_body or not self._counted:
+            return 0
+        return 0 if self.transport.is_closing() else 1 if self._in_message else 2
+
+    def evicted(self) -> None:
+        self._counted = False
+        self.guard.budgets.disconnect(self.addr)
+        self._disarm()
+        self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -131,9 +136,10 @@ class HttpConnection(asyncio.Protocol):
         self._disarm()
         if self._counted:
             self._counted = False
-            self.guard.budgets.disconnect(self._addr)
-        self.guard.budgets.free_body(self._addr, sum(self._bodies))
+            self.guard.budgets.disconnect(self.addr)
+        self.guard.budgets.free_body(self.addr, sum(self._bodies))
         self._bodies.clear()
+        self.intake.clear()
         for ex in (self.current, self.reading, *self.pipeline):
             if ex is not None:
                 ex.lost()
@@ -148,34 +154,39 @@ class HttpConnection(asyncio.Protocol):
             self.writable_callback()
 
     def data_received(self, data: bytes) -> None:
-        self._data_ns = time.perf_counter_ns()
-        if not self._in_message:  # the first read of a new request
-            self._read_ns = self._data_ns
+        self._read_ns = time.perf_counter_ns()
+        self.intake.received(data)
+
+    def _piece_size(self) -> int:
+        if self._in_body and self._body_left > 0:
+            return min(self._body_left, BODY_PIECE)
+        return PIECE
+
+    def _feed_piece(self, piece: bytes) -> None:
+        if not self._in_message:  # the first bytes of a new request
+            self._received_ns = self._read_ns
             if self._timer_limit != "header_timeout":
                 self._arm(self.limits.header_timeout_s, "header_timeout")
         if not self._in_body:
-            self._head += len(data)
-        self._feed(data)
+            self._head += len(piece)
+        try:
+            self.parser.feed_data(piece)
+        except httptools.HttpParserUpgrade as up:  # a plain GET: served as HTTP/1.1
+            self.parser = httptools.HttpRequestParser(self)
+            rest = piece[up.args[0] :] if up.args else b""
+            self.intake.unread(rest)  # parsed next, by the intake's loop: no recursion
+        except httptools.HttpParserError:
+            if self._refusal is not None:
+                self._refuse(self._refusal)
+                return
+            self._bad_request()
+            return
         if (
             not self._in_body
             and self._head > self.limits.max_header_bytes
             and not self.transport.is_closing()
         ):
             self._refuse(RequestLimit(431, "header_bytes", "request headers are too large"))
-
-    def _feed(self, data: bytes) -> None:
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade as up:  # a plain GET: served as HTTP/1.1
-            self.parser = httptools.HttpRequestParser(self)
-            rest = data[up.args[0] :] if up.args else b""
-            if rest:
-                self._feed(rest)
-        except httptools.HttpParserError:
-            if self._refusal is not None:
-                self._refuse(self._refusal)
-                return
-            self._bad_request()
 
     # ---- httptools callbacks -------------------------------------------------------------
 
@@ -185,7 +196,8 @@ class HttpConnection(asyncio.Protocol):
         self._header_bytes = 0
         self._url = b""
         self._expect_continue = False
-        self._received_ns = self._read_ns or time.perf_counter_ns()
+        if not self._received_ns:
+            self._received_ns = self._read_ns or time.perf_counter_ns()
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -193,6 +205,8 @@ class HttpConnection(asyncio.Protocol):
             raise self._refused(414, "request_line", "the request line is too long")
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._in_body:  # a chunked body's trailer: read, never one of the request's headers
+            return
         self._header_bytes += len(name) + len(value) + 4
         if len(self._headers) >= self.limits.max_headers:
             raise self._refused(431, "header_count", "the request has too many headers")
@@ -212,13 +226,14 @@ class HttpConnection(asyncio.Protocol):
             raise self._refused(400, "upgrade", "the sidecar does not switch protocols (Upgrade)")
         declared = content_length(headers)
         self._chunked = declared is None
-        self._bodies.append(0)
+        self._body_left = declared or 0
+        self._bodies.append(0)  # counted as the body's bytes arrive (on_body)
         self._in_body = True
         self._head = 0
         self._arm(self.limits.body_timeout_s, "body_timeout")
         version = parser.get_http_version()
         ex = Exchange(
-            self._scope(method, version),
+            http_scope(method, version, self._url, self._headers, self.client, self.server),
             self.transport,
             self.flow,
             self.state.clock,
@@ -232,53 +247,38 @@ class HttpConnection(asyncio.Protocol):
             OBS_EXTENSION: {"received_ns": self._received_ns},
         }
         self.reading = ex
+        self._received_ns = 0
         if self.current is None or self.current.response_complete:
             self._start(ex, self._expect_continue)
-        else:  # pipelined: answered in order, after the one before
-            self._pause_reading()
+        else:  # pipelined: answered in order, after the one before; parsing waits
+            self.intake.hold()
             self.pipeline.append(ex)
-        if declared:  # past the budget: refused, and the request (started) records it
-            self._hold_body(declared)
+            self._disarm()  # its body's time starts when it is read
+        if declared and declared > self.guard.budgets.max_client_body_bytes:  # never fits
+            raise self._refused(503, "body_memory", "the body exceeds the request bodies one "
+                                "client may hold")  # fmt: skip
 
     def on_body(self, body: bytes) -> None:
-        if self._chunked and self._bodies:  # no Content-Length: counted as it arrives
-            self._hold_body(len(body))
+        self._body_left -= len(body)
         ex = self.reading
-        if ex is not None and not ex.response_complete and ex.feed(body):
-            self._pause_reading()
+        if ex is None or ex.response_complete:
+            return  # answered already (the connection closes): nothing keeps it
+        if self._bodies:
+            self._hold_body(len(body))
+        if ex.feed(body):
+            self.intake.hold()
 
     def on_message_complete(self) -> None:
         self._in_body = self._in_message = False
+        self._body_left = 0
         self._disarm()
         if self.reading is not None:
-            self.reading.body_complete(self._data_ns)
+            self.reading.body_complete(self._read_ns)
             obs = self.reading.scope["extensions"][OBS_EXTENSION]
             obs["body_ns"] = self.reading.body_ns
             self.reading = None
 
     # ---- requests ------------------------------------------------------------------------
-
-    def _scope(self, method: bytes, version: str) -> Scope:
-        url = httptools.parse_url(self._url)
-        raw_path = url.path
-        path = raw_path.decode("ascii")
-        if "%" in path:
-            path = urllib.parse.unquote(path)
-        return {
-            "type": "http",
-            "asgi": {"version": "3.0", "spec_version": "2.3"},
-            "http_version": version,
-            "method": method.decode("ascii"),
-            "scheme": "http",
-            "path": path,
-            "raw_path": raw_path,
-            "query_string": url.query or b"",
-            "root_path": "",
-            "headers": self._headers,
-            "client": self.client,
-            "server": self.server,
-            "state": {},
-        }
 
     def _start(self, ex: Exchange, expect_continue: bool = False) -> None:
         self.current = ex
@@ -291,7 +291,7 @@ class HttpConnection(asyncio.Protocol):
     def _answered(self, ex: Exchange) -> None:
         """``ex``'s response is complete: free its body, go on to the next request."""
         if self._bodies:  # the oldest request still held is the one answered
-            self.guard.budgets.free_body(self._addr, self._bodies.popleft())
+            self.guard.budgets.free_body(self.addr, self._bodies.popleft())
         if not ex.linger:  # else when it settles (obs.sidecar.server.wire)
             self._next()
 
@@ -299,12 +299,12 @@ class HttpConnection(asyncio.Protocol):
         """Go on to the next request: a pipelined one, or wait for one."""
         if self.transport.is_closing():
             return
-        self._resume_reading()
         if self.pipeline:
             self._start(self.pipeline.popleft())
-        elif not self._in_message and (
-            (cur := self.current) is None or (cur.response_complete and not cur.linger)
-        ):  # not while answering a request that came while the one before it lingered
+        self._resume_reading()
+        cur = self.current  # not while answering a request that came while one lingered
+        idle = cur is None or (cur.response_complete and not cur.linger)
+        if idle and not self._in_message and not self.transport.is_closing():
             self._arm(self.limits.idle_timeout_s, "keep_alive")
 
     def shutdown(self) -> None:
@@ -316,21 +316,21 @@ class HttpConnection(asyncio.Protocol):
         for ex in self.pipeline:
             ex.keep_alive = False
 
-    def _pause_reading(self) -> None:
-        if not self._reading_paused and not self.transport.is_closing():
-            self._reading_paused = True
-            self.transport.pause_reading()
-
-    def _resume_reading(self) -> None:
-        if self._reading_paused and not self.transport.is_closing():
-            self._reading_paused = False
-            self.transport.resume_reading()
+    def _resume_reading(self) -> None:  # unless a pipelined request waits for its turn
+        if self.pipeline or self.transport.is_closing():
+            return
+        ex = self.reading
+        if ex is not None and ex.body_bytes > BODY_HIGH_WATER:
+            return
+        if self._in_body and self._timer is None:
+            self._arm(self.limits.body_timeout_s, "body_timeout")
+        self.intake.release()
 
     # ---- limits --------------------------------------------------------------------------
 
     def _hold_body(self, n: int) -> None:
         """Count ``n`` more bytes of the current request's body, within the budgets."""
-        if not self.guard.budgets.hold_body(self._addr, n):
+        if not self.guard.budgets.hold_body(self.addr, n):
             raise self._refused(503, "body_memory", "the sidecar holds too many request bodies")
         self._bodies[-1] += n
 

@@ -11,7 +11,8 @@ limit, with the count since the last line.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import Protocol
 
 import structlog
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -26,10 +27,23 @@ log = structlog.get_logger("vllm_obs.guard")
 LIMITS = (
     "request_line", "header_bytes", "header_count", "header_timeout", "body_timeout",
     "idle_timeout", "max_connections", "client_connections", "body_memory", "upgrade",
+    "evicted",
 )  # fmt: skip
 LOG_EVERY_S = 60.0
 REASONS = {400: b"Bad Request", 408: b"Request Timeout", 414: b"URI Too Long",
             431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}  # fmt: skip
+
+
+class Evictable(Protocol):
+    addr: str
+
+    def evictable(self) -> int:
+        """2: idle (waits for a request), 1: a request's head trickles in, 0: serving."""
+        ...
+
+    def evicted(self) -> None:
+        """Close it and stop counting it."""
+        ...
 
 
 class Guard:
@@ -45,15 +59,44 @@ class Guard:
         )
         self.hits = dict.fromkeys(LIMITS, 0)
         self._logged = dict.fromkeys(LIMITS, (-LOG_EVERY_S, 0))
+        self._full_since: float | None = None  # refusing at the cap, none accepted since
+
+    def accepted(self) -> None:
+        """A connection was taken: the relay serves."""
+        self._full_since = None
+
+    def full_for(self) -> float:
+        """Seconds the relay has refused every new connection at its cap (0: it takes them)."""
+        return 0.0 if self._full_since is None else time.monotonic() - self._full_since
 
     @property
     def open(self) -> int:
         """Client connections open now."""
         return self.budgets.connections
 
+    def evict(self, connections: Iterable[Evictable]) -> bool:
+        """At the connection cap, close one connection that serves no request to make room:
+        an idle one before a slow head, from the address holding the most. False when none
+        can go (every slot serves a request: the newcomer is refused)."""
+        best: Evictable | None = None
+        best_rank = (0, 0)
+        for conn in connections:
+            kind = conn.evictable()
+            if kind:
+                rank = (kind, self.budgets.client_connections(conn.addr))
+                if rank > best_rank:
+                    best, best_rank = conn, rank
+        if best is None:
+            return False
+        self.hit("evicted")
+        best.evicted()
+        return True
+
     def hit(self, limit: str) -> None:
         self.hits[limit] += 1
         now = time.monotonic()
+        if limit == "max_connections" and self._full_since is None:
+            self._full_since = now
         at, count = self._logged[limit]
         if now - at >= LOG_EVERY_S:
             log.warning("connection_limit", limit=limit, since_last_log=self.hits[limit] - count)

@@ -5,7 +5,11 @@ connection caps, its accept queue, its event loop's other work). This listener i
 a small threaded HTTP server of its own: it answers from a snapshot that the relay's
 event loop refreshes every ``REFRESH_S``, so a probe never waits on the loop, yet a
 loop that stops turning for ``STALL_S`` is seen and answered 503 (the pod is then
-restarted, as it should be). Only ``GET /health`` is served; anything else is 404.
+restarted, as it should be), and so is a relay that has refused every new connection at
+its cap for ``STALL_S`` (``watch``: every slot busy serving, nothing could be evicted): a
+relay that serves nobody new is not alive. Only ``GET /health`` is served; anything else is
+404. Each connection has ``TIMEOUT_S`` to send its request and at most ``MAX_HANDLERS`` are
+served at once (more are closed at once): silent sockets cannot hold its threads.
 """
 
 from __future__ import annotations
@@ -24,6 +28,30 @@ from obs.errors import ConfigError
 
 REFRESH_S = 0.5
 STALL_S = 10.0
+TIMEOUT_S = 5.0  # for a probe to send its request
+MAX_HANDLERS = 128
+
+
+class _Bounded(ThreadingHTTPServer):
+    """A thread per connection, at most ``MAX_HANDLERS`` at once; the rest closed at once."""
+
+    daemon_threads = True
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.slots = threading.BoundedSemaphore(MAX_HANDLERS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
 
 class HealthListener:
@@ -34,10 +62,12 @@ class HealthListener:
         self._body = orjson.dumps({"status": "starting"})
         self._at = time.monotonic()
         self._task: asyncio.Task[None] | None = None
+        self._full_for: Callable[[], float] = lambda: 0.0
         listener = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            timeout = TIMEOUT_S  # a silent connection is closed, its thread freed
 
             def do_GET(self) -> None:
                 status, body = listener.answer() if self.path == "/health" else (404, b"")
@@ -51,10 +81,9 @@ class HealthListener:
                 return None
 
         try:
-            self._server = ThreadingHTTPServer((host, port), Handler)
+            self._server = _Bounded((host, port), Handler)
         except OSError as err:
             raise ConfigError(f"--health-address {host}:{port}: {err.strerror}") from err
-        self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="health", daemon=True
         )
@@ -65,7 +94,15 @@ class HealthListener:
         stalled = time.monotonic() - self._at
         if stalled > STALL_S:
             return 503, orjson.dumps({"status": "stalled", "event_loop_stalled_s": stalled})
+        full = self._full_for()
+        if full > STALL_S:
+            return 503, orjson.dumps({"status": "relay_full", "refusing_connections_s": full})
         return 200, self._body
+
+    def watch(self, full_for: Callable[[], float]) -> None:
+        """Answer 503 while ``full_for()`` (seconds the relay refused every new connection)
+        is over ``STALL_S``."""
+        self._full_for = full_for
 
     def start(self) -> None:
         """Refresh the snapshot on the running loop (from the app's lifespan)."""

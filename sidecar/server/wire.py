@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from email.utils import formatdate
 from http import HTTPStatus
 from typing import Any
 
+import httptools
 import structlog
 
 from obs.sidecar.outcomes import RequestLimit
@@ -225,6 +227,8 @@ class Exchange:
     def start(self, status: int, headers: Any) -> None:
         """Write the response head."""
         self.response_started = True
+        if self.more_body is True:  # answered before its body was read (401, 413): the
+            self.keep_alive = False  # connection closes, never a second answer to it
         parts = [_STATUS_LINES.get(status) or b"HTTP/1.1 %d Unknown\r\n" % status]
         sized = False
         for name, value in headers:
@@ -291,6 +295,37 @@ class Exchange:
             self.transport.close()
         elif self.on_settle is not None:
             self.on_settle()
+
+
+def http_scope(
+    method: bytes,
+    version: str,
+    url: bytes,
+    headers: list[tuple[bytes, bytes]],
+    client: tuple[str, int] | None,
+    server: tuple[str, int] | None,
+) -> Scope:
+    """A request's ASGI scope from its parsed request line and headers."""
+    parsed = httptools.parse_url(url)
+    raw_path = parsed.path
+    path = raw_path.decode("ascii")
+    if "%" in path:
+        path = urllib.parse.unquote(path)
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": version,
+        "method": method.decode("ascii"),
+        "scheme": "http",
+        "path": path,
+        "raw_path": raw_path,
+        "query_string": parsed.query or b"",
+        "root_path": "",
+        "headers": headers,
+        "client": client,
+        "server": server,
+        "state": {},
+    }
 
 
 async def run_app(app: Callable[[Scope, Receive, Send], Awaitable[None]], ex: Exchange) -> None:

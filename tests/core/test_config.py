@@ -100,3 +100,23 @@ def test_not_yaml_is_a_config_error(tmp_path: Path) -> None:
     p.write_text("pools: [\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(p)
+
+
+def test_config_check_warns_when_clients_may_set_their_priority(tmp_path: Path) -> None:
+    """A lane naming priority.header is accepted with a warning that any client can use it;
+    the shipped config (no header) gets none."""
+    data = yaml.safe_load(yaml.safe_dump(GOOD))
+    data["lanes"][0]["priority"] = {"header": "x-priority", "tenants": {"gold": 7}}
+    path = _write(tmp_path, data)
+    r = subprocess.run(
+        [sys.executable, "-m", "obs.cli", "config", "check", str(path)],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "warning:" in r.stderr and "x-priority header" in r.stderr
+    assert "capped at their tenant's level" in r.stderr
+    shipped = subprocess.run(
+        [sys.executable, "-m", "obs.cli", "config", "check"], capture_output=True, text=True
+    )
+    assert "warning:" not in shipped.stderr

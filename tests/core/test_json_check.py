@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from obs.json_check import MAX_DEPTH, JsonCheck
+from obs.json_check import MAX_DEPTH, JsonCheck, ValueCount
 
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
@@ -88,3 +88,73 @@ def test_once_failed_the_rest_is_not_read() -> None:
     check.feed("{}")
     assert check.failed and not check.valid
     assert check.chars == 3
+
+
+# ---- ValueCount: values a body can hold, commas inside strings not counted --------------
+
+
+def _reference_count(data: bytes) -> int:
+    """Commas and object openers outside strings, one byte at a time (the slow, plain way)."""
+    n, in_string, escaped = 0, False, False
+    for b in data:
+        ch = chr(b)
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in ",{":
+            n += 1
+    return n
+
+
+@given(JSON_VALUES, st.lists(st.integers(min_value=0), max_size=6))
+@settings(max_examples=300, deadline=None)
+def test_value_count_matches_a_plain_scan_however_split(value, cuts) -> None:
+    """ValueCount equals a byte-by-byte count of commas and `{` outside strings, at any split."""
+    data = json.dumps(value, ensure_ascii=False).encode()
+    points = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
+    count = ValueCount()
+    for a, b in itertools.pairwise(points):
+        count.feed(data[a:b])
+    assert count.values == _reference_count(data)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['"a\\\\",{', '"a\\",{"', '"\\\\\\"",{', '["x,\\"y", {"k": ","}]', '"\\u0022,",{'],
+)
+def test_value_count_follows_escapes_across_every_split(text) -> None:
+    """Escaped quotes and backslashes split at every byte count the same as unsplit."""
+    data = text.encode()
+    for cut in range(len(data) + 1):
+        count = ValueCount()
+        count.feed(data[:cut])
+        count.feed(data[cut:])
+        assert count.values == _reference_count(data), cut
+
+
+def test_commas_inside_a_long_text_are_not_values() -> None:
+    """A 500 KB prompt with 250,000 commas holds a handful of values, not 250,000."""
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "a," * 250_000}]})
+    count = ValueCount()
+    for at in range(0, len(body), 1 << 16):
+        count.feed(body.encode()[at : at + (1 << 16)])
+    assert count.values < 10
+
+
+def test_value_count_is_fast_on_hostile_bodies() -> None:
+    """30 MB of `{}` or of one unterminated escaped string is counted in well under a second."""
+    import time
+
+    for data in (b"[" + b"{}," * 10_000_000 + b"{}]", b'"' + b'\\"' * 15_000_000):
+        count = ValueCount()
+        t0 = time.perf_counter()
+        for at in range(0, len(data), 1 << 20):
+            count.feed(data[at : at + (1 << 20)])
+        assert time.perf_counter() - t0 < 1.5
+    assert ValueCount().feed(b"[" + b"{}," * 1000 + b"{}]") == 2001

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -305,3 +306,35 @@ def test_a_completion_prompt_is_all_last_and_response_format_defaults_to_text() 
     assert response_format({}) == "text"
     assert response_format({"response_format": {"type": "json_schema"}}) == "json_schema"
     assert response_format({"response_format": "bad"}) == "text"
+
+
+_BIG = "x" * 36_000  # ~9,000 tokens: far past a 100-token limit
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"messages": [{"role": "user", "content": "hi"}],
+         "tools": [{"type": "function", "function": {"name": "f", "description": _BIG}}]},
+        {"messages": [{"role": "user", "content": "hi"}],
+         "functions": [{"name": "f", "parameters": {"description": _BIG}}]},
+        {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": [
+            {"id": "1", "type": "function", "function": {"name": "f", "arguments": _BIG}}]}]},
+        {"messages": [{"role": "assistant", "function_call": {"name": "f", "arguments": _BIG}}]},
+        {"messages": [{"role": "user", "content": "hi"}], "documents": [{"text": _BIG}]},
+        {"prompt": [[7] * 9_000]},
+        {"prompt": [[7] * 3_000, [8] * 3_000, [9] * 3_000]},
+    ],
+)  # fmt: skip
+def test_prompt_estimate_counts_what_the_template_renders(body: dict[str, Any]) -> None:
+    """Tools, functions, tool-call arguments, documents and nested token-id prompts count
+    toward the estimate: a 36k-character prompt hidden there does not pass as 100 tokens."""
+    assert estimate_prompt_tokens(body) >= 8_000
+
+
+def test_prompt_estimate_survives_deep_nesting() -> None:
+    """A tools value nested 100,000 deep is counted without exhausting the stack."""
+    deep: Any = "leaf"
+    for _ in range(100_000):
+        deep = [deep]
+    assert estimate_prompt_tokens({"messages": [], "tools": deep}) >= 1

@@ -101,3 +101,22 @@ def test_bad_traffic_control_is_refused_naming_the_field(
     lane's own pool, a canary block without a split, an out-of-range priority: refused."""
     with pytest.raises(ConfigError, match=message):
         parse_config(_config(lane))
+
+
+def test_the_salt_decides_the_arms() -> None:
+    """Keyed with a salt, identities land elsewhere than unsalted (found offline), and the
+    same salt always gives the same arm."""
+    arms = [("stable", 95), ("canary", 5)]
+    who = [f"key:{i}" for i in range(2000)]
+    plain = [splits.choose(arms, w) for w in who]
+    salted = [splits.choose(arms, w, b"s" * 32) for w in who]
+    assert salted == [splits.choose(arms, w, b"s" * 32) for w in who]
+    found_offline = {w for w, a in zip(who, plain, strict=True) if a == "canary"}
+    still = {w for w, a in zip(who, salted, strict=True) if a == "canary"} & found_offline
+    assert len(still) < len(found_offline) / 2  # ~5% of them, by chance
+
+
+def test_identity_hash_is_keyed_and_short() -> None:
+    """The event's identity is 16 hex characters, differs by salt, and is not the identity."""
+    a, b = splits.identity_hash("key:abc", b"x" * 16), splits.identity_hash("key:abc", b"y" * 16)
+    assert len(a) == 16 and a != b and "abc" not in a

@@ -146,3 +146,26 @@ def test_window_judges_only_the_last_hour_of_the_log(
         (only,) = json.loads(capsys.readouterr().out)
         verdicts[bool(window)] = only["verdict"]
     assert verdicts == {False: ROLL_BACK, True: PROMOTE}
+
+
+def test_a_few_identities_cannot_flip_the_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A canary as fast as its baseline, one request per client, plus five keys sending eight
+    3x-slow requests each: promote (each key counts as a median client), where counting
+    every request would roll back."""
+    stable = _arm("stable", 600, 1.0)
+    canary = _arm("canary", 200, 1.0, seed=2)
+    attack = _arm("canary", 40, 3.0, seed=5)
+    for i, ev in enumerate(stable + canary):
+        ev.identity = f"client-{i:04d}"
+    for i, ev in enumerate(attack):
+        ev.identity = f"attacker-{i % 5}"
+    got = _verdict(tmp_path, stable + canary + attack, capsys)
+    assert got["verdict"] == PROMOTE, got
+    LANE["canary"] = {"min_requests": 100, "max_identity_weight": None}
+    try:
+        uncapped = _verdict(tmp_path, stable + canary + attack, capsys)
+    finally:
+        LANE["canary"] = {"min_requests": 100}
+    assert uncapped["verdict"] == ROLL_BACK, uncapped

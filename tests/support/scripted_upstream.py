@@ -120,6 +120,7 @@ class ScriptedUpstream:
         self.url = f"http://127.0.0.1:{self.port}"
         self.scripts: dict[str, Script] = {}
         self.received: list[tuple[str, bytes]] = []  # (path, body) of every POST, in order
+        self.gets: list[str] = []  # the path of every GET, in order
         self.cut_off: set[str] = set()  # request ids whose answer the sidecar hung up on
         self.traceparents: dict[str, str] = {}  # request id -> the traceparent it was sent
         upstream = self
@@ -132,6 +133,7 @@ class ScriptedUpstream:
             disable_nagle_algorithm = True
 
             def do_GET(self) -> None:
+                upstream.gets.append(self.path)
                 body = b'{"object":"list","data":[{"id":"tiny","object":"model"}]}'
                 if self.path == "/metrics":
                     body = b""

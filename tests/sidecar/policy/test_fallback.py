@@ -32,6 +32,7 @@ def _run(first: BaseException | None, started: bool = False) -> tuple[Request, l
     """Route a request whose first pool does ``first`` (None: answers); the pools tried."""
     req = Request(CHAT)
     req.event.pool, req.started = "main", started
+    req.event.stream = True  # a non-streamed request's timeout never falls back (traffic.py)
     tried: list[str] = []
 
     async def route(pool: str, may_fall_back: bool) -> None:

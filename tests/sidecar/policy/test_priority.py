@@ -41,7 +41,11 @@ POLICY = Priority.model_validate(
 @pytest.mark.parametrize(
     ("headers", "tenant", "stream", "want"),
     [
-        ({"x-priority": "9"}, "gold", True, 9),  # the header first
+        ({"x-priority": "9"}, None, True, 9),  # the header first
+        ({"x-priority": "9"}, "gold", True, 7),  # never above the tenant's level
+        ({"x-priority": "3"}, "gold", True, 3),  # below it: the header's
+        ({"x-priority": "\u00b9"}, None, False, 1),  # a superscript one is not a digit
+        ({"x-priority": "\u0663"}, None, True, 4),  # nor an Arabic-Indic three
         ({"x-priority": "high"}, "gold", True, 7),  # not a digit: the tenant's
         ({"x-priority": "12"}, None, True, 4),  # out of range: the rule's
         ({}, "bronze", False, 1),  # nothing: the default
@@ -50,8 +54,22 @@ POLICY = Priority.model_validate(
 def test_resolve_takes_header_then_tenant_then_rule_then_default(
     headers: dict[str, str], tenant: str | None, stream: bool, want: int
 ) -> None:
-    """The first source that gives a priority wins; a bad header value is ignored."""
+    """The first source that gives a priority wins; a bad header value is ignored; the header
+    never lifts a tenant's request above its tenant's level."""
     assert pr.resolve(POLICY, headers, _attrs(tenant, stream)) == want
+
+
+@given(st.text(max_size=4))
+def test_any_header_value_resolves_to_a_priority(raw: str) -> None:
+    """Whatever the header holds (any Unicode), resolve gives 0-9 and never raises."""
+    assert 0 <= pr.resolve(POLICY, {"x-priority": raw}, _attrs()) <= 9
+
+
+def test_the_priority_header_is_off_unless_named() -> None:
+    """A policy without ``header`` ignores X-Priority: clients cannot pick their own level."""
+    policy = Priority.model_validate({"tenants": {"gold": 7}, "default": 1})
+    assert policy.header is None
+    assert pr.resolve(policy, {"x-priority": "9"}, _attrs()) == 1
 
 
 tickets = st.lists(

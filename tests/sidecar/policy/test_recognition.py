@@ -103,3 +103,33 @@ def test_learned_clients_are_bounded_and_exported_as_a_gauge() -> None:
         registry.get_sample_value(c.CLASSIFIED.name + "_total", {"lane": "chat", "source": "rule"})
         == 1
     )
+
+
+def test_a_respelt_key_is_the_same_slow_reader() -> None:
+    """`Bearer k`, `bearer k` and `BEARER   k ` are one client: respelling does not escape."""
+    spellings = ("Bearer sk-1", "bearer sk-1", "BEARER   sk-1 ", " Bearer sk-1")
+    ids = {client_id("api_key", {"authorization": a}, None, ("10.0.0.1", 5)) for a in spellings}
+    assert len(ids) == 1
+    assert client_id("api_key", {"authorization": "Bearer sk-2"}, None, None) not in ids
+
+
+def test_a_header_tenant_is_learned_with_its_address() -> None:
+    """A tenant named by an unchecked header counts with the address that sent it: an attacker
+    naming the victim's tenant from elsewhere teaches nothing about the victim."""
+    victim = client_id("tenant", {}, "gold", ("10.0.0.1", 5), tenant_checked=False)
+    attacker = client_id("tenant", {}, "gold", ("10.0.0.66", 5), tenant_checked=False)
+    assert victim != attacker
+    assert client_id("tenant", {}, "gold", ("10.0.0.66", 5), tenant_checked=True) == "t:gold"
+    readers = SlowReaders(Recognition(slow_stream_ms=100))
+    readers.observe(attacker, _stream(stream_ms=5000))
+    assert attacker in readers and victim not in readers
+
+
+def test_refused_requests_cannot_evict_a_remembered_prefix() -> None:
+    """has() reads without remembering: 4,200 unique prefixes that are only looked up (refused
+    requests) leave a victim's document remembered; remember() is what keeps one."""
+    recent = RecentPrefixes(1000)
+    recent.remember("victim-doc")
+    for i in range(4200):
+        assert not recent.has(f"attacker-{i}")
+    assert recent.has("victim-doc")

@@ -30,11 +30,12 @@ def _refused(lane: str = "chat", status: str = c.REJECTED, reason: str | None = 
 
 
 def test_only_client_caused_events_before_a_pool_are_budgeted() -> None:
-    """Refusals, client errors and disconnects without a replica count; the rest never do."""
+    """Refusals, client errors and disconnects without a replica (or without output) count;
+    the rest never do."""
     assert client_caused(_refused())
     assert client_caused(Event(status=c.DISCONNECTED))
     assert client_caused(Event(status=c.CLIENT_ERROR))
-    assert not client_caused(Event(status=c.DISCONNECTED, replica="http://r"))
+    assert not client_caused(Event(status=c.DISCONNECTED, replica="http://r", output_chunks=1))
     assert not client_caused(Event(status=c.ERROR))
     assert not client_caused(Event(status=c.OK))
 
@@ -67,3 +68,14 @@ def test_written_plus_summarized_equals_every_event(arrivals: list[tuple[str, fl
     summarized = sum(e.summarized or 0 for e in budget.flush())
     assert kept + summarized == len(arrivals)
     assert kept <= 3 + 3 * (clock.t - 1_000.0) + 1
+
+
+def test_leaving_right_after_dispatch_is_under_the_budget() -> None:
+    """A client that leaves once its request reached a pool, before any output, counts under
+    the event budget (a flood of them was 454 full events a second); one that left mid-stream
+    is a real request's record, always written."""
+    gone = Event(status=c.DISCONNECTED, replica="http://10.0.0.1:8000", output_chunks=0)
+    mid_stream = Event(status=c.DISCONNECTED, replica="http://10.0.0.1:8000", output_chunks=3)
+    assert client_caused(gone)
+    assert not client_caused(mid_stream)
+    assert not client_caused(Event(status=c.ERROR, replica="http://10.0.0.1:8000"))

@@ -191,6 +191,25 @@ def test_silent_pool_falls_back_after_first_token_deadline(
     assert ev["queue_ms"] >= FIRST_TOKEN_S * 1000
 
 
+def test_a_non_streamed_timeout_never_falls_back(
+    second: ScriptedUpstream, sidecar: InProcessSidecar
+) -> None:
+    """A non-streamed request past first_token_s on the silent pool is that pool's timeout: the
+    fallback pool is never asked (before: both pools generated it)."""
+    rid = request_id()
+    second.scripts[rid] = Script(pieces=STREAM)
+    headers = {"x-request-id": rid, "x-lane": "hush"}
+    r = sidecar.client.post(CHAT, json=chat_body(rid, stream=False), headers=headers)
+    assert r.status_code == 504, r.text
+    ev = sidecar.event(rid)
+    assert (ev["error_class"], ev["fallback_from"], ev["pool"]) == (
+        "upstream_timeout",
+        None,
+        "silent",
+    )
+    assert not _reached(second, rid)
+
+
 def test_started_stream_never_falls_back(
     scripted: ScriptedUpstream, second: ScriptedUpstream, sidecar: InProcessSidecar
 ) -> None:
