@@ -48,7 +48,7 @@ def _chats(url: str, n: int) -> float:
 
 
 def _scrape_flood(port: int, sockets: int, stop: threading.Event) -> list[int]:
-    """Start ``sockets`` threads scraping ``/metrics`` back to back; scrapes answered, per socket."""
+    """``sockets`` threads scraping ``/metrics`` back to back; the scrapes answered, per socket."""
     answered = [0] * sockets
 
     def scrape(i: int) -> None:
