@@ -9,21 +9,18 @@ generate that much); what is tested is what the relay remembers, not what a pool
 
 from __future__ import annotations
 
-import socket
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 import pytest
 import yaml
 
 from tests.conftest import SidecarFactory
 from tests.support import event_of
-from tests.support.scripted_upstream import Script, ScriptedUpstream, token_frame
+from tests.support.scripted_upstream import ScriptedUpstream
 
 CHAT = "/v1/chat/completions"
 
