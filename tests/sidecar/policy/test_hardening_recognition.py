@@ -9,18 +9,23 @@ generate that much); what is tested is what the relay remembers, not what a pool
 
 from __future__ import annotations
 
+import socket
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 import yaml
 
+from bench.client_time import raw_post, read_paced
 from tests.conftest import SidecarFactory
 from tests.support import event_of
-from tests.support.scripted_upstream import ScriptedUpstream
+from tests.support.probes import DONE_FRAME
+from tests.support.scripted_upstream import Script, ScriptedUpstream, token_frame, usage_frame
 
 CHAT = "/v1/chat/completions"
 
@@ -85,3 +90,54 @@ def test_refused_requests_cannot_flush_a_victims_document(
     assert event_of(sc, first)["lane"] == "chat"  # the first time: not seen
     assert event_of(sc, again)["lane"] == "seen"  # still remembered after the refused flood
     assert event_of(sc, flushed)["lane"] == "chat"  # 100 admitted prefixes past 64 flush it
+
+
+def _stream_from(pool: ScriptedUpstream, port: int, addr: str, tenant: str, rate: float) -> str:
+    """A streamed chat from ``addr`` naming ``tenant``, read at ``rate`` bytes/s through a
+    4 KiB receive window (set before connect, so the sidecar's writes wait on it); its id."""
+    rid = uuid.uuid4().hex
+    frames = [token_frame(f"{i:04d} " + "x" * 300) for i in range(60)]  # ~20 KB
+    pool.scripts[rid] = Script(pieces=[*frames, usage_frame(5, 60), DONE_FRAME], gap_s=0)
+    body = orjson.dumps({"model": "tiny", "stream": True,
+                         "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    with sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(60)
+        sock.bind((addr, 0))
+        sock.connect(("127.0.0.1", port))
+        sock.sendall(raw_post(CHAT, body, "close", {"x-request-id": rid, "x-tenant": tenant}))
+        data, _ = read_paced(sock, "close", rate)
+    assert data.startswith(b"HTTP/1.1 200"), data[:200]
+    return rid
+
+
+def test_a_victims_tenant_header_cannot_mark_it_slow(
+    sidecar: SidecarFactory, pool: ScriptedUpstream, tmp_path: Path
+) -> None:
+    """An attacker on 127.0.0.2 naming the victim's tenant in the header reads a stream slowly:
+    its own next stream is learned slow (lane ``slow``), but the victim's, from 127.0.0.3 with
+    the same tenant header, stays in the default lane."""
+    config = _write(tmp_path, {
+        "auth": {"tenant_header": "x-tenant"},
+        "pools": [{"name": "p", "replicas": [pool.url]}],
+        "recognition": {"client_id": "tenant", "slow_stream_ms": 500},
+        "lanes": [
+            {"name": "slow", "pool": "p", "match": [{"slow_reader": True, "stream": True}]},
+            {"name": "main", "pool": "p"},
+        ],
+        "default_lane": "main",
+    })  # fmt: skip
+    sc = sidecar(config=config, traces=False)
+    t0 = time.monotonic()
+    taught = _stream_from(pool, sc.port, "127.0.0.2", "gold", 12_000)  # ~1.7 s of reading
+    read_s = time.monotonic() - t0
+    attacker = _stream_from(pool, sc.port, "127.0.0.2", "gold", 1e12)
+    victim = _stream_from(pool, sc.port, "127.0.0.3", "gold", 1e12)
+    assert read_s > 1.0  # the slow read was slow
+    assert event_of(sc, taught)["lane"] == "main"
+    assert (event_of(sc, attacker)["lane"], event_of(sc, attacker)["class_source"]) == (
+        "slow",
+        "learned",
+    )
+    assert event_of(sc, victim)["lane"] == "main"
