@@ -71,18 +71,24 @@ def test_metrics_flood_leaves_another_clients_chats_their_throughput(
     sidecar: SidecarFactory, pool: ScriptedUpstream
 ) -> None:
     """16 sockets from 127.0.0.2 scraping /metrics back to back slow another address's chats by
-    less than 3x against the same chats without the flood (the review measured a 90% cut)."""
+    less than 2x against the same chats without the flood (the review measured a 90% cut;
+    here 2-6x before the fix, 1.0-1.5x after). Four rounds of each, alternating, the fastest
+    of each compared: another job's burst on the shared cores slows one round, not all."""
     sc = sidecar(pool.url, traces=False)
     _chats(sc.url, 20)  # warm-up: connections made, every series of a chat exists
-    quiet = _chats(sc.url, 200)
-    stop = threading.Event()
-    answered = _scrape_flood(sc.port, 16, stop)
-    try:
-        time.sleep(1)  # the flood is running
-        flooded = _chats(sc.url, 200)
-        scrapes = sum(answered)
-    finally:
-        stop.set()
-    print(f"200 chats: {quiet:.2f} s quiet, {flooded:.2f} s under the flood ({scrapes} scrapes)")
+    quiet, flooded, scrapes = [], [], 0
+    for _ in range(4):
+        quiet.append(_chats(sc.url, 150))
+        stop = threading.Event()
+        answered = _scrape_flood(sc.port, 16, stop)
+        try:
+            time.sleep(0.5)  # the flood is running
+            flooded.append(_chats(sc.url, 150))
+            scrapes += sum(answered)
+        finally:
+            stop.set()
+        time.sleep(0.3)  # the flood's last scrapes end
+    times = f"{[round(t, 2) for t in quiet]} s quiet, {[round(t, 2) for t in flooded]} s flooded"
+    print(f"150 chats: {times} ({scrapes} scrapes)")
     assert scrapes > 0  # the flood ran
-    assert flooded < 3 * quiet
+    assert min(flooded) < 2 * min(quiet)
