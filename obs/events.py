@@ -111,7 +111,8 @@ class Event:
     )
     http_status: int | None = _f("HTTP status the client received (or would have).")
     error_class: str | None = _f(
-        "Why it failed: upstream_connect, upstream_status, upstream_timeout, "
+        "Why it failed: upstream_connect, upstream_status, upstream_timeout, deadline (a "
+        "non-streamed answer not whole within the lane's first_token_s), "
         "upstream_protocol, upstream_stream_error, oom (a 5xx status or error frame whose text "
         "says the engine ran out of memory), client_disconnect, slow_client, admission, "
         "bad_request, unauthorized, request_limit (the sidecar's server refused it: a body too "

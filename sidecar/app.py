@@ -278,7 +278,7 @@ class SidecarApp:
             log.info("sidecar_stopped")
 
     def _build_api(self) -> FastAPI:
-        self.models_cache, rendered = models_cache(), Kept[bytes](0.0)  # /metrics: one at a time
+        self.models_cache, rendered = models_cache(), Kept[bytes](0.0, rest=4.0)  # /metrics
         api = FastAPI(
             title="vllm-obs sidecar",
             lifespan=self.lifespan,

@@ -1,17 +1,14 @@
 """One home for how a request ends: every outcome, and the table from lower errors to them.
 
-Each outcome (a ``RelayError``) knows its HTTP status, its OpenAI error body, its SSE frame
-and what the event records (``record``), so what the client reads and what the event says
-are written from one object. The ways: ok (no object); the client's mistakes
-(``BadRequest``, ``Unauthorized``, ``NotFound``, ``MethodNotAllowed``, ``PayloadTooLarge``);
-refusals by the connection's limits (``RequestLimit``), admission (``Rejected``), auth, the
-trace receiver (``TraceExportRefused``); the pool's (``UpstreamUnavailable``, ``PoolStatus``,
-``EngineQueueFull``, ``UpstreamTimeout``, ``UpstreamProtocol``, ``PoolErrorFrame``;
-``FallBack`` sends a request on to the lane's fallback pool); the client leaving
-(``ClientLeft``), the slow-client abort (``SlowClientStalled``), the shutdown, our own bug
-(``Internal``). ``LOWER`` maps each lower exception (the pool client's ``UpstreamError`` and
-``ConnectFailed``, defined here so it can name them; ``TimeoutError``, ``OSError``) to its
-outcome, as httpx maps httpcore's; tests/sidecar/test_outcomes.py fails on one it lacks.
+Each outcome (a ``RelayError``) knows its HTTP status, OpenAI error body, SSE frame and what
+the event records (``record``): what the client reads and what the event says come from one
+object. Ok (no object); the client's mistakes (``BadRequest``, ``Unauthorized``, ``NotFound``,
+``MethodNotAllowed``, ``PayloadTooLarge``); refusals (``RequestLimit``, ``Rejected``,
+``TraceExportRefused``); the pool's (``UpstreamUnavailable``, ``PoolStatus``, ``EngineQueueFull``,
+``UpstreamTimeout``, ``UpstreamProtocol``, ``PoolErrorFrame``; ``FallBack``: on to the lane's
+fallback pool); the lane's deadline on a whole answer (``AnswerDeadline``); ``ClientLeft``,
+``SlowClientStalled``, the shutdown, our own bug (``Internal``). ``LOWER`` maps each lower
+exception to its outcome; tests/sidecar/test_outcomes.py fails on one it lacks.
 """
 
 from __future__ import annotations
@@ -140,6 +137,12 @@ class UpstreamTimeout(RelayError):
     error_class = "upstream_timeout"
 
 
+class AnswerDeadline(UpstreamTimeout):
+    """A non-streamed answer not whole within first_token_s: the lane's deadline, no pool fault."""
+
+    error_class = "deadline"  # its head comes with its last token: the pool was generating
+
+
 class SlowClientStalled(RelayError):
     """The client read nothing for the lane's ``slow_client.max_blocked_s``."""
 
@@ -263,9 +266,8 @@ _BY_STATUS: tuple[type[RelayError], ...] = (
 
 def error_body(message: str, type_: str, code: int, param: str | None = None) -> bytes:
     """The error JSON vLLM and OpenAI use: ``{"error": {message, type, param, code}}``."""
-    return orjson.dumps(
-        {"error": {"message": message, "type": type_, "param": param, "code": code}}
-    )
+    error = {"message": message, "type": type_, "param": param, "code": code}
+    return orjson.dumps({"error": error})
 
 
 def sse_error_frame(message: str, type_: str, code: int) -> bytes:

@@ -96,21 +96,25 @@ async def with_fallback(
     5xx, or a timeout before anything reached the client), once to the lane's fallback."""
     ev = req.event
     fallback = fallback_pool(lane, ev.pool)
-    if fallback is None:
-        await route(ev.pool, False)
-        return
     try:
-        await route(ev.pool, True)
+        await route(ev.pool, fallback is not None)
         return
     except FallBack as fb:
         reason = fb.reason
-    except e.UpstreamTimeout:
-        if req.started or req.disconnected or not ev.stream:
-            # Streaming began (or nobody waits): never a second answer. A non-streamed answer's
-            # first byte comes with its last token, so its timeout says the pool was still
-            # generating, not that it never started: a second pool would do the work twice.
-            raise
+    except e.UpstreamTimeout as err:
+        if not (ev.stream or req.started):
+            # A non-streamed answer's first byte comes with its last token, so its timeout
+            # says the pool was still generating, not that it never started: the lane's
+            # deadline, never sent to a second pool to do the work twice.
+            raise e.AnswerDeadline(
+                f"the pool's answer was not whole within the lane's first_token_s "
+                f"({lane.timeouts.first_token_s:g} s): a non-streamed answer comes with its last "
+                "token (stream it, or give the lane a longer first_token_s)"
+            ) from err
+        if fallback is None or req.started or req.disconnected:
+            raise  # streaming began (or nobody waits): never a second answer
         reason = c.FALLBACK_TIMEOUT
+    assert fallback is not None  # a FallBack, or a timeout that may fall back, needs one
     log.info("lane_fallback", lane=ev.lane, pool=ev.pool, to=fallback, reason=reason)
     req.clock.dispatched = 0  # the time on the refusing pool counts as queueing
     req.response = None

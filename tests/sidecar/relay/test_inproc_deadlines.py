@@ -93,19 +93,23 @@ def test_first_token_deadline_on_stream(
 def test_first_token_deadline_on_whole_answer(
     scripted: ScriptedUpstream, sidecar: InProcessSidecar, hold: threading.Event
 ) -> None:
-    """A non-streamed answer not complete within first_token_s: the client gets a 504
-    GatewayTimeoutError answer (nothing was sent yet), and the event says 504 too."""
+    """A non-streamed answer not whole within first_token_s is the lane's deadline, not the
+    pool's fault: the client gets a 504 GatewayTimeoutError saying so, and the event records
+    the same 504 and message as a ``deadline`` (no ``upstream_*`` class: miss attribution
+    does not charge it to the pool). Scripted: the pool sends part of a body, then holds."""
     rid = request_id()
     scripted.scripts[rid] = Script(content_type="application/json", pieces=[b'{"id":'], hold=hold)
     r = _post(sidecar, rid, stream=False)
     assert r.status_code == 504
     error = orjson.loads(r.content)["error"]
     assert (error["type"], error["code"]) == ("GatewayTimeoutError", 504)
+    assert "not whole within the lane's first_token_s (0.4 s)" in error["message"]
     ev = sidecar.event(rid)
-    assert (ev["status"], ev["http_status"], ev["error_class"]) == (
+    assert (ev["status"], ev["http_status"], ev["error_class"], ev["error_message"]) == (
         c.ERROR,
         504,
-        "upstream_timeout",
+        "deadline",
+        error["message"],
     )
 
 

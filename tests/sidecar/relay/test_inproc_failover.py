@@ -194,19 +194,16 @@ def test_silent_pool_falls_back_after_first_token_deadline(
 def test_a_non_streamed_timeout_never_falls_back(
     second: ScriptedUpstream, sidecar: InProcessSidecar
 ) -> None:
-    """A non-streamed request past first_token_s on the silent pool is that pool's timeout: the
-    fallback pool is never asked (before: both pools generated it)."""
+    """A non-streamed request past first_token_s on the silent pool is the lane's deadline: a
+    504 recorded as ``deadline``, and the fallback pool is never asked (before: both pools
+    generated it, and the event blamed the first pool as ``upstream_timeout``)."""
     rid = request_id()
     second.scripts[rid] = Script(pieces=STREAM)
     headers = {"x-request-id": rid, "x-lane": "hush"}
     r = sidecar.client.post(CHAT, json=chat_body(rid, stream=False), headers=headers)
     assert r.status_code == 504, r.text
     ev = sidecar.event(rid)
-    assert (ev["error_class"], ev["fallback_from"], ev["pool"]) == (
-        "upstream_timeout",
-        None,
-        "silent",
-    )
+    assert (ev["error_class"], ev["fallback_from"], ev["pool"]) == ("deadline", None, "silent")
     assert not _reached(second, rid)
 
 

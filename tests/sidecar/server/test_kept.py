@@ -4,6 +4,7 @@ answers a flood would otherwise compute once per request)."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -55,3 +56,25 @@ def test_an_answer_is_kept_its_ttl_and_a_failure_is_not() -> None:
     assert asyncio.run(ask()) == [3] and calls == 3
     now[0] = 5.1
     assert asyncio.run(ask()) == [4]
+
+
+def test_rest_spaces_computations_and_never_answers_older_than_the_request() -> None:
+    """With rest 4, a get right after a 50 ms computation waits about 200 ms and gets a new
+    answer computed after it asked, never the previous one."""
+    computed_at: list[float] = []
+
+    async def compute() -> float:
+        await asyncio.sleep(0.05)
+        computed_at.append(time.monotonic())
+        return computed_at[-1]
+
+    async def main() -> tuple[float, float, float]:
+        kept: Kept[float] = Kept(0.0, rest=4.0)
+        first = await kept.get("k", compute)
+        asked = time.monotonic()
+        second = await kept.get("k", compute)
+        return first, asked, second
+
+    first, asked, second = asyncio.run(main())
+    assert second > asked > first  # fresh: computed after the second get asked
+    assert second - first >= 4 * 0.05  # rested four times the computation's time in between
