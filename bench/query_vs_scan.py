@@ -6,7 +6,8 @@ interpreter like the summary. The two commands alternate, ``--repeat`` times eac
 busy machine slows both alike. Two figures: the median of the paired ratios (each summary
 over the raw scan run right after it: the load they met is the most alike) and the ratio of
 the two medians (issue 42 item 4: the summary within 1.5x of the raw scan; ``--check``
-judges the paired one).
+judges the paired one). The children's CPU time (user+sys) is recorded too: on a shared
+machine it moves less with the load than wall time does.
 
     .venv/bin/python -m bench.query_vs_scan              # 600k events, 5 rounds
     .venv/bin/python -m bench.query_vs_scan --check      # exit 1 above 1.5x
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -58,15 +60,19 @@ def main(argv: list[str] | None = None) -> int:
     exe = exe or "vllm-obs"
     commands = {"summary": [exe, "query", "summary", str(log)], "raw": raw_command(log)}
     walls: dict[str, list[float]] = {k: [] for k in commands}
+    cpus: dict[str, list[float]] = {k: [] for k in commands}
+    load_before = os.getloadavg()[0]
     for _ in range(args.repeat):
         for name, cmd in commands.items():
-            wall, _cpu, _rss, rc = run_child(cmd)
+            wall, cpu, _rss, rc = run_child(cmd)
             if rc:
                 raise SystemExit(f"{name}: command failed: {' '.join(cmd)}")
             walls[name].append(wall)
+            cpus[name].append(cpu)
     s, r = median(walls["summary"]), median(walls["raw"])
     ratio = s / r
     paired = median([a / b for a, b in zip(walls["summary"], walls["raw"], strict=True)])
+    cpu_ratio = median(cpus["summary"]) / median(cpus["raw"])
     ok = paired <= TARGET_RATIO
     print(
         f"{args.events} events: query summary median {s:.2f} s, raw DuckDB scan median "
@@ -74,12 +80,27 @@ def main(argv: list[str] | None = None) -> int:
         f"ratio of medians {ratio:.2f}x (target <= {TARGET_RATIO}x) -> "
         f"{'OK' if ok else 'MISSED'}"
     )
+    print(
+        f"  CPU (user+sys) medians: summary {median(cpus['summary']):.2f} s, raw "
+        f"{median(cpus['raw']):.2f} s ({cpu_ratio:.2f}x); load average {load_before:.1f} "
+        f"before, {os.getloadavg()[0]:.1f} after, {os.cpu_count()} CPUs"
+    )
     print(f"  summary: {' '.join(commands['summary'])}")
     print(f"  raw:     {' '.join(commands['raw'])}")
     if args.json:
         doc = {"events": args.events, "summary_s": walls["summary"], "raw_s": walls["raw"]}
-        figures = {"paired_ratio": round(paired, 3), "ratio_of_medians": round(ratio, 3)}
-        args.json.write_text(json.dumps({**doc, **figures}, indent=2) + "\n")
+        doc |= {"summary_cpu_s": cpus["summary"], "raw_cpu_s": cpus["raw"]}
+        figures = {
+            "paired_ratio": round(paired, 3),
+            "ratio_of_medians": round(ratio, 3),
+            "cpu_ratio_of_medians": round(cpu_ratio, 3),
+        }
+        run = {
+            "command": " ".join(["python", "-m", "bench.query_vs_scan", *(argv or sys.argv[1:])]),
+            "cpus": os.cpu_count(),
+            "load_average": [round(load_before, 1), round(os.getloadavg()[0], 1)],
+        }
+        args.json.write_text(json.dumps({**doc, **figures, **run}, indent=2) + "\n")
     return 0 if ok or not args.check else 1
 
 
