@@ -13,6 +13,8 @@ from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from obs.engines.sim.spans import set_any_value
+
 DATA = Path(__file__).parents[1] / "data"
 
 
@@ -20,17 +22,6 @@ def load(name: str) -> list[dict[str, Any]]:
     """The spans of the capture ``tests/data/<name>`` (a single span becomes a list)."""
     data = json.loads((DATA / name).read_text())
     return data if isinstance(data, list) else [data]
-
-
-def _set(value: Any, v: Any) -> None:
-    if isinstance(v, bool):
-        value.bool_value = v
-    elif isinstance(v, int):
-        value.int_value = v
-    elif isinstance(v, float):
-        value.double_value = v
-    else:
-        value.string_value = str(v)
 
 
 def export(spans: list[dict[str, Any]], trace_id: str, parent: str) -> bytes:
@@ -45,7 +36,7 @@ def export(spans: list[dict[str, Any]], trace_id: str, parent: str) -> bytes:
     for k, v in spans[0]["resource"].items():
         kv = rs.resource.attributes.add()
         kv.key = k
-        _set(kv.value, v)
+        set_any_value(kv.value, v)
     ss = rs.scope_spans.add()
     ss.scope.name = spans[0]["scope"]
     for s in spans:
@@ -58,5 +49,5 @@ def export(spans: list[dict[str, Any]], trace_id: str, parent: str) -> bytes:
         for k, v in s["attributes"].items():
             kv = span.attributes.add()
             kv.key = k
-            _set(kv.value, v)
+            set_any_value(kv.value, v)
     return req.SerializeToString()

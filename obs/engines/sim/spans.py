@@ -90,7 +90,8 @@ def span_attributes(
     }
 
 
-def _set(value: Any, v: Any) -> None:
+def set_any_value(value: Any, v: Any) -> None:
+    """Set an OTLP ``AnyValue`` from a Python scalar (bool, int, float, else its string)."""
     if isinstance(v, bool):
         value.bool_value = v
     elif isinstance(v, int):
@@ -118,7 +119,7 @@ def request_span(
     for k, v in attributes.items():
         kv = span.attributes.add()
         kv.key = k
-        _set(kv.value, v)
+        set_any_value(kv.value, v)
     return span
 
 
