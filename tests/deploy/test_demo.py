@@ -268,14 +268,19 @@ def short_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path,
 @pytest.mark.engine
 @pytest.mark.slow
 def test_short_demo_leaves_every_artefact_and_no_process(short_demo: tuple[Path, str]) -> None:
-    """A 15 s demo writes events for every lane, valid rules and dashboards, a report with
-    images and the summary, and stops every process it started."""
+    """A 15 s demo writes events for every lane, each served or shed by its lane's admission,
+    valid rules and dashboards, a report with images and the summary, and stops every process
+    it started."""
     out, stdout = short_demo
     _assert_nothing_survives(out)
 
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     assert {e["lane"] for e in events} == set(LANES)
-    assert all(e["status"] == "ok" for e in events), {e["status"] for e in events}
+    # The incident (24 long RAG prompts) can fill the rag and chat lanes' admission on a fast
+    # machine, whose probe sets a higher rate: the sidecar then sheds by its lanes' policy, which
+    # the demo reports. Anything else (an error, a client error, another refusal) is a fault.
+    shed = {(e["status"], e.get("rejection_reason")) for e in events if e["status"] != "ok"}
+    assert shed <= {("rejected", "queue_timeout"), ("rejected", "queue_full")}, shed
     assert {e["pool"] for e in events} == {"interactive", "bulk"}
 
     dashboards = sorted((out / "dashboards").glob("*.json"))
