@@ -100,6 +100,7 @@ def _hung_up_while(conn: socket.socket, hold: threading.Event) -> bool:
 
 class _QuietServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # listen backlog: the default 5 drops a burst of connects (1 s)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         if not isinstance(sys.exc_info()[1], ConnectionError):  # the sidecar hung up: fine
