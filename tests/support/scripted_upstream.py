@@ -124,6 +124,7 @@ class ScriptedUpstream:
         self.gets: list[str] = []  # the path of every GET, in order
         self.cut_off: set[str] = set()  # request ids whose answer the sidecar hung up on
         self.traceparents: dict[str, str] = {}  # request id -> the traceparent it was sent
+        self.models = ["tiny"]  # the ids /v1/models lists (a test may change them)
         upstream = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -135,7 +136,8 @@ class ScriptedUpstream:
 
             def do_GET(self) -> None:
                 upstream.gets.append(self.path)
-                body = b'{"object":"list","data":[{"id":"tiny","object":"model"}]}'
+                data = [{"id": m, "object": "model"} for m in upstream.models]
+                body = json.dumps({"object": "list", "data": data}, separators=(",", ":")).encode()
                 if self.path == "/metrics":
                     body = b""
                 self.send_response(200)
