@@ -252,6 +252,10 @@ class Event:
         "Estimated prompt tokens (request bytes / 4) sent to the serving replica while this "
         "request was in flight there: the other requests' prefills that shared its steps."
     )
+    pool_requests_during: int | None = _f(
+        "Requests sent to the serving replica while this request was in flight there (this one "
+        "not counted): with `pool_prompt_tokens_during`, how many prefills shared its steps."
+    )
     prefix_fingerprint: str | None = _f(
         "Short hash of the prompt's first 512 characters, for cache analysis (no text)."
     )
