@@ -24,6 +24,16 @@ LAMBDA_MISTRAL_STEP10 = LAMBDA.format(
     commit="a4f9f4371a1ccac781293837fce2bce0cc6d25cc",
     path="results/prompt_10/1xH100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp1_len2048.json",
 )
+LAMBDA_8B_FP8 = LAMBDA.format(
+    commit="de55d46ea652cfc8f3edd3121a7a826f47d20611",
+    path="results/prompt_10/1xH100-80GB-SXM/Meta-Llama-3.1-8B-FP8_tp1_len8000.json",
+)
+LAMBDA_70B_TP1 = LAMBDA.format(
+    commit="de55d46ea652cfc8f3edd3121a7a826f47d20611",
+    path="results/prompt_10/1xH100-80GB-SXM/Meta-Llama-3.1-70B-Instruct-FP8_tp1_len2000.json",
+)
+# A concurrency sweep of vLLM 0.23 on one L4 (its "serving/raw-vllm" table).
+WMX = "https://ai.wmx.dev/benchmarks"
 LAMBDA_70B = LAMBDA.format(
     commit="a4f9f4371a1ccac781293837fce2bce0cc6d25cc",
     path="results/prompt_10/4xH100-80GB-SXM/Meta-Llama-3.1-70B-Instruct-FP8_tp4_len2048.json",
@@ -54,6 +64,10 @@ class Case:
     inputs: tuple[int, ...] = ()
     outputs: tuple[int, ...] = ()
     derived: dict[str, str] = field(default_factory=dict)  # metric -> how it was derived
+    # How the run's vLLM scheduled (round 3): "v1" (the engine since 0.8: chunked prefill,
+    # GPU-dependent defaults) or "v0" (0.5-0.6: no chunked prefill below a 32k context).
+    engine: str = "v0"
+    max_model_len: int = 0  # --max-model-len (0: the model's context)
 
     @property
     def workload(self) -> str:
@@ -192,10 +206,83 @@ CASES: tuple[Case, ...] = (
 )
 
 
+# ---- round 3's held-out points, registered before any of them was simulated -------------
+# (git log shows this list committed before the model ran on it; docs/sim.md, "Round 3").
+
+ROUND3_HELD_OUT: tuple[Case, ...] = (
+    Case(
+        "lambda-h100-8b-fp8-10",
+        LAMBDA_8B_FP8,
+        "vLLM 0.5.4, neuralmagic/Meta-Llama-3.1-8B-FP8 (FP8 weights), --max-model-len 8000, "
+        "benchmark_serving.py, 10 ShareGPT prompts, --request-rate inf: mean TTFT, mean "
+        "TPOT, output throughput",
+        "H100",
+        "llama-3.1-8b",
+        "replay",
+        {
+            "ttft_ms": 38.39956070296466,
+            "tpot_ms": 6.274846723527093,
+            "output_tok_s": 252.31865646135873,
+        },
+        held_out=True,
+        weights="fp8",
+        inputs=(13, 25, 27, 10, 329, 29, 399, 328, 4, 205),
+        outputs=(120, 1, 1, 194, 0, 741, 0, 0, 6, 80),
+        engine="v0",
+        max_model_len=8000,
+    ),
+    Case(
+        "lambda-h100-70b-fp8-tp1-10",
+        LAMBDA_70B_TP1,
+        "vLLM 0.5.4, neuralmagic/Meta-Llama-3.1-70B-Instruct-FP8 on one H100, "
+        "--max-model-len 2000, benchmark_serving.py, 10 ShareGPT prompts, --request-rate "
+        "inf: mean TTFT, mean TPOT, output throughput",
+        "H100",
+        "llama-3.1-70b",
+        "replay",
+        {
+            "ttft_ms": 155.46229612082243,
+            "tpot_ms": 33.114848840998754,
+            "output_tok_s": 100.03195461500722,
+        },
+        held_out=True,
+        weights="fp8",
+        inputs=(12, 24, 26, 9, 328, 28, 398, 327, 204, 15),
+        outputs=(119, 769, 232, 193, 0, 740, 0, 0, 79, 391),
+        engine="v0",
+        max_model_len=2000,
+    ),
+    *(
+        Case(
+            f"l4-qwen0.5b-c{c}",
+            WMX,
+            "vLLM 0.23.0 (V1), Qwen/Qwen2.5-0.5B-Instruct BF16, --gpu-memory-utilization 0.6 "
+            "--max-model-len 8192, vllm bench serve, random 256 in / 128 out, --ignore-eos, "
+            f"--request-rate inf --max-concurrency {c} (--num-prompts not given: the "
+            "default 1000 assumed): output tok/s, TTFT p50, ITL p50",
+            "L4",
+            "qwen2.5-0.5b",
+            "closed",
+            {"output_tok_s": tok_s, "ttft_p50_ms": ttft, "itl_p50_ms": itl},
+            held_out=True,
+            input_tokens=256,
+            output_tokens=128,
+            concurrency=c,
+            prompts=1000,
+            engine="v1",
+            max_model_len=8192,
+        )
+        for c, tok_s, ttft, itl in ((8, 1312.0, 60.9, 5.5), (32, 3773.0, 135.3, 7.1))
+    ),
+)
+
+
 def source_name(url: str) -> str:
     """The independent source a point comes from (vLLM's CI reports count as one)."""
     if "buildkite.com" in url:
         return "vLLM performance benchmark (CI)"
-    return {MUSGRAVE: "Musgrave, A100 sweep", RAHMAN: "Rahman, RTX 4090 sweep"}.get(
-        url, "Lambda, vllm-benchmark"
-    )
+    return {
+        MUSGRAVE: "Musgrave, A100 sweep",
+        RAHMAN: "Rahman, RTX 4090 sweep",
+        WMX: "ai.wmx.dev, L4 sweep",
+    }.get(url, "Lambda, vllm-benchmark")
