@@ -214,7 +214,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     held_rows = [r for r in rows if r["held_out"]]
     out["held_out"]["sources"] = len({r["source"] for r in held_rows})
     out["held_out"]["h100_points"] = sum("H100" in r["gpu"] for r in held_rows)
-    out["held_out"]["ttft_points"] = sum(r["metric"] == "ttft_ms" for r in held_rows)
+    out["held_out"]["ttft_points"] = sum(r["metric"].startswith("ttft") for r in held_rows)
     h = out["held_out"]
     out["bars_met"] = (
         h["points"] >= 8
