@@ -232,7 +232,8 @@ def test_vllm_defaults_follow_the_gpu_the_engine_and_the_entry_point() -> None:
         ).max_num_batched_tokens
         == 2048
     )
-    assert vllm_defaults("H100", h100.memory_bytes, v1=False, max_model_len=131072).chunked_prefill
+    long = vllm_defaults("H100", h100.memory_bytes, v1=False, max_model_len=131072)
+    assert long.chunked_prefill and long.max_num_batched_tokens == 512
 
 
 def test_the_calibration_has_v0_cpu_costs_for_replaying_v0_runs() -> None:

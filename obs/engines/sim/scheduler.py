@@ -52,7 +52,8 @@ def vllm_defaults(
     70 GiB that is not an A100, 8192 tokens and 1024 sequences for the API server (16384
     for the offline ``LLM`` class); otherwise 2048 tokens and 256 sequences (8192 offline);
     chunked prefill always on. V0 (0.5-0.6): chunked prefill off for a context up to 32k,
-    the budget then the larger of ``--max-model-len`` and 2048, and 256 sequences.
+    the budget then the larger of ``--max-model-len`` and 2048 (512 with chunked prefill),
+    and 256 sequences.
     """
     if not v1:
         context = max_model_len or 32768
@@ -60,7 +61,7 @@ def vllm_defaults(
             return SchedulerConfig(
                 max(context, 2048), 256, chunked_prefill=False, mixed_steps=False
             )
-        return SchedulerConfig(2048, 256)
+        return SchedulerConfig(512, 256)  # V0's chunked prefill budget
     big = memory_bytes >= 70 * GIB and "a100" not in gpu.lower()
     if big:
         return SchedulerConfig(8192 if server else 16384, 1024)
