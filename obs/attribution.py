@@ -46,14 +46,18 @@ Each missed gate is attributed to a **phase** and a **cause** (``MISS_CAUSES``),
      carried prompts longer than usual (as above: the engine's steps were busy prefilling
      them), or ``engine_queue`` when there were at least ``BUSY_FACTOR`` times as many
      requests in flight as they found, or more requests on the replica while it was in
-     flight than it has slots (the pool was saturated); else ``other``;
+     flight than it has slots (the pool was saturated); ``engine_slow`` when the engine's
+     joined span shows its own prefill per token computed at least ``SLOW_FACTOR`` times the
+     lane's good requests' and that pace explains half the excess (``engine_queue.engine_slow``:
+     the engine computed slowly; per token, so a long prompt is not slow); else ``other``;
    * phases ``first_token``, ``decode`` and ``stream``: ``slow_client`` when the relay was
      blocked writing to the client for at least half of the phase's excess (a stream always
      is: its phase is the client reading the rest); in ``decode``, ``kv_pressure`` when the
      engine was short of KV cache at dispatch (a preempted request stalls); with every slot
      taken at dispatch (each waiting request the engine admits is prefilled in the same
      steps as this one's decode), named as in the queue phase, ``engine_queue`` by default;
-     with a slot free, as in prefill; else ``other``.
+     with a slot free, as in prefill (``engine_slow`` by the engine's decode per output
+     token); else ``other``.
 
 Replicas, tenants and models are not causes of one request (one request cannot tell whether
 its replica is unusual): ``vllm-obs query budget`` names the ones behind most misses.
@@ -80,14 +84,8 @@ TPOT_PHASES: Final[tuple[str, ...]] = ("first_token", "decode")
 # How many good requests the running baseline averages over (the weight of a new one).
 BASELINE_REQUESTS: Final = 100
 SLOW_CLIENT, UPSTREAM_ERROR, OTHER = "slow_client", "upstream_error", "other"
-ENGINE_QUEUE, PREFILLS_AHEAD, KV_PRESSURE = (
-    engine_queue.ENGINE_QUEUE,
-    engine_queue.PREFILLS_AHEAD,
-    engine_queue.KV_PRESSURE,
-)
-assert {SLOW_CLIENT, UPSTREAM_ERROR, OTHER, ENGINE_QUEUE, PREFILLS_AHEAD, KV_PRESSURE} <= set(
-    MISS_CAUSES
-)
+ENGINE_QUEUE, PREFILLS_AHEAD, KV_PRESSURE, ENGINE_SLOW = engine_queue.CAUSES
+assert {SLOW_CLIENT, UPSTREAM_ERROR, OTHER, *engine_queue.CAUSES} <= set(MISS_CAUSES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +117,9 @@ class Facts:
     pool_ahead_prompt_tokens: int | None = None
     pool_prompt_tokens_during: int | None = None
     pool_requests_during: int | None = None
+    engine_decode_ms: float | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
 
     @classmethod
     def of(cls, ev: Any) -> Facts:
@@ -129,9 +130,9 @@ class Facts:
             ev.ttft_ms, ev.tpot_ms, ev.error_class, ev.error_phase, ev.rejection_reason,
             ev.prompt_tokens, ev.cache_hit, ev.engine_queue_ms, ev.stream_blocked_ms or 0.0,
             ev.engine_view, ev.engine_prefill_ms, ev.pool_in_flight, ev.pool_max_running,
-            ev.pool_waiting,
-            ev.pool_kv_usage, ev.pool_preempting, ev.pool_ahead_prompt_tokens,
-            ev.pool_prompt_tokens_during, ev.pool_requests_during,
+            ev.pool_waiting, ev.pool_kv_usage, ev.pool_preempting, ev.pool_ahead_prompt_tokens,
+            ev.pool_prompt_tokens_during, ev.pool_requests_during, ev.engine_decode_ms,
+            ev.completion_tokens, ev.cached_tokens,
         )  # fmt: skip
 
     @classmethod
@@ -173,6 +174,8 @@ class Baseline:
     engine_queue_ms: float | None = None  # the engine's wait (none: 0), over every good one
     ahead_tokens: float | None = None  # prompt tokens in flight ahead, per request ahead
     in_flight: float | None = None  # requests in flight on the replica at dispatch
+    prefill_per_token: float | None = None  # the engine's own (joined spans), ms per token
+    decode_per_token: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +270,7 @@ def _latency_cause(f: Facts, phase: str, base: Baseline) -> str:
             return "cache_miss"
         if engine_queue.queued(f) or engine_queue.before_the_scheduler(f, over):
             return engine_queue.engine_cause(f, base) or ENGINE_QUEUE
-        return engine_queue.busy_cause(f, base) or OTHER
+        return engine_queue.busy_cause(f, base) or _slow_or_other(f, base, phase, over)
     if phase == "stream" or (over > 0 and f.stream_blocked_ms >= over / 2):
         return SLOW_CLIENT
     if phase == "decode":
@@ -276,8 +279,12 @@ def _latency_cause(f: Facts, phase: str, base: Baseline) -> str:
             # in the same steps as the running requests' decode: long prompts ahead are
             # prefills_ahead, ordinary ones the pool's saturation.
             return engine_queue.engine_cause(f, base) or ENGINE_QUEUE
-        return engine_queue.busy_cause(f, base) or OTHER
+        return engine_queue.busy_cause(f, base) or _slow_or_other(f, base, phase, over)
     return OTHER
+
+
+def _slow_or_other(f: Facts, base: Baseline, phase: str, over: float) -> str:
+    return ENGINE_SLOW if engine_queue.engine_slow(f, base, phase, over) else OTHER
 
 
 @dataclass(slots=True)
@@ -295,6 +302,7 @@ class RunningBaseline:
     engine_queue: tuple[int, float] = (0, 0.0)
     ahead: tuple[int, float] = (0, 0.0)
     in_flight: tuple[int, float] = (0, 0.0)
+    per_token: list[tuple[int, float]] = field(default_factory=lambda: [(0, 0.0)] * 2)
 
     def add(self, f: Facts) -> None:
         """Count one good request of the lane."""
@@ -314,6 +322,10 @@ class RunningBaseline:
             self.ahead = _mean(self.ahead, per)
         if f.pool_in_flight is not None:
             self.in_flight = _mean(self.in_flight, f.pool_in_flight)
+        paces = engine_queue.prefill_per_token(f), engine_queue.decode_per_token(f)
+        for i, pace in enumerate(paces):
+            if pace is not None:
+                self.per_token[i] = _mean(self.per_token[i], pace)
 
     def snapshot(self) -> Baseline:
         """The baseline as the rule reads it."""
@@ -324,6 +336,7 @@ class RunningBaseline:
             self.engine_queue[1] if self.engine_queue[0] else None,
             self.ahead[1] if self.ahead[0] else None,
             self.in_flight[1] if self.in_flight[0] else None,
+            *(mean if n else None for n, mean in self.per_token),
         )
 
 

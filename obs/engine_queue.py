@@ -46,6 +46,11 @@ JOINED: Final = "joined"
 # KV-cache usage at or above this share of the cache is pressure (vLLM preempts near full).
 KV_PRESSURE_USAGE: Final = 0.9
 ENGINE_QUEUE, PREFILLS_AHEAD, KV_PRESSURE = "engine_queue", "prefills_ahead", "kv_pressure"
+ENGINE_SLOW: Final = "engine_slow"
+CAUSES: Final = (ENGINE_QUEUE, PREFILLS_AHEAD, KV_PRESSURE, ENGINE_SLOW)  # those named here
+# The engine's own prefill (or decode) time per token at least this many times the lane's
+# good requests' (per token, so a long prompt at the usual pace is not slow): engine_slow.
+SLOW_FACTOR: Final = 2.0
 # Prompts in flight ahead (per request, estimated: request bytes / 4) at least this many
 # times what the lane's good requests found ahead of them (the same estimate), and further
 # above that usual than the request's own prompt is above the lane's usual, are long prefills
@@ -154,6 +159,41 @@ def longer_than_usual(per: float | None, f: Any, base: Any) -> bool:
         )
     ref = max(own, base.prompt_tokens or 0)
     return bool(ref) and per >= AHEAD_OWN_FACTOR * ref
+
+
+def engine_slow(f: Any, base: Any, phase: str, over: float) -> bool:
+    """With the engine's span joined: its own prefill (phase ``prefill``) or decode (phase
+    ``decode``) took at least ``SLOW_FACTOR`` times the lane's good requests' time per token
+    (``Baseline.prefill_per_token``, ``decode_per_token``), and the time beyond that usual
+    pace is at least half of the phase's excess (``over``): the engine computed slowly, with
+    no queue and no long prompts on record to say why (its host or device was slow)."""
+    if f.engine_view != JOINED or over <= 0:
+        return False
+    if phase == "prefill":
+        per, usual, tokens = prefill_per_token(f), base.prefill_per_token, _computed(f)
+    else:
+        per, usual = decode_per_token(f), base.decode_per_token
+        tokens = (f.completion_tokens or 1) - 1
+    if per is None or not usual or per < SLOW_FACTOR * usual:
+        return False
+    return (per - usual) * tokens >= over / 2
+
+
+def prefill_per_token(f: Any) -> float | None:
+    """The engine's own prefill (its span's; None without one) per prompt token it computed
+    (those not from the prefix cache)."""
+    ms, n = f.engine_prefill_ms, _computed(f)
+    return ms / n if f.engine_view == JOINED and ms is not None and n > 0 else None
+
+
+def _computed(f: Any) -> int:
+    return (f.prompt_tokens or 0) - (f.cached_tokens or 0)
+
+
+def decode_per_token(f: Any) -> float | None:
+    """The engine's own decode per output token after the first (its span's)."""
+    ms, n = f.engine_decode_ms, f.completion_tokens
+    return ms / (n - 1) if f.engine_view == JOINED and ms is not None and n and n > 1 else None
 
 
 def ahead_per_request(f: Any) -> float | None:

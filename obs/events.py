@@ -148,8 +148,8 @@ class Event:
     )
     miss_cause: str | None = _f(
         "Why the first missed gate was missed: admission_queue, engine_queue, prefills_ahead, "
-        "kv_pressure, long_prefill, cache_miss, slow_client, upstream_error or other (the "
-        "rule: docs/query.md, Where the error budget went); null when miss_slo is."
+        "kv_pressure, engine_slow, long_prefill, cache_miss, slow_client, upstream_error or "
+        "other (the rule: docs/query.md, Where the error budget went); null when miss_slo is."
     )
     cached_tokens: int | None = _f(
         "Prompt tokens served from the prefix cache (needs vLLM's "

@@ -27,6 +27,12 @@ CAUSE_WORDS: Final[dict[str, tuple[str, str]]] = {
         "more KV cache per replica (--gpu-memory-utilization, a smaller context), fewer "
         "sequences (--max-num-seqs), or more replicas",
     ),
+    "engine_slow": (
+        "the engine itself computed slowly: its own prefill or decode per token far slower "
+        "than the lane's good requests', with no queue or long prompts to say why",
+        "the replica's host or device was slow: check GPU clocks and throttling, co-located "
+        "processes, the replica's health; drain it if it is one replica",
+    ),
     "long_prefill": (
         "prompts far longer than the lane's usual ones",
         "route them to a bulk lane (min_prompt_tokens) or cap them (admission.max_prompt_tokens)",

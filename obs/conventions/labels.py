@@ -129,6 +129,7 @@ MISS_CAUSES: Final = (
     "engine_queue",  # waited in the engine's own queue: the pool was saturated
     "prefills_ahead",  # waited in the engine's queue behind long prompts in flight
     "kv_pressure",  # the engine was short of KV cache (near full, or preempting)
+    "engine_slow",  # the engine's own prefill or decode per token far slower than usual
     "long_prefill",  # a prompt much longer than the lane's good requests'
     "cache_miss",  # missed the prefix cache where the lane's good requests usually hit it
     "slow_client",  # the client read slowly: the relay waited on it

@@ -43,7 +43,8 @@ _FACT_COLUMNS = (
     "engine_queue_ms", "stream_blocked_ms", "engine_view", "engine_prefill_ms", "pool_in_flight",
     "pool_max_running",
     "pool_waiting", "pool_kv_usage", "pool_preempting", "pool_ahead_prompt_tokens",
-    "pool_prompt_tokens_during", "pool_requests_during",
+    "pool_prompt_tokens_during", "pool_requests_during", "engine_decode_ms", "completion_tokens",
+    "cached_tokens",
 )  # fmt: skip
 # The client's own time, judged by no gate (the server's clock starts after it), shown apart
 # as a client cause: uploads that alone took longer than the lane's TTFT threshold.
@@ -111,6 +112,11 @@ def _baselines(scan: Source, config: Config) -> tuple[dict[str, Baseline], dict[
     counted = "status NOT IN (" + ", ".join(map(sql_str, AVAILABILITY_EXCLUDED_OUTCOMES)) + ")"
     hit = "CASE WHEN cache_hit THEN 1.0 ELSE 0.0 END"
     ahead = f"{good} AND pool_in_flight > 0 AND pool_ahead_prompt_tokens IS NOT NULL"
+    joined = f"{good} AND engine_view = 'joined'"
+    computed = "(prompt_tokens - coalesce(cached_tokens, 0))"  # prefilled, not from the cache
+    prefill = f"{joined} AND engine_prefill_ms IS NOT NULL AND {computed} > 0"
+    decode = f"{joined} AND engine_decode_ms IS NOT NULL AND completion_tokens > 1"
+    paces = (f"engine_prefill_ms / {computed}", "engine_decode_ms / (completion_tokens - 1)")
     items = [
         *(f"{d.agg_if('avg', f'{p}_ms', good)} AS _b_{p}" for p in PHASES),
         f"{d.agg_if('avg', 'prompt_tokens', good)} AS _b_prompt",
@@ -118,6 +124,8 @@ def _baselines(scan: Source, config: Config) -> tuple[dict[str, Baseline], dict[
         f"{d.agg_if('avg', 'coalesce(engine_queue_ms, 0.0)', good)} AS _b_engine_queue",
         f"{d.agg_if('avg', 'pool_ahead_prompt_tokens / pool_in_flight', ahead)} AS _b_ahead",
         f"{d.agg_if('avg', 'pool_in_flight', good)} AS _b_in_flight",
+        f"{d.agg_if('avg', paces[0], prefill)} AS _b_prefill_pace",
+        f"{d.agg_if('avg', paces[1], decode)} AS _b_decode_pace",
         f"{d.count_if('_ttft_judged')} AS _n_ttft",
         f"{d.count_if('_tpot_judged')} AS _n_tpot",
         f"{d.count_if(f'request_id IS NOT NULL AND {counted}')} AS _n_availability",
@@ -138,7 +146,7 @@ def _baselines(scan: Source, config: Config) -> tuple[dict[str, Baseline], dict[
         bases[rec["_lane"]] = Baseline(
             tuple(f(f"_b_{p}") or 0.0 for p in PHASES),
             f("_b_prompt"), f("_b_hit"), f("_b_engine_queue"), f("_b_ahead"),
-            f("_b_in_flight"),
+            f("_b_in_flight"), f("_b_prefill_pace"), f("_b_decode_pace"),
         )  # fmt: skip
         counts[rec["_lane"]] = {k: int(rec[f"_n_{k}"] or 0) for k in (*SLO_KINDS, SLOW_UPLOAD)}
     return bases, counts

@@ -257,3 +257,25 @@ def test_slow_uploads_are_the_clients_time_apart_from_the_budget(tmp_path: Path)
     assert ttft["misses"] == 0 and ttft["budget_spent"] == 0
     assert threshold < 1500
     assert ttft["not_charged"] == [{"cause": "slow_upload", "requests": 40}]
+
+
+def test_budget_names_a_slow_engine_against_the_windows_pace(tmp_path: Path) -> None:
+    """With engine spans joined: a request whose engine prefilled its usual-size prompt 8x
+    slower per token than the lane's good requests is engine_slow; one 10x longer at the usual
+    pace is long_prefill (the window's baseline, as the sidecar's running one)."""
+    lane = CONFIG.lane("chat")
+    joined = {"lane": "chat", "engine_view": "joined", "first_token_ms": 1.0, "tpot_ms": 5.0}
+    good = [
+        event(request_id=f"g{i:03d}", ts=ts(i), prompt_tokens=50, prefill_ms=100.0,
+              engine_prefill_ms=80.0, **joined)
+        for i in range(40)
+    ]  # fmt: skip
+    slow = event(request_id="slow", ts=ts(41), prompt_tokens=50, prefill_ms=900.0,
+                 engine_prefill_ms=700.0, **joined)  # fmt: skip
+    long = event(request_id="long", ts=ts(42), prompt_tokens=500, prefill_ms=900.0,
+                 engine_prefill_ms=800.0, **joined)  # fmt: skip
+    path = write_jsonl(tmp_path / "events.jsonl", [*good, slow, long])
+    doc = budget(open_scan(path), CONFIG, [str(path)])
+    (ttft,) = [e for e in doc["slos"] if (e["lane"], e["slo"]) == (lane.name, "ttft")]
+    got = {(r["phase"], r["cause"]): r["misses"] for r in ttft["by_phase_cause"]}
+    assert got == {("prefill", "engine_slow"): 1, ("prefill", "long_prefill"): 1}
