@@ -38,18 +38,18 @@ Each missed gate is attributed to a **phase** and a **cause** (``MISS_CAUSES``),
    * phase ``prefill``: ``long_prefill`` when the prompt has at least
      ``LONG_PROMPT_FACTOR`` times the tokens of the lane's good requests; ``cache_miss`` when
      no prompt token came from the prefix cache while at least ``CACHED_SHARE`` of the lane's
-     good requests hit it; then, by the pool's state at dispatch: when every slot was taken,
-     or when the engine's span shows its own queue and prefill explain less than half the
-     phase's excess (the request waited before the engine's scheduler, in its API server),
-     as in the queue phase (``engine_queue`` by default); with a slot free, ``kv_pressure``,
-     ``prefills_ahead`` when the requests in flight, or those sent while it was in flight,
-     carried prompts longer than usual (as above: the engine's steps were busy prefilling
-     them), or ``engine_queue`` when there were at least ``BUSY_FACTOR`` times as many
-     requests in flight as they found, or more requests on the replica while it was in
+     good requests hit it; then, by the pool's state at dispatch: when every slot was taken, or
+     when the engine's span shows its own prefill explains less than half the phase's excess
+     (its queue is in the queue phase: the request waited before the scheduler, in the engine's
+     API server), as in the queue phase (``engine_queue`` by default); with a slot free,
+     ``kv_pressure``, ``prefills_ahead`` when the requests in flight, or those sent while it
+     was in flight, carried prompts longer than usual (as above: the engine's steps were busy
+     prefilling them), or ``engine_queue`` when there were at least ``BUSY_FACTOR`` times as
+     many requests in flight as they found, or more requests on the replica while it was in
      flight than it has slots (the pool was saturated); ``engine_slow`` when the engine's
      joined span shows its own prefill per token computed at least ``SLOW_FACTOR`` times the
-     lane's good requests' and that pace explains half the excess (``engine_queue.engine_slow``:
-     the engine computed slowly; per token, so a long prompt is not slow); else ``other``;
+     lane's good requests' and that pace explains half the excess (per token: a long prompt
+     is not slow; ``engine_queue.engine_slow``); else ``other``;
    * phases ``first_token``, ``decode`` and ``stream``: ``slow_client`` when the relay was
      blocked writing to the client for at least half of the phase's excess (a stream always
      is: its phase is the client reading the rest); in ``decode``, ``kv_pressure`` when the

@@ -101,12 +101,13 @@ def infer(f: Finished, base_prefill_ms: float) -> bool:
 
 
 def before_the_scheduler(f: Any, over: float) -> bool:
-    """With the engine's span joined: the engine's own queue and prefill explain less than
-    half of the prefill phase's excess, so the request waited before its scheduler saw it
-    (vLLM's API server, busy with the requests it already serves): the pool was saturated."""
+    """With the engine's span joined: the engine's own prefill explains less than half of the
+    prefill phase's excess (its queue is not in that phase: the span's queue time moved into
+    ``queue``), so the request waited before its scheduler saw it (vLLM's API server, busy
+    with the requests it already serves): the pool was saturated."""
     if f.engine_view != JOINED or f.engine_prefill_ms is None or over <= 0:
         return False
-    return f.engine_prefill_ms + (f.engine_queue_ms or 0.0) < over / 2
+    return bool(f.engine_prefill_ms < over / 2)
 
 
 def busy_cause(f: Any, base: Any) -> str | None:

@@ -87,3 +87,15 @@ def test_the_engine_wait_baseline_counts_every_good_request() -> None:
     )  # fmt: skip
     (m,) = attribute(f, CHAT, base)
     assert (m.phase, m.cause) == ("queue", "engine_queue")
+
+
+def test_a_joined_spans_queue_is_not_counted_again_in_prefill() -> None:
+    """A joined span's queue time is already in the queue phase: a prefill phase of 1 s whose
+    engine prefilled for 10 ms (560 ms queued, moved out) waited before the engine's scheduler
+    (its API server): the pool saturated, engine_queue, not other."""
+    joined = {"engine_view": "joined", "engine_queue_ms": 560.0, "engine_prefill_ms": 10.0}
+    free = {"pool_in_flight": 1, "pool_max_running": 32, "pool_ahead_prompt_tokens": 51}
+    phases = (560.0, 1005.0, 1.0, 900.0, 1.0)
+    assert _miss(phases, **joined, **free) == ("prefill", "engine_queue")
+    spent = {**joined, "engine_prefill_ms": 600.0}  # the engine's own prefill: not before it
+    assert _miss(phases, **spent, **free) == ("prefill", "other")
