@@ -148,6 +148,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--targets", default=f"direct,sidecar,{ROUTER}")
     ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds per session")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every level's requests")
+    ap.add_argument(
+        "--levels",
+        default=",".join(w.name for w in LEVELS),
+        help="comma-separated subset of the levels (a bar figure needs its levels)",
+    )
     ap.add_argument("--extra-sidecar", action="append", default=[], metavar="NAME=PYTHONPATH")
     ap.add_argument("--out-dir", type=Path, default=Path("bench/results/relay-bar"))
     args = ap.parse_args(argv)
@@ -160,6 +165,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error(f"--ttft-ms takes comma-separated numbers, got {args.ttft_ms!r}")
     if args.scale <= 0:
         ap.error("--scale must be positive")
+    known = [w.name for w in LEVELS]
+    args.level_names = [lv for lv in args.levels.split(",") if lv]
+    if bad := [lv for lv in args.level_names if lv not in known]:
+        ap.error(f"unknown level(s) {bad}; choose from {known}")
     return args
 
 
@@ -171,7 +180,9 @@ def session(args: argparse.Namespace, pool: str, ttft: float) -> dict[str, objec
         argv += ["--extra-sidecar", spec]
     rargs = relay.parse_args(argv)
     levels = [
-        Workload(**{**asdict(w), "prompts": max(1, round(w.prompts * args.scale))}) for w in LEVELS
+        Workload(**{**asdict(w), "prompts": max(1, round(w.prompts * args.scale))})
+        for w in LEVELS
+        if w.name in args.level_names
     ]
     work = Path(tempfile.mkdtemp(prefix="vllm-obs-relay-bar-"))
     b = relay.Bench(rargs, work)
