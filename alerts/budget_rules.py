@@ -5,7 +5,9 @@ For each window the lane's alerts read, ``burn_by_cause_rule(w)`` splits each SL
 over the phases and causes of its misses (``vllm_obs_slo_misses_total``, attributed by
 ``obs.attribution``) in proportion to their counts, and ``burn_by_phase_rule(w)`` sums those
 over causes. Each burn-rate alert names the phase and cause burning most at the time it fires
-(a template query over those rules) and the ``vllm-obs query budget`` command to run.
+(a template query over those rules), the lever the runbook names for that cause (the words
+of ``vllm-obs query incident``: ``obs.conventions.CAUSE_WORDS``), and the ``vllm-obs query
+budget`` command to run.
 """
 
 from __future__ import annotations
@@ -72,12 +74,24 @@ def query_command(model: AlertModel, sli: SLI, window: str) -> str:
     return f"vllm-obs query budget --lane {sli.lane} --window {window} {model.events}"
 
 
+def lever_template(cause: str = ".Labels.cause") -> str:
+    """A Go template: the lever the runbook names for the cause in ``cause`` (a template
+    field), in the words of ``vllm-obs query incident`` (``obs.conventions.CAUSE_WORDS``)."""
+    arms = [
+        f'{{{{ {"if" if i == 0 else "else if"} eq {cause} "{name}" }}}}{lever}'
+        for i, (name, (_, lever)) in enumerate(c.CAUSE_WORDS.items())
+    ]
+    return "".join(arms) + "{{ end }}"
+
+
 def alert_annotations(model: AlertModel, sli: SLI, window: str) -> dict[str, str]:
-    """What a burn-rate alert on ``sli`` adds: the top phase and cause, the command to run."""
+    """What a burn-rate alert on ``sli`` adds: the top phase and cause with the runbook's
+    lever for it, the command to run."""
     top = (
         f"{{{{ range query `{top_cause_query(sli, window)}` }}}}"
         "phase {{ .Labels.phase }}, cause {{ .Labels.cause }} "
-        '(burning {{ printf "%.1f" .Value }}x the sustainable rate)'
+        '(burning {{ printf "%.1f" .Value }}x the sustainable rate); lever: '
+        f"{lever_template()}"
         "{{ else }}no attributed misses{{ end }}"
     )
     return {

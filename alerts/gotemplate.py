@@ -27,7 +27,25 @@ _SAMPLE = re.compile(
     r"\{\{ (?:\.Labels\.(?P<label>\w+)|printf \"(?P<fmt>%\.\d+[fg])\" \.Value) \}\}"
 )
 
+# ``{{ if eq .Labels.x "a" }}A{{ else if eq .Labels.x "b" }}B{{ end }}`` (no bare else,
+# no nesting) in a range block's BODY: the arm whose value the sample's label has.
+_IF_CHAIN = re.compile(r'\{\{ if eq \.Labels\.\w+ "[^"]*" \}\}.*?\{\{ end \}\}')
+_ARM = re.compile(r'\{\{ (?:else )?if eq \.Labels\.(?P<label>\w+) "(?P<value>[^"]*)" \}\}')
+
 Sample = tuple[Mapping[str, str], float]
+
+
+def _choose(body: str, labels: Mapping[str, str]) -> str:
+    def chain(m: re.Match[str]) -> str:
+        text = m.group(0).removesuffix("{{ end }}")
+        arms = list(_ARM.finditer(text))
+        for i, arm in enumerate(arms):
+            end = arms[i + 1].start() if i + 1 < len(arms) else len(text)
+            if labels.get(arm.group("label")) == arm.group("value"):
+                return text[arm.end() : end]
+        return ""
+
+    return _IF_CHAIN.sub(chain, body)
 
 
 def render(
@@ -56,7 +74,7 @@ def render(
                 return sample_labels.get(s.group("label"), "")
             return s.group("fmt") % sample_value
 
-        return _SAMPLE.sub(sample, m.group("body"))
+        return _SAMPLE.sub(sample, _choose(m.group("body"), sample_labels))
 
     text = RANGE.sub(block, text)
 

@@ -240,6 +240,7 @@ SELECT
   NULL::BOOLEAN AS pool_preempting,
   NULL::INTEGER AS pool_ahead_prompt_tokens,
   NULL::INTEGER AS pool_prompt_tokens_during,
+  NULL::INTEGER AS pool_requests_during,
   CASE WHEN lane IN ('rag', 'agent') THEN substr(md5(lane || (i % 97)::VARCHAR), 1, 12)
   END AS prefix_fingerprint,
   CASE WHEN status = 'rejected' THEN NULL

@@ -25,12 +25,14 @@ Each missed gate is attributed to a **phase** and a **cause** (``MISS_CAUSES``),
      ``other``;
    * phase ``queue``: the engine's queue when the engine's wait (``engine_queue_ms``: its
      span's, or, with no span, the estimate of ``obs.engine_queue`` from the pool's state at
-     dispatch, ``engine_view: inferred``) took at least half of the queue's excess; then named
-     by what the pool's state at dispatch says filled the engine: ``kv_pressure`` when its KV
-     cache was near full or it was preempting, ``prefills_ahead`` when the requests in flight
-     ahead carried prompts (per request) at least ``AHEAD_FACTOR`` times what the lane's
-     good requests found ahead of them, and longer than this one's,
-     else ``engine_queue`` (the pool was saturated); without that wait,
+     dispatch, ``engine_view: inferred``) beyond the lane's good requests' (0 for one that
+     waited for no slot) took at least half of the queue's excess; then named by what the
+     pool's state at dispatch says filled the engine: ``kv_pressure`` when its KV cache was
+     near full or it was preempting, ``prefills_ahead`` when the requests in flight ahead
+     carried prompts longer than usual (``obs.engine_queue.longer_than_usual``: per request,
+     at least ``AHEAD_FACTOR`` times what the lane's good requests found ahead of them, in
+     the same estimate, and further above that than this one's prompt is above the lane's),
+     else ``engine_queue`` (requests of ordinary size filled the slots); without that wait,
      ``admission_queue`` (the time from arrival to dispatch is the lane's admission gate
      and the connect);
    * phase ``prefill``: ``long_prefill`` when the prompt has at least
@@ -40,21 +42,18 @@ Each missed gate is attributed to a **phase** and a **cause** (``MISS_CAUSES``),
      or when the engine's span shows its own queue and prefill explain less than half the
      phase's excess (the request waited before the engine's scheduler, in its API server),
      as in the queue phase (``engine_queue`` by default); with a slot free, ``kv_pressure``,
-     ``prefills_ahead`` when the requests in flight carried at least ``AHEAD_FACTOR`` times
-     the prompt tokens the lane's good requests found in flight (the engine's steps were
-     busy prefilling them; or, sent while it was in flight, at least ``AHEAD_FACTOR`` times
-     the prompt tokens per ms its lane's good requests saw), or ``engine_queue`` when there
-     were at least ``BUSY_FACTOR``
-     times as many requests in flight as they found (the pool was saturated); else
-     ``other``;
+     ``prefills_ahead`` when the requests in flight, or those sent while it was in flight,
+     carried prompts longer than usual (as above: the engine's steps were busy prefilling
+     them), or ``engine_queue`` when there were at least ``BUSY_FACTOR`` times as many
+     requests in flight as they found, or more requests on the replica while it was in
+     flight than it has slots (the pool was saturated); else ``other``;
    * phases ``first_token``, ``decode`` and ``stream``: ``slow_client`` when the relay was
      blocked writing to the client for at least half of the phase's excess (a stream always
      is: its phase is the client reading the rest); in ``decode``, ``kv_pressure`` when the
-     engine was short of KV cache at dispatch (a preempted request stalls), and
-     ``prefills_ahead`` when the pool was saturated at dispatch (each waiting request it
-     admits is prefilled in the same steps as this one's decode) or its batch carried far
-     more prompt tokens than usual, and ``engine_queue`` for a batch of far more requests
-     than usual (as in prefill); else ``other``.
+     engine was short of KV cache at dispatch (a preempted request stalls); with every slot
+     taken at dispatch (each waiting request the engine admits is prefilled in the same
+     steps as this one's decode), named as in the queue phase, ``engine_queue`` by default;
+     with a slot free, as in prefill; else ``other``.
 
 Replicas, tenants and models are not causes of one request (one request cannot tell whether
 its replica is unusual): ``vllm-obs query budget`` names the ones behind most misses.
@@ -119,6 +118,7 @@ class Facts:
     pool_preempting: bool | None = None
     pool_ahead_prompt_tokens: int | None = None
     pool_prompt_tokens_during: int | None = None
+    pool_requests_during: int | None = None
 
     @classmethod
     def of(cls, ev: Any) -> Facts:
@@ -131,7 +131,7 @@ class Facts:
             ev.engine_view, ev.engine_prefill_ms, ev.pool_in_flight, ev.pool_max_running,
             ev.pool_waiting,
             ev.pool_kv_usage, ev.pool_preempting, ev.pool_ahead_prompt_tokens,
-            ev.pool_prompt_tokens_during,
+            ev.pool_prompt_tokens_during, ev.pool_requests_during,
         )  # fmt: skip
 
     @classmethod
@@ -170,11 +170,9 @@ class Baseline:
     phases_ms: tuple[float, ...] = (0.0,) * len(PHASES)
     prompt_tokens: float | None = None
     cache_hit_ratio: float | None = None
-    engine_queue_ms: float | None = None
+    engine_queue_ms: float | None = None  # the engine's wait (none: 0), over every good one
     ahead_tokens: float | None = None  # prompt tokens in flight ahead, per request ahead
-    ahead_total: float | None = None  # prompt tokens in flight ahead, in all
     in_flight: float | None = None  # requests in flight on the replica at dispatch
-    during_rate: float | None = None  # others' prompt tokens sent per ms while in flight
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,8 +273,9 @@ def _latency_cause(f: Facts, phase: str, base: Baseline) -> str:
     if phase == "decode":
         if engine_queue.queued(f):
             # A saturated pool admits each waiting request as a slot frees, and prefills it
-            # in the same steps as the running requests' decode.
-            return engine_queue.engine_cause(f, base) or PREFILLS_AHEAD
+            # in the same steps as the running requests' decode: long prompts ahead are
+            # prefills_ahead, ordinary ones the pool's saturation.
+            return engine_queue.engine_cause(f, base) or ENGINE_QUEUE
         return engine_queue.busy_cause(f, base) or OTHER
     return OTHER
 
@@ -295,9 +294,7 @@ class RunningBaseline:
     cached: tuple[int, float] = (0, 0.0)
     engine_queue: tuple[int, float] = (0, 0.0)
     ahead: tuple[int, float] = (0, 0.0)
-    ahead_total: tuple[int, float] = (0, 0.0)
     in_flight: tuple[int, float] = (0, 0.0)
-    during: tuple[int, float] = (0, 0.0)
 
     def add(self, f: Facts) -> None:
         """Count one good request of the lane."""
@@ -309,18 +306,14 @@ class RunningBaseline:
             self.prompt = _mean(self.prompt, f.prompt_tokens)
         if f.cache_hit is not None:
             self.cached = _mean(self.cached, 1.0 if f.cache_hit else 0.0)
-        if f.engine_queue_ms is not None:
-            self.engine_queue = _mean(self.engine_queue, f.engine_queue_ms)
+        # Every good request: one that waited for no slot waited 0 in the engine (the
+        # queue phase's mean is over all of them too).
+        self.engine_queue = _mean(self.engine_queue, f.engine_queue_ms or 0.0)
         per = engine_queue.ahead_per_request(f)
         if per is not None:
             self.ahead = _mean(self.ahead, per)
-        if f.pool_ahead_prompt_tokens is not None:
-            self.ahead_total = _mean(self.ahead_total, f.pool_ahead_prompt_tokens)
         if f.pool_in_flight is not None:
             self.in_flight = _mean(self.in_flight, f.pool_in_flight)
-        rate = engine_queue.during_rate(f)
-        if rate is not None:
-            self.during = _mean(self.during, rate)
 
     def snapshot(self) -> Baseline:
         """The baseline as the rule reads it."""
@@ -330,9 +323,7 @@ class RunningBaseline:
             self.cached[1] if self.cached[0] else None,
             self.engine_queue[1] if self.engine_queue[0] else None,
             self.ahead[1] if self.ahead[0] else None,
-            self.ahead_total[1] if self.ahead_total[0] else None,
             self.in_flight[1] if self.in_flight[0] else None,
-            self.during[1] if self.during[0] else None,
         )
 
 

@@ -26,7 +26,11 @@ With the engine's span joined, the span wins: nothing here runs.
 Then what the pool's state says kept the engine busy (the causes of ``obs.attribution``'s
 rule that read it): ``engine_cause`` for a request that waited for a slot, ``busy_cause`` for
 one that found a slot free, ``before_the_scheduler`` for a joined span's prefill that the
-engine's own numbers do not explain. They read an ``obs.attribution`` ``Facts`` and
+engine's own numbers do not explain. A request that waited behind requests of ordinary size
+is the engine's queue; ``prefills_ahead`` needs prompts longer than usual, and the sidecar's
+prompt estimate (request bytes / 4, the ``pool_*`` token fields) is compared only with the
+same estimate of the lane's good requests, the engine's count (``prompt_tokens``) only with
+its own (``longer_than_usual``). They read an ``obs.attribution`` ``Facts`` and
 ``Baseline`` (``f``, ``base``).
 """
 
@@ -42,10 +46,13 @@ JOINED: Final = "joined"
 # KV-cache usage at or above this share of the cache is pressure (vLLM preempts near full).
 KV_PRESSURE_USAGE: Final = 0.9
 ENGINE_QUEUE, PREFILLS_AHEAD, KV_PRESSURE = "engine_queue", "prefills_ahead", "kv_pressure"
-# Prompts in flight ahead (per request) at least this many times what the lane's good
-# requests found ahead of them, and longer than the request's own, are long prefills ahead:
-# the engine was busy prefilling them. With no such baseline yet: this many times its own.
+# Prompts in flight ahead (per request, estimated: request bytes / 4) at least this many
+# times what the lane's good requests found ahead of them (the same estimate), and further
+# above that usual than the request's own prompt is above the lane's usual, are long prefills
+# ahead: the engine was busy prefilling them.
 AHEAD_FACTOR: Final = 2.0
+# With no such baseline yet: this many times the request's own prompt (the engine's count;
+# the estimate also counts the request's JSON, so it reads high, most for short prompts).
 AHEAD_OWN_FACTOR: Final = 4.0
 # A replica with at least this many times the requests in flight that the lane's good
 # requests found there was saturated, slot free or not (each step serves a bigger batch).
@@ -98,54 +105,64 @@ def before_the_scheduler(f: Any, over: float) -> bool:
 
 
 def busy_cause(f: Any, base: Any) -> str | None:
-    """With a slot free at dispatch: KV pressure, or a batch carrying far more prompt tokens
-    than the lane's good requests found in it (``AHEAD_FACTOR`` times their mean; with no
-    such baseline, ``AHEAD_OWN_FACTOR`` times its own prompt per request): the engine's steps
-    were busy prefilling them."""
+    """With a slot free at dispatch: KV pressure; prompts longer than usual in flight at
+    dispatch or sent while it was in flight (``longer_than_usual``, per request); else the
+    pool saturated (``engine_queue``): at least ``BUSY_FACTOR`` times the requests in flight
+    that the lane's good requests found, or more requests on the replica while it was in
+    flight than it has slots (those in flight, this one and those sent meanwhile; the engine
+    admits and prefills them, and its API server takes them in, in the same steps). None
+    when it names none of these."""
     if kv_pressure(f):
         return KV_PRESSURE
-    ahead, n = f.pool_ahead_prompt_tokens, f.pool_in_flight
+    if longer_than_usual(ahead_per_request(f), f, base) or longer_than_usual(
+        during_per_request(f), f, base
+    ):
+        return PREFILLS_AHEAD
+    n, slots = f.pool_in_flight, f.pool_max_running
     if n and base.in_flight is not None and n >= BUSY_FACTOR * max(base.in_flight, 1.0):
-        busy = ENGINE_QUEUE  # a batch far bigger than usual: the pool was saturated
-    else:
-        busy = None
-    rate = during_rate(f)
-    if rate and base.during_rate is not None and rate >= AHEAD_FACTOR * max(base.during_rate, 1e-3):
-        return PREFILLS_AHEAD  # far more prompt tokens than usual arrived while it ran
-    if not ahead:
-        return busy
-    if base.ahead_total is not None:
-        return PREFILLS_AHEAD if ahead >= AHEAD_FACTOR * max(base.ahead_total, 1) else busy
-    per = ahead_per_request(f) or 0.0  # no baseline yet: against the request's own prompt
-    own = max(f.prompt_tokens or 0, base.prompt_tokens or 0, 1)
-    return PREFILLS_AHEAD if per >= AHEAD_OWN_FACTOR * own else busy
-
-
-def engine_cause(f: Any, base: Any) -> str | None:
-    """What the pool's state at dispatch says kept the engine busy: KV pressure, or long
-    prompts in flight ahead (per request at least ``AHEAD_FACTOR`` times what the lane's good
-    requests found ahead, and longer than its own; with no such baseline, ``AHEAD_OWN_FACTOR``
-    times its own); None when it names neither."""
-    if kv_pressure(f):
-        return KV_PRESSURE
-    per = ahead_per_request(f)
-    if per is not None:
-        own = f.prompt_tokens or 0
-        if base.ahead_tokens:
-            if per >= AHEAD_FACTOR * base.ahead_tokens and per > own:
-                return PREFILLS_AHEAD
-        elif per >= AHEAD_OWN_FACTOR * max(own, base.prompt_tokens or 0, 1):
-            return PREFILLS_AHEAD
+        return ENGINE_QUEUE
+    if n is not None and slots and n + 1 + (f.pool_requests_during or 0) > slots:
+        return ENGINE_QUEUE
     return None
 
 
-def during_rate(f: Any) -> float | None:
-    """Others' prompt tokens sent to the replica per ms while the request was in flight."""
-    n = f.pool_prompt_tokens_during
-    return None if n is None else n / (f.e2e_ms + 1.0)
+def engine_cause(f: Any, base: Any) -> str | None:
+    """What the pool's state at dispatch says kept a request that waited for a slot: KV
+    pressure, or long prompts in flight ahead (``longer_than_usual``); None when it names
+    neither (requests of ordinary size filled the slots: the engine's queue)."""
+    if kv_pressure(f):
+        return KV_PRESSURE
+    if longer_than_usual(ahead_per_request(f), f, base):
+        return PREFILLS_AHEAD
+    return None
+
+
+def longer_than_usual(per: float | None, f: Any, base: Any) -> bool:
+    """Whether prompts of ``per`` estimated tokens each (in flight ahead, or sent meanwhile)
+    are long prefills for the request ``f``: at least ``AHEAD_FACTOR`` times the prompts the
+    lane's good requests found ahead of them (the same estimate), and further above them
+    than ``f``'s own prompt is above the lane's (else its own prefill is the longer one).
+    With no such baseline: at least ``AHEAD_OWN_FACTOR`` times its own prompt (or the
+    lane's usual prompt, if longer); with neither, no claim."""
+    if per is None:
+        return False
+    own = f.prompt_tokens or 0
+    if base.ahead_tokens:
+        ratio = per / base.ahead_tokens
+        return ratio >= AHEAD_FACTOR and (
+            not base.prompt_tokens or ratio > own / base.prompt_tokens
+        )
+    ref = max(own, base.prompt_tokens or 0)
+    return bool(ref) and per >= AHEAD_OWN_FACTOR * ref
 
 
 def ahead_per_request(f: Any) -> float | None:
     """The prompt tokens in flight on the replica at dispatch, per request in flight."""
     ahead, n = f.pool_ahead_prompt_tokens, f.pool_in_flight
     return ahead / n if ahead is not None and n else None
+
+
+def during_per_request(f: Any) -> float | None:
+    """The prompt tokens sent to the replica while the request was in flight, per request."""
+    tokens, n = f.pool_prompt_tokens_during, f.pool_requests_during
+    return tokens / n if tokens is not None and n else None

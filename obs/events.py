@@ -115,8 +115,9 @@ class Event:
         "non-streamed answer not whole within the lane's first_token_s), "
         "upstream_protocol, upstream_stream_error, oom (a 5xx status or error frame whose text "
         "says the engine ran out of memory), client_disconnect, slow_client, admission, "
-        "bad_request, unauthorized, request_limit (the sidecar's server refused it: a body too "
-        "slow, 408, or past the body memory budget, 503), shutdown, internal."
+        "bad_request, unauthorized, request_limit (the sidecar's server refused it: headers "
+        "too many or too large, 431, or too slow, 408; a body too slow, 408, or past the body "
+        "memory budget, 503; an Upgrade, 400), shutdown, internal."
     )
     error_phase: str | None = _f("Phase the request was in when it failed.")
     error_message: str | None = _f(
@@ -250,6 +251,10 @@ class Event:
     pool_prompt_tokens_during: int | None = _f(
         "Estimated prompt tokens (request bytes / 4) sent to the serving replica while this "
         "request was in flight there: the other requests' prefills that shared its steps."
+    )
+    pool_requests_during: int | None = _f(
+        "Requests sent to the serving replica while this request was in flight there (this one "
+        "not counted): with `pool_prompt_tokens_during`, how many prefills shared its steps."
     )
     prefix_fingerprint: str | None = _f(
         "Short hash of the prompt's first 512 characters, for cache analysis (no text)."

@@ -23,6 +23,7 @@ The generated canary alert (``obs.alerts.canary_rules``) fires on the same condi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -104,31 +105,44 @@ def canary(
 class Capped:
     """An arm's events with each identity's requests past ``weight`` times the median
     identity's left out (events without an identity all count; ``weight`` None: none left
-    out). A ``Source`` over another one."""
+    out). A ``Source`` over another one, on either engine: the cap is counted once, with
+    the first query, then each identity's oldest requests up to it are kept
+    (``Dialect.first_per``)."""
 
     def __init__(self, inner: Source, weight: float | None) -> None:
         self.inner = inner
         self.weight = weight
+        self._source: str | None = None
 
     @property
     def source(self) -> str:
+        if self._source is None:
+            self._source = self._capped()
+        return self._source
+
+    def cap(self) -> int | None:
+        """How many requests one identity counts for (None: no cap, or no identity)."""
         if self.weight is None:
+            return None
+        median = self.dialect.quantiles("_n", (0.5,), self.dialect.true)
+        (row,) = self.inner.run(
+            f"SELECT ({median})[1] AS m FROM (SELECT count(*) AS _n FROM {SRC} "
+            "WHERE identity IS NOT NULL GROUP BY identity)"
+        ).rows
+        return None if row[0] is None else max(1, math.ceil(float(row[0]) * self.weight))
+
+    def _capped(self) -> str:
+        n = self.cap()
+        if n is None:
             return self.inner.source
-        src = self.inner.source
-        cap = (
-            f"(SELECT greatest(1, ceil(median(_n) * {float(self.weight)!r})) FROM "
-            f"(SELECT count(*) AS _n FROM {src} WHERE identity IS NOT NULL GROUP BY identity))"
-        )
-        return (
-            "(SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY identity ORDER BY ts) "
-            f"AS _identity_n FROM {src}) WHERE identity IS NULL OR _identity_n <= {cap})"
-        )
+        order = f"{self.dialect.ts_column}, request_id"
+        return self.dialect.first_per(self.inner.source, "identity", order, n)
 
     def run(self, sql: str) -> Table:
         return self.inner.run(sql.replace(SRC, self.source))
 
     def materialize(self, columns: list[str] | tuple[str, ...]) -> None:
-        self.inner.materialize([*columns, "identity", "ts"])
+        self.inner.materialize([*columns, "identity", "ts", "request_id"])
 
     @property
     def dialect(self) -> Dialect:

@@ -59,6 +59,14 @@ class DuckDB:
         us = seconds * 1_000_000
         return f"make_timestamp((epoch_us(ts) // {us}) * {us})"
 
+    def first_per(self, source: str, key: str, order: str, n: int) -> str:
+        """The rows of ``source`` whose ``key`` is null, and each key's first ``n`` by ``order``
+        (every column of ``source``, and maybe a helper column)."""
+        return (
+            f"(SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY {key} ORDER BY {order}) "
+            f"AS _first_n FROM {source}) WHERE {key} IS NULL OR _first_n <= {int(n)})"
+        )
+
     def rank_sums(self, rows: str) -> str:
         """Per lane over ``rows`` (lane, side 0/1, value v): n1, n2, the rank sum of side 0
         (ties get their average rank) and the tie term sum(t^3 - t) of a Mann-Whitney U test.
@@ -98,6 +106,13 @@ class ClickHouse(DuckDB):
                 f"if(length({s}) = 0, NULL, {lo} + ({hi} - {lo}) * ({rank} - floor({rank})))"
             )
         return "[" + ", ".join(out) + "]"
+
+    def first_per(self, source: str, key: str, order: str, n: int) -> str:
+        # No window functions before 21.x: LIMIT BY keeps each key's first rows after ORDER BY.
+        return (
+            f"(SELECT * FROM {source} WHERE {key} IS NULL UNION ALL SELECT * FROM {source} "
+            f"WHERE {key} IS NOT NULL ORDER BY {key}, {order} LIMIT {int(n)} BY {key})"
+        )
 
     def rank_sums(self, rows: str) -> str:
         # No window functions before 21.x: per lane, the distinct values with their counts

@@ -43,7 +43,7 @@ _FACT_COLUMNS = (
     "engine_queue_ms", "stream_blocked_ms", "engine_view", "engine_prefill_ms", "pool_in_flight",
     "pool_max_running",
     "pool_waiting", "pool_kv_usage", "pool_preempting", "pool_ahead_prompt_tokens",
-    "pool_prompt_tokens_during",
+    "pool_prompt_tokens_during", "pool_requests_during",
 )  # fmt: skip
 # The client's own time, judged by no gate (the server's clock starts after it), shown apart
 # as a client cause: uploads that alone took longer than the lane's TTFT threshold.
@@ -115,11 +115,9 @@ def _baselines(scan: Source, config: Config) -> tuple[dict[str, Baseline], dict[
         *(f"{d.agg_if('avg', f'{p}_ms', good)} AS _b_{p}" for p in PHASES),
         f"{d.agg_if('avg', 'prompt_tokens', good)} AS _b_prompt",
         f"{d.agg_if('avg', hit, f'{good} AND cache_hit IS NOT NULL')} AS _b_hit",
-        f"{d.agg_if('avg', 'engine_queue_ms', good)} AS _b_engine_queue",
+        f"{d.agg_if('avg', 'coalesce(engine_queue_ms, 0.0)', good)} AS _b_engine_queue",
         f"{d.agg_if('avg', 'pool_ahead_prompt_tokens / pool_in_flight', ahead)} AS _b_ahead",
-        f"{d.agg_if('avg', 'pool_ahead_prompt_tokens', good)} AS _b_ahead_total",
         f"{d.agg_if('avg', 'pool_in_flight', good)} AS _b_in_flight",
-        f"{d.agg_if('avg', 'pool_prompt_tokens_during / (e2e_ms + 1.0)', good)} AS _b_during",
         f"{d.count_if('_ttft_judged')} AS _n_ttft",
         f"{d.count_if('_tpot_judged')} AS _n_tpot",
         f"{d.count_if(f'request_id IS NOT NULL AND {counted}')} AS _n_availability",
@@ -140,7 +138,7 @@ def _baselines(scan: Source, config: Config) -> tuple[dict[str, Baseline], dict[
         bases[rec["_lane"]] = Baseline(
             tuple(f(f"_b_{p}") or 0.0 for p in PHASES),
             f("_b_prompt"), f("_b_hit"), f("_b_engine_queue"), f("_b_ahead"),
-            f("_b_ahead_total"), f("_b_in_flight"), f("_b_during"),
+            f("_b_in_flight"),
         )  # fmt: skip
         counts[rec["_lane"]] = {k: int(rec[f"_n_{k}"] or 0) for k in (*SLO_KINDS, SLOW_UPLOAD)}
     return bases, counts

@@ -69,6 +69,7 @@ class Replica:
     served: Served | None = None  # engine, version and settings it last reported
     ahead_tokens: int = 0  # estimated prompt tokens of the requests outstanding here
     sent_tokens: int = 0  # estimated prompt tokens of every request sent here, ever
+    sent: int = 0  # requests sent here, ever
     preempting: bool = False  # its engine preempted requests between the last two polls
     read_at: float | None = None  # monotonic time its engine state was last read
     # A pool without /metrics (``metrics: false``, a hosted API): the path its health probe
@@ -85,11 +86,13 @@ class Replica:
     def lease(self, prompt_tokens: int = 0, ev: Event | None = None) -> Iterator[None]:
         """One request outstanding on this replica while the block runs (least-outstanding
         routing reads the count), however the block ends. With ``ev``, the prompt tokens sent
-        here meanwhile go on it (``pool_prompt_tokens_during``: others' prefills)."""
+        here meanwhile, and how many requests, go on it (``pool_prompt_tokens_during``,
+        ``pool_requests_during``: others' prefills)."""
         self.outstanding += 1
         self.ahead_tokens += prompt_tokens
         self.sent_tokens += prompt_tokens
-        start = self.sent_tokens
+        self.sent += 1
+        start, started = self.sent_tokens, self.sent
         try:
             yield
         finally:
@@ -97,6 +100,7 @@ class Replica:
             self.ahead_tokens -= prompt_tokens
             if ev is not None:
                 ev.pool_prompt_tokens_during = self.sent_tokens - start
+                ev.pool_requests_during = self.sent - started
 
     def stamp_dispatch(self, ev: Event) -> None:
         """The replica's state as a request is sent to it, on the request's event (its

@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any
 import httptools
 
 from obs.sidecar.outcomes import RequestLimit
+from obs.sidecar.server import wire
 from obs.sidecar.server.client import EXTENSION, OBS_EXTENSION, ClientConn
-from obs.sidecar.server.guard import REASONS, Guard, content_length, plain_get
+from obs.sidecar.server.guard import Guard, content_length, plain_get
 from obs.sidecar.server.intake import BODY_PIECE, PIECE, Intake
 from obs.sidecar.server.wire import BODY_HIGH_WATER, Clock, Exchange, Flow, http_scope, run_app
 
@@ -86,7 +87,6 @@ class HttpConnection(asyncio.Protocol):
         self._refusal: RequestLimit | None = None  # raised in a parser callback: answered
         self.addr = ""
         self._bodies: deque[int] = deque()  # body bytes held, per request not yet answered
-        self._chunked = False
         self.intake = Intake(self._feed_piece, self._piece_size)
         self._body_left = 0  # bytes of a sized body still to parse
         self.lost = self.reset_by_peer = False  # connection_lost was called (with an error)
@@ -226,29 +226,13 @@ class HttpConnection(asyncio.Protocol):
             # what follows as a new request: a body would be smuggled past a proxy in front.
             raise self._refused(400, "upgrade", "the sidecar does not switch protocols (Upgrade)")
         declared = content_length(headers)
-        self._chunked = declared is None
         self._body_left = declared or 0
         self._bodies.append(0)  # counted as the body's bytes arrive (on_body)
         self._in_body = True
         self._head = 0
         self._arm(self.limits.body_timeout_s, "body_timeout")
         version = parser.get_http_version()
-        ex = Exchange(
-            http_scope(method, version, self._url, self._headers, self.client, self.server),
-            self.transport,
-            self.flow,
-            self.state.clock,
-            keep_alive=version != "1.0" and parser.should_keep_alive(),
-            on_complete=self._answered,
-            resume_reading=self._resume_reading,
-            on_settle=self._next,
-        )
-        ex.scope["extensions"] = {
-            EXTENSION: ClientConn(self, ex),
-            OBS_EXTENSION: {"received_ns": self._received_ns},
-        }
-        self.reading = ex
-        self._received_ns = 0
+        ex = self.reading = self._exchange(version != "1.0" and parser.should_keep_alive())
         if self.current is None or self.current.response_complete:
             self._start(ex, self._expect_continue)
         else:  # pipelined: answered in order, after the one before; parsing waits
@@ -280,6 +264,26 @@ class HttpConnection(asyncio.Protocol):
             self.reading = None
 
     # ---- requests ------------------------------------------------------------------------
+
+    def _exchange(self, keep_alive: bool) -> Exchange:
+        """The request whose head the parser read (or, when refused, the part it read)."""
+        p = self.parser
+        scope = http_scope(p.get_method(), p.get_http_version(), self._url, self._headers,
+                           self.client, self.server)  # fmt: skip
+        ex = Exchange(scope, self.transport, self.flow, self.state.clock, keep_alive=keep_alive,
+                      on_complete=self._answered, resume_reading=self._resume_reading,
+                      on_settle=self._next)  # fmt: skip
+        obs, self._received_ns = {"received_ns": self._received_ns}, 0
+        scope["extensions"] = {EXTENSION: ClientConn(self, ex), OBS_EXTENSION: obs}
+        return ex
+
+    def _head_refused(self) -> Exchange | None:
+        """A request refused within its head (431, 408, an Upgrade's 400), run refused so its
+        event says what its client got; None before its request line ended (414): no request."""
+        if not self._in_message or self._in_body or self.parser.get_http_version() == "0.0":
+            return None
+        self._start(ex := self._exchange(keep_alive=False))
+        return ex
 
     def _start(self, ex: Exchange, expect_continue: bool = False) -> None:
         self.current = ex
@@ -338,16 +342,9 @@ class HttpConnection(asyncio.Protocol):
     def _bad_request(self) -> None:
         if self.transport.is_closing():
             return
-        self._answer_and_close(400, b"text/plain; charset=utf-8", BAD_REQUEST.encode())
-
-    def _answer_and_close(self, status: int, content_type: bytes, body: bytes) -> None:
-        """The server's own answer (no app ran, or its answer goes nowhere), then close."""
-        self.transport.write(
-            b"HTTP/1.1 %d %b\r\ncontent-type: %b\r\n"
-            b"content-length: %d\r\nconnection: close\r\n\r\n%b"
-            % (status, REASONS[status], content_type, len(body), body)
+        wire.answer_and_close(
+            self.transport, 400, b"text/plain; charset=utf-8", BAD_REQUEST.encode()
         )
-        self.transport.close()
 
     def _refused(self, status: int, limit: str, message: str) -> RequestLimit:
         """The refusal a parser callback raises (the parser stops; ``_feed`` answers it)."""
@@ -368,10 +365,12 @@ class HttpConnection(asyncio.Protocol):
         reading = self.reading
         if ex is not None and ex is not reading:  # its own answer goes nowhere; it sees that
             ex.lost()
+        if reading is None and answer:  # refused within its head: its request, if it has one
+            reading = self._head_refused()
         if reading is not None:
             reading.refused(refusal)
         if answer:
-            self._answer_and_close(refusal.status, b"application/json", refusal.body())
+            wire.answer_and_close(transport, refusal.status, b"application/json", refusal.body())
         else:
             transport.close()
 

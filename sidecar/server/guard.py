@@ -30,8 +30,6 @@ LIMITS = (
     "evicted",
 )  # fmt: skip
 LOG_EVERY_S = 60.0
-REASONS = {400: b"Bad Request", 408: b"Request Timeout", 414: b"URI Too Long",
-            431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}  # fmt: skip
 
 
 class Evictable(Protocol):

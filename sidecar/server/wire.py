@@ -1,7 +1,8 @@
 """One request on a client connection, as the relay and the app see it: ``Exchange``.
 
 The relay's server (``obs.sidecar.server.connection``) makes one ``Exchange`` per request
-when the request's head has been read. It is the request's ASGI ``scope``,
+when the request's head has been read (or, refused within it, of the part read, so the
+refusal's event is written). It is the request's ASGI ``scope``,
 ``receive`` and ``send``, kept to what the sidecar's routes use, and the writer of
 the response's bytes: the head (status line, headers, ``content-length`` or
 ``transfer-encoding: chunked``, ``connection: close`` when the connection is not kept
@@ -322,6 +323,17 @@ class Exchange:
             self.transport.close()
         elif self.on_settle is not None:
             self.on_settle()
+
+
+def answer_and_close(
+    transport: asyncio.Transport, status: int, content_type: bytes, body: bytes
+) -> None:
+    """The server's own answer (no app ran, or its answer goes nowhere), then close."""
+    transport.write(
+        b"%bcontent-type: %b\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%b"
+        % (_STATUS_LINES[status], content_type, len(body), body)
+    )
+    transport.close()
 
 
 def http_scope(

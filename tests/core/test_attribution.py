@@ -172,6 +172,8 @@ fact_st = st.builds(
     pool_kv_usage=st.none() | st.floats(0, 1),
     pool_preempting=st.none() | st.booleans(),
     pool_ahead_prompt_tokens=st.none() | st.integers(0, 10**6),
+    pool_prompt_tokens_during=st.none() | st.integers(0, 10**6),
+    pool_requests_during=st.none() | st.integers(0, 64),
 )
 base_st = st.builds(
     Baseline,
@@ -179,6 +181,8 @@ base_st = st.builds(
     prompt_tokens=st.none() | st.floats(0, 1e6),
     cache_hit_ratio=st.none() | st.floats(0, 1),
     engine_queue_ms=st.none() | phase_ms,
+    ahead_tokens=st.none() | st.floats(0, 1e6),
+    in_flight=st.none() | st.floats(0, 64),
 )
 
 
@@ -352,19 +356,23 @@ def test_prefills_ahead_is_judged_against_what_the_lanes_good_requests_found_ahe
     assert run.snapshot().ahead_tokens == 500.0
 
 
-def test_tpot_miss_on_a_saturated_pool_is_prefills_ahead() -> None:
-    """A decode miss on a replica whose slots were all taken at dispatch is prefills_ahead
-    (the requests it admits next prefill in the same steps); on an idle one, other."""
+def test_tpot_miss_on_a_saturated_pool_is_named_by_the_prompts_ahead() -> None:
+    """A decode miss on a replica whose slots were all taken at dispatch (the requests it
+    admits next prefill in the same steps) is the engine's queue behind prompts of ordinary
+    size, prefills_ahead behind prompts longer than usual; on an idle one, other."""
     kw = {"phases": (10.0, 100.0, 1.0, 3000.0, 1.0), "tpot_ms": 90.0}
-    assert only(facts(**kw, **SATURATED)) == ("tpot", "decode", "prefills_ahead")
+    base = Baseline(BASE.phases_ms, prompt_tokens=50, ahead_tokens=30.0)
+    assert only(facts(**kw, **SATURATED), base) == ("tpot", "decode", "engine_queue")
+    long_ahead = {**SATURATED, "pool_ahead_prompt_tokens": 2 * 300}
+    assert only(facts(**kw, **long_ahead), base) == ("tpot", "decode", "prefills_ahead")
     assert only(facts(**kw, pool_in_flight=0, pool_max_running=2))[2] == "other"
 
 
 def test_a_batch_heavier_than_usual_is_prefills_ahead() -> None:
     """A prefill or decode miss with a slot free, on a replica whose requests in flight carried
-    at least twice the prompt tokens the lane's good requests found in flight: prefills_ahead;
-    a batch as heavy as usual: other."""
-    base = Baseline(BASE.phases_ms, prompt_tokens=100, ahead_total=3000.0)
+    at least twice the prompt tokens per request the lane's good requests found in flight:
+    prefills_ahead; a batch as heavy as usual: other."""
+    base = Baseline(BASE.phases_ms, prompt_tokens=100, ahead_tokens=600.0)
     free = {"pool_in_flight": 5, "pool_max_running": 32}
     prefill = {"phases": (10.0, 900.0, 1.0, 300.0, 1.0), "ttft_ms": 911.0, "prompt_tokens": 90}
     assert only(facts(**prefill, **free, pool_ahead_prompt_tokens=7000), base)[2] == (
@@ -382,7 +390,7 @@ def test_a_saturated_pool_without_a_queue_is_still_the_engine_queue() -> None:
     (the request waited before the scheduler, in the engine's API server), or a miss on a
     replica with 1.5x the requests in flight the lane's good requests found, is the pool
     saturated (engine_queue), not other."""
-    base = Baseline(BASE.phases_ms, prompt_tokens=100, ahead_total=3000.0, in_flight=8.0)
+    base = Baseline(BASE.phases_ms, prompt_tokens=100, ahead_tokens=600.0, in_flight=8.0)
     kw = {"phases": (10.0, 900.0, 1.0, 300.0, 1.0), "ttft_ms": 911.0, "prompt_tokens": 90}
     held = facts(**kw, engine_view="joined", engine_queue_ms=5.0, engine_prefill_ms=40.0)
     assert only(held, base) == ("ttft", "prefill", "engine_queue")

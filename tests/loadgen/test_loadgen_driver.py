@@ -281,9 +281,10 @@ def test_duration_bounds_a_closed_loop(standin: StandIn) -> None:
     """A closed loop stops starting requests once its duration is over."""
     standin.token_delay_s = 0.02
     mix = load_mix(sets=[*QUIET, "chat.max_tokens=5"])
-    result, records = drive(standin.url, mix, Arrivals(concurrency=1), 1000, duration_s=0.5)
+    # 1 s holds several 5-token requests at 20 ms a token even on a loaded machine.
+    result, records = drive(standin.url, mix, Arrivals(concurrency=1), 1000, duration_s=1.0)
     assert result.stopped == "duration" and 2 <= result.sent < 1000
-    assert max(r.offset_s for r in records) < 0.5
+    assert max(r.offset_s for r in records) < 1.0
 
 
 def test_duration_bounds_an_open_loop(standin: StandIn) -> None:

@@ -4,60 +4,29 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import random
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from obs.cli import main as cli_main
 from obs.config import parse_config
 from obs.events import Event
 from obs.query.canary import HOLD, PROMOTE, ROLL_BACK, judge
 from obs.query.testing import event, ts, write_jsonl
-
-LANE = {
-    "name": "chat",
-    "split": {"stable": 95, "canary": 5},
-    "canary": {"min_requests": 100},
-    "slo": {"ttft": {"threshold_ms": 500}, "availability": {"objective": 0.99}},
-}
+from tests.support.canary_support import arm_events as _arm
+from tests.support.canary_support import write_config
 
 
-def _config(tmp_path: Path) -> Path:
-    data = {
-        "pools": [
-            {"name": "stable", "replicas": ["http://127.0.0.1:1"]},
-            {"name": "canary", "replicas": ["http://127.0.0.1:2"]},
-        ],
-        "lanes": [LANE],
-        "default_lane": "chat",
-    }
-    path = tmp_path / "lanes.yaml"
-    path.write_text(yaml.safe_dump(data), encoding="utf-8")
-    return path
-
-
-def _arm(arm: str, n: int, slower: float, errors: int = 0, seed: int = 1) -> list[Event]:
-    """``n`` events of one arm; TTFT and TPOT ``slower`` times the baseline's distribution."""
-    rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        ttft = rng.lognormvariate(5.0, 0.3) * slower  # ~150 ms median
-        fields: dict[str, Any] = {"lane": "chat", "pool": arm, "arm": arm, "ts": ts(i)}
-        if i < errors:
-            fields |= {"status": "error", "error_class": "upstream_status", "stream": True}
-            out.append(event(**fields))
-            continue
-        fields |= {"prefill_ms": ttft, "ttft_ms": ttft, "tpot_ms": rng.uniform(20, 30) * slower}
-        out.append(event(**fields, completion_tokens=50))
-    return out
-
-
-def _verdict(tmp_path: Path, events: list[Event], capsys: pytest.CaptureFixture[str]) -> Any:
+def _verdict(
+    tmp_path: Path,
+    events: list[Event],
+    capsys: pytest.CaptureFixture[str],
+    canary: dict[str, Any] | None = None,
+) -> Any:
     log = write_jsonl(tmp_path / "events.jsonl", events)
-    args = ["query", "canary", str(log), "--lane", "chat", "--config", str(_config(tmp_path))]
+    config = write_config(tmp_path, canary)
+    args = ["query", "canary", str(log), "--lane", "chat", "--config", str(config)]
     assert cli_main([*args, "--no-progress", "--format", "json"]) == 0
     (only,) = json.loads(capsys.readouterr().out)
     assert cli_main([*args, "--no-progress"]) == 0
@@ -139,7 +108,7 @@ def test_window_judges_only_the_last_hour_of_the_log(
         for i, e in enumerate(_arm("stable", 600, 1.0, seed=3) + _arm("canary", 200, 1.0, seed=4))
     ]
     log = write_jsonl(tmp_path / "events.jsonl", early + late)
-    args = ["query", "canary", str(log), "--lane", "chat", "--config", str(_config(tmp_path))]
+    args = ["query", "canary", str(log), "--lane", "chat", "--config", str(write_config(tmp_path))]
     verdicts = {}
     for window in ([], ["--window", "1h"]):
         assert cli_main([*args, *window, "--no-progress", "--format", "json"]) == 0
@@ -163,9 +132,10 @@ def test_a_few_identities_cannot_flip_the_verdict(
         ev.identity = f"attacker-{i % 5}"
     got = _verdict(tmp_path, stable + canary + attack, capsys)
     assert got["verdict"] == PROMOTE, got
-    LANE["canary"] = {"min_requests": 100, "max_identity_weight": None}
-    try:
-        uncapped = _verdict(tmp_path, stable + canary + attack, capsys)
-    finally:
-        LANE["canary"] = {"min_requests": 100}
+    uncapped = _verdict(
+        tmp_path,
+        stable + canary + attack,
+        capsys,
+        {"min_requests": 100, "max_identity_weight": None},
+    )
     assert uncapped["verdict"] == ROLL_BACK, uncapped

@@ -100,6 +100,7 @@ def _hung_up_while(conn: socket.socket, hold: threading.Event) -> bool:
 
 class _QuietServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # listen backlog: the default 5 drops a burst of connects (1 s)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         if not isinstance(sys.exc_info()[1], ConnectionError):  # the sidecar hung up: fine
@@ -123,6 +124,7 @@ class ScriptedUpstream:
         self.gets: list[str] = []  # the path of every GET, in order
         self.cut_off: set[str] = set()  # request ids whose answer the sidecar hung up on
         self.traceparents: dict[str, str] = {}  # request id -> the traceparent it was sent
+        self.models = ["tiny"]  # the ids /v1/models lists (a test may change them)
         upstream = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -134,7 +136,8 @@ class ScriptedUpstream:
 
             def do_GET(self) -> None:
                 upstream.gets.append(self.path)
-                body = b'{"object":"list","data":[{"id":"tiny","object":"model"}]}'
+                data = [{"id": m, "object": "model"} for m in upstream.models]
+                body = json.dumps({"object": "list", "data": data}, separators=(",", ":")).encode()
                 if self.path == "/metrics":
                     body = b""
                 self.send_response(200)

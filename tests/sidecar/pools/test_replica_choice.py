@@ -4,7 +4,8 @@ bounded by load. No pool is contacted; the replicas' counts are set as the relay
 from __future__ import annotations
 
 from obs.config import parse_config
-from obs.sidecar.pools.pools import PoolSet
+from obs.events import Event
+from obs.sidecar.pools.pools import PoolSet, Replica
 
 URLS = ["http://a:1", "http://b:1", "http://c:1"]
 
@@ -42,3 +43,16 @@ def test_affinity_is_sticky_until_its_replica_is_overloaded() -> None:
     assert pools.candidates("p", "prefix-1")[0] is first
     first.outstanding = 50
     assert pools.candidates("p", "prefix-1")[0] is not first
+
+
+def test_a_replica_counts_the_requests_and_prompt_tokens_sent_while_one_is_in_flight() -> None:
+    """The lease stamps on the request's event the requests and estimated prompt tokens sent
+    to the replica while it was in flight (its own not counted)."""
+    replica = Replica("p", "http://127.0.0.1:1")
+    ev = Event(lane="chat")
+    with replica.lease(51, ev):
+        with replica.lease(40):
+            pass
+        with replica.lease(60):
+            pass
+    assert (ev.pool_requests_during, ev.pool_prompt_tokens_during) == (2, 100)
