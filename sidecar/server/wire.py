@@ -71,10 +71,9 @@ class Flow:
 
     def client_sent(self) -> None:
         """Bytes came from the client (they carry its acknowledgement), or it left."""
-        if self.acked is not None:
-            waiter, self.acked = self.acked, None
-            if not waiter.done():
-                waiter.set_result(None)
+        waiter, self.acked = self.acked, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def drain(self) -> None:
         """Until the transport takes writes again (the client read enough, or it left)."""
