@@ -155,6 +155,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--extra-sidecar", action="append", default=[], metavar="NAME=PYTHONPATH")
     ap.add_argument("--out-dir", type=Path, default=Path("bench/results/relay-bar"))
+    ap.add_argument(
+        "--summary", action="store_true", help="run nothing: the bar table of --out-dir's sessions"
+    )
     args = ap.parse_args(argv)
     args.pool_names = [p for p in args.pools.split(",") if p]
     if bad := [p for p in args.pool_names if p not in FAKE_POOLS]:
@@ -202,14 +205,28 @@ def session(args: argparse.Namespace, pool: str, ttft: float) -> dict[str, objec
         "figures": {t: asdict(f) for t, f in figs.items()},
         "bar": {t: verdicts(f, figs.get(ROUTER)) for t, f in figs.items() if t != ROUTER},
         "rows": [asdict(r) for r in rows],
+        "rounds": relay.round_figures(runs),  # per run: CPU (and its kernel part), RSS, ...
         "events_written": counts,
         "failed": sum(r.failed for r in rows),
         "_figures": figs,
     }
 
 
+def saved(out_dir: Path) -> dict[str, dict[str, Figures]]:
+    """The figures of every session saved in ``out_dir``, by pool and TTFT."""
+    docs = [json.loads(p.read_text()) for p in sorted(out_dir.glob("*.json"))]
+    docs.sort(key=lambda d: (d["pool"], d["ttft_ms"]))
+    return {
+        f"{d['pool']}, {d['ttft_ms']:g} ms": {t: Figures(**f) for t, f in d["figures"].items()}
+        for d in docs
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.summary:
+        print(table(saved(args.out_dir)))
+        return 0
     ensure_engine(progress=relay.progress)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     summary: dict[str, dict[str, Figures]] = {}
