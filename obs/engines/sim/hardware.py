@@ -84,6 +84,8 @@ MODELS: Final = {
         Model("llama-3.1-70b", 70.6e9, 80, 8192, 8, 128, 131072),
         Model("mistral-7b", 7.25e9, 32, 4096, 8, 128, 32768),
         Model("qwen2.5-7b", 7.62e9, 28, 3584, 4, 128, 32768),
+        Model("qwen2.5-0.5b", 0.494e9, 24, 896, 2, 64, 32768),  # tied embeddings
+        Model("qwen3-4b", 4.02e9, 36, 2560, 8, 128, 40960),  # tied embeddings
     )
 }
 
@@ -100,11 +102,25 @@ class Calibration:
     mfu: float = 0.5  # share of peak FLOP/s reached by prefill matmuls and attention
     mbu: float = 0.85  # share of HBM bandwidth reached by weight and KV reads
     step_s: float = 0.001  # per step: scheduler, launches, output
-    seq_s: float = 160e-6  # per sequence in the step: input preparation, sampling, output
-    token_s: float = 20e-6  # per token in the step, outside the roofline's matmuls
+    seq_s: float = 0.0  # per sequence in the step: input preparation, sampling, output
+    token_s: float = 0.0  # per token in the step, outside the roofline's matmuls
     allreduce_s: float = 30e-6  # latency of one all-reduce between the TP GPUs
     memory_utilization: float = 0.9  # vLLM's --gpu-memory-utilization default
     activation_reserve: float = 0.04  # share of GPU memory kept for activations, graphs
+    # vLLM V0's CPU costs (0.5-0.6: one process for scheduling, input preparation and
+    # sampling, no persistent batch): only for replaying published V0-era runs; the
+    # simulator itself is V1 (the fields above).
+    v0_step_s: float = 0.0015
+    v0_seq_s: float = 100e-6
+    v0_token_s: float = 20e-6
+
+    def engine(self, name: str) -> Calibration:
+        """These numbers for vLLM's ``"v1"`` engine (as they are) or ``"v0"``."""
+        if name == "v1":
+            return self
+        if name != "v0":
+            raise ConfigError(f"engine {name!r}: choose v1 or v0")
+        return replace(self, step_s=self.v0_step_s, seq_s=self.v0_seq_s, token_s=self.v0_token_s)
 
 
 CALIBRATION: Final = Calibration()
