@@ -2,17 +2,20 @@
 
 Every point is one published figure of one benchmark run (docs/sim.md, "Calibration",
 cites each). Which points are **fit** points and which are **held out** is fixed in
-bench/sim_calibration_cases.py: round 3's held-out points (``ROUND3_HELD_OUT``: Lambda's
-1x H100 runs of Llama-3.1-8B FP8 and Llama-3.1-70B FP8, and a concurrency sweep on an L4)
-were committed before the model was run on them; every point of rounds 1-2, held out
-then, is a fit point now (they had been seen).
+the cases' modules: every point of rounds 1-3 (bench/sim_calibration_cases.py) is a fit
+point since round 4 (all had been seen); round 4's held-out points
+(bench/sim_calibration_round4.py: ``ROUND4_HELD_OUT``) were committed after the model was
+frozen and before it was run on any of them. A figure a case names in ``unfit`` (its
+published value needs more than the GPU's peak) is scored and shown but not fitted.
 
 Each run is replayed with the scheduler limits its vLLM chose (obs.engines.sim.scheduler's
 ``vllm_defaults``: by GPU, engine V0/V1 and entry point) and with its engine's CPU costs
 (``Calibration.engine``).
 
 ``--fit`` searches the calibration (hardware.Calibration: mfu, mbu, the CPU's costs per
-step, sequence and token for V1 and for V0, the all-reduce latency) that minimises the
+step, sequence and token for V1 and for V0, the all-reduce latency; since round 4 also the
+FP8 weight bandwidth share, a per-layer step floor, and the API server's cost and latency
+per request) that minimises the
 mean absolute log error over the fit points only (each source weighing the same), and
 prints it; the committed values in
 obs/engines/sim/hardware.py are its result. Without ``--fit`` the committed calibration
@@ -53,7 +56,8 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from bench.sim_calibration_cases import CASES, Case, source_name
+from bench.sim_calibration_cases import Case, source_name
+from bench.sim_calibration_round4 import CASES
 from obs.engines.sim.frontend import FrontEnd, FrontEndCost
 from obs.engines.sim.hardware import CALIBRATION, GPUS, Calibration, PerfModel, perf_model
 from obs.engines.sim.scheduler import SchedulerConfig, SimRequest, vllm_defaults
