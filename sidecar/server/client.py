@@ -15,8 +15,10 @@ the lane's ``slow_client`` policy applies:
 
 At the end of a stream :meth:`ClientConn.drained` waits until the client's
 side has acknowledged every byte (the kernel's unacknowledged send queue,
-``SIOCOUTQ``, is empty), so the event's stream phase is the time the client's
-slowness cost, whatever the connection kind: a stream the relay writes
+``SIOCOUTQ``, is empty; it looks again when the client sends, whose bytes carry its
+acknowledgement, or after a pause of at most ``DRAIN_POLL_MAX_S``), so the event's
+stream phase is the time the client's slowness cost, whatever the connection kind: a
+stream the relay writes
 ``lingers`` (``Exchange.linger``), so a ``Connection: close`` or HTTP/1.0
 response is closed only after that wait, and a kept-alive connection's idle
 clock starts only then. The wait is bounded by the lane's
@@ -173,16 +175,34 @@ class ClientConn:
                     return 0
                 if loop.time() >= deadline:
                     return left
-                await asyncio.sleep(pause)
+                await self._client_sends(loop, pause)
                 pause = min(pause * 2, DRAIN_POLL_MAX_S)
         except TimeoutError:
             return self.buffered() if not t.is_closing() else t.get_write_buffer_size()
         finally:
             self.reset()
 
+    async def _client_sends(self, loop: asyncio.AbstractEventLoop, pause: float) -> None:
+        """Until the client sends (its next request carries the ACK of this response, so the
+        look after it finds the queue empty) or leaves, at most ``pause`` seconds."""
+        flow = self._flow
+        waiter = flow.acked = loop.create_future()
+        timer = loop.call_later(pause, _wake, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            if flow.acked is waiter:
+                flow.acked = None
+
     def reset(self) -> None:
         if not self._transport.is_closing():
             self._transport.set_write_buffer_limits(high=DEFAULT_HIGH_WATER)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def client_conn(scope: MutableMapping[str, Any]) -> ClientConn | None:
