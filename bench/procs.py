@@ -31,6 +31,8 @@ from obs.sidecar.process import SidecarProcess
 _TICKS = os.sysconf("SC_CLK_TCK")
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_VLLM = ["-m", "bench.fake_vllm"]  # run from ROOT
+# The fake pools a relay benchmark can run against: module, process name.
+FAKE_POOLS = {"fake_vllm": "bench.fake_vllm", "fake_openai": "bench.fake_openai"}
 
 
 class ProcStat:
@@ -112,14 +114,15 @@ class Server:
 
 
 class FakeVllm(Server):
-    """``python -m bench.fake_vllm`` in a subprocess (its own interpreter and CPU)."""
+    """A fake pool (``python -m bench.fake_vllm`` unless ``pool`` names another of
+    ``FAKE_POOLS``) in a subprocess (its own interpreter and CPU)."""
 
-    def __init__(self, work: Path, ttft_ms: float, itl_ms: float) -> None:
+    def __init__(self, work: Path, ttft_ms: float, itl_ms: float, pool: str = "fake_vllm") -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, *FAKE_VLLM, "--port", str(self.port)]
+        cmd = [sys.executable, "-m", FAKE_POOLS[pool], "--port", str(self.port)]
         cmd += ["--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms)]
-        super().__init__("fake vllm", cmd, work / "fake_vllm.log", self.url + "/health")
+        super().__init__(pool, cmd, work / f"{pool}.log", self.url + "/health")
 
 
 class PyForward(Server):

@@ -50,7 +50,7 @@ from typing import Any
 
 from bench import classify_cost, report
 from bench.peers import PEERS, start_peer
-from bench.procs import FakeVllm, Nginx, ProcStat, PyForward, Scraper, Server
+from bench.procs import FAKE_POOLS, FakeVllm, Nginx, ProcStat, PyForward, Scraper, Server
 from bench.vllm_bench import RunResult, Workload, run
 from obs.engines.setup import ensure_engine
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
@@ -96,7 +96,7 @@ class Bench:
         self.args = args
         self.work = work
         self.receiver = OtlpReceiver().start()
-        self.fake = FakeVllm(work, args.ttft_ms, args.itl_ms)
+        self.fake = FakeVllm(work, args.ttft_ms, args.itl_ms, args.pool)
         self.nginx: Nginx | None = None
         self.peers: list[Server] = []
         self.servers: list[Server] = []
@@ -234,6 +234,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="requests per run at every level (default: c1 100, c64 1500, sat 3000)",
     )
     ap.add_argument("--warmup-prompts", type=int, default=64, help="per target, not counted")
+    ap.add_argument("--pool", choices=sorted(FAKE_POOLS), default="fake_vllm", help="the fake pool")
     ap.add_argument("--ttft-ms", type=float, default=20.0, help="the fake's time to first token")
     ap.add_argument("--itl-ms", type=float, default=5.0, help="the fake's inter-token delay")
     ap.add_argument("--scrape-interval", type=float, default=1.0, metavar="SECONDS")
@@ -351,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = sum(r.failed for r in rows)
     header = (
         f"vllm bench serve (openai-chat, random {levels[0].input_len} in / 32-128 out, "
-        f"ignore_eos) against a fake vLLM (TTFT {args.ttft_ms:g} ms, ITL {args.itl_ms:g} ms; "
+        f"ignore_eos) against {args.pool} (TTFT {args.ttft_ms:g} ms, ITL {args.itl_ms:g} ms; "
         f"sat: no inter-token delay); {args.rounds} interleaved rounds; added TTFT, ITL change "
         f"and share of direct: against the same round's direct run, median over rounds (share "
         f"range in brackets); direct rows: pooled percentiles; sidecar: JSONL events + OTLP "

@@ -222,7 +222,7 @@ def cost_split(all_rows: list[Row], short: str = "short", long: str = "long") ->
     for r in all_rows:
         if r.level != short or (long, r.target) not in at:
             continue
-        fit = _fit(r, at[long, r.target])
+        fit = split_fit(r, at[long, r.target])
         if fit is not None:
             fits[r.target] = fit
     if not fits:
@@ -241,7 +241,7 @@ def cost_split(all_rows: list[Row], short: str = "short", long: str = "long") ->
     return head + "\n" + "\n".join(lines)
 
 
-def _fit(short: Row, long: Row) -> tuple[float, float] | None:
+def split_fit(short: Row, long: Row) -> tuple[float, float] | None:
     """(CPU s per request, CPU s per token) through the two rows' (tokens, CPU) per request."""
     points = []
     for r in (short, long):

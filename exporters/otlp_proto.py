@@ -41,11 +41,14 @@ _DOUBLE = struct.Struct("<d")
 _FIXED64 = struct.Struct("<Q")
 
 
+_BYTES = tuple(bytes((i,)) for i in range(0x80))  # the one-byte varints, made once
+
+
 def _varint(n: int) -> bytes:
+    if 0 <= n < 0x80:
+        return _BYTES[n]
     if n < 0:
         n += 1 << 64  # int64 is written as its two's complement, ten bytes
-    if n < 0x80:
-        return bytes((n,))
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
@@ -56,7 +59,8 @@ def _varint(n: int) -> bytes:
 
 def _field(tag: bytes, payload: bytes) -> bytes:
     """A length-delimited field: tag, length, payload."""
-    return tag + _varint(len(payload)) + payload
+    n = len(payload)
+    return tag + (_BYTES[n] if n < 0x80 else _varint(n)) + payload
 
 
 def _any_value(v: AttrValue) -> bytes:

@@ -148,6 +148,7 @@ class _Conn(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         assert self.resp is not None
+        self.resp.ending = True  # what _deliver hands over now is the body's last piece
         self._deliver()
         self.resp._complete()
 
@@ -156,8 +157,8 @@ class Response:
     """One pool response: head awaited by ``request``, then the body whole or to a sink."""
 
     __slots__ = (
-        "_conn", "_done", "chunks", "complete", "head", "headers", "keep_alive", "raw_headers",
-        "read_ns", "sink", "status", "until_eof",
+        "_conn", "_done", "chunks", "complete", "ending", "head", "headers", "keep_alive",
+        "raw_headers", "read_ns", "sink", "status", "until_eof",
     )  # fmt: skip
 
     def __init__(self, conn: _Conn, loop: asyncio.AbstractEventLoop) -> None:
@@ -170,6 +171,7 @@ class Response:
         self.keep_alive = False
         self.until_eof = False
         self.complete = False
+        self.ending = False  # the body's last piece is being handed to the sink
         self.chunks: list[bytes] = []
         self.sink: Sink | None = None
         # perf_counter_ns of the socket read being parsed: the pieces of one read share it, so a

@@ -157,7 +157,6 @@ class Relay:
 
     async def _handle(self, req: Request, scope: Scope, receive: Receive, send: Send) -> None:
         ev = req.event
-        ev.ts = datetime.fromtimestamp(req.wall_ns / 1e9, UTC).isoformat(timespec="milliseconds")
         headers = request_headers(scope)
         ev.request_id = headers.get("x-request-id") or f"{random.getrandbits(64):016x}"  # vLLM's
         if len(ev.request_id) > 128:
@@ -181,8 +180,7 @@ class Relay:
                 return
             raise refused from None  # what the server answered is what the event says
         # The server-side clock starts now: the upload was the client's time (upload_ms).
-        req.body_complete(body_ns(scope))
-        ev.ts = datetime.fromtimestamp(req.wall_ns / 1e9, UTC).isoformat(timespec="milliseconds")
+        req.body_complete(body_ns(scope))  # ev.ts: when the record ends (_finish)
         body: dict[str, Any] | None = None
         generate = ev.route in GENERATE_ROUTES
         if generate or headers.get("content-type", "").startswith("application/json"):
@@ -384,6 +382,7 @@ class Relay:
         ev, clock = req.event, req.clock
         if not clock.end:
             clock.end = time.perf_counter_ns()
+        ev.ts = datetime.fromtimestamp(req.wall_ns / 1e9, UTC).isoformat(timespec="milliseconds")
         if req.disconnected:  # the client left: unless it ended otherwise before
             req.settle(e.ClientLeft(), clock.current_phase())
         kept = None

@@ -46,8 +46,8 @@ class StreamSink:
 
     __slots__ = (
         "abort_at", "aborted", "blocked", "burst", "conn", "deadline", "ended", "error",
-        "first_read", "last_out", "limit", "paused_at", "read_chunks", "read_tokens", "req",
-        "resp", "splitter", "state", "stripper",
+        "first_read", "last", "last_out", "limit", "paused_at", "read_chunks", "read_tokens",
+        "req", "resp", "splitter", "state", "stripper",
     )  # fmt: skip
 
     def __init__(
@@ -75,6 +75,7 @@ class StreamSink:
         self.aborted = False
         self.ended = False
         self.error: UpstreamError | None = None
+        self.last = b""  # the body's last piece, sent with the response's end (relay_stream)
 
     def on_body(self, data: bytes) -> None:
         now = self.resp.read_ns or time.perf_counter_ns()
@@ -106,6 +107,10 @@ class StreamSink:
         if self.abort_at and conn.buffered() > self.abort_at:
             self.aborted = True
             self.resp.close()  # vLLM aborts the request when its connection closes
+            return
+        if state.done and self.resp.ending:  # the pool's last piece: one write with the end
+            self.last = payload
+            req.delivered = True
             return
         conn.write_body(payload)
         if self.last_out and not req.clock.first_sent:
@@ -202,7 +207,9 @@ async def relay_stream(
         apply_usage(ev, state)
         return
     stripper, splitter = sink.stripper, sink.splitter
-    tail = stripper.flush() if stripper else []
+    tail = [sink.last] if sink.last else []
+    if stripper:
+        tail += stripper.flush()
     if splitter.pending and state.done:  # bytes after [DONE]: the pool's, relayed as they are
         tail.append(splitter.pending)
     if not state.done and state.error is None:
@@ -217,6 +224,8 @@ async def relay_stream(
     await send({"type": _BODY, "body": b"".join(tail), "more_body": False})
     req.done = True  # only now: a shutdown cut during the send still ends the body cleanly
     t1 = perf()
+    if sink.last and sink.last_out and not clock.first_sent:  # it held the first token
+        clock.first_sent = t1
     deadline.cancel()  # the pool is done: its deadlines do not run while the client reads
     await _until_acknowledged(req, conn, slow.record_wait_s)
     clock.end = perf()

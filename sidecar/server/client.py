@@ -15,8 +15,10 @@ the lane's ``slow_client`` policy applies:
 
 At the end of a stream :meth:`ClientConn.drained` waits until the client's
 side has acknowledged every byte (the kernel's unacknowledged send queue,
-``SIOCOUTQ``, is empty), so the event's stream phase is the time the client's
-slowness cost, whatever the connection kind: a stream the relay writes
+``SIOCOUTQ``, is empty; it looks again when the client sends, whose bytes carry its
+acknowledgement, or after a pause of at most ``DRAIN_POLL_MAX_S``), so the event's
+stream phase is the time the client's slowness cost, whatever the connection kind: a
+stream the relay writes
 ``lingers`` (``Exchange.linger``), so a ``Connection: close`` or HTTP/1.0
 response is closed only after that wait, and a kept-alive connection's idle
 clock starts only then. The wait is bounded by the lane's
@@ -58,6 +60,9 @@ NEVER_WAIT = (1 << 31) - 1  # abort policy: the relay checks the bound itself
 # How often, at most, the end of a stream looks whether the client's side has acknowledged
 # every byte: the stream phase ends at most this late (a client's delayed ACK is ~40 ms).
 DRAIN_POLL_MAX_S = 0.01
+# A receiver may hold its ACK this long (Linux's TCP_DELACK_MAX): bytes still unacknowledged
+# when a client resets within it may have been read; later, the client was behind.
+DELAYED_ACK_MAX_S = 0.2
 
 
 class ClientConn:
@@ -145,15 +150,16 @@ class ClientConn:
 
         A client that resets the connection during the wait returns what it had not
         acknowledged at the last look (``DRAIN_POLL_MAX_S`` old at most), provided that look
-        came after a pause (right after the write, the last bytes are in flight even to a
-        fast client); a client that closes cleanly had read all it received. The kernel's
-        queue is read only while the connection is open: once closed, its descriptor may
-        name another socket.
+        came ``DELAYED_ACK_MAX_S`` after the wait began (before, the last bytes may be read
+        but not yet acknowledged: a receiver delays its ACK); a client that closes cleanly
+        had read all it received. The kernel's queue is read only while the connection is
+        open: once closed, its descriptor may name another socket.
         """
         t = self._transport
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        left, looks = 0, 0
+        began = loop.time()
+        deadline = began + timeout_s
+        left, looks, behind = 0, 0, False
         try:
             if not t.is_closing() and t.get_write_buffer_size():
                 left, looks = self.buffered(), 1  # the client is behind: the relay holds bytes
@@ -162,7 +168,7 @@ class ClientConn:
             pause = 0.002
             while True:
                 if self._conn.lost:
-                    return left if looks > 1 and self._conn.reset_by_peer else 0
+                    return left if behind and self._conn.reset_by_peer else 0
                 # A closing transport (closed at shutdown) still flushes its buffer: wait for
                 # that too, or the process could exit with the stream's end unsent.
                 left = t.get_write_buffer_size()
@@ -171,18 +177,37 @@ class ClientConn:
                 looks += 1
                 if not left:
                     return 0
+                behind = looks > 1 and loop.time() - began >= DELAYED_ACK_MAX_S
                 if loop.time() >= deadline:
                     return left
-                await asyncio.sleep(pause)
+                await self._client_sends(loop, pause)
                 pause = min(pause * 2, DRAIN_POLL_MAX_S)
         except TimeoutError:
             return self.buffered() if not t.is_closing() else t.get_write_buffer_size()
         finally:
             self.reset()
 
+    async def _client_sends(self, loop: asyncio.AbstractEventLoop, pause: float) -> None:
+        """Until the client sends (its next request carries the ACK of this response, so the
+        look after it finds the queue empty) or leaves, at most ``pause`` seconds."""
+        flow = self._flow
+        waiter = flow.acked = loop.create_future()
+        timer = loop.call_later(pause, _wake, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            if flow.acked is waiter:
+                flow.acked = None
+
     def reset(self) -> None:
         if not self._transport.is_closing():
             self._transport.set_write_buffer_limits(high=DEFAULT_HIGH_WATER)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def client_conn(scope: MutableMapping[str, Any]) -> ClientConn | None:

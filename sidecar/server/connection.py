@@ -14,9 +14,9 @@ connection caps (an idle or slow connection evicted, else 503), body memory as b
 (503), protocol switches (400; a bodiless GET or HEAD is served as HTTP/1.1). An answer
 before its body was read closes the connection; trailers never join the headers.
 
-A stream the relay writes lingers after its last byte (obs.sidecar.server.wire). A request's
-scope carries under ``extensions`` its ``ClientConn``, ``received_ns`` (the read that began
-it) and, once complete, ``body_ns`` (the read that completed its body).
+A stream the relay writes lingers after its last byte (wire.py; bytes from the client wake
+its look at what was acknowledged). A request's scope's ``extensions`` hold its ``ClientConn``,
+``received_ns`` (the read that began it) and ``body_ns`` (the read that completed its body).
 """
 
 from __future__ import annotations
@@ -155,6 +155,7 @@ class HttpConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._read_ns = time.perf_counter_ns()
+        self.flow.client_sent()
         self.intake.received(data)
 
     def _piece_size(self) -> int:
@@ -386,8 +387,7 @@ class HttpConnection(asyncio.Protocol):
         self._timer_limit = ""
 
     def _expired(self, limit: str) -> None:
-        self._timer = None
-        self._timer_limit = ""
+        self._timer, self._timer_limit = None, ""
         if limit == "keep_alive":
             self.transport.close()
         elif limit == "idle_timeout":

@@ -14,6 +14,10 @@ waits while the connection's write buffer is past its high-water mark.
 The per-token path does not go through ``send``: the relay writes each piece of a
 stream with ``ClientConn.write_body`` (obs.sidecar.server.client), framed the same way.
 
+The head is written with the body's first piece when that piece comes before the event loop's
+next turn (a pool that sent its head and first bytes together), else on that turn: one
+write, and one wake-up of the client, instead of two. Nothing waits for the body.
+
 A response that ``lingers`` (a stream the relay writes: it waits, after the last byte,
 until the client's side has acknowledged it) is not closed at its end, and its
 connection's keep-alive clock does not start then: both happen when the app returns
@@ -44,22 +48,32 @@ _NO_BODY = (204, 304)
 
 
 class Flow:
-    """Write flow control of one connection: ``drain`` waits while writing is paused."""
+    """Write flow control of one connection: ``drain`` waits while writing is paused;
+    ``acked``, a look at what the client acknowledged, is woken when it sends or leaves."""
 
-    __slots__ = ("_waiter", "write_paused")
+    __slots__ = ("_waiter", "acked", "write_paused")
 
     def __init__(self) -> None:
         self.write_paused = False
         self._waiter: asyncio.Future[None] | None = None
+        self.acked: asyncio.Future[None] | None = None
 
     def pause(self) -> None:
         self.write_paused = True
 
     def resume(self) -> None:
+        """Writing goes on (or the connection is gone: ``connection_lost`` calls this too)."""
         self.write_paused = False
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
         self._waiter = None
+        self.client_sent()
+
+    def client_sent(self) -> None:
+        """Bytes came from the client (they carry its acknowledgement), or it left."""
+        waiter, self.acked = self.acked, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def drain(self) -> None:
         """Until the transport takes writes again (the client read enough, or it left)."""
@@ -92,6 +106,7 @@ class Exchange:
 
     __slots__ = (
         "_event",
+        "_head",
         "_reading_paused",
         "_resume_reading",
         "body",
@@ -149,6 +164,7 @@ class Exchange:
         self.body_ns = 0  # perf_counter_ns of the read that completed the body; 0: not yet
         self.refusal: RequestLimit | None = None  # the server refused it (connection.py)
         self._event = asyncio.Event()
+        self._head = b""  # the response's head, until the body's first write or the next turn
         self._reading_paused = False
         self._resume_reading = resume_reading
 
@@ -256,17 +272,26 @@ class Exchange:
         if not self.keep_alive:
             parts.append(b"connection: close\r\n")
         parts.append(b"\r\n")
-        self.transport.write(b"".join(parts))
+        self._head = b"".join(parts)
+        asyncio.get_running_loop().call_soon(self.flush_head)
+
+    def flush_head(self) -> None:
+        """Write the head now, if it still waits for the body's first piece."""
+        head, self._head = self._head, b""
+        if head and not self.transport.is_closing():
+            self.transport.write(head)
 
     def write(self, data: bytes) -> None:
         """Write one piece of the body, framed as the head said."""
         if self.head_only or not data or self.disconnected:
+            self.flush_head()
             return
+        head, self._head = self._head, b""
         if self.chunked:
-            self.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+            self.transport.write(b"%b%x\r\n%b\r\n" % (head, len(data), data))
             return
         self.expected -= len(data)
-        self.transport.write(data)
+        self.transport.write(head + data if head else data)
 
     def end(self, data: bytes = b"") -> None:
         """The body's last piece, ``data``: the connection goes on to the next request, or
@@ -274,10 +299,11 @@ class Exchange:
         if self.response_complete:
             return
         if self.chunked and not self.head_only and not self.disconnected:
+            head, self._head = self._head, b""
             if data:
-                self.transport.write(b"%x\r\n%b\r\n0\r\n\r\n" % (len(data), data))
+                self.transport.write(b"%b%x\r\n%b\r\n0\r\n\r\n" % (head, len(data), data))
             else:
-                self.transport.write(b"0\r\n\r\n")
+                self.transport.write(head + b"0\r\n\r\n")
         else:
             self.write(data)
         self.response_complete = True
@@ -351,6 +377,7 @@ async def run_app(app: Callable[[Scope, Receive, Send], Awaitable[None]], ex: Ex
         if not ex.response_started and not ex.disconnected:
             _internal_error(ex)
         else:
+            ex.flush_head()
             ex.transport.close()
         if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
             raise
@@ -359,6 +386,7 @@ async def run_app(app: Callable[[Scope, Receive, Send], Awaitable[None]], ex: Ex
             log.error("app_returned_without_an_answer", path=ex.scope["path"])
             _internal_error(ex)
         elif not ex.response_complete and not ex.disconnected:
+            ex.flush_head()
             ex.transport.close()
     finally:
         ex.settle()

@@ -9,12 +9,17 @@ import statistics
 from pathlib import Path
 
 from bench import sim_calibration as cal
-from bench.sim_calibration_cases import FIT, ROUND3_HELD_OUT
+from bench.sim_calibration_cases import FIT, ROUND3
+from bench.sim_calibration_round4 import ROUND4_HELD_OUT
 from obs.engines.sim.hardware import CALIBRATION
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULT = ROOT / "bench" / "results" / "sim_calibration.json"
-HISTORY = [ROOT / "bench" / "results" / f"sim_calibration_round{n}.json" for n in (1, 2)]
+HISTORY = {
+    ROOT / "bench" / "results" / f"sim_calibration_round{n}.json": held
+    for n, held in ((1, 9), (2, 9), (3, 18))
+}
+SEEN = FIT + ROUND3  # rounds 1-3's points: fit points since round 4
 DOC = ROOT / "docs" / "sim.md"
 
 
@@ -36,17 +41,18 @@ def test_the_committed_calibration_is_the_models_default() -> None:
     assert CALIBRATION.__class__(**_load(RESULT)["calibration"]) == CALIBRATION
 
 
-def test_round_3_holds_out_its_registered_points_and_fits_on_the_others() -> None:
-    """The held-out points are exactly round 3's registered list, none of them a fit point;
-    the fit reads only fit points; the summary's bar verdict follows from its own counts."""
-    assert [c for c in cal.CASES if c.held_out] == list(ROUND3_HELD_OUT)
-    assert not any(c.held_out for c in FIT)
-    assert {c.name for c in FIT}.isdisjoint(c.name for c in ROUND3_HELD_OUT)
-    assert cal.loss(CALIBRATION, cal.CASES[: len(FIT)]) == cal.loss(CALIBRATION, FIT)
+def test_round_4_holds_out_its_registered_points_and_fits_on_all_earlier_ones() -> None:
+    """The held-out points are exactly round 4's registered list, none of them a point of
+    rounds 1-3 (all fit points now); the fit reads only fit points; the summary's bar
+    verdict follows from its own counts."""
+    assert [c for c in cal.CASES if c.held_out] == list(ROUND4_HELD_OUT)
+    assert not any(c.held_out for c in SEEN)
+    assert {c.name for c in SEEN}.isdisjoint(c.name for c in ROUND4_HELD_OUT)
+    assert cal.loss(CALIBRATION, cal.CASES[: len(SEEN)]) == cal.loss(CALIBRATION, SEEN)
     s = _load(RESULT)["summary"]
     h = s["held_out"]
-    assert h["points"] == sum(len(c.published) for c in ROUND3_HELD_OUT)
-    assert s["fit"]["points"] == sum(len(c.published) for c in FIT)
+    assert h["points"] == sum(len(c.published) for c in ROUND4_HELD_OUT)
+    assert s["fit"]["points"] == sum(len(c.published) for c in SEEN)
     bars = (
         h["points"] >= 8
         and h["sources"] >= 3
@@ -59,10 +65,10 @@ def test_round_3_holds_out_its_registered_points_and_fits_on_the_others() -> Non
 
 
 def test_earlier_rounds_are_kept_as_history() -> None:
-    """Rounds 1 and 2's result files stay, each with its own calibration and held-out score."""
-    for path in HISTORY:
+    """Rounds 1-3's result files stay, each with its own calibration and held-out score."""
+    for path, held in HISTORY.items():
         doc = _load(path)
-        assert doc["summary"]["held_out"]["points"] == 9 and doc["calibration"]
+        assert doc["summary"]["held_out"]["points"] == held and doc["calibration"]
 
 
 def test_answer_lengths_end_at_the_cap_or_earlier_at_the_published_mean() -> None:

@@ -260,3 +260,21 @@ def test_v0_steps_prefill_or_decode_never_both() -> None:
     assert [(r.rid, n) for r, n in step.items] == [("b", 300)]
     s.complete(step, 0.02)
     assert sorted(r.rid for r, _ in s.schedule(0.02).items) == ["a", "b"]
+
+
+def test_fp8_weights_are_read_at_their_own_bandwidth_share_and_the_layer_floor_adds_per_layer() -> (
+    None
+):
+    """A one-sequence decode with FP8 weights reads half the bytes at ``fp8_mbu`` of the
+    bandwidth (not ``mbu``); ``layer_s`` adds the same time per layer to every step."""
+    bf16 = perf_model("H100", "llama-3.1-8b")
+    fp8 = perf_model("H100", "llama-3.1-8b", weights="fp8")
+    work = StepWork(1, 100, 100, 1, 100)
+    cal = fp8.cal
+    assert cal.fp8_mbu < cal.mbu
+    read = fp8.weight_bytes / (fp8.gpu.bandwidth * cal.fp8_mbu)
+    assert read < fp8.step_seconds(work) - cal.step_s < 1.05 * read + cal.seq_s + cal.token_s
+    fast = replace(fp8, cal=replace(cal, fp8_mbu=cal.mbu))
+    assert fast.step_seconds(work) < fp8.step_seconds(work) < bf16.step_seconds(work)
+    floored = replace(bf16, cal=replace(bf16.cal, layer_s=10e-6))
+    assert floored.step_seconds(work) - bf16.step_seconds(work) == pytest.approx(32 * 10e-6)

@@ -61,7 +61,7 @@ def test_a_lane_without_traffic_meets_its_slos() -> None:
 
 def test_the_margin_is_the_repos_calibration_error() -> None:
     """The shipped bench/results/sim_calibration.json gives its largest held-out error as the
-    margin (whatever it is: round 3's is large) and says where it came from."""
+    margin (whatever the latest round's is) and says where it came from."""
     path = ROOT / "bench" / "results" / "sim_calibration.json"
     margin, source = calibration_margin(path)
     held = json.loads(path.read_text(encoding="utf-8"))["summary"]["held_out"]

@@ -19,10 +19,12 @@ from tests.support.scripted_upstream import token_frame
 
 
 class FakeResponse:
-    """The pool's response as the sink sees it: when the current read arrived, pause, close."""
+    """The pool's response as the sink sees it: when the current read arrived, whether it is
+    the body's last piece, pause, close."""
 
     def __init__(self) -> None:
         self.read_ns = 0
+        self.ending = False
         self.paused = self.closed = False
 
     def pause_reading(self) -> None:
@@ -118,3 +120,15 @@ def test_the_abort_policy_ends_the_stream_past_the_bound() -> None:
     sink, _, resp, _ = _sink(conn, policy="abort", limit=1024)
     _read(sink, resp, 1_000, token_frame("a"))
     assert sink.aborted and resp.closed and conn.written == []
+
+
+def test_the_pools_last_piece_waits_for_the_end_of_the_response() -> None:
+    """A read that ends the pool's body and carries [DONE] is not written on its own: it goes
+    out with the response's end (one write), and the stream counts as delivered."""
+    conn = FakeConn()
+    sink, req, resp, _ = _sink(conn)
+    _read(sink, resp, 1_000, token_frame("a"))
+    resp.ending = True
+    _read(sink, resp, 2_000, token_frame("b"), DONE_FRAME)
+    assert conn.written == [token_frame("a")]
+    assert sink.last == token_frame("b") + DONE_FRAME and req.delivered
