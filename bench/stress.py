@@ -214,7 +214,9 @@ def _level(
     for row in matrix.system:
         name = row["profile"]
         shares = [sum(flags[s][name].values()) / requests for s in scales]
-        row = {**row, "good_share_band": [round(min(shares), 4), round(max(shares), 4)]}
+        # Rounded outward to 4 places, so the band holds the unrounded share it brackets.
+        band = [math.floor(min(shares) * 1e4) / 1e4, math.ceil(max(shares) * 1e4) / 1e4]
+        row = {**row, "good_share_band": band}
         if name != SHIPPED[0]:
             each = [paired(flags[s][name], flags[s][SHIPPED[0]]) for s in scales]
             mid = each[scales.index(1.0)]

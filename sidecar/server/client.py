@@ -60,6 +60,9 @@ NEVER_WAIT = (1 << 31) - 1  # abort policy: the relay checks the bound itself
 # How often, at most, the end of a stream looks whether the client's side has acknowledged
 # every byte: the stream phase ends at most this late (a client's delayed ACK is ~40 ms).
 DRAIN_POLL_MAX_S = 0.01
+# A receiver may hold its ACK this long (Linux's TCP_DELACK_MAX): bytes still unacknowledged
+# when a client resets within it may have been read; later, the client was behind.
+DELAYED_ACK_MAX_S = 0.2
 
 
 class ClientConn:
@@ -147,15 +150,16 @@ class ClientConn:
 
         A client that resets the connection during the wait returns what it had not
         acknowledged at the last look (``DRAIN_POLL_MAX_S`` old at most), provided that look
-        came after a pause (right after the write, the last bytes are in flight even to a
-        fast client); a client that closes cleanly had read all it received. The kernel's
-        queue is read only while the connection is open: once closed, its descriptor may
-        name another socket.
+        came ``DELAYED_ACK_MAX_S`` after the wait began (before, the last bytes may be read
+        but not yet acknowledged: a receiver delays its ACK); a client that closes cleanly
+        had read all it received. The kernel's queue is read only while the connection is
+        open: once closed, its descriptor may name another socket.
         """
         t = self._transport
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        left, looks = 0, 0
+        began = loop.time()
+        deadline = began + timeout_s
+        left, looks, behind = 0, 0, False
         try:
             if not t.is_closing() and t.get_write_buffer_size():
                 left, looks = self.buffered(), 1  # the client is behind: the relay holds bytes
@@ -164,7 +168,7 @@ class ClientConn:
             pause = 0.002
             while True:
                 if self._conn.lost:
-                    return left if looks > 1 and self._conn.reset_by_peer else 0
+                    return left if behind and self._conn.reset_by_peer else 0
                 # A closing transport (closed at shutdown) still flushes its buffer: wait for
                 # that too, or the process could exit with the stream's end unsent.
                 left = t.get_write_buffer_size()
@@ -173,6 +177,7 @@ class ClientConn:
                 looks += 1
                 if not left:
                     return 0
+                behind = looks > 1 and loop.time() - began >= DELAYED_ACK_MAX_S
                 if loop.time() >= deadline:
                     return left
                 await self._client_sends(loop, pause)

@@ -36,6 +36,7 @@ class _Bounded(ThreadingHTTPServer):
     """A thread per connection, at most ``MAX_HANDLERS`` at once; the rest closed at once."""
 
     daemon_threads = True
+    request_queue_size = MAX_HANDLERS  # socketserver's 5 drops a burst's SYNs (1 s retries)
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
@@ -57,7 +58,14 @@ class _Bounded(ThreadingHTTPServer):
 class HealthListener:
     """Serves the latest ``snapshot()`` on ``GET /health`` from a thread."""
 
-    def __init__(self, host: str, port: int, snapshot: Callable[[], dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        snapshot: Callable[[], dict[str, Any]],
+        *,
+        timeout_s: float = TIMEOUT_S,
+    ) -> None:
         self.snapshot = snapshot
         self._body = orjson.dumps({"status": "starting"})
         self._at = time.monotonic()
@@ -67,7 +75,7 @@ class HealthListener:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
-            timeout = TIMEOUT_S  # a silent connection is closed, its thread freed
+            timeout = timeout_s  # a silent connection is closed, its thread freed
 
             def do_GET(self) -> None:
                 status, body = listener.answer() if self.path == "/health" else (404, b"")

@@ -1,19 +1,25 @@
 """The simulator's calibration (bench/sim_calibration.py): fit and held-out points kept apart,
-the committed result files and docs/sim.md's table are what the calibration computes now."""
+the committed result file and docs/sim.md's table are what the calibration computes now."""
 
 from __future__ import annotations
 
 import json
+import random
+import statistics
 from pathlib import Path
 
-import pytest
-
 from bench import sim_calibration as cal
+from bench.sim_calibration_cases import FIT, ROUND3
+from bench.sim_calibration_round4 import ROUND4_HELD_OUT
 from obs.engines.sim.hardware import CALIBRATION
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULT = ROOT / "bench" / "results" / "sim_calibration.json"
-ROUND1 = ROOT / "bench" / "results" / "sim_calibration_round1.json"
+HISTORY = {
+    ROOT / "bench" / "results" / f"sim_calibration_round{n}.json": held
+    for n, held in ((1, 9), (2, 9), (3, 18))
+}
+SEEN = FIT + ROUND3  # rounds 1-3's points: fit points since round 4
 DOC = ROOT / "docs" / "sim.md"
 
 
@@ -21,11 +27,10 @@ def _load(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-@pytest.mark.parametrize("path", [RESULT, ROUND1], ids=["committed", "round1"])
-def test_each_committed_result_is_what_its_calibration_computes(path: Path) -> None:
+def test_the_committed_result_is_what_its_calibration_computes() -> None:
     """Rerunning the calibration (virtual time, seeded) with the file's calibration gives the
-    file's points and summary, so a model change must come with regenerated files."""
-    doc = _load(path)
+    file's points and summary, so a model change must come with a regenerated file."""
+    doc = _load(RESULT)
     rows = cal.table(CALIBRATION.__class__(**doc["calibration"]))
     assert json.loads(json.dumps(rows)) == doc["points"]
     assert cal.summary(rows) == doc["summary"]
@@ -36,24 +41,52 @@ def test_the_committed_calibration_is_the_models_default() -> None:
     assert CALIBRATION.__class__(**_load(RESULT)["calibration"]) == CALIBRATION
 
 
-def test_held_out_points_are_many_independent_and_none_is_fitted() -> None:
-    """The held-out set has at least 8 points from at least 3 sources, 2 of them on H100,
-    a TTFT among them; the fit reads only fit points (its loss ignores held-out ones)."""
-    s = _load(RESULT)["summary"]["held_out"]
-    assert s["points"] >= 8 and s["sources"] >= 3 and s["h100_points"] >= 2
-    assert s["ttft_points"] >= 1
-    fit_only = [c for c in cal.CASES if not c.held_out]
-    assert cal.loss(CALIBRATION, cal.CASES[: len(fit_only)]) == cal.loss(CALIBRATION, fit_only)
-    every = {r["point"] for r in _load(RESULT)["points"]}
-    assert len(every) == sum(len(c.published) for c in cal.CASES)
+def test_round_4_holds_out_its_registered_points_and_fits_on_all_earlier_ones() -> None:
+    """The held-out points are exactly round 4's registered list, none of them a point of
+    rounds 1-3 (all fit points now); the fit reads only fit points; the summary's bar
+    verdict follows from its own counts."""
+    assert [c for c in cal.CASES if c.held_out] == list(ROUND4_HELD_OUT)
+    assert not any(c.held_out for c in SEEN)
+    assert {c.name for c in SEEN}.isdisjoint(c.name for c in ROUND4_HELD_OUT)
+    assert cal.loss(CALIBRATION, cal.CASES[: len(SEEN)]) == cal.loss(CALIBRATION, SEEN)
+    s = _load(RESULT)["summary"]
+    h = s["held_out"]
+    assert h["points"] == sum(len(c.published) for c in ROUND4_HELD_OUT)
+    assert s["fit"]["points"] == sum(len(c.published) for c in SEEN)
+    bars = (
+        h["points"] >= 8
+        and h["sources"] >= 3
+        and h["h100_points"] >= 2
+        and h["ttft_points"] >= 1
+        and h["median_error"] <= cal.MEDIAN_LIMIT
+        and h["max_error"] <= cal.LIMIT
+    )
+    assert s["bars_met"] is bars
 
 
-def test_the_docs_table_shows_both_rounds_figures() -> None:
+def test_earlier_rounds_are_kept_as_history() -> None:
+    """Rounds 1-3's result files stay, each with its own calibration and held-out score."""
+    for path, held in HISTORY.items():
+        doc = _load(path)
+        assert doc["summary"]["held_out"]["points"] == held and doc["calibration"]
+
+
+def test_answer_lengths_end_at_the_cap_or_earlier_at_the_published_mean() -> None:
+    """Without --ignore-eos an answer never passes max_tokens and the lengths average the
+    published mean; with it (no mean) every answer is max_tokens long."""
+    draw = cal.output_lengths(128, 100.25, random.Random(1))
+    lengths = [draw() for _ in range(20_000)]
+    assert max(lengths) == 128 and min(lengths) >= 1
+    assert abs(statistics.mean(lengths) - 100.25) < 1.0
+    fixed = cal.output_lengths(128, 0.0, random.Random(1))
+    assert {fixed() for _ in range(10)} == {128}
+
+
+def test_the_docs_table_is_the_committed_points() -> None:
     """Each row of docs/sim.md's calibration table is the committed point's set, published
-    and simulated figure and ratio, beside round 1's."""
-    rows, round1 = _load(RESULT)["points"], _load(ROUND1)["points"]
-    expected = cal.markdown(rows, round1)
-    points = [ln for ln in expected if ln.startswith("| `")]
+    and simulated figure and ratio."""
+    rows = _load(RESULT)["points"]
+    points = [ln for ln in cal.markdown(rows) if ln.startswith("| `")]
     marks = (" | fit | ", " | held out | ")
     lines = [
         ln

@@ -53,3 +53,15 @@ def test_a_run_of_steps_at_once_matches_step_by_step(
         one.stream(i * step_s, step_s, 1, tokens)
     assert run.stream(0.0, step_s, steps, tokens) == pytest.approx(one.free_at)
     assert run.busy_s == pytest.approx(one.busy_s)
+
+
+def test_a_request_costs_its_set_up_in_the_queue_and_its_latency_outside_it() -> None:
+    """``request_s`` queues requests behind each other's set-up; ``fixed_s`` delays each
+    request's hand-over without holding the queue; the split keeps PR #15137's budget."""
+    cost = FrontEndCost(prompt_token_s=0.0, token_s=1e-4, request_s=0.003, fixed_s=0.01)
+    fe = FrontEnd(cost)
+    assert fe.intake(1.0, 100) == pytest.approx(1.013)
+    assert fe.intake(1.0, 100) == pytest.approx(1.016)  # behind the first's 3 ms, not its 10
+    split = FrontEndCost.split(0.003, 0.012)
+    assert 73.65 * split.request_s + 14791 * split.token_s == pytest.approx(1.0)
+    assert split.fixed_s == 0.012 and split.token_s < FrontEndCost().token_s

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from obs.engines.sim.hardware import StepWork, perf_model
 from obs.engines.sim.kvcache import KvCache
-from obs.engines.sim.scheduler import Scheduler, SchedulerConfig, SimRequest
+from obs.engines.sim.scheduler import Scheduler, SchedulerConfig, SimRequest, vllm_defaults
 from obs.errors import ConfigError
 
 H100 = perf_model("H100", "llama-3.1-8b")
@@ -168,6 +170,10 @@ def test_step_time_is_memory_bound_for_decode_and_compute_bound_for_prefill() ->
     assert mixed > prefill + 64 * 8000 * H100.kv_bytes_per_token / (H100.gpu.bandwidth * cal.mbu)
     bigger = H100.step_seconds(StepWork(64, 64 * 1000, 64 * 1000, 64, 64 * 1000))
     assert bigger - decode > 56 * cal.seq_s
+    v0 = replace(H100, cal=cal.engine("v0"))  # vLLM V0's CPU share grows with the batch
+    v0_decode = v0.step_seconds(StepWork(8, 8 * 1000, 8 * 1000, 8, 8 * 1000))
+    v0_bigger = v0.step_seconds(StepWork(64, 64 * 1000, 64 * 1000, 64, 64 * 1000))
+    assert v0_bigger - v0_decode > 56 * v0.cal.seq_s > 0
     assert H100.kv_blocks(16) > 10_000
 
 
@@ -207,3 +213,68 @@ def test_a_one_token_prefill_after_a_cache_hit_is_not_taken_for_a_decode() -> No
     assert s.decode_run(batch, 1000) == 1
     s.complete_run(batch, 1, 1.0)
     assert late.first_token_s == 1.0 and late.output == 1
+
+
+def test_vllm_defaults_follow_the_gpu_the_engine_and_the_entry_point() -> None:
+    """Without the flags, V1 gives an H100 8192 tokens and 1024 sequences for the API server
+    (16384 offline), an A100 80 GB (named out) and an L4 2048 and 256; V0 turns chunked
+    prefill off up to a 32k context, its budget the larger of the context and 2048."""
+    h100, a100, l4 = (perf_model(g, "llama-3.1-8b").gpu for g in ("H100", "A100", "L4"))
+    assert vllm_defaults("H100", h100.memory_bytes) == SchedulerConfig(8192, 1024)
+    assert vllm_defaults("H100", h100.memory_bytes, server=False) == SchedulerConfig(16384, 1024)
+    assert vllm_defaults("A100", a100.memory_bytes) == SchedulerConfig(2048, 256)
+    assert vllm_defaults("L4", l4.memory_bytes, server=False) == SchedulerConfig(8192, 256)
+    v0 = vllm_defaults("H100", h100.memory_bytes, v1=False, max_model_len=8000)
+    assert v0 == SchedulerConfig(8000, 256, chunked_prefill=False, mixed_steps=False)
+    assert (
+        vllm_defaults(
+            "H100", h100.memory_bytes, v1=False, max_model_len=1000
+        ).max_num_batched_tokens
+        == 2048
+    )
+    long = vllm_defaults("H100", h100.memory_bytes, v1=False, max_model_len=131072)
+    assert long.chunked_prefill and long.max_num_batched_tokens == 512
+
+
+def test_the_calibration_has_v0_cpu_costs_for_replaying_v0_runs() -> None:
+    """``engine("v0")`` swaps in vLLM V0's CPU costs and keeps the GPU's efficiencies;
+    ``engine("v1")`` is the simulator's own; another name is refused."""
+    cal = H100.cal
+    v0 = cal.engine("v0")
+    assert (v0.step_s, v0.seq_s, v0.token_s) == (cal.v0_step_s, cal.v0_seq_s, cal.v0_token_s)
+    assert (v0.mfu, v0.mbu) == (cal.mfu, cal.mbu) and cal.engine("v1") is cal
+    with pytest.raises(ConfigError, match="engine 'v2'"):
+        cal.engine("v2")
+
+
+def test_v0_steps_prefill_or_decode_never_both() -> None:
+    """With mixed steps off (vLLM V0), a prompt that arrives while others decode gets a step
+    of its own, the decodes paused for it, and decoding resumes the step after."""
+    s = Scheduler(
+        SchedulerConfig(2048, 256, chunked_prefill=False, mixed_steps=False), KvCache(10_000, 16)
+    )
+    s.add(SimRequest("a", 100, 50))
+    s.complete(s.schedule(), 0.01)
+    s.add(SimRequest("b", 300, 5))
+    step = s.schedule(0.01)
+    assert [(r.rid, n) for r, n in step.items] == [("b", 300)]
+    s.complete(step, 0.02)
+    assert sorted(r.rid for r, _ in s.schedule(0.02).items) == ["a", "b"]
+
+
+def test_fp8_weights_are_read_at_their_own_bandwidth_share_and_the_layer_floor_adds_per_layer() -> (
+    None
+):
+    """A one-sequence decode with FP8 weights reads half the bytes at ``fp8_mbu`` of the
+    bandwidth (not ``mbu``); ``layer_s`` adds the same time per layer to every step."""
+    bf16 = perf_model("H100", "llama-3.1-8b")
+    fp8 = perf_model("H100", "llama-3.1-8b", weights="fp8")
+    work = StepWork(1, 100, 100, 1, 100)
+    cal = fp8.cal
+    assert cal.fp8_mbu < cal.mbu
+    read = fp8.weight_bytes / (fp8.gpu.bandwidth * cal.fp8_mbu)
+    assert read < fp8.step_seconds(work) - cal.step_s < 1.05 * read + cal.seq_s + cal.token_s
+    fast = replace(fp8, cal=replace(cal, fp8_mbu=cal.mbu))
+    assert fast.step_seconds(work) < fp8.step_seconds(work) < bf16.step_seconds(work)
+    floored = replace(bf16, cal=replace(bf16.cal, layer_s=10e-6))
+    assert floored.step_seconds(work) - bf16.step_seconds(work) == pytest.approx(32 * 10e-6)

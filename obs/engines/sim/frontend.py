@@ -26,15 +26,29 @@ TOKEN_S: Final = 1 / 14791
 PROMPT_TOKEN_S: Final = 10e-6
 
 
+REQUESTS_S: Final = 73.65  # the same run's requests per second
+
+
 @dataclass(frozen=True, slots=True)
 class FrontEndCost:
-    """CPU seconds the API server spends per prompt token taken in and per token streamed."""
+    """CPU seconds the API server spends per request and per prompt token taken in and per
+    token streamed, and the latency each request pays outside that queue (``fixed_s``:
+    the HTTP exchange, the hand-over to the engine core's process and back)."""
 
     prompt_token_s: float = PROMPT_TOKEN_S
     token_s: float = TOKEN_S
+    request_s: float = 0.0
+    fixed_s: float = 0.0
+
+    @classmethod
+    def split(cls, request_s: float, fixed_s: float = 0.0) -> FrontEndCost:
+        """PR #15137's one-process budget (73.65 requests and 14,791 tokens in one second)
+        split: ``request_s`` per request, the rest of the second over its tokens."""
+        left = max(0.0, 1.0 - REQUESTS_S * request_s)
+        return cls(token_s=left / 14791, request_s=request_s, fixed_s=fixed_s)
 
     def intake_seconds(self, prompt_tokens: int) -> float:
-        return self.prompt_token_s * prompt_tokens
+        return self.request_s + self.prompt_token_s * prompt_tokens
 
 
 class FrontEnd:
@@ -50,7 +64,7 @@ class FrontEnd:
         work = self.cost.intake_seconds(prompt_tokens)
         self.busy_s += work
         self.free_at = max(now, self.free_at) + work
-        return self.free_at
+        return self.free_at + self.cost.fixed_s
 
     def stream(self, start: float, step_s: float, steps: int, tokens_per_step: int) -> float:
         """``steps`` steps of ``step_s`` from ``start`` each sampled ``tokens_per_step``

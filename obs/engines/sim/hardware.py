@@ -18,7 +18,11 @@ parallelism). Its time is the sum of
   hidden x 2`` bytes): ``allreduce_s`` each plus the ring's ``2 (tp-1)/tp`` of the bytes
   over the GPU's link;
 - the CPU's share: ``step_s`` per step plus ``seq_s`` per sequence and ``token_s`` per
-  token in the batch (scheduling, input preparation, sampling, the kernel launches).
+  token in the batch (scheduling, input preparation, sampling, the kernel launches);
+- a floor of ``layer_s`` per layer per step: the small kernels of every layer (norms,
+  rotary embedding, activation quantisation) that run whatever the batch (round 4);
+- FP8 weights are read at ``fp8_mbu`` of the bandwidth, not ``mbu`` (round 4: vLLM's FP8
+  scaled-mm kernels at decode batch sizes reach less of it than BF16 GEMMs).
 
 The efficiencies and CPU costs are the fitted numbers (``Calibration``), fitted on the
 points bench/sim_calibration.py names as fit points and scored on the others. Pure: no I/O.
@@ -84,6 +88,8 @@ MODELS: Final = {
         Model("llama-3.1-70b", 70.6e9, 80, 8192, 8, 128, 131072),
         Model("mistral-7b", 7.25e9, 32, 4096, 8, 128, 32768),
         Model("qwen2.5-7b", 7.62e9, 28, 3584, 4, 128, 32768),
+        Model("qwen2.5-0.5b", 0.494e9, 24, 896, 2, 64, 32768),  # tied embeddings
+        Model("qwen3-4b", 4.02e9, 36, 2560, 8, 128, 40960),  # tied embeddings
     )
 }
 
@@ -97,14 +103,35 @@ class Calibration:
     """The fitted efficiencies and CPU costs (docs/sim.md, "Calibration")."""
 
     # python -m bench.sim_calibration --fit (the fit points only; docs/sim.md)
-    mfu: float = 0.5  # share of peak FLOP/s reached by prefill matmuls and attention
-    mbu: float = 0.85  # share of HBM bandwidth reached by weight and KV reads
-    step_s: float = 0.001  # per step: scheduler, launches, output
-    seq_s: float = 160e-6  # per sequence in the step: input preparation, sampling, output
-    token_s: float = 20e-6  # per token in the step, outside the roofline's matmuls
+    mfu: float = 0.45  # share of peak FLOP/s reached by prefill matmuls and attention
+    mbu: float = 0.875  # share of HBM bandwidth reached by weight and KV reads
+    step_s: float = 0.00125  # per step: scheduler, launches, output
+    seq_s: float = 40e-6  # per sequence in the step: input preparation, sampling, output
+    token_s: float = 10e-6  # per token in the step, outside the roofline's matmuls
     allreduce_s: float = 30e-6  # latency of one all-reduce between the TP GPUs
     memory_utilization: float = 0.9  # vLLM's --gpu-memory-utilization default
     activation_reserve: float = 0.04  # share of GPU memory kept for activations, graphs
+    # vLLM V0's CPU costs (0.5-0.6: one process for scheduling, input preparation and
+    # sampling, no persistent batch): only for replaying published V0-era runs; the
+    # simulator itself is V1 (the fields above).
+    v0_step_s: float = 0.002
+    v0_seq_s: float = 80e-6
+    v0_token_s: float = 5e-6
+    # Round 4 (docs/sim.md): what rounds 1-3 lacked.
+    layer_s: float = 0.0  # GPU time per layer per step that no roofline covers (small kernels)
+    fp8_mbu: float = 0.65  # share of HBM bandwidth FP8 weight reads reach (scaled-mm kernels)
+    request_s: float = 0.003  # API server CPU per request (parse, template, set-up), in its queue
+    first_token_s: float = (
+        0.012  # per-request latency outside any queue (HTTP, IPC, first detokenize)
+    )
+
+    def engine(self, name: str) -> Calibration:
+        """These numbers for vLLM's ``"v1"`` engine (as they are) or ``"v0"``."""
+        if name == "v1":
+            return self
+        if name != "v0":
+            raise ConfigError(f"engine {name!r}: choose v1 or v0")
+        return replace(self, step_s=self.v0_step_s, seq_s=self.v0_seq_s, token_s=self.v0_token_s)
 
 
 CALIBRATION: Final = Calibration()
@@ -154,8 +181,11 @@ class PerfModel:
         flops = g.flops * cal.mfu * tp
         linear_flops = self.peak_flops * cal.mfu * tp
         bandwidth = g.bandwidth * cal.mbu * tp
+        weight_bandwidth = g.bandwidth * (cal.fp8_mbu if self.weights == "fp8" else cal.mbu) * tp
         kv = self.kv_bytes_per_token
-        linear = max(2.0 * m.params * work.tokens / linear_flops, self.weight_bytes / bandwidth)
+        linear = max(
+            2.0 * m.params * work.tokens / linear_flops, self.weight_bytes / weight_bandwidth
+        )
         decode_kv = min(work.decode_kv_tokens, work.kv_read_tokens)
         prefill_pairs = max(0.0, work.attention_pairs - decode_kv)
         prefill = max(
@@ -164,7 +194,8 @@ class PerfModel:
         )
         decode = kv * decode_kv / bandwidth
         cpu = cal.step_s + cal.seq_s * max(1, work.seqs) + cal.token_s * work.tokens
-        return cpu + linear + prefill + decode + self.comm_seconds(work.tokens)
+        floor = cal.layer_s * m.layers  # every layer's small kernels, whatever the batch
+        return cpu + floor + linear + prefill + decode + self.comm_seconds(work.tokens)
 
     def comm_seconds(self, tokens: int) -> float:
         """Two ring all-reduces per layer of ``tokens`` activations (0 without TP)."""

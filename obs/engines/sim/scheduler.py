@@ -9,7 +9,9 @@ blocks freed, its tokens recomputed later), as vLLM's recompute preemption does.
 Then, if nothing was preempted, waiting requests join while the batch has fewer than
 ``--max-num-seqs`` sequences and budget is left; a waiting request first reuses the
 cached blocks of its prompt's prefix. After a step, a request whose tokens are all
-computed samples one output token; it finishes at ``max_tokens``.
+computed samples one output token; it finishes at ``max_tokens``. With
+``mixed_steps`` off (vLLM V0) a step either prefills waiting prompts or decodes the running
+ones, prompts first.
 
 Pure and clock-free: the caller times each step (obs.engines.sim.hardware) and says
 when it ended. ``decode_run`` lets a caller in virtual time advance many identical
@@ -34,6 +36,36 @@ class SchedulerConfig:
     max_num_seqs: int = 256
     long_prefill_token_threshold: int = 0  # 0: no cap below the budget
     chunked_prefill: bool = True
+    mixed_steps: bool = True  # False: vLLM V0, a step prefills or decodes, prefills first
+
+
+GIB = 1 << 30
+
+
+def vllm_defaults(
+    gpu: str, memory_bytes: float, *, v1: bool = True, server: bool = True, max_model_len: int = 0
+) -> SchedulerConfig:
+    """The scheduler limits vLLM picks when ``--max-num-batched-tokens`` and
+    ``--max-num-seqs`` are not given (docs/sim.md, "The scheduler", cites the source).
+
+    V1 (the engine since 0.8; ``EngineArgs.get_batch_defaults``): on a GPU with at least
+    70 GiB that is not an A100, 8192 tokens and 1024 sequences for the API server (16384
+    for the offline ``LLM`` class); otherwise 2048 tokens and 256 sequences (8192 offline);
+    chunked prefill always on. V0 (0.5-0.6): chunked prefill off for a context up to 32k,
+    the budget then the larger of ``--max-model-len`` and 2048 (512 with chunked prefill),
+    and 256 sequences.
+    """
+    if not v1:
+        context = max_model_len or 32768
+        if context <= 32768:
+            return SchedulerConfig(
+                max(context, 2048), 256, chunked_prefill=False, mixed_steps=False
+            )
+        return SchedulerConfig(512, 256)  # V0's chunked prefill budget
+    big = memory_bytes >= 70 * GIB and "a100" not in gpu.lower()
+    if big:
+        return SchedulerConfig(8192 if server else 16384, 1024)
+    return SchedulerConfig(2048 if server else 8192, 256)
 
 
 @dataclass(slots=True, eq=False)
@@ -124,6 +156,11 @@ class Scheduler:
         budget = cfg.max_num_batched_tokens
         items: list[tuple[SimRequest, int]] = []
         preempted: list[SimRequest] = []
+        if not cfg.mixed_steps and self.waiting:
+            # vLLM V0: waiting prompts get a step of their own; the decodes wait for it.
+            self._admit(items, budget, now)
+            if items:
+                return Batch(items, _work(items), preempted)
         i = 0
         bs = kv.block_size
         while i < len(self.running) and budget > 0:
@@ -146,9 +183,14 @@ class Scheduler:
                 items.append((req, n))
                 budget -= n
                 i += 1
-        while (
-            not preempted and self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs
-        ):
+        if not preempted and cfg.mixed_steps:
+            self._admit(items, budget, now)
+        return Batch(items, _work(items), preempted)
+
+    def _admit(self, items: list[tuple[SimRequest, int]], budget: int, now: float) -> None:
+        """Waiting requests join while fewer than --max-num-seqs run and budget is left."""
+        cfg, kv = self.config, self.kv
+        while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
             req = self.waiting[0]
             hits = kv.lookup(req.block_hashes, req.total) if not req.holding.blocks else 0
             cached = hits * kv.block_size
@@ -169,7 +211,6 @@ class Scheduler:
             self.running.append(req)
             items.append((req, n))
             budget -= n
-        return Batch(items, _work(items), preempted)
 
     def _chunk(self, n: int, budget: int) -> int:
         threshold = self.config.long_prefill_token_threshold

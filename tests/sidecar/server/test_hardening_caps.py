@@ -1,8 +1,9 @@
 """The connection cap and liveness under floods (issue 38): a few addresses cannot fill the cap,
 the health listener frees silent sockets, and liveness reflects a relay that serves nobody.
 
-Real sidecar processes and raw sockets from distinct loopback addresses (127.0.0.x); the
-pool is ``ScriptedUpstream`` (these tests are about the relay's port, not a pool).
+Real sidecar processes (the health listener alone in this process, with a short timeout) and
+raw sockets from distinct loopback addresses (127.0.0.x); the pool is ``ScriptedUpstream``
+(these tests are about the relay's port, not a pool).
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ import pytest
 
 from obs.procs import free_port
 from obs.sidecar.server.guard import Guard
-from obs.sidecar.server.health_listener import STALL_S, TIMEOUT_S, HealthListener
+from obs.sidecar.server.health_listener import STALL_S, HealthListener
 from obs.sidecar.server.limits import Limits
 from tests.conftest import SidecarFactory
 from tests.support.probes import metric
 from tests.support.rawhttp import closed_within
 from tests.support.scripted_upstream import ScriptedUpstream
 
+SHORT_S = 0.5  # the in-process health listener's per-connection timeout
 BODY = b'{"model":"tiny","messages":[{"role":"user","content":"hi"}]}'
 
 
@@ -68,19 +70,21 @@ def test_silent_sockets_from_four_addresses_cannot_fill_the_cap(
     assert evicted >= 1
 
 
-def test_health_listener_closes_silent_connections(
-    sidecar: SidecarFactory, pool: ScriptedUpstream
-) -> None:
-    """Fifty silent sockets on --health-address are each closed within its per-connection
-    timeout, and a probe after them answers 200 (before: a thread held per socket, forever)."""
+def test_health_listener_closes_silent_connections() -> None:
+    """Fifty silent sockets on the health listener are each closed within its per-connection
+    timeout, and a probe after them answers 200 (before: a thread held per socket, forever).
+    The listener runs in this process with a 0.5 s timeout (the sidecar's is ``TIMEOUT_S``)."""
     port = free_port()
-    sidecar(pool.url, args=("--health-address", f"127.0.0.1:{port}"), traces=False)
-    silent = [_from("127.0.0.2", port) for _ in range(50)]
-    closed = [closed_within(s, TIMEOUT_S + 5) for s in silent]
-    for s in silent:
-        s.close()
-    probe = httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)
-    assert all(c is not None and c <= TIMEOUT_S + 2 for c in closed), closed
+    listener = HealthListener("127.0.0.1", port, lambda: {"status": "ok"}, timeout_s=SHORT_S)
+    try:
+        silent = [_from("127.0.0.2", port) for _ in range(50)]
+        closed = [closed_within(s, SHORT_S + 5) for s in silent]
+        for s in silent:
+            s.close()
+        probe = httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)
+    finally:
+        asyncio.run(listener.stop())
+    assert all(c is not None and c <= SHORT_S + 2 for c in closed), closed
     assert probe.status_code == 200
 
 

@@ -1,8 +1,8 @@
 """Request smuggling through ``Upgrade``, and a redirect to the client's ``Host`` (issue 25).
 
-Real sidecar processes, raw sockets. The pool is ``ScriptedUpstream``: a plain HTTP
-server that keeps every request it was sent, because no real vLLM reports how many
-requests reached it and with which bodies.
+A real sidecar process (one for the module), raw sockets. The pool is ``ScriptedUpstream``:
+a plain HTTP server that keeps every request it was sent, because no real vLLM reports how
+many requests reached it and with which bodies.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import orjson
 import pytest
 
 from obs.sidecar.testing import SidecarProcess
-from tests.conftest import SidecarFactory
 from tests.support.probes import metric
 from tests.support.rawhttp import connect, exchange, read_all, status
 from tests.support.scripted_upstream import ScriptedUpstream
@@ -23,15 +22,30 @@ from tests.support.scripted_upstream import ScriptedUpstream
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def pool() -> Iterator[ScriptedUpstream]:
     with ScriptedUpstream() as up:
         yield up
 
 
-@pytest.fixture
-def relay(sidecar: SidecarFactory, pool: ScriptedUpstream) -> SidecarProcess:
-    return sidecar(pool.url, traces=False)
+@pytest.fixture(scope="module")
+def relay(
+    pool: ScriptedUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SidecarProcess]:
+    """One sidecar for the module: each test judges what its own requests did (counts taken
+    before and after), not the sidecar's whole history."""
+    work = tmp_path_factory.mktemp("smuggling")
+    with SidecarProcess(
+        upstream=pool.url,
+        events=work / "events.jsonl",
+        env={"OTEL_TRACES_EXPORTER": "none"},
+        log_path=work / "sidecar.log",
+    ) as sc:
+        yield sc
+
+
+def _upgrades(relay: SidecarProcess) -> float:
+    return metric(relay.url, "vllm_obs_connection_limits_total", limit="upgrade")
 
 
 def _smuggled() -> bytes:
@@ -47,6 +61,7 @@ def test_upgrade_with_a_body_in_a_second_read_never_reaches_the_pool_as_two(
     relay: SidecarProcess, pool: ScriptedUpstream, upgrade: bytes
 ) -> None:
     """An Upgrade POST whose body (a whole second request) comes in a later read is refused."""
+    received, upgrades = len(pool.received), _upgrades(relay)
     inner = _smuggled()
     head = (
         b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
@@ -61,9 +76,9 @@ def test_upgrade_with_a_body_in_a_second_read_never_reaches_the_pool_as_two(
     assert status(answer) == 400
     assert b"Upgrade" in answer
     time.sleep(0.5)  # anything relayed would have reached the pool by now
-    assert len(pool.received) <= 1
-    assert not any(b"smuggled" in body for _, body in pool.received)
-    assert metric(relay.url, "vllm_obs_connection_limits_total", limit="upgrade") == 1
+    assert len(pool.received) - received <= 1
+    assert not any(b"smuggled" in body for _, body in pool.received[received:])
+    assert _upgrades(relay) - upgrades == 1
 
 
 def test_upgrade_on_a_get_without_a_body_is_served_as_http11(relay: SidecarProcess) -> None:
@@ -82,6 +97,7 @@ def test_a_get_with_upgrade_and_a_body_is_refused(
     relay: SidecarProcess, pool: ScriptedUpstream
 ) -> None:
     """A GET /health with Upgrade and a body holding a chat request smuggles nothing."""
+    received = len(pool.received)
     inner = _smuggled()
     head = (
         b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: upgrade\r\nupgrade: h2c\r\n"
@@ -89,7 +105,7 @@ def test_a_get_with_upgrade_and_a_body_is_refused(
     )
     assert status(exchange(relay.port, head + inner, timeout_s=3)) == 400
     time.sleep(0.5)
-    assert pool.received == []
+    assert pool.received[received:] == []
 
 
 @pytest.mark.parametrize("path", ["/v1/models/", "/health/", "/metrics/"])

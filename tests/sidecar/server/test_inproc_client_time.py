@@ -54,11 +54,15 @@ def impatient(scripted: ScriptedUpstream, inproc: InprocFactory) -> InProcessSid
 
 
 def _send(
-    scripted: ScriptedUpstream, port: int, kind: str, headers: dict[str, str] | None = None
+    scripted: ScriptedUpstream,
+    port: int,
+    kind: str,
+    headers: dict[str, str] | None = None,
+    frames: int = FRAMES,
 ) -> tuple[str, socket.socket, float]:
     """Script a stream, connect with a small window, send the request: (id, socket, t0)."""
     rid = request_id()
-    scripted.scripts[rid] = _script(rid)
+    scripted.scripts[rid] = _script(rid, frames)
     body = orjson.dumps(chat_body(rid, stream=True))
     sock = small_socket(port)
     t0 = time.monotonic()
@@ -67,7 +71,7 @@ def _send(
 
 
 def _read_slowly(scripted: ScriptedUpstream, port: int, kind: str, out: dict[str, Any]) -> None:
-    rid, sock, t0 = _send(scripted, port, kind)
+    rid, sock, t0 = _send(scripted, port, kind, frames=FRAMES // 2)
     with sock:
         data, t_end = read_paced(sock, kind, RATE)
     out[kind] = (rid, data, t_end - t0)
@@ -76,9 +80,9 @@ def _read_slowly(scripted: ScriptedUpstream, port: int, kind: str, out: dict[str
 def test_slow_reader_recorded_to_its_last_byte_on_every_connection_kind(
     scripted: ScriptedUpstream, sidecar: InProcessSidecar
 ) -> None:
-    """A client reading ~12 KB/s through a 4 KiB window: kept alive, Connection: close or
-    HTTP/1.0, the event's e2e is within 20% of the client's own time, and its stream phase
-    holds the client's reading (the pool answered at once)."""
+    """A client reading ~12 KB/s (a ~34 KB stream) through a 4 KiB window: kept alive,
+    Connection: close or HTTP/1.0, the event's e2e is within 20% of the client's own time,
+    and its stream phase holds the client's reading (the pool answered at once)."""
     got: dict[str, Any] = {}
     threads = [
         threading.Thread(target=_read_slowly, args=(scripted, sidecar.port, kind, got))
@@ -225,7 +229,8 @@ def test_one_connection_per_request_slow_reader_is_learned(
 ) -> None:
     """A client without class headers that opens one connection per request (Connection:
     close) and reads slowly is learned from its first stream: its second goes to the slow
-    lane, as learned; a fast client of the same sidecar stays in the default lane."""
+    lane, as learned; a fast client of the same sidecar stays in the default lane. (Streams of
+    ~17 KB, about 1.4 s at the slow pace, against a 300 ms slow_stream_ms.)"""
     config = parse_config(
         {
             "pools": [{"name": "p", "replicas": [scripted.url]}],
@@ -234,7 +239,7 @@ def test_one_connection_per_request_slow_reader_is_learned(
                 {"name": "main", "pool": "p"},
             ],
             "default_lane": "main",
-            "recognition": {"client_id": "api_key", "slow_stream_ms": 1000},
+            "recognition": {"client_id": "api_key", "slow_stream_ms": 300},
         },
         "<inproc>",
     )
@@ -242,7 +247,7 @@ def test_one_connection_per_request_slow_reader_is_learned(
     lanes: dict[str, list[tuple[str, str]]] = {"slow": [], "fast": []}
     for who, rate in (("slow", RATE), ("fast", 1e12), ("slow", RATE), ("fast", 1e12)):
         auth = {"authorization": f"Bearer sk-{who}"}
-        rid, sock, _ = _send(scripted, sc.port, "close", auth)
+        rid, sock, _ = _send(scripted, sc.port, "close", auth, frames=FRAMES // 4)
         with sock:
             read_paced(sock, "close", rate, chunk=512 if rate == RATE else 65536)
         ev = sc.event(rid)
