@@ -158,6 +158,15 @@ class EventCounts:
         self.dropped[reason] = self.dropped.get(reason, 0) + n
 
 
+def stall_bound_s(work: Callable[[], object]) -> float:
+    """How slow a /health answer may be while the server does ``work`` off its event loop:
+    half the time ``work`` takes here (a loop doing it would stall about that long), never
+    under 0.5 s. Measured in the same run, so a loaded machine loosens both sides alike."""
+    t0 = time.monotonic()
+    work()
+    return max(0.5, (time.monotonic() - t0) / 2)
+
+
 class HealthProbe:
     """``with HealthProbe(url) as p:`` reads /health in a thread; ``p.slowest_s`` after."""
 
