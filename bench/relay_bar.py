@@ -132,7 +132,7 @@ def table(sessions: dict[str, dict[str, Figures]]) -> str:
                 f"({_ratio(f.short_ms_per_request, rr)}) | {_n(f.request_ms, '.3f')}, "
                 f"{_n(f.token_us, '.1f')} ({_ratio(f.token_us, rt)}) "
                 f"| {_n(f.c64_us_per_token, '.1f')} | {_n(f.c1_added_ttft_ms, '+.2f')} "
-                f"| {_n(f.c64_share and f.c64_share * 100, '.1f')}% | {marks} |"
+                f"| {_n(f.c64_share, '.1%')} | {marks} |"
             )
     return "\n".join(lines)
 
