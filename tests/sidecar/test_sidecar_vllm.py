@@ -22,6 +22,9 @@ pytestmark = pytest.mark.engine
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
+# Streamed requests whose TTFT is compared with the client's: the median of 8 stands when two
+# of them meet a scheduler hiccup of the shared machine (2 of 4 did once, 15 and 28 ms).
+STREAMED = 8
 _CREATED = re.compile(rb'"created":\d+')
 
 
@@ -116,7 +119,7 @@ def test_event_per_request_with_consistent_phases_ttft_and_tokens(
     sc = sidecar(vllm.url, traces=False)
     client_ttft: dict[str, float] = {}
     with httpx.Client(timeout=60) as client:  # one warm keep-alive connection, as real clients
-        for _ in range(4):
+        for _ in range(STREAMED):
             rid = uuid.uuid4().hex
             body = _body(CHAT, True, None, max_tokens=40)
             client_ttft[rid] = _client_ttft_ms(client, sc.url, body, rid)
@@ -127,10 +130,10 @@ def test_event_per_request_with_consistent_phases_ttft_and_tokens(
             sc.url + route, json=_body(route, False, None), headers={"X-Request-Id": rid}
         )
         usage_ids.append((rid, r.json()["usage"]))
-    events = sc.wait_events(6)
-    assert len(events) == 6
+    events = sc.wait_events(STREAMED + 2)
+    assert len(events) == STREAMED + 2
     by_id = {e["request_id"]: e for e in events}
-    assert len(by_id) == 6
+    assert len(by_id) == STREAMED + 2
     for e in events:
         phases = [e[f"{p}_ms"] for p in PHASES]
         assert all(p >= 0 for p in phases)
