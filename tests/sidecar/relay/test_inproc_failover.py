@@ -188,7 +188,7 @@ def test_silent_pool_falls_back_after_first_token_deadline(
         "silent",
         c.FALLBACK_TIMEOUT,
     )
-    assert ev["queue_ms"] >= FIRST_TOKEN_S * 1000
+    assert ev["queue_ms"] >= FIRST_TOKEN_S * 1000 - 1  # the loop's timer may fire 0.1 ms early
 
 
 def test_a_non_streamed_timeout_never_falls_back(
