@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.sim_calibration_cases import Case, source_name
-from bench.sim_calibration_round4 import CASES
+from bench.sim_calibration_round5 import CASES
 from obs.engines.sim.frontend import FrontEnd, FrontEndCost
 from obs.engines.sim.hardware import CALIBRATION, GPUS, Calibration, PerfModel, perf_model
 from obs.engines.sim.scheduler import SchedulerConfig, SimRequest, vllm_defaults
@@ -72,11 +72,12 @@ def _perf(case: Case, cal: Calibration) -> PerfModel:
     return replace(perf, cal=cal.engine(case.engine))
 
 
-def front_end_cost(cal: Calibration) -> FrontEndCost:
-    """The API server's costs under ``cal`` (round 4: a per-request cost and latency)."""
-    if not cal.request_s and not cal.first_token_s:
+def front_end_cost(cal: Calibration, floor_s: float | None = None) -> FrontEndCost:
+    """The API server's costs under ``cal`` (round 4: a per-request cost and latency; round
+    5: ``floor_s``, a host's declared per-request latency, in place of the fitted one)."""
+    if not cal.request_s and not cal.first_token_s and floor_s is None:
         return FrontEndCost()  # rounds 1-3
-    return FrontEndCost.split(cal.request_s, cal.first_token_s)
+    return FrontEndCost.split(cal.request_s, cal.first_token_s if floor_s is None else floor_s)
 
 
 def scheduler_config(case: Case) -> SchedulerConfig:
@@ -87,13 +88,31 @@ def scheduler_config(case: Case) -> SchedulerConfig:
         v1=case.engine == "v1",
         server=case.kind != "batch",
         max_model_len=case.max_model_len,
+        scheduler_steps=case.scheduler_steps,
     )
 
 
-def simulate(case: Case, cal: Calibration = CALIBRATION) -> dict[str, float]:
+def host_floor(case: Case, cal: Calibration = CALIBRATION) -> float | None:
+    """The per-request latency of the case's host (seconds), declared by rule from the same
+    host's published TTFT at concurrency 1 (``case.host_c1_ttft_ms``): that TTFT less the
+    one the model gives at concurrency 1 with no such latency, at least 0. None (the fitted
+    ``first_token_s``) when the source publishes no such row."""
+    if not case.host_c1_ttft_ms:
+        return None
+    metric = "ttft_p50_ms" if "ttft_p50_ms" in case.published else "ttft_ms"
+    c1 = replace(case, concurrency=1, prompts=min(case.prompts, 20), host_c1_ttft_ms=0.0)
+    bare = simulate(c1, cal, floor_s=0.0)[metric]
+    return max(0.0, case.host_c1_ttft_ms - bare) / 1000
+
+
+def simulate(
+    case: Case, cal: Calibration = CALIBRATION, floor_s: float | None = None
+) -> dict[str, float]:
     """The simulator's figures for ``case`` (the metrics it publishes)."""
+    if floor_s is None:
+        floor_s = host_floor(case, cal)
     loop = VirtualLoop()
-    frontend = None if case.kind == "batch" else FrontEnd(front_end_cost(cal))
+    frontend = None if case.kind == "batch" else FrontEnd(front_end_cost(cal, floor_s))
     replica = VirtualReplica(loop, _perf(case, cal), scheduler_config(case), frontend=frontend)
     done: list[SimRequest] = []
     try:

@@ -36,6 +36,7 @@ LAMBDA_70B_TP1 = LAMBDA.format(
 )
 # A concurrency sweep of vLLM 0.23 on one L4 (its "serving/raw-vllm" table).
 WMX = "https://ai.wmx.dev/benchmarks"
+WMX_C1_TTFT_P50 = 27.0  # its concurrency-1 row: the host's floor since round 5 (not scored)
 # Tenstorrent's GPU reference runs of vLLM (tt-inference-server's benchmark sweep on an RTX
 # 4090, Qwen3-4B): registered in round 3 as a third source.
 TT_4090 = "https://github.com/tenstorrent/tt-inference-server/issues/394"
@@ -75,6 +76,12 @@ class Case:
     max_model_len: int = 0  # --max-model-len (0: the model's context)
     # Figures the fit leaves out (round 4), each with why: scored and shown, not fitted.
     unfit: dict[str, str] = field(default_factory=dict)
+    # Round 5: vLLM 0.6's --num-scheduler-steps (1: single-step scheduling).
+    scheduler_steps: int = 1
+    # Round 5: the same host's published TTFT at concurrency 1 for the same workload (ms, the
+    # metric the case scores; 0: none). The host's per-request floor is then declared by
+    # rule from it (bench/sim_calibration.py: host_floor) instead of the fitted default.
+    host_c1_ttft_ms: float = 0.0
 
     @property
     def workload(self) -> str:
@@ -157,9 +164,11 @@ def lambda_replay(
     )
 
 
-def wmx_l4(c: int, tok_s: float, ttft: float, itl: float, *, held_out: bool, why: str) -> Case:
+def wmx_l4(
+    c: int, tok_s: float, ttft: float, itl: float, *, held_out: bool, why: str, c1: float = 0.0
+) -> Case:
     """A row of the ai.wmx.dev L4 sweep (``why``: what the note adds to the prompts'
-    count)."""
+    count; ``c1``: the table's concurrency-1 TTFT p50, the host's floor, from round 5)."""
     return Case(
         f"l4-qwen0.5b-c{c}",
         WMX,
@@ -178,6 +187,7 @@ def wmx_l4(c: int, tok_s: float, ttft: float, itl: float, *, held_out: bool, why
         prompts=1000,
         engine="v1",
         max_model_len=8192,
+        host_c1_ttft_ms=c1,
     )
 
 
@@ -275,6 +285,7 @@ FIT: tuple[Case, ...] = (
         (129, 883, 273, 169, 0, 928, 10, 26, 8, 57),
         held_out=False,
         max_model_len=2048,
+        scheduler_steps=10,
     ),
     lambda_replay(
         "lambda-4xh100-70b-fp8-10-step10",
@@ -289,6 +300,7 @@ FIT: tuple[Case, ...] = (
         tp=4,
         weights="fp8",
         max_model_len=2048,
+        scheduler_steps=10,
     ),
 )
 
@@ -334,8 +346,8 @@ ROUND3: tuple[Case, ...] = (
         weights="fp8",
         max_model_len=2000,
     ),
-    wmx_l4(8, 1312.0, 60.9, 5.5, held_out=False, why=""),
-    wmx_l4(32, 3773.0, 135.3, 7.1, held_out=False, why=""),
+    wmx_l4(8, 1312.0, 60.9, 5.5, held_out=False, why="", c1=WMX_C1_TTFT_P50),
+    wmx_l4(32, 3773.0, 135.3, 7.1, held_out=False, why="", c1=WMX_C1_TTFT_P50),
 )
 
 

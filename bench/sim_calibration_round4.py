@@ -19,6 +19,7 @@ from bench.sim_calibration_cases import (
     LLAMA_SHAREGPT_10_IN,
     ROUND3,
     SHAREGPT_10_IN,
+    WMX_C1_TTFT_P50,
     Case,
     lambda_replay,
     tt_4090,
@@ -70,6 +71,7 @@ def _lambda_step10(
         held_out=True,
         weights=weights,
         max_model_len=max_model_len,
+        scheduler_steps=10,  # round 5: vLLM 0.6's multi-step scheduling, now modelled
     )
 
 
@@ -125,7 +127,7 @@ ROUND4_HELD_OUT: tuple[Case, ...] = (
         max_model_len=2048,
     ),
     *(
-        wmx_l4(c, tok_s, ttft, itl, held_out=True, why=", as in round 3")
+        wmx_l4(c, tok_s, ttft, itl, held_out=True, why=", as in round 3", c1=WMX_C1_TTFT_P50)
         for c, tok_s, ttft, itl in (
             (2, 367.0, 37.8, 5.2),
             (4, 698.0, 50.1, 5.3),
