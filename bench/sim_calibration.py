@@ -81,8 +81,9 @@ def front_end_cost(cal: Calibration, floor_s: float | None = None) -> FrontEndCo
 
 
 def scheduler_config(case: Case) -> SchedulerConfig:
-    """The limits the run's vLLM chose: its defaults for that GPU, engine and entry point."""
-    return vllm_defaults(
+    """The limits the run's vLLM chose: its defaults for that GPU, engine and entry point,
+    and its own ``--max-num-seqs`` where it set one."""
+    config = vllm_defaults(
         case.gpu,
         GPUS[case.gpu].memory_bytes,
         v1=case.engine == "v1",
@@ -90,6 +91,7 @@ def scheduler_config(case: Case) -> SchedulerConfig:
         max_model_len=case.max_model_len,
         scheduler_steps=case.scheduler_steps,
     )
+    return replace(config, max_num_seqs=case.max_num_seqs) if case.max_num_seqs else config
 
 
 def host_floor(case: Case, cal: Calibration = CALIBRATION) -> float | None:
@@ -192,6 +194,7 @@ def _figures(case: Case, done: list[SimRequest]) -> dict[str, float]:
         "ttft_p50_ms": 1000 * statistics.median(ttft),
         "itl_p50_ms": 1000 * gap_percentile(gaps, 0.5),
         "tpot_ms": 1000 * statistics.mean(tpot) if tpot else math.nan,
+        "tpot_p50_ms": 1000 * statistics.median(tpot) if tpot else math.nan,
         "latency_ms": 1000 * span,
     }
     out["decode_tok_s"] = 1000 / out["tpot_ms"]

@@ -82,6 +82,7 @@ class Case:
     # metric the case scores; 0: none). The host's per-request floor is then declared by
     # rule from it (bench/sim_calibration.py: host_floor) instead of the fitted default.
     host_c1_ttft_ms: float = 0.0
+    max_num_seqs: int = 0  # the run's --max-num-seqs (0: vLLM's default)
 
     @property
     def workload(self) -> str:
@@ -116,7 +117,7 @@ def _rahman(c: int, req_s: float, tok_s: float, ttft: float) -> Case:
     )
 
 
-def _ci(gpu: str, url: str, model: str, tp: int, latency_ms: float, held_out: bool) -> Case:
+def ci_latency(gpu: str, url: str, model: str, tp: int, latency_ms: float, held_out: bool) -> Case:
     return Case(
         f"ci-{gpu.lower()}-{model}-tp{tp}",
         url,
@@ -239,12 +240,12 @@ FIT: tuple[Case, ...] = (
         prompts=20,
         engine="v1",
     ),
-    _ci("H200", CI_H200, "llama-3.1-8b", 1, 833.421, held_out=False),
-    _ci("H200", CI_H200, "llama-3.1-70b", 4, 2077.53, held_out=False),
+    ci_latency("H200", CI_H200, "llama-3.1-8b", 1, 833.421, held_out=False),
+    ci_latency("H200", CI_H200, "llama-3.1-70b", 4, 2077.53, held_out=False),
     # Rounds 1-2's held-out points: fit points since round 3 (they had been seen).
-    _ci("H100", CI_H100, "llama-3.1-8b", 1, 997.542, held_out=False),
-    _ci("H100", CI_H100, "llama-3.1-70b", 4, 2444.47, held_out=False),
-    _ci("A100", CI_A100, "llama-3.1-8b", 1, 1585.43, held_out=False),
+    ci_latency("H100", CI_H100, "llama-3.1-8b", 1, 997.542, held_out=False),
+    ci_latency("H100", CI_H100, "llama-3.1-70b", 4, 2444.47, held_out=False),
+    ci_latency("A100", CI_A100, "llama-3.1-8b", 1, 1585.43, held_out=False),
     Case(
         "a100-40gb-8b-c8",
         MUSGRAVE,
@@ -377,6 +378,8 @@ def source_name(url: str) -> str:
     """The independent source a point comes from (vLLM's CI reports count as one)."""
     if "buildkite.com" in url:
         return "vLLM performance benchmark (CI)"
+    if "github.com/ree2raz/inference-bench/" in url:
+        return "ree2raz, inference-bench"
     return {
         MUSGRAVE: "Musgrave, A100 sweep",
         RAHMAN: "Rahman, RTX 4090 sweep",
