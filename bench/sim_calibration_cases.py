@@ -83,6 +83,9 @@ class Case:
     # rule from it (bench/sim_calibration.py: host_floor) instead of the fitted default.
     host_c1_ttft_ms: float = 0.0
     max_num_seqs: int = 0  # the run's --max-num-seqs (0: vLLM's default)
+    # Why a held-out run lies outside the model's declared domain ("": inside). Scored and
+    # counted for the bars all the same; the plan's margin reads the points inside it.
+    outside_domain: str = ""
 
     @property
     def workload(self) -> str:

@@ -50,6 +50,14 @@ IB_A100 = IB + "results/v2_a100_vllm_fp16.jsonl"
 # Qwen2.5's default system prompt and chat markers (30 tokens).
 IB_SHORT_IN = 46
 IB_LONG_IN = 2488
+# Flagged AFTER the evaluation (the registration missed it): the long regime's 100 prompts
+# are 10 synthetic contexts x 10 questions (the source's README), so 9 in 10 share their
+# context with an earlier prompt, and vLLM V1 caches prefixes by default: prefix-cache hits,
+# outside the domain declared before registration. Still scored and counted for the bars.
+SHARED_PREFIX = (
+    "prompts share their ~1800-token context 10 at a time (prefix-cache hits, outside the "
+    "declared domain; found after the evaluation, the points stay in the bars)"
+)
 
 
 def _lambda_tp2(
@@ -98,6 +106,7 @@ def _ib(
         engine="v1",
         host_c1_ttft_ms=c1[(gpu, regime)],
         max_num_seqs=64,
+        outside_domain="" if short else SHARED_PREFIX,
     )
 
 

@@ -65,6 +65,8 @@ def test_round_5_holds_out_its_registered_points_and_fits_on_all_earlier_ones() 
         and (h["max_error"] or 0.0) <= cal.LIMIT
     )
     assert s["bars_met"] is bars
+    outside = sum(len(c.published) for c in ROUND5_HELD_OUT if c.outside_domain)
+    assert s["held_out_in_domain"]["points"] == h["points"] - outside
 
 
 def test_earlier_rounds_are_kept_as_history() -> None:
