@@ -54,7 +54,10 @@ LONG = {"ignore_eos": True}  # with max_tokens 1900: seconds of generation
 
 
 # A scrape's wait: the 10 s default ran out once while a holder's vLLM stream and a full
-# suite shared 2 cores; what these suites read is the gauge, not how fast it answers.
+# suite shared 2 cores. These suites poll /metrics every 50 ms, and the sidecar rests its
+# render 4 times the last one's time (``Kept(rest=4.0)``, a scrape flood's guard), so one
+# render slowed by a starved machine holds the next one back: what they read is the gauge,
+# not how fast it answers.
 SCRAPE_TIMEOUT_S = 30.0
 
 
