@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -151,6 +151,8 @@ def choice_has_text(choice: Mapping[str, Any]) -> bool:
 _INT: TypeAdapter[int | None] = TypeAdapter(int | None)
 _BOOL: TypeAdapter[bool | None] = TypeAdapter(bool | None)
 _STR: TypeAdapter[str | None] = TypeAdapter(str | None)
+# The value of exactly this type is valid as it is (the common case, without pydantic's call).
+_EXACT: dict[TypeAdapter[Any], type] = {_INT: int, _BOOL: bool, _STR: str}
 
 
 class BadField(ValueError):
@@ -192,8 +194,11 @@ def read_request(body: Mapping[str, Any], *, chat: bool, strict: bool = True) ->
 def _field(body: Mapping[str, Any], name: str, adapter: TypeAdapter[T], strict: bool) -> T | None:
     if name not in body:
         return None
+    value = body[name]
+    if value is None or type(value) is _EXACT[adapter]:  # what lax mode returns unchanged
+        return cast(T, value)
     try:
-        return adapter.validate_python(body[name])
+        return adapter.validate_python(value)
     except ValidationError as err:
         if not strict:
             return None

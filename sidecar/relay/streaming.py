@@ -12,13 +12,15 @@ ends the response as usual.
 Slow readers: what the client has not taken yet waits in its connection's
 bounded write buffer (see obs.sidecar.server.client). Under the lane's ``wait``
 policy, a full buffer pauses reading from the pool (its socket backs up, as
-nginx does) until the client catches up; under ``abort`` the stream ends.
+nginx does) until the client catches up (``ClientConn.writable()`` is done); under
+``abort`` the stream ends.
 There is one hot path: the relay runs on the sidecar's own server, whose client
 connection it writes to (``Relay._handle`` refuses a request that comes without one).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from obs.config import SlowClient
@@ -47,7 +49,7 @@ class StreamSink:
     __slots__ = (
         "abort_at", "aborted", "blocked", "burst", "conn", "deadline", "ended", "error",
         "first_read", "last", "last_out", "limit", "paused_at", "read_chunks", "read_tokens",
-        "req", "resp", "splitter", "state", "stripper",
+        "req", "resp", "splitter", "state", "stripper", "waiting",
     )  # fmt: skip
 
     def __init__(
@@ -72,6 +74,7 @@ class StreamSink:
         self.burst = 0  # the most output frames that arrived in one read
         self.blocked = 0  # ns the relay waited on the client
         self.paused_at = 0  # the pool's connection is paused for a slow client since then
+        self.waiting: asyncio.Future[None] | None = None  # until the client takes more
         self.aborted = False
         self.ended = False
         self.error: UpstreamError | None = None
@@ -121,7 +124,8 @@ class StreamSink:
             self.paused_at = time.perf_counter_ns()
             self.deadline.sending = True
             self.resp.pause_reading()
-            conn.on_writable(self._writable)
+            self.waiting = conn.writable()
+            self.waiting.add_done_callback(self._writable)
 
     def _output_at(self, now: int, tokens: int) -> None:
         """An output frame carrying ``tokens`` arrived in the read at ``now``.
@@ -147,9 +151,15 @@ class StreamSink:
         if len(self.req.itl) == 0:
             self.first_read = self.read_tokens
 
-    def _writable(self) -> None:
-        self.conn.on_writable(None)
-        self.resumed()
+    def _writable(self, _: asyncio.Future[None]) -> None:
+        self.waiting = None
+        if not self.conn.left:  # else the stream's end counts the wait (relay_stream)
+            self.resumed()
+
+    def stop_waiting(self) -> None:
+        if self.waiting is not None:
+            self.waiting.remove_done_callback(self._writable)
+            self.waiting = None
 
     def resumed(self) -> None:
         if not self.paused_at:
@@ -183,7 +193,7 @@ async def relay_stream(
     try:
         await resp.stream(sink)
     finally:
-        conn.on_writable(None)
+        sink.stop_waiting()
     clock.last_up = sink.last_out
     req.first_read_chunks = sink.first_read
     ev.burst_chunks = sink.burst or None

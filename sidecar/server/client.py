@@ -78,9 +78,9 @@ class ClientConn:
         self._sock = conn.sock
         self._fd = conn.fd
 
-    def on_writable(self, callback: Callable[[], None] | None) -> None:
-        """Call ``callback`` when the client has taken enough for writing to go on."""
-        self._conn.writable_callback = callback
+    def writable(self) -> asyncio.Future[None]:
+        """Done once the client has taken enough for writing to go on (or has left)."""
+        return self._flow.writable()
 
     def on_disconnect(self, callback: Callable[[], None] | None) -> None:
         """Call ``callback`` (once, in the connection's callback) if the client leaves before

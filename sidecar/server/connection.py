@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httptools
 
@@ -34,10 +34,6 @@ from obs.sidecar.server.client import EXTENSION, OBS_EXTENSION, ClientConn
 from obs.sidecar.server.guard import Guard, content_length, plain_get
 from obs.sidecar.server.intake import BODY_PIECE, PIECE, Intake
 from obs.sidecar.server.wire import BODY_HIGH_WATER, Clock, Exchange, Flow, http_scope, run_app
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
 
 BAD_REQUEST = "Invalid HTTP request received."
 
@@ -64,7 +60,6 @@ class HttpConnection(asyncio.Protocol):
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport = None  # type: ignore[assignment]
         self.flow = Flow()
-        self.writable_callback: Callable[[], None] | None = None
         self.sock: Any = None  # the transport's socket (uvloop's pseudo-socket), for the relay
         self.fd: int = -1
         self.sndbuf_pinned = False  # the kernel send buffer was pinned for a stream (client.py)
@@ -150,8 +145,6 @@ class HttpConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.flow.resume()
-        if self.writable_callback is not None:
-            self.writable_callback()
 
     def data_received(self, data: bytes) -> None:
         self._read_ns = time.perf_counter_ns()

@@ -48,8 +48,9 @@ _NO_BODY = (204, 304)
 
 
 class Flow:
-    """Write flow control of one connection: ``drain`` waits while writing is paused;
-    ``acked``, a look at what the client acknowledged, is woken when it sends or leaves."""
+    """Write flow control of one connection: ``drain`` waits while writing is paused (on
+    ``writable()``, the future a paused stream's sink resumes from); ``acked``, a look at what
+    the client acknowledged, is woken when it sends or leaves."""
 
     __slots__ = ("_waiter", "acked", "write_paused")
 
@@ -75,13 +76,19 @@ class Flow:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    def writable(self) -> asyncio.Future[None]:
+        """Done once the transport takes writes again (the client read enough, or it left)."""
+        waiter = self._waiter or asyncio.get_running_loop().create_future()
+        if self.write_paused:
+            self._waiter = waiter
+        else:
+            waiter.set_result(None)  # a new one: only a paused transport has a waiter
+        return waiter
+
     async def drain(self) -> None:
         """Until the transport takes writes again (the client read enough, or it left)."""
-        if not self.write_paused:
-            return
-        if self._waiter is None:
-            self._waiter = asyncio.get_running_loop().create_future()
-        await asyncio.shield(self._waiter)
+        if self.write_paused:
+            await asyncio.shield(self.writable())
 
 
 class Clock:
@@ -105,30 +112,10 @@ class Exchange:
     """One request and its response on a connection (see the module's doc)."""
 
     __slots__ = (
-        "_event",
-        "_head",
-        "_reading_paused",
-        "_resume_reading",
-        "body",
-        "body_bytes",
-        "body_ns",
-        "chunked",
-        "clock",
-        "disconnected",
-        "expected",
-        "flow",
-        "head_only",
-        "keep_alive",
-        "linger",
-        "more_body",
-        "on_complete",
-        "on_lost",
-        "on_settle",
-        "refusal",
-        "response_complete",
-        "response_started",
-        "scope",
-        "transport",
+        "_event", "_head", "_reading_paused", "_resume_reading", "body", "body_bytes",
+        "body_ns", "chunked", "clock", "disconnected", "expected", "flow", "head_only",
+        "keep_alive", "linger", "more_body", "on_complete", "on_lost", "on_settle", "refusal",
+        "response_complete", "response_started", "scope", "transport",
     )  # fmt: skip
 
     def __init__(

@@ -35,6 +35,16 @@ def test_every_event_is_one_whole_line_after_shutdown(tmp_path: Path) -> None:
     assert counts.written == 1000
 
 
+def test_event_line_is_the_dict_of_its_fields() -> None:
+    """An event's JSONL line (orjson writing the dataclass) is its ``to_dict`` in field order,
+    whatever its fields hold."""
+    ev = Event(request_id='r\u2028"x', lane="chat", http_status=200, e2e_ms=1.25)
+    ev.ttft_ms, ev.cache_hit, ev.miss_slo = 0.1 + 0.2, False, "ttft,e2e"
+    line = ev.to_json()
+    assert line == orjson.dumps(ev.to_dict(), option=orjson.OPT_APPEND_NEWLINE)
+    assert list(orjson.loads(line)) == list(ev.to_dict())
+
+
 def test_event_file_is_owner_only(tmp_path: Path) -> None:
     """The event log is created with mode 0600."""
     exp = JsonlExporter(tmp_path / "ev.jsonl")

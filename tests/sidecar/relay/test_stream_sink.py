@@ -8,7 +8,7 @@ without a server. The same paths end to end: test_inproc_streaming.py, test_inpr
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
 from typing import Any, cast
 
 from obs.config import SlowClient
@@ -44,7 +44,12 @@ class FakeConn:
         self.written: list[bytes] = []
         self.behind_after = behind_after  # writes after which the client is behind
         self.held = held
-        self.writable: Callable[[], None] | None = None
+        self.left = False
+        self.waiter: asyncio.Future[None] | None = None
+
+    def writable(self) -> asyncio.Future[None]:
+        self.waiter = asyncio.get_running_loop().create_future()
+        return self.waiter
 
     def write_body(self, data: bytes) -> None:
         self.written.append(data)
@@ -55,9 +60,6 @@ class FakeConn:
 
     def buffered(self) -> int:
         return self.held
-
-    def on_writable(self, callback: Callable[[], None] | None) -> None:
-        self.writable = callback
 
 
 class FakeDeadline:
@@ -102,15 +104,42 @@ def test_each_read_is_one_write_and_one_gap() -> None:
 
 def test_a_client_behind_pauses_the_pool_until_it_reads() -> None:
     """Under ``wait``, a client past its buffer pauses reading from the pool and the deadline
-    waits on the client; once it can take more, reading resumes and the wait is counted."""
-    conn = FakeConn(behind_after=1)
-    sink, _, resp, deadline = _sink(conn)
-    _read(sink, resp, 1_000, token_frame("a"))
-    assert resp.paused and deadline.sending and conn.writable is not None
-    conn.behind_after = None
-    conn.writable()
-    assert not resp.paused and not deadline.sending and conn.writable is None
-    assert sink.blocked > 0
+    waits on the client; once it can take more (``conn.writable()`` is done), reading resumes
+    and the wait is counted."""
+
+    async def scenario() -> None:
+        conn = FakeConn(behind_after=1)
+        sink, _, resp, deadline = _sink(conn)
+        _read(sink, resp, 1_000, token_frame("a"))
+        assert resp.paused and deadline.sending and conn.waiter is not None
+        assert sink.waiting is conn.waiter
+        conn.behind_after = None
+        conn.waiter.set_result(None)
+        await asyncio.sleep(0)  # the future's callback runs on the loop's next turn
+        assert not resp.paused and not deadline.sending and sink.waiting is None
+        assert sink.blocked > 0
+
+    asyncio.run(scenario())
+
+
+def test_a_client_that_left_while_behind_is_not_resumed() -> None:
+    """A client that leaves while the pool is paused for it completes ``writable()`` too
+    (its connection is gone): the pool stays paused, and the stream's end counts the wait."""
+
+    async def scenario() -> None:
+        conn = FakeConn(behind_after=1)
+        sink, _, resp, deadline = _sink(conn)
+        _read(sink, resp, 1_000, token_frame("a"))
+        assert conn.waiter is not None
+        conn.left = True
+        conn.waiter.set_result(None)
+        await asyncio.sleep(0)
+        assert resp.paused and deadline.sending and sink.paused_at and not sink.blocked
+        sink.stop_waiting()
+        sink.resumed()
+        assert not resp.paused and sink.blocked > 0
+
+    asyncio.run(scenario())
 
 
 def test_the_abort_policy_ends_the_stream_past_the_bound() -> None:
