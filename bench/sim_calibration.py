@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.sim_calibration_cases import Case, source_name
-from bench.sim_calibration_round4 import CASES
+from bench.sim_calibration_round5 import CASES
 from obs.engines.sim.frontend import FrontEnd, FrontEndCost
 from obs.engines.sim.hardware import CALIBRATION, GPUS, Calibration, PerfModel, perf_model
 from obs.engines.sim.scheduler import SchedulerConfig, SimRequest, vllm_defaults
@@ -72,28 +72,49 @@ def _perf(case: Case, cal: Calibration) -> PerfModel:
     return replace(perf, cal=cal.engine(case.engine))
 
 
-def front_end_cost(cal: Calibration) -> FrontEndCost:
-    """The API server's costs under ``cal`` (round 4: a per-request cost and latency)."""
-    if not cal.request_s and not cal.first_token_s:
+def front_end_cost(cal: Calibration, floor_s: float | None = None) -> FrontEndCost:
+    """The API server's costs under ``cal`` (round 4: a per-request cost and latency; round
+    5: ``floor_s``, a host's declared per-request latency, in place of the fitted one)."""
+    if not cal.request_s and not cal.first_token_s and floor_s is None:
         return FrontEndCost()  # rounds 1-3
-    return FrontEndCost.split(cal.request_s, cal.first_token_s)
+    return FrontEndCost.split(cal.request_s, cal.first_token_s if floor_s is None else floor_s)
 
 
 def scheduler_config(case: Case) -> SchedulerConfig:
-    """The limits the run's vLLM chose: its defaults for that GPU, engine and entry point."""
-    return vllm_defaults(
+    """The limits the run's vLLM chose: its defaults for that GPU, engine and entry point,
+    and its own ``--max-num-seqs`` where it set one."""
+    config = vllm_defaults(
         case.gpu,
         GPUS[case.gpu].memory_bytes,
         v1=case.engine == "v1",
         server=case.kind != "batch",
         max_model_len=case.max_model_len,
+        scheduler_steps=case.scheduler_steps,
     )
+    return replace(config, max_num_seqs=case.max_num_seqs) if case.max_num_seqs else config
 
 
-def simulate(case: Case, cal: Calibration = CALIBRATION) -> dict[str, float]:
+def host_floor(case: Case, cal: Calibration = CALIBRATION) -> float | None:
+    """The per-request latency of the case's host (seconds), declared by rule from the same
+    host's published TTFT at concurrency 1 (``case.host_c1_ttft_ms``): that TTFT less the
+    one the model gives at concurrency 1 with no such latency, at least 0. None (the fitted
+    ``first_token_s``) when the source publishes no such row."""
+    if not case.host_c1_ttft_ms:
+        return None
+    metric = "ttft_p50_ms" if "ttft_p50_ms" in case.published else "ttft_ms"
+    c1 = replace(case, concurrency=1, prompts=min(case.prompts, 20), host_c1_ttft_ms=0.0)
+    bare = simulate(c1, cal, floor_s=0.0)[metric]
+    return max(0.0, case.host_c1_ttft_ms - bare) / 1000
+
+
+def simulate(
+    case: Case, cal: Calibration = CALIBRATION, floor_s: float | None = None
+) -> dict[str, float]:
     """The simulator's figures for ``case`` (the metrics it publishes)."""
+    if floor_s is None:
+        floor_s = host_floor(case, cal)
     loop = VirtualLoop()
-    frontend = None if case.kind == "batch" else FrontEnd(front_end_cost(cal))
+    frontend = None if case.kind == "batch" else FrontEnd(front_end_cost(cal, floor_s))
     replica = VirtualReplica(loop, _perf(case, cal), scheduler_config(case), frontend=frontend)
     done: list[SimRequest] = []
     try:
@@ -173,6 +194,7 @@ def _figures(case: Case, done: list[SimRequest]) -> dict[str, float]:
         "ttft_p50_ms": 1000 * statistics.median(ttft),
         "itl_p50_ms": 1000 * gap_percentile(gaps, 0.5),
         "tpot_ms": 1000 * statistics.mean(tpot) if tpot else math.nan,
+        "tpot_p50_ms": 1000 * statistics.median(tpot) if tpot else math.nan,
         "latency_ms": 1000 * span,
     }
     out["decode_tok_s"] = 1000 / out["tpot_ms"]
@@ -203,6 +225,7 @@ def score(case: Case, cal: Calibration = CALIBRATION) -> list[dict[str, Any]]:
                 "error": round(abs(value / published - 1), 4),
                 "derived": case.derived.get(metric),
                 "not_fitted": case.unfit.get(metric),
+                "outside_domain": case.outside_domain or None,
             }
         )
     return rows
@@ -213,10 +236,16 @@ def table(cal: Calibration = CALIBRATION, cases: Sequence[Case] = CASES) -> list
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Fit and held-out errors, separately, and whether the held-out bars are met."""
+    """Fit and held-out errors, separately, and whether the held-out bars are met (on every
+    held-out point); ``held_out_in_domain`` leaves out those outside the model's domain."""
     out: dict[str, Any] = {}
-    for part, held in (("fit", False), ("held_out", True)):
-        errors = [r["error"] for r in rows if r["held_out"] is held]
+    parts = (
+        ("fit", lambda r: not r["held_out"]),
+        ("held_out", lambda r: r["held_out"]),
+        ("held_out_in_domain", lambda r: r["held_out"] and not r.get("outside_domain")),
+    )
+    for part, keep in parts:
+        errors = [r["error"] for r in rows if keep(r)]
         out[part] = {
             "points": len(errors),
             "median_error": round(statistics.median(errors), 4) if errors else None,

@@ -36,6 +36,7 @@ LAMBDA_70B_TP1 = LAMBDA.format(
 )
 # A concurrency sweep of vLLM 0.23 on one L4 (its "serving/raw-vllm" table).
 WMX = "https://ai.wmx.dev/benchmarks"
+WMX_C1_TTFT_P50 = 27.0  # its concurrency-1 row: the host's floor since round 5 (not scored)
 # Tenstorrent's GPU reference runs of vLLM (tt-inference-server's benchmark sweep on an RTX
 # 4090, Qwen3-4B): registered in round 3 as a third source.
 TT_4090 = "https://github.com/tenstorrent/tt-inference-server/issues/394"
@@ -75,6 +76,16 @@ class Case:
     max_model_len: int = 0  # --max-model-len (0: the model's context)
     # Figures the fit leaves out (round 4), each with why: scored and shown, not fitted.
     unfit: dict[str, str] = field(default_factory=dict)
+    # Round 5: vLLM 0.6's --num-scheduler-steps (1: single-step scheduling).
+    scheduler_steps: int = 1
+    # Round 5: the same host's published TTFT at concurrency 1 for the same workload (ms, the
+    # metric the case scores; 0: none). The host's per-request floor is then declared by
+    # rule from it (bench/sim_calibration.py: host_floor) instead of the fitted default.
+    host_c1_ttft_ms: float = 0.0
+    max_num_seqs: int = 0  # the run's --max-num-seqs (0: vLLM's default)
+    # Why a held-out run lies outside the model's declared domain ("": inside). Scored and
+    # counted for the bars all the same; the plan's margin reads the points inside it.
+    outside_domain: str = ""
 
     @property
     def workload(self) -> str:
@@ -109,7 +120,7 @@ def _rahman(c: int, req_s: float, tok_s: float, ttft: float) -> Case:
     )
 
 
-def _ci(gpu: str, url: str, model: str, tp: int, latency_ms: float, held_out: bool) -> Case:
+def ci_latency(gpu: str, url: str, model: str, tp: int, latency_ms: float, held_out: bool) -> Case:
     return Case(
         f"ci-{gpu.lower()}-{model}-tp{tp}",
         url,
@@ -124,6 +135,88 @@ def _ci(gpu: str, url: str, model: str, tp: int, latency_ms: float, held_out: bo
         input_tokens=32,
         output_tokens=128,
         prompts=8,
+    )
+
+
+def lambda_replay(
+    name: str,
+    url: str,
+    about: str,
+    model: str,
+    published: dict[str, float],
+    inputs: tuple[int, ...],
+    outputs: tuple[int, ...],
+    *,
+    held_out: bool,
+    **kw: object,
+) -> Case:
+    """One of Lambda's vllm-benchmark runs (``benchmark_serving.py``, 10 ShareGPT prompts
+    at once, their published lengths) on H100s, vLLM V0."""
+    return Case(
+        name,
+        url,
+        about,
+        "H100",
+        model,
+        "replay",
+        published,
+        held_out=held_out,
+        inputs=inputs,
+        outputs=outputs,
+        engine="v0",
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def wmx_l4(
+    c: int, tok_s: float, ttft: float, itl: float, *, held_out: bool, why: str, c1: float = 0.0
+) -> Case:
+    """A row of the ai.wmx.dev L4 sweep (``why``: what the note adds to the prompts'
+    count; ``c1``: the table's concurrency-1 TTFT p50, the host's floor, from round 5)."""
+    return Case(
+        f"l4-qwen0.5b-c{c}",
+        WMX,
+        "vLLM 0.23.0 (V1), Qwen/Qwen2.5-0.5B-Instruct BF16, --gpu-memory-utilization 0.6 "
+        "--max-model-len 8192, vllm bench serve, random 256 in / 128 out, --ignore-eos, "
+        f"--request-rate inf --max-concurrency {c} (--num-prompts not given: the "
+        f"default 1000 assumed{why}): output tok/s, TTFT p50, ITL p50",
+        "L4",
+        "qwen2.5-0.5b",
+        "closed",
+        {"output_tok_s": tok_s, "ttft_p50_ms": ttft, "itl_p50_ms": itl},
+        held_out=held_out,
+        input_tokens=256,
+        output_tokens=128,
+        concurrency=c,
+        prompts=1000,
+        engine="v1",
+        max_model_len=8192,
+        host_c1_ttft_ms=c1,
+    )
+
+
+def tt_4090(
+    name: str, isl: int, osl: int, n: int, ttft: float, tpot: float, *, held_out: bool, why: str
+) -> Case:
+    """A concurrency-1 row of Tenstorrent's RTX 4090 Qwen3-4B reference (``why``: the note's
+    account of ``--ignore-eos`` and the engine)."""
+    return Case(
+        name,
+        TT_4090,
+        "Tenstorrent tt-inference-server, GPU reference sweep (gtobarTT, 2025-11-12), "
+        f"Qwen/Qwen3-4B BF16 on one RTX 4090, vLLM's serving benchmark, random {isl} in / "
+        f"{osl} out, concurrency 1, {n} requests (--ignore-eos{why}): mean TTFT and TPOT",
+        "RTX4090",
+        "qwen3-4b",
+        "closed",
+        {"ttft_ms": ttft, "tpot_ms": tpot},
+        held_out=held_out,
+        input_tokens=isl,
+        output_tokens=osl,
+        concurrency=1,
+        prompts=n,
+        engine="v1",
+        unfit={"ttft_ms": PAST_PEAK} if isl > 128 else {},
     )
 
 
@@ -150,12 +243,12 @@ FIT: tuple[Case, ...] = (
         prompts=20,
         engine="v1",
     ),
-    _ci("H200", CI_H200, "llama-3.1-8b", 1, 833.421, held_out=False),
-    _ci("H200", CI_H200, "llama-3.1-70b", 4, 2077.53, held_out=False),
+    ci_latency("H200", CI_H200, "llama-3.1-8b", 1, 833.421, held_out=False),
+    ci_latency("H200", CI_H200, "llama-3.1-70b", 4, 2077.53, held_out=False),
     # Rounds 1-2's held-out points: fit points since round 3 (they had been seen).
-    _ci("H100", CI_H100, "llama-3.1-8b", 1, 997.542, held_out=False),
-    _ci("H100", CI_H100, "llama-3.1-70b", 4, 2444.47, held_out=False),
-    _ci("A100", CI_A100, "llama-3.1-8b", 1, 1585.43, held_out=False),
+    ci_latency("H100", CI_H100, "llama-3.1-8b", 1, 997.542, held_out=False),
+    ci_latency("H100", CI_H100, "llama-3.1-70b", 4, 2444.47, held_out=False),
+    ci_latency("A100", CI_A100, "llama-3.1-8b", 1, 1585.43, held_out=False),
     Case(
         "a100-40gb-8b-c8",
         MUSGRAVE,
@@ -173,49 +266,45 @@ FIT: tuple[Case, ...] = (
         engine="v1",
         derived={"output_tok_s": "the text's 'a 6.6x gain' over 75 tokens/s at concurrency 1"},
     ),
-    Case(
+    lambda_replay(
         "lambda-h100-mistral-10",
         LAMBDA_MISTRAL,
         "vLLM 0.5.4, Mistral-7B-Instruct-v0.3 BF16, benchmark_serving.py, 10 ShareGPT "
         "prompts, --request-rate inf: mean TTFT, mean TPOT, output throughput",
-        "H100",
         "mistral-7b",
-        "replay",
         {"ttft_ms": 51.8117, "tpot_ms": 8.9538, "output_tok_s": 336.735},
+        SHAREGPT_10_IN,
+        (129, 890, 273, 169, 0, 928, 10, 26, 8, 57),
         held_out=False,
-        inputs=SHAREGPT_10_IN,
-        outputs=(129, 890, 273, 169, 0, 928, 10, 26, 8, 57),
         max_model_len=2000,
     ),
-    Case(
+    lambda_replay(
         "lambda-h100-mistral-10-step10",
         LAMBDA_MISTRAL_STEP10,
         "vLLM 0.6.0 with --num-scheduler-steps 10 (tokens come 10 at a time, so only the "
         "TPOT is scored), Mistral-7B-Instruct-v0.3 BF16, the same 10 prompts: mean TPOT",
-        "H100",
         "mistral-7b",
-        "replay",
         {"tpot_ms": 7.4837},
+        SHAREGPT_10_IN,
+        (129, 883, 273, 169, 0, 928, 10, 26, 8, 57),
         held_out=False,
-        inputs=SHAREGPT_10_IN,
-        outputs=(129, 883, 273, 169, 0, 928, 10, 26, 8, 57),
         max_model_len=2048,
+        scheduler_steps=10,
     ),
-    Case(
+    lambda_replay(
         "lambda-4xh100-70b-fp8-10-step10",
         LAMBDA_70B,
         "vLLM 0.6.0 with --num-scheduler-steps 10 (only the TPOT is scored), "
         "neuralmagic/Meta-Llama-3.1-70B-Instruct-FP8, TP4, 10 ShareGPT prompts: mean TPOT",
-        "H100",
         "llama-3.1-70b",
-        "replay",
         {"tpot_ms": 14.6894},
+        LLAMA_SHAREGPT_10_IN,
+        (120, 770, 233, 194, 101, 741, 0, 0, 6, 63),
         held_out=False,
         tp=4,
         weights="fp8",
-        inputs=LLAMA_SHAREGPT_10_IN,
-        outputs=(120, 770, 233, 194, 101, 741, 0, 0, 6, 63),
         max_model_len=2048,
+        scheduler_steps=10,
     ),
 )
 
@@ -225,70 +314,44 @@ FIT: tuple[Case, ...] = (
 # Seen in round 3's evaluation, so fit points since round 4.
 
 ROUND3: tuple[Case, ...] = (
-    Case(
+    lambda_replay(
         "lambda-h100-8b-fp8-10",
         LAMBDA_8B_FP8,
         "vLLM 0.5.4, neuralmagic/Meta-Llama-3.1-8B-FP8 (FP8 weights), --max-model-len 8000, "
         "benchmark_serving.py, 10 ShareGPT prompts, --request-rate inf: mean TTFT, mean "
         "TPOT, output throughput",
-        "H100",
         "llama-3.1-8b",
-        "replay",
         {
             "ttft_ms": 38.39956070296466,
             "tpot_ms": 6.274846723527093,
             "output_tok_s": 252.31865646135873,
         },
+        (13, 25, 27, 10, 329, 29, 399, 328, 4, 205),
+        (120, 1, 1, 194, 0, 741, 0, 0, 6, 80),
         held_out=False,
         weights="fp8",
-        inputs=(13, 25, 27, 10, 329, 29, 399, 328, 4, 205),
-        outputs=(120, 1, 1, 194, 0, 741, 0, 0, 6, 80),
-        engine="v0",
         max_model_len=8000,
     ),
-    Case(
+    lambda_replay(
         "lambda-h100-70b-fp8-tp1-10",
         LAMBDA_70B_TP1,
         "vLLM 0.5.4, neuralmagic/Meta-Llama-3.1-70B-Instruct-FP8 on one H100, "
         "--max-model-len 2000, benchmark_serving.py, 10 ShareGPT prompts, --request-rate "
         "inf: mean TTFT, mean TPOT, output throughput",
-        "H100",
         "llama-3.1-70b",
-        "replay",
         {
             "ttft_ms": 155.46229612082243,
             "tpot_ms": 33.114848840998754,
             "output_tok_s": 100.03195461500722,
         },
+        (12, 24, 26, 9, 328, 28, 398, 327, 204, 15),
+        (119, 769, 232, 193, 0, 740, 0, 0, 79, 391),
         held_out=False,
         weights="fp8",
-        inputs=(12, 24, 26, 9, 328, 28, 398, 327, 204, 15),
-        outputs=(119, 769, 232, 193, 0, 740, 0, 0, 79, 391),
-        engine="v0",
         max_model_len=2000,
     ),
-    *(
-        Case(
-            f"l4-qwen0.5b-c{c}",
-            WMX,
-            "vLLM 0.23.0 (V1), Qwen/Qwen2.5-0.5B-Instruct BF16, --gpu-memory-utilization 0.6 "
-            "--max-model-len 8192, vllm bench serve, random 256 in / 128 out, --ignore-eos, "
-            f"--request-rate inf --max-concurrency {c} (--num-prompts not given: the "
-            "default 1000 assumed): output tok/s, TTFT p50, ITL p50",
-            "L4",
-            "qwen2.5-0.5b",
-            "closed",
-            {"output_tok_s": tok_s, "ttft_p50_ms": ttft, "itl_p50_ms": itl},
-            held_out=False,
-            input_tokens=256,
-            output_tokens=128,
-            concurrency=c,
-            prompts=1000,
-            engine="v1",
-            max_model_len=8192,
-        )
-        for c, tok_s, ttft, itl in ((8, 1312.0, 60.9, 5.5), (32, 3773.0, 135.3, 7.1))
-    ),
+    wmx_l4(8, 1312.0, 60.9, 5.5, held_out=False, why="", c1=WMX_C1_TTFT_P50),
+    wmx_l4(32, 3773.0, 135.3, 7.1, held_out=False, why="", c1=WMX_C1_TTFT_P50),
 )
 
 
@@ -300,24 +363,15 @@ PAST_PEAK = (
 
 # Registered in a second commit, still before any evaluation (a third source found).
 ROUND3 += tuple(
-    Case(
+    tt_4090(
         f"tt-4090-qwen3-4b-{isl}in-c1",
-        TT_4090,
-        "Tenstorrent tt-inference-server, GPU reference sweep (gtobarTT, 2025-11-12), "
-        f"Qwen/Qwen3-4B BF16 on one RTX 4090, vLLM's serving benchmark, random {isl} in / "
-        f"128 out, concurrency 1, {n} requests (--ignore-eos: the table's E2EL is TTFT + "
-        "127 TPOT; vLLM V1 assumed, the default since 0.8): mean TTFT and TPOT",
-        "RTX4090",
-        "qwen3-4b",
-        "closed",
-        {"ttft_ms": ttft, "tpot_ms": tpot},
+        isl,
+        128,
+        n,
+        ttft,
+        tpot,
         held_out=False,
-        input_tokens=isl,
-        output_tokens=128,
-        concurrency=1,
-        prompts=n,
-        engine="v1",
-        unfit={"ttft_ms": PAST_PEAK} if isl > 128 else {},
+        why=": the table's E2EL is TTFT + 127 TPOT; vLLM V1 assumed, the default since 0.8",
     )
     for isl, n, ttft, tpot in ((128, 8, 33.1, 10.5), (1024, 4, 62.1, 10.3), (2048, 4, 77.7, 10.8))
 )
@@ -327,6 +381,8 @@ def source_name(url: str) -> str:
     """The independent source a point comes from (vLLM's CI reports count as one)."""
     if "buildkite.com" in url:
         return "vLLM performance benchmark (CI)"
+    if "github.com/ree2raz/inference-bench/" in url:
+        return "ree2raz, inference-bench"
     return {
         MUSGRAVE: "Musgrave, A100 sweep",
         RAHMAN: "Rahman, RTX 4090 sweep",

@@ -19,9 +19,11 @@ from bench.sim_calibration_cases import (
     LLAMA_SHAREGPT_10_IN,
     ROUND3,
     SHAREGPT_10_IN,
-    TT_4090,
-    WMX,
+    WMX_C1_TTFT_P50,
     Case,
+    lambda_replay,
+    tt_4090,
+    wmx_l4,
 )
 
 LAMBDA_MISTRAL_8000 = LAMBDA.format(
@@ -47,43 +49,47 @@ _STEP10 = (
 
 
 def _lambda_step10(
-    name: str, url: str, about: str, model: str, weights: str, tpot: float, itl: str, **kw: object
+    name: str,
+    url: str,
+    about: str,
+    model: str,
+    weights: str,
+    tpot: float,
+    itl: str,
+    outputs: tuple[int, ...],
+    max_model_len: int,
 ) -> Case:
-    return Case(
+    return lambda_replay(
         name,
         url,
         f"{about}, benchmark_serving.py, 10 ShareGPT prompts, --request-rate inf; "
         + _STEP10.format(itl=itl),
-        "H100",
         model,
-        "replay",
         {"tpot_ms": tpot},
+        LLAMA_SHAREGPT_10_IN,
+        outputs,
         held_out=True,
         weights=weights,
-        inputs=LLAMA_SHAREGPT_10_IN,
-        engine="v0",
-        **kw,  # type: ignore[arg-type]
+        max_model_len=max_model_len,
+        scheduler_steps=10,  # round 5: vLLM 0.6's multi-step scheduling, now modelled
     )
 
 
 ROUND4_HELD_OUT: tuple[Case, ...] = (
-    Case(
+    lambda_replay(
         "lambda-h100-mistral-10-len8000",
         LAMBDA_MISTRAL_8000,
         "vLLM 0.5.4, Mistral-7B-Instruct-v0.3 BF16, --max-model-len 8000, benchmark_serving.py, "
         "10 ShareGPT prompts, --request-rate inf: mean TTFT, mean TPOT, output throughput",
-        "H100",
         "mistral-7b",
-        "replay",
         {
             "ttft_ms": 53.304909297730774,
             "tpot_ms": 8.466257924850858,
             "output_tok_s": 328.7230119360912,
         },
+        SHAREGPT_10_IN,
+        (129, 883, 273, 169, 0, 928, 10, 26, 8, 57),
         held_out=True,
-        inputs=SHAREGPT_10_IN,
-        outputs=(129, 883, 273, 169, 0, 928, 10, 26, 8, 57),
-        engine="v0",
         max_model_len=8000,
     ),
     _lambda_step10(
@@ -121,48 +127,22 @@ ROUND4_HELD_OUT: tuple[Case, ...] = (
         max_model_len=2048,
     ),
     *(
-        Case(
-            f"l4-qwen0.5b-c{c}",
-            WMX,
-            "vLLM 0.23.0 (V1), Qwen/Qwen2.5-0.5B-Instruct BF16, --gpu-memory-utilization 0.6 "
-            "--max-model-len 8192, vllm bench serve, random 256 in / 128 out, --ignore-eos, "
-            f"--request-rate inf --max-concurrency {c} (--num-prompts not given: the "
-            "default 1000 assumed, as in round 3): output tok/s, TTFT p50, ITL p50",
-            "L4",
-            "qwen2.5-0.5b",
-            "closed",
-            {"output_tok_s": tok_s, "ttft_p50_ms": ttft, "itl_p50_ms": itl},
-            held_out=True,
-            input_tokens=256,
-            output_tokens=128,
-            concurrency=c,
-            prompts=1000,
-            engine="v1",
-            max_model_len=8192,
-        )
+        wmx_l4(c, tok_s, ttft, itl, held_out=True, why=", as in round 3", c1=WMX_C1_TTFT_P50)
         for c, tok_s, ttft, itl in (
             (2, 367.0, 37.8, 5.2),
             (4, 698.0, 50.1, 5.3),
             (16, 2277.0, 103.8, 6.0),
         )
     ),
-    Case(
+    tt_4090(
         "tt-4090-qwen3-4b-128in-1024out-c1",
-        TT_4090,
-        "Tenstorrent tt-inference-server, GPU reference sweep (gtobarTT, 2025-11-12), "
-        "Qwen/Qwen3-4B BF16 on one RTX 4090, vLLM's serving benchmark, random 128 in / 1024 "
-        "out, concurrency 1, 4 requests (--ignore-eos; vLLM V1 assumed, as in round 3): mean "
-        "TTFT and TPOT",
-        "RTX4090",
-        "qwen3-4b",
-        "closed",
-        {"ttft_ms": 24.7, "tpot_ms": 10.4},
+        128,
+        1024,
+        4,
+        24.7,
+        10.4,
         held_out=True,
-        input_tokens=128,
-        output_tokens=1024,
-        concurrency=1,
-        prompts=4,
-        engine="v1",
+        why="; vLLM V1 assumed, as in round 3",
     ),
 )
 

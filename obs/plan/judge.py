@@ -114,17 +114,20 @@ def judge(lane: Lane, outcomes: list[Outcome], margin: float) -> Verdict:
 
 def calibration_margin(path: Path) -> tuple[float, str]:
     """The simulator's calibration error from ``bench/results/sim_calibration.json`` and what
-    it is: the largest relative error of its held-out points (``summary.held_out.max_error``),
-    else of its fitted points (``summary.fit.max_error``), else the largest error of the
-    comparisons an older file lists; ``DEFAULT_MARGIN`` without the file. The largest, not
-    the median: the margin must cover every point the simulator was checked on."""
+    it is: the largest relative error of its held-out points inside the model's declared
+    domain (``summary.held_out_in_domain.max_error``), else of all its held-out points
+    (``summary.held_out.max_error``), else of its fitted points (``summary.fit.max_error``),
+    else the largest error of the comparisons an older file lists; ``DEFAULT_MARGIN``
+    without the file. The largest, not the median: the margin must cover every point of
+    the simulator's domain it was checked on."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return DEFAULT_MARGIN, f"default {DEFAULT_MARGIN:.0%} ({path.name} unreadable)"
     summary = doc.get("summary") if isinstance(doc, dict) else None
     if isinstance(summary, dict):
-        for key, what in (("held_out", "held-out"), ("fit", "fit")):
+        parts = (("held_out_in_domain", "held-out (in the model's domain)"),)
+        for key, what in (*parts, ("held_out", "held-out"), ("fit", "fit")):
             part = summary.get(key)
             if not isinstance(part, dict):
                 continue

@@ -82,6 +82,7 @@ class VirtualReplica:
         self._start = 0.0
         self._dt = 0.0
         self._handle: asyncio.TimerHandle | None = None
+        self._lockstep = False  # the running run is a multi-step schedule (tokens at its end)
         self.steps = 0
 
     def submit(self, req: SimRequest) -> asyncio.Future[SimRequest]:
@@ -104,7 +105,7 @@ class VirtualReplica:
         self.scheduler.add(req)
         if self._batch is None:
             self._next()
-        elif self._steps > 1:
+        elif self._steps > 1 and not self._lockstep:
             self._cut()
 
     def abort(self, req: SimRequest) -> None:
@@ -143,8 +144,14 @@ class VirtualReplica:
             if not batch.items:
                 self._refuse_stuck()
                 continue
-            steps = s.decode_run(batch, MAX_RUN_STEPS)
-            self._dt = self.perf.step_seconds(s.run_work(batch, steps))
+            self._lockstep = s.lockstep(batch) > 1
+            if self._lockstep:  # multi-step scheduling: one schedule, N steps, no cut
+                steps = s.lockstep(batch)
+                work = s.run_work(batch, steps)
+                self._dt = self.perf.lockstep_seconds(work, steps) / steps
+            else:
+                steps = s.decode_run(batch, MAX_RUN_STEPS)
+                self._dt = self.perf.step_seconds(s.run_work(batch, steps))
             self._batch, self._steps, self._start = batch, steps, now
             self._handle = self.loop.call_at(now + steps * self._dt, self._end)
             return
@@ -158,7 +165,10 @@ class VirtualReplica:
         emitted, finished = self.scheduler.complete_run(batch, steps, now)
         self._keep_gaps(emitted, steps, now)
         if self.frontend is not None:
-            out = self.frontend.stream(self._start, self._dt, steps, len(emitted))
+            if self._lockstep:  # every token of the run is handed over at its end
+                out = self.frontend.stream(now - self._dt, self._dt, 1, steps * len(emitted))
+            else:
+                out = self.frontend.stream(self._start, self._dt, steps, len(emitted))
             for req in emitted:
                 if req.first_token_s == now:
                     req.first_token_s = out
@@ -182,6 +192,10 @@ class VirtualReplica:
             req.last_token_s = now
             if last is None:
                 continue  # its first token
+            if self._lockstep:  # the run's tokens arrive together at its end
+                req.gaps.append((now - last, 1))
+                req.gaps.append((0.0, steps - 1))
+                continue
             req.gaps.append((first_end - last, 1))
             if steps > 1:
                 req.gaps.append((self._dt, steps - 1))

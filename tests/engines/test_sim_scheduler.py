@@ -278,3 +278,30 @@ def test_fp8_weights_are_read_at_their_own_bandwidth_share_and_the_layer_floor_a
     assert fast.step_seconds(work) < fp8.step_seconds(work) < bf16.step_seconds(work)
     floored = replace(bf16, cal=replace(bf16.cal, layer_s=10e-6))
     assert floored.step_seconds(work) - bf16.step_seconds(work) == pytest.approx(32 * 10e-6)
+
+
+def test_multi_step_scheduling_runs_every_sequence_n_steps_and_pays_the_cpu_once() -> None:
+    """With --num-scheduler-steps 4 (vLLM 0.6, V0) a prompt's step stays single, a decode
+    batch runs 4 steps from one schedule, a sequence with 2 tokens left runs them all and
+    finishes at the run's end with its own count; the run costs 4 GPU steps and one CPU
+    share."""
+    s = Scheduler(
+        SchedulerConfig(2048, 256, chunked_prefill=False, mixed_steps=False, num_scheduler_steps=4),
+        KvCache(10_000, 16),
+    )
+    a, b = SimRequest("a", 100, 10), SimRequest("b", 50, 3)
+    s.add(a)
+    s.add(b)
+    prefill = s.schedule()
+    assert s.lockstep(prefill) == 1
+    s.complete(prefill, 0.01)
+    batch = s.schedule()
+    steps = s.lockstep(batch)
+    assert steps == 4
+    _, finished = s.complete_run(batch, steps, 0.05)
+    assert finished == [b] and (a.output, b.output) == (5, 3) and b.finished_s == 0.05
+    assert s.generation_tokens == 2 + 4 + 2
+    work = s.run_work(batch, steps)
+    cpu, one = H100.cpu_seconds(work), H100.step_seconds(work)
+    assert H100.lockstep_seconds(work, 4) == pytest.approx(cpu + 4 * (one - cpu))
+    assert vllm_defaults("H100", 80 << 30, v1=False, scheduler_steps=4).num_scheduler_steps == 4

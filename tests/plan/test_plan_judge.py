@@ -60,20 +60,26 @@ def test_a_lane_without_traffic_meets_its_slos() -> None:
 
 
 def test_the_margin_is_the_repos_calibration_error() -> None:
-    """The shipped bench/results/sim_calibration.json gives its largest held-out error as the
-    margin (whatever the latest round's is) and says where it came from."""
+    """The shipped bench/results/sim_calibration.json gives its largest held-out error inside
+    the model's domain as the margin (whatever the latest round's is) and says where it came
+    from."""
     path = ROOT / "bench" / "results" / "sim_calibration.json"
     margin, source = calibration_margin(path)
-    held = json.loads(path.read_text(encoding="utf-8"))["summary"]["held_out"]
+    held = json.loads(path.read_text(encoding="utf-8"))["summary"]["held_out_in_domain"]
     assert margin == held["max_error"] > 0
-    assert "held-out" in source and "sim_calibration.json" in source
+    assert "held-out" in source and "domain" in source and "sim_calibration.json" in source
 
 
 def test_the_held_out_error_comes_before_the_fit_error(tmp_path: Path) -> None:
-    """A calibration with held-out points is judged by their largest error; without them by
-    the fitted points'; without the file, the default margin."""
+    """A calibration with held-out points is judged by the largest error of those inside the
+    model's domain, else of all of them; without them by the fitted points'; without the
+    file, the default margin."""
     path = tmp_path / "cal.json"
     held = {"max_error": 0.12, "median_error": 0.05, "points": 9}
+    inside = {"max_error": 0.1, "points": 8}
+    summary = {"fit": {"max_error": 0.3}, "held_out": held, "held_out_in_domain": inside}
+    path.write_text(json.dumps({"summary": summary}))
+    assert calibration_margin(path)[0] == 0.1
     path.write_text(json.dumps({"summary": {"fit": {"max_error": 0.3}, "held_out": held}}))
     assert calibration_margin(path)[0] == 0.12
     path.write_text(json.dumps({"summary": {"fit": {"max_error": 0.3, "points": 13}}}))

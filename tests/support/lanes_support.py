@@ -53,8 +53,17 @@ def lane_spec(name: str, pool: str = "p", **admission: Any) -> dict[str, Any]:
 LONG = {"ignore_eos": True}  # with max_tokens 1900: seconds of generation
 
 
+# A scrape's wait: the 10 s default ran out once while a holder's vLLM stream and a full
+# suite shared 2 cores. These suites poll /metrics every 50 ms, and the sidecar rests its
+# render 4 times the last one's time (``Kept(rest=4.0)``, a scrape flood's guard), so one
+# render slowed by a starved machine holds the next one back: what they read is the gauge,
+# not how fast it answers.
+SCRAPE_TIMEOUT_S = 30.0
+
+
 def lane_gauge(sc: SidecarProcess, name: str, lane: str) -> float:
-    return probes.metric(sc.url, name, **{c.LANE: lane})
+    samples = probes.scrape(sc.url, timeout_s=SCRAPE_TIMEOUT_S)
+    return probes.sample_sum(samples, name, **{c.LANE: lane})
 
 
 def rejections(sc: SidecarProcess) -> Counter[tuple[str, str]]:
@@ -103,19 +112,20 @@ def holding(sc: SidecarProcess, lane: str, n: int, **headers: str) -> Iterator[l
     """
     for _attempt in range(3):
         wait_gauge(sc, c.IN_FLIGHT.name, lane, lambda v: v == 0)
-        holders = [Holder(sc, lane, headers) for _ in range(n)]
-        deadline = time.monotonic() + 30
-        while lane_gauge(sc, c.IN_FLIGHT.name, lane) < n and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if lane_gauge(sc, c.IN_FLIGHT.name, lane) >= n:
-            try:
+        holders: list[Holder] = []
+        try:  # whatever fails (a scrape included), the holders let go: a holder left open
+            # keeps its stream in flight, so the sidecar's stop waits out its shutdown grace
+            # (30 s), and its socket, closed only when collected, fails a later test
+            holders.extend(Holder(sc, lane, headers) for _ in range(n))
+            deadline = time.monotonic() + 30
+            while lane_gauge(sc, c.IN_FLIGHT.name, lane) < n and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if lane_gauge(sc, c.IN_FLIGHT.name, lane) >= n:
                 yield holders
-            finally:
-                for h in holders:
-                    h.release()
-            return
-        for h in holders:
-            h.release()
+                return
+        finally:
+            for h in holders:
+                h.release()
     raise AssertionError(f"{n} holding requests were never all admitted to lane {lane}")
 
 

@@ -179,7 +179,11 @@ class ScriptedUpstream:
                 return None
 
         self._server = _QuietServer(("127.0.0.1", self.port), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        # It looks for shutdown every 10 ms (the default 0.5 s was each module's teardown).
+        self._server.serve_forever(poll_interval=0.01)
 
     def __enter__(self) -> ScriptedUpstream:
         self._thread.start()

@@ -116,14 +116,14 @@ class Calibration:
     # simulator itself is V1 (the fields above).
     v0_step_s: float = 0.002
     v0_seq_s: float = 80e-6
-    v0_token_s: float = 5e-6
+    v0_token_s: float = 2e-6
     # Round 4 (docs/sim.md): what rounds 1-3 lacked.
     layer_s: float = 0.0  # GPU time per layer per step that no roofline covers (small kernels)
     fp8_mbu: float = 0.65  # share of HBM bandwidth FP8 weight reads reach (scaled-mm kernels)
     request_s: float = 0.003  # API server CPU per request (parse, template, set-up), in its queue
-    first_token_s: float = (
-        0.012  # per-request latency outside any queue (HTTP, IPC, first detokenize)
-    )
+    # per-request latency outside any queue (HTTP, IPC, first detokenize); a host whose own
+    # figure is known declares it instead (round 5: bench/sim_calibration.py's host_floor)
+    first_token_s: float = 0.010
 
     def engine(self, name: str) -> Calibration:
         """These numbers for vLLM's ``"v1"`` engine (as they are) or ``"v0"``."""
@@ -193,9 +193,21 @@ class PerfModel:
             kv * (work.kv_read_tokens - decode_kv) / bandwidth,
         )
         decode = kv * decode_kv / bandwidth
-        cpu = cal.step_s + cal.seq_s * max(1, work.seqs) + cal.token_s * work.tokens
         floor = cal.layer_s * m.layers  # every layer's small kernels, whatever the batch
-        return cpu + floor + linear + prefill + decode + self.comm_seconds(work.tokens)
+        gpu = floor + linear + prefill + decode + self.comm_seconds(work.tokens)
+        return self.cpu_seconds(work) + gpu
+
+    def cpu_seconds(self, work: StepWork) -> float:
+        """The CPU's share of a step like ``work``: scheduling, input preparation, sampling
+        and output (a multi-step schedule pays it once for its N steps)."""
+        cal = self.cal
+        return cal.step_s + cal.seq_s * max(1, work.seqs) + cal.token_s * work.tokens
+
+    def lockstep_seconds(self, work: StepWork, steps: int) -> float:
+        """Seconds of ``steps`` steps like ``work`` run from one schedule (vLLM 0.6's
+        multi-step scheduling): the GPU's work every step, the CPU's once."""
+        cpu = self.cpu_seconds(work)
+        return cpu + steps * (self.step_seconds(work) - cpu)
 
     def comm_seconds(self, tokens: int) -> float:
         """Two ring all-reduces per layer of ``tokens`` activations (0 without TP)."""

@@ -11,7 +11,9 @@ Then, if nothing was preempted, waiting requests join while the batch has fewer 
 cached blocks of its prompt's prefix. After a step, a request whose tokens are all
 computed samples one output token; it finishes at ``max_tokens``. With
 ``mixed_steps`` off (vLLM V0) a step either prefills waiting prompts or decodes the running
-ones, prompts first.
+ones, prompts first; with ``num_scheduler_steps`` N > 1 (vLLM 0.6's multi-step scheduling,
+V0 only) a decode batch runs N steps per schedule, every sequence all N of them
+(:meth:`Scheduler.lockstep`).
 
 Pure and clock-free: the caller times each step (obs.engines.sim.hardware) and says
 when it ended. ``decode_run`` lets a caller in virtual time advance many identical
@@ -37,13 +39,21 @@ class SchedulerConfig:
     long_prefill_token_threshold: int = 0  # 0: no cap below the budget
     chunked_prefill: bool = True
     mixed_steps: bool = True  # False: vLLM V0, a step prefills or decodes, prefills first
+    # vLLM 0.6's --num-scheduler-steps (V0; V1 has none): decode steps per schedule.
+    num_scheduler_steps: int = 1
 
 
 GIB = 1 << 30
 
 
 def vllm_defaults(
-    gpu: str, memory_bytes: float, *, v1: bool = True, server: bool = True, max_model_len: int = 0
+    gpu: str,
+    memory_bytes: float,
+    *,
+    v1: bool = True,
+    server: bool = True,
+    max_model_len: int = 0,
+    scheduler_steps: int = 1,
 ) -> SchedulerConfig:
     """The scheduler limits vLLM picks when ``--max-num-batched-tokens`` and
     ``--max-num-seqs`` are not given (docs/sim.md, "The scheduler", cites the source).
@@ -53,15 +63,19 @@ def vllm_defaults(
     for the offline ``LLM`` class); otherwise 2048 tokens and 256 sequences (8192 offline);
     chunked prefill always on. V0 (0.5-0.6): chunked prefill off for a context up to 32k,
     the budget then the larger of ``--max-model-len`` and 2048 (512 with chunked prefill),
-    and 256 sequences.
+    and 256 sequences; ``scheduler_steps`` is V0's ``--num-scheduler-steps``.
     """
     if not v1:
         context = max_model_len or 32768
         if context <= 32768:
             return SchedulerConfig(
-                max(context, 2048), 256, chunked_prefill=False, mixed_steps=False
+                max(context, 2048),
+                256,
+                chunked_prefill=False,
+                mixed_steps=False,
+                num_scheduler_steps=scheduler_steps,
             )
-        return SchedulerConfig(512, 256)  # V0's chunked prefill budget
+        return SchedulerConfig(512, 256, num_scheduler_steps=scheduler_steps)  # chunked
     big = memory_bytes >= 70 * GIB and "a100" not in gpu.lower()
     if big:
         return SchedulerConfig(8192 if server else 16384, 1024)
@@ -267,7 +281,12 @@ class Scheduler:
             return 1
         if not batch.decode_only:
             return 1
-        k = min(max_steps, min(r.max_tokens - r.output for r, _ in batch.items))
+        return self._kv_steps(
+            batch, min(max_steps, *(r.max_tokens - r.output for r, _ in batch.items))
+        )
+
+    def _kv_steps(self, batch: Batch, k: int) -> int:
+        """``k`` steps of ``batch``, or fewer (halving) if the KV cache cannot hold them."""
         kv = self.kv
         while k > 1:
             extra = sum(
@@ -277,6 +296,17 @@ class Scheduler:
                 return k
             k //= 2
         return 1
+
+    def lockstep(self, batch: Batch) -> int:
+        """Steps ``batch`` runs as one schedule: ``num_scheduler_steps`` for a batch of
+        decodes (vLLM 0.6's multi-step scheduling: the scheduler and the inputs' preparation
+        run once for N steps, a prompt's step stays single, PR #7000; a sequence that ends
+        within the N steps runs them all, its stop found when the outputs are processed
+        after the last), else 1. Fewer, halving, if the KV cache cannot hold them."""
+        k = self.config.num_scheduler_steps
+        if k <= 1 or not batch.decode_only:
+            return 1
+        return self._kv_steps(batch, k)
 
     def run_work(self, batch: Batch, steps: int) -> StepWork:
         """The work of the middle step of ``steps`` decode steps like ``batch``."""
@@ -300,10 +330,11 @@ class Scheduler:
         finished = []
         for req, _ in batch.items:
             self.kv.grow(req.holding, req.computed + steps)
-            req.computed += steps
-            req.output += steps
+            n = min(steps, req.max_tokens - req.output)  # a lockstep run's tokens past the end
+            req.computed += n  # are computed and dropped
+            req.output += n
+            self.generation_tokens += n
             if req.done:
                 finished.append(req)
-        self.generation_tokens += steps * len(batch.items)
         self._finish(finished, now)
         return [r for r, _ in batch.items], finished

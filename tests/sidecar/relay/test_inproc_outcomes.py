@@ -20,6 +20,7 @@ from tests.sidecar.conftest import InprocFactory
 from tests.support import chat_body
 from tests.support.inproc import InProcessSidecar, lane_config, request_id
 from tests.support.probes import CHAT, DONE_FRAME, metric, stream_error
+from tests.support.quick_ack import quick_ack_client
 from tests.support.scripted_upstream import Script, ScriptedUpstream, sse_frame, token_frame
 
 MAX_BODY = 4096
@@ -185,7 +186,7 @@ def test_client_leaving_on_the_pools_error_frame_records_that_frame(
     body = chat_body(rid, stream=True)
     read = b""
     with (
-        httpx.Client() as client,
+        quick_ack_client(sidecar.url) as client,
         client.stream("POST", sidecar.url + CHAT, json=body, headers={"x-request-id": rid}) as r,
     ):
         for piece in r.iter_raw():

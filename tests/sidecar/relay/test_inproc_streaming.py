@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 
-import httpx
 import openai
 import orjson
 import pytest
@@ -20,6 +19,7 @@ from tests.sidecar.conftest import InprocFactory
 from tests.support import chat_body
 from tests.support.inproc import InProcessSidecar, lane_config, request_id
 from tests.support.probes import CHAT, DONE_FRAME, wait_for
+from tests.support.quick_ack import quick_ack_client
 from tests.support.scripted_upstream import Script, ScriptedUpstream, token_frame, usage_frame
 
 TOKENS = [token_frame("a"), token_frame(" b"), token_frame(" c", "stop")]
@@ -99,7 +99,7 @@ def test_client_disconnect_mid_stream(
     scripted.scripts[rid] = Script(pieces=[token_frame("x")] * 400, gap_s=0.01)
     body = chat_body(rid, stream=True)
     with (
-        httpx.Client() as client,
+        quick_ack_client(sidecar.url) as client,
         client.stream("POST", sidecar.url + CHAT, json=body, headers={"x-request-id": rid}) as r,
     ):
         first = next(r.iter_raw())
