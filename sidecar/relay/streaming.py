@@ -115,9 +115,9 @@ class StreamSink:
             self.last = payload
             req.delivered = True
             return
-        conn.write_body(payload)
-        if self.last_out and not req.clock.first_sent:
+        if self.last_out and not req.clock.first_sent:  # handed over as the write starts
             req.clock.first_sent = time.perf_counter_ns()
+        conn.write_body(payload)
         if state.done:  # the [DONE] frame is the client's: the stream was delivered whole
             req.delivered = True
         if conn.paused and not self.paused_at:  # the client is behind: stop reading the pool
@@ -235,7 +235,7 @@ async def relay_stream(
     req.done = True  # only now: a shutdown cut during the send still ends the body cleanly
     t1 = perf()
     if sink.last and sink.last_out and not clock.first_sent:  # it held the first token
-        clock.first_sent = t1
+        clock.first_sent = t0
     deadline.cancel()  # the pool is done: its deadlines do not run while the client reads
     await _until_acknowledged(req, conn, slow.record_wait_s)
     clock.end = perf()
