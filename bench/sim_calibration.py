@@ -59,7 +59,7 @@ from typing import Any
 
 from bench.sim_calibration_cases import Case, source_name
 from bench.sim_calibration_replay import closed
-from bench.sim_calibration_round6 import CASES
+from bench.sim_calibration_round5 import CASES
 from obs.engines.sim.frontend import FrontEnd, FrontEndCost
 from obs.engines.sim.hardware import CALIBRATION, GPUS, Calibration, PerfModel, perf_model
 from obs.engines.sim.scheduler import SchedulerConfig, SimRequest, vllm_defaults

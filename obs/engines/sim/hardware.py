@@ -103,7 +103,7 @@ class Calibration:
     """The fitted efficiencies and CPU costs (docs/sim.md, "Calibration")."""
 
     # python -m bench.sim_calibration --fit (the fit points only; docs/sim.md)
-    mfu: float = 0.5  # share of peak FLOP/s reached by prefill matmuls and attention
+    mfu: float = 0.45  # share of peak FLOP/s reached by prefill matmuls and attention
     mbu: float = 0.875  # share of HBM bandwidth reached by weight and KV reads
     step_s: float = 0.00125  # per step: scheduler, launches, output
     seq_s: float = 40e-6  # per sequence in the step: input preparation, sampling, output
@@ -116,14 +116,14 @@ class Calibration:
     # simulator itself is V1 (the fields above).
     v0_step_s: float = 0.002
     v0_seq_s: float = 80e-6
-    v0_token_s: float = 20e-6
+    v0_token_s: float = 2e-6
     # Round 4 (docs/sim.md): what rounds 1-3 lacked.
     layer_s: float = 0.0  # GPU time per layer per step that no roofline covers (small kernels)
-    fp8_mbu: float = 0.7  # share of HBM bandwidth FP8 weight reads reach (scaled-mm kernels)
-    request_s: float = 0.001  # API server CPU per request (parse, template, set-up), in its queue
+    fp8_mbu: float = 0.65  # share of HBM bandwidth FP8 weight reads reach (scaled-mm kernels)
+    request_s: float = 0.003  # API server CPU per request (parse, template, set-up), in its queue
     # per-request latency outside any queue (HTTP, IPC, first detokenize); a host whose own
     # figure is known declares it instead (round 5: bench/sim_calibration.py's host_floor)
-    first_token_s: float = 0.012
+    first_token_s: float = 0.010
 
     def engine(self, name: str) -> Calibration:
         """These numbers for vLLM's ``"v1"`` engine (as they are) or ``"v0"``."""
