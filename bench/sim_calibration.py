@@ -27,8 +27,11 @@ Workloads, replayed on one simulated replica in virtual time:
 
 - ``closed``: ``vllm bench serve --max-concurrency C --request-rate inf``, fixed input,
   output ``output_tokens`` (``--ignore-eos``) or, without it, ended with a fixed chance per
-  token capped at ``max_tokens`` at the run's published mean (:func:`output_lengths`),
-  random prompts (no prefix-cache hits), the API server's CPU in front
+  token capped at ``max_tokens`` at the run's published mean
+  (bench/sim_calibration_replay.py: ``output_lengths``),
+  random prompts (no prefix-cache hits) unless the case gives the source's own prompt
+  list and warm-up (since round 6: ``Case.prompt_set``, ``warmup_rounds``), the API
+  server's CPU in front
   (obs.engines.sim.frontend);
 - ``batch``: vLLM's CI latency test (``benchmark_latency.py``: 8 prompts of 32 tokens
   generated together to 128 tokens, offline, no API server): the batch's end-to-end time;
@@ -45,10 +48,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import json
 import math
-import random
 import statistics
 import sys
 from collections.abc import Callable, Sequence
@@ -57,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.sim_calibration_cases import Case, source_name
+from bench.sim_calibration_replay import closed
 from bench.sim_calibration_round5 import CASES
 from obs.engines.sim.frontend import FrontEnd, FrontEndCost
 from obs.engines.sim.hardware import CALIBRATION, GPUS, Calibration, PerfModel, perf_model
@@ -119,7 +121,7 @@ def simulate(
     done: list[SimRequest] = []
     try:
         if case.kind == "closed":
-            _closed(loop, replica, case, done)
+            closed(loop, replica, case, done)
         else:
             if case.kind == "batch":
                 lengths = [(case.input_tokens, case.output_tokens)] * case.prompts
@@ -135,46 +137,6 @@ def simulate(
     finally:
         loop.close()
     return _figures(case, done)
-
-
-def _closed(loop: VirtualLoop, replica: VirtualReplica, case: Case, done: list[SimRequest]) -> None:
-    counter = itertools.count()
-    rng = random.Random(f"calibration:{case.name}")
-    draw = output_lengths(case.output_tokens, case.mean_output, rng)
-
-    async def client() -> None:
-        while (i := next(counter)) < case.prompts:
-            req = SimRequest(f"c{i}", case.input_tokens, draw())
-            await replica.submit(req)
-            done.append(req)
-
-    async def run() -> None:
-        await asyncio.gather(*(client() for _ in range(case.concurrency)))
-
-    loop.run_until_complete(run())
-
-
-def output_lengths(cap: int, mean: float, rng: random.Random) -> Callable[[], int]:
-    """Answer lengths of a run with ``max_tokens = cap``: all ``cap`` (``--ignore-eos``), or,
-    given the run's published mean (output tokens / requests), the model ending at each
-    token with one fixed chance (end of sequence), capped at ``cap``, that chance solved
-    so the mean is the published one."""
-    if not mean or mean >= cap:
-        return lambda: cap
-    low, high = 1e-9, 1.0  # the chance of ending at a token; the capped mean falls with it
-    for _ in range(60):
-        p = (low + high) / 2
-        capped_mean = (1 - (1 - p) ** cap) / p
-        low, high = (p, high) if capped_mean > mean else (low, p)
-    p = (low + high) / 2
-
-    def draw() -> int:
-        n = 1
-        while n < cap and rng.random() >= p:
-            n += 1
-        return n
-
-    return draw
 
 
 def _figures(case: Case, done: list[SimRequest]) -> dict[str, float]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bench.sim_calibration_replay import PromptSet
+
 MUSGRAVE = "https://johnmusgrave.com/p/vllm-throughput-latency-sweep-on"
 RAHMAN = "https://mushfiqrahman.dev/?p=1668"
 # vLLM's performance-benchmark pipeline (Buildkite): its report of the latency tests. The
@@ -86,6 +88,10 @@ class Case:
     # Why a held-out run lies outside the model's declared domain ("": inside). Scored and
     # counted for the bars all the same; the plan's margin reads the points inside it.
     outside_domain: str = ""
+    # Round 6: the source's own prompt list (None: random prompts) and its client's warm-up
+    # (it first sends that many requests per unit of concurrency, unmeasured).
+    prompt_set: PromptSet | None = None
+    warmup_rounds: int = 0
 
     @property
     def workload(self) -> str:

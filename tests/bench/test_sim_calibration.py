@@ -13,6 +13,7 @@ import pytest
 
 from bench import sim_calibration as cal
 from bench.sim_calibration_cases import FIT, ROUND3, WMX_C1_TTFT_P50
+from bench.sim_calibration_replay import output_lengths
 from bench.sim_calibration_round5 import ROUND4, ROUND5_HELD_OUT
 from obs.engines.sim.hardware import CALIBRATION
 
@@ -79,11 +80,11 @@ def test_earlier_rounds_are_kept_as_history() -> None:
 def test_answer_lengths_end_at_the_cap_or_earlier_at_the_published_mean() -> None:
     """Without --ignore-eos an answer never passes max_tokens and the lengths average the
     published mean; with it (no mean) every answer is max_tokens long."""
-    draw = cal.output_lengths(128, 100.25, random.Random(1))
+    draw = output_lengths(128, 100.25, random.Random(1))
     lengths = [draw() for _ in range(20_000)]
     assert max(lengths) == 128 and min(lengths) >= 1
     assert abs(statistics.mean(lengths) - 100.25) < 1.0
-    fixed = cal.output_lengths(128, 0.0, random.Random(1))
+    fixed = output_lengths(128, 0.0, random.Random(1))
     assert {fixed() for _ in range(10)} == {128}
 
 
