@@ -68,7 +68,8 @@ def lane_gauge(sc: SidecarProcess, name: str, lane: str) -> float:
 
 def rejections(sc: SidecarProcess) -> Counter[tuple[str, str]]:
     out: Counter[tuple[str, str]] = Counter()
-    for lb, v in probes.samples(sc.url).get(c.ADMISSION_REJECTIONS.name + "_total", []):
+    samples = probes.scrape(sc.url, timeout_s=SCRAPE_TIMEOUT_S)
+    for lb, v in samples.get(c.ADMISSION_REJECTIONS.name + "_total", []):
         if v:  # every lane x reason series exists from the start, at 0
             out[(lb[c.LANE], lb[c.REASON])] += int(v)
     return out
