@@ -61,15 +61,17 @@ LONG = {"ignore_eos": True}  # with max_tokens 1900: seconds of generation
 SCRAPE_TIMEOUT_S = 30.0
 
 
+def _scrape(sc: SidecarProcess) -> probes.Samples:
+    return probes.scrape(sc.url, timeout_s=SCRAPE_TIMEOUT_S)
+
+
 def lane_gauge(sc: SidecarProcess, name: str, lane: str) -> float:
-    samples = probes.scrape(sc.url, timeout_s=SCRAPE_TIMEOUT_S)
-    return probes.sample_sum(samples, name, **{c.LANE: lane})
+    return probes.sample_sum(_scrape(sc), name, **{c.LANE: lane})
 
 
 def rejections(sc: SidecarProcess) -> Counter[tuple[str, str]]:
     out: Counter[tuple[str, str]] = Counter()
-    samples = probes.scrape(sc.url, timeout_s=SCRAPE_TIMEOUT_S)
-    for lb, v in samples.get(c.ADMISSION_REJECTIONS.name + "_total", []):
+    for lb, v in _scrape(sc).get(c.ADMISSION_REJECTIONS.name + "_total", []):
         if v:  # every lane x reason series exists from the start, at 0
             out[(lb[c.LANE], lb[c.REASON])] += int(v)
     return out
