@@ -2,7 +2,7 @@
 
 The relay hands every finished request to the exporters once, on the event
 loop. This measures, per exporter on its own, for a typical streamed request
-(80 output tokens, so 79 inter-token gaps):
+(``--tokens``, 80 by default: 79 inter-token gaps):
 
   on loop   wall time inside ``export()`` on the event-loop thread (what
             delays other streams; includes waiting for the GIL while an
@@ -12,7 +12,12 @@ loop. This measures, per exporter on its own, for a typical streamed request
             encoding protobuf and posting it to a real OTLP/HTTP receiver in
             another process)
 
+and, as ``record``, the sidecar's whole record path: ``create_app``'s recorder (timings,
+the processors, the miss stamp) ending in JSONL, spans to the receiver and the metrics, as
+``bench.relay`` runs the sidecar. ``--tokens 2`` is the bar's short request.
+
     .venv/bin/python -m bench.exporter_cost --requests 20000
+    .venv/bin/python -m bench.exporter_cost --requests 20000 --tokens 2
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -41,12 +47,15 @@ from obs.exporters.prom import Metrics
 from obs.phases import Clock
 from obs.procs import free_port
 from obs.record import Finished, fill_timings
+from obs.sidecar.app import create_app
+from obs.sidecar.settings import Settings
 from obs.tracecontext import new_ids
 
 TOKENS = 80
+UPSTREAM = single_upstream("http://127.0.0.1:8001")
 
 
-def finished(i: int) -> Finished:
+def finished(i: int, tokens: int = TOKENS) -> Finished:
     """A finished streamed chat request as the relay builds it."""
     t0 = time.perf_counter_ns()
     ms = 1_000_000
@@ -55,19 +64,19 @@ def finished(i: int) -> Finished:
         dispatched=t0 + ms // 10,
         first_up=t0 + 20 * ms,
         first_sent=t0 + 20 * ms + 50_000,
-        last_up=t0 + (20 + 5 * (TOKENS - 1)) * ms,
-        end=t0 + (20 + 5 * (TOKENS - 1)) * ms + 100_000,
+        last_up=t0 + (20 + 5 * (tokens - 1)) * ms,
+        end=t0 + (20 + 5 * (tokens - 1)) * ms + 100_000,
     )
     ev = Event(route="/v1/chat/completions")
     ev.ts, ev.request_id, ev.model = "2026-11-21T00:00:00.000+00:00", f"req-{i}", "tiny"
     ev.lane = ev.pool = "default"
     ev.replica, ev.stream, ev.status, ev.http_status = "http://127.0.0.1:8001", True, c.OK, 200
-    ev.prompt_tokens, ev.completion_tokens, ev.cached_tokens = 128, TOKENS, 0
-    ev.finish_reason, ev.max_tokens, ev.prefix_fingerprint = "length", TOKENS, "0123456789abcdef"
+    ev.prompt_tokens, ev.completion_tokens, ev.cached_tokens = 128, tokens, 0
+    ev.finish_reason, ev.max_tokens, ev.prefix_fingerprint = "length", tokens, "0123456789abcdef"
     ids = new_ids(None)
     ev.trace_id, ev.span_id = ids.trace_id_hex, ids.span_id_hex
     f = Finished(
-        ev, clock, time.time_ns(), ids, [5 * ms + (j % 7) * 1000 for j in range(TOKENS - 1)]
+        ev, clock, time.time_ns(), ids, [5 * ms + (j % 7) * 1000 for j in range(tokens - 1)]
     )
     fill_timings(f)
     return f
@@ -87,9 +96,13 @@ def _cpu() -> float:
 
 
 def measure(
-    name: str, export: Callable[[Finished], None], flush: Callable[[], object], n: int
+    name: str,
+    export: Callable[[Finished], None],
+    flush: Callable[[], object],
+    n: int,
+    tokens: int = TOKENS,
 ) -> dict[str, float]:
-    items = [finished(i) for i in range(n)]
+    items = [finished(i, tokens) for i in range(n)]
     for f in items[: n // 10]:  # warm
         export(f)
     flush()
@@ -111,6 +124,24 @@ def measure(
     return row
 
 
+def _record(traces_url: str, work: Path, n: int, tokens: int) -> dict[str, float]:
+    """The sidecar's record path as ``create_app`` builds it, every exporter of the bench on."""
+    # Room for every span: the batcher must encode and send them all, not drop them.
+    os.environ["OTEL_BSP_MAX_QUEUE_SIZE"] = str(7 * n)
+    settings = Settings(UPSTREAM, events_path=work / "record.jsonl", otlp_endpoint=traces_url)
+    app = create_app(settings, registry=CollectorRegistry())
+    exporters = app.exporters.exporters
+
+    def flush() -> None:
+        for x in exporters:
+            x.force_flush()
+
+    try:
+        return measure("record", app.recorder.end, flush, n, tokens)
+    finally:
+        app.exporters.shutdown()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m bench.exporter_cost",
@@ -118,22 +149,31 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("--requests", type=int, default=20000)
-    ap.add_argument("--out", type=Path, default=Path("bench/results/exporter_cost.json"))
+    ap.add_argument("--tokens", type=int, default=TOKENS, help="output tokens per request")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="default: bench/results/exporter_cost[-TOKENStok].json",
+    )
     args = ap.parse_args(argv)
-    n = args.requests
+    n, tokens = args.requests, args.tokens
+    if args.out is None:
+        suffix = "" if tokens == TOKENS else f"-{tokens}tok"
+        args.out = Path(f"bench/results/exporter_cost{suffix}.json")
     results: dict[str, dict[str, float]] = {}
     work = Path(tempfile.mkdtemp(prefix="vllm-obs-exporter-cost-"))
 
-    results["fill_timings"] = measure("fill_timings", fill_timings, lambda: None, n)
+    results["fill_timings"] = measure("fill_timings", fill_timings, lambda: None, n, tokens)
 
     metrics = Metrics(single_upstream("http://127.0.0.1:8001"), CollectorRegistry())
-    results["metrics"] = measure("metrics", metrics.export, lambda: None, n)
+    results["metrics"] = measure("metrics", metrics.export, lambda: None, n, tokens)
     # the same without the trace-id exemplars on TTFT, TPOT and end-to-end: what they cost
     bare = Metrics(single_upstream("http://127.0.0.1:8001"), CollectorRegistry(), exemplars=False)
-    results["metrics_no_exemplars"] = measure("no exemplars", bare.export, lambda: None, n)
+    results["metrics_no_exemplars"] = measure("no exemplars", bare.export, lambda: None, n, tokens)
 
     jsonl = JsonlExporter(work / "events.jsonl")
-    results["events"] = measure("events", jsonl.export, jsonl.force_flush, n)
+    results["events"] = measure("events", jsonl.export, jsonl.force_flush, n, tokens)
     jsonl.shutdown()
 
     port = free_port()
@@ -150,23 +190,26 @@ def main(argv: list[str] | None = None) -> int:
         # Room for every span: the batcher must encode and send them all, not drop them.
         settings = OtlpSettings(f"http://127.0.0.1:{port}/v1/traces", max_queue_spans=7 * n)
         spans = SpanExporter(settings)
-        results["spans"] = measure("spans", spans.export, spans.force_flush, n)
+        results["spans"] = measure("spans", spans.export, spans.force_flush, n, tokens)
         spans.shutdown()
         base = f"http://127.0.0.1:{port}"
         config = single_upstream("http://127.0.0.1:8001")
         resource = {"service.name": "vllm-obs-bench"}
         genai = GenAiMetricsExporter(OtlpSettings(f"{base}/v1/metrics"), config, resource=resource)
-        results["genai_metrics"] = measure("genai_metrics", genai.export, genai.force_flush, n)
+        results["genai_metrics"] = measure(
+            "genai_metrics", genai.export, genai.force_flush, n, tokens
+        )
         genai.shutdown()
         logs_settings = OtlpSettings(f"{base}/v1/logs", max_queue_spans=2 * n)
         logs = LogRecordExporter(logs_settings, resource=resource)
-        results["log_records"] = measure("log_records", logs.export, logs.force_flush, n)
+        results["log_records"] = measure("log_records", logs.export, logs.force_flush, n, tokens)
         logs.shutdown()
+        results["record"] = _record(f"{base}/v1/traces", work, n, tokens)
     finally:
         receiver.terminate()
         receiver.wait(10)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"requests": n, "tokens": TOKENS, **results}, indent=2) + "\n")
+    args.out.write_text(json.dumps({"requests": n, "tokens": tokens, **results}, indent=2) + "\n")
     print("| exporter | on the event loop (us/request) | total CPU (us/request) |")
     print("|---|---|---|")
     for name, row in results.items():

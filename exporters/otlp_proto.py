@@ -20,6 +20,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
+from typing import cast
 from urllib.parse import urlsplit
 
 from obs import conventions as c
@@ -57,6 +58,11 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
+def _length(n: int) -> bytes:
+    """A length (a non-negative varint)."""
+    return _BYTES[n] if n < 0x80 else _varint(n)
+
+
 def _field(tag: bytes, payload: bytes) -> bytes:
     """A length-delimited field: tag, length, payload."""
     n = len(payload)
@@ -91,43 +97,6 @@ def _key_value(key: str, v: AttrValue) -> bytes:
 def attributes(attrs: Mapping[str, AttrValue]) -> list[bytes]:
     """Each attribute as one encoded ``KeyValue``."""
     return [_key_value(k, v) for k, v in attrs.items()]
-
-
-def _span(
-    trace_id: bytes,
-    span_id: int,
-    parent_id: int,
-    flags: bytes,
-    name: bytes,
-    kind: int,
-    start_ns: int,
-    end_ns: int,
-    attrs: bytes,
-    error: str | None,
-) -> bytes:
-    """One ``Span`` message, length-prefixed as ``ScopeSpans.spans`` (field 2)."""
-    body = [
-        b"\x0a\x10",
-        trace_id,
-        b"\x12\x08",
-        span_id.to_bytes(8, "big"),
-    ]
-    if parent_id:
-        body += (b"\x22\x08", parent_id.to_bytes(8, "big"))
-    body += (
-        name,
-        b"\x30",
-        bytes((kind,)),
-        b"\x39",
-        _FIXED64.pack(start_ns),
-        b"\x41",
-        _FIXED64.pack(end_ns),
-        attrs,
-    )
-    if error is not None:  # Status{message (2), code (3): STATUS_CODE_ERROR = 2}
-        body.append(_field(b"\x7a", _field(b"\x12", error.encode()) + b"\x18\x02"))
-    body += (b"\x85\x01", flags)
-    return _field(b"\x12", b"".join(body))
 
 
 @lru_cache(maxsize=256)
@@ -184,8 +153,112 @@ def _root_attributes(f: Finished, latest: bool) -> dict[str, AttrValue]:
     return attrs
 
 
+# The root's attributes whose values come from a small set (the config's lanes, pools and
+# routes, a pool's models, the outcomes): each (key, value) is encoded once, for at most
+# ``_CACHED_VALUES`` pairs (a client's made-up model or tenant then costs its encoding each time).
+_FEW_VALUES = frozenset(
+    {
+        c.ATTR_OPERATION,
+        c.ATTR_SYSTEM,
+        c.ATTR_PROVIDER,
+        c.ATTR_LANE,
+        c.ATTR_POOL,
+        c.ATTR_STATUS,
+        c.ATTR_HTTP_ROUTE,
+        c.ATTR_HTTP_METHOD,
+        c.ATTR_REQUEST_MODEL,
+        c.ATTR_HTTP_STATUS,
+        c.ATTR_ERROR_TYPE,
+        c.ATTR_TENANT,
+        c.ATTR_REJECTION_REASON,
+        c.ATTR_SERVER_ADDRESS,
+        c.ATTR_SERVER_PORT,
+        c.ATTR_RESPONSE_MODEL,
+        c.ATTR_REQUEST_STREAM,
+        c.ATTR_FINISH_REASONS,
+    }
+)
+_CACHED_VALUES = 4096
+_ENCODED: dict[tuple[str, type, object], bytes] = {}
+
+
+def _span_attribute(key: str, v: AttrValue) -> bytes:
+    """One attribute, framed as ``Span.attributes`` (field 9)."""
+    cls = v.__class__
+    if key in _FEW_VALUES:
+        cache_key = (key, cls, tuple(cast(list[str], v)) if cls is list else v)
+        out = _ENCODED.get(cache_key)
+        if out is None:
+            out = _field(b"\x4a", _key_value(key, v))
+            if len(_ENCODED) < _CACHED_VALUES:
+                _ENCODED[cache_key] = out
+        return out
+    if cls is str:
+        raw = v.encode()  # type: ignore[union-attr]
+        value = b"\x0a" + _length(len(raw)) + raw
+    elif cls is int:
+        value = b"\x18" + _varint(v)  # type: ignore[arg-type]
+    elif cls is float:
+        value = b"\x21" + _DOUBLE.pack(v)
+    else:
+        value = _any_value(v)
+    k = _KEYS.get(key)
+    if k is None:
+        k = _KEYS[key] = _field(b"\x0a", key.encode())
+    kv = k + b"\x12" + _length(len(value)) + value
+    return b"\x4a" + _length(len(kv)) + kv
+
+
+def _root_span(
+    f: Finished, trace_id: bytes, span_id: bytes, end: int, error: str | None, latest: bool
+) -> bytes:
+    """The request's SERVER span, length-prefixed as ``ScopeSpans.spans`` (field 2)."""
+    ev, parent = f.event, f.ids.parent_span_id
+    name = f"{f.operation} {ev.model}" if ev.model else f.operation
+    body = [b"\x0a\x10", trace_id, b"\x12\x08", span_id]
+    if parent:
+        body += (b"\x22\x08", parent.to_bytes(8, "big"))
+    body += (
+        _field(b"\x2a", name.encode()),
+        _TIMES.pack(0x30, _KIND_SERVER, 0x39, f.wall_start_ns, 0x41, end),
+        *[_span_attribute(k, v) for k, v in _root_attributes(f, latest).items()],
+    )
+    if error is not None:
+        body.append(_status(error))
+    body += (b"\x85\x01", _FLAGS_REMOTE_PARENT if parent else _FLAGS_LOCAL_PARENT)
+    return _field(b"\x12", b"".join(body))
+
+
+def _status(error: str) -> bytes:
+    """``Span.status`` (field 15): ``message`` (2) and ``code`` (3) STATUS_CODE_ERROR (2)."""
+    return _field(b"\x7a", _field(b"\x12", error.encode()) + b"\x18\x02")
+
+
+# Span: kind (6, varint), start and end (7 and 8, fixed64).
+_TIMES = struct.Struct("<BBBQBQ")
+# A phase span after its ids: name (5), kind, start, end, its one attribute, and (before the
+# flags) its status if it failed. Without a status its length is fixed: its prefix too.
 _PHASE_NAMES = {p: _field(b"\x2a", p.encode()) for p in PHASES}
-_PHASE_ATTR_FIELDS = {p: _field(b"\x4a", _key_value(c.ATTR_PHASE, p)) for p in PHASES}
+_PHASE_ATTR_FIELDS = {p: _span_attribute(c.ATTR_PHASE, p) for p in PHASES}
+_IDS_LEN = 2 + 16 + 2 + 8 + 2 + 8  # trace id, span id, parent span id (each tagged)
+_PHASE_PREFIX = {
+    p: b"\x12"
+    + _varint(_IDS_LEN + len(_PHASE_NAMES[p]) + _TIMES.size + len(_PHASE_ATTR_FIELDS[p]) + 6)
+    for p in PHASES
+}
+_FLAGS_FIELD = b"\x85\x01" + _FLAGS_LOCAL_PARENT
+
+
+def _phase_span(
+    phase: str, trace_id: bytes, parent: bytes, start: int, end: int, error: str | None
+) -> bytes:
+    """One phase's INTERNAL span, length-prefixed as ``ScopeSpans.spans`` (field 2)."""
+    ids = b"\x0a\x10" + trace_id + b"\x12\x08" + new_span_id().to_bytes(8, "big") + parent
+    times = _TIMES.pack(0x30, _KIND_INTERNAL, 0x39, start, 0x41, end)
+    rest = _PHASE_NAMES[phase] + times + _PHASE_ATTR_FIELDS[phase]
+    if error is None:
+        return _PHASE_PREFIX[phase] + ids + rest + _FLAGS_FIELD
+    return _field(b"\x12", ids + rest + _status(error) + _FLAGS_FIELD)
 
 
 def request_spans(f: Finished, latest: bool = False) -> bytes:
@@ -194,45 +267,23 @@ def request_spans(f: Finished, latest: bool = False) -> bytes:
     Child span ids are drawn here. Whether the trace is sampled is the caller's check.
     ``latest``: the latest GenAI conventions only (no ``gen_ai.system``).
     """
-    ids = f.ids
-    ev, clock = f.event, f.clock
+    ids, ev, clock = f.ids, f.event, f.clock
     trace_id = ids.trace_id.to_bytes(16, "big")
+    span_id = ids.span_id.to_bytes(8, "big")
     start = f.wall_start_ns
     end = f.wall_ns(clock.end or clock.received)
     failed = ev.status != OK
-    error = (ev.error_class or ev.status) if failed else None
-    name = f"{f.operation} {ev.model}" if ev.model else f.operation
-    root_attrs = b"".join(_field(b"\x4a", kv) for kv in attributes(_root_attributes(f, latest)))
     out = [
-        _span(
-            trace_id,
-            ids.span_id,
-            ids.parent_span_id or 0,
-            _FLAGS_REMOTE_PARENT if ids.parent_span_id else _FLAGS_LOCAL_PARENT,
-            _field(b"\x2a", name.encode()),
-            _KIND_SERVER,
-            start,
-            end,
-            root_attrs,
-            error,
+        _root_span(
+            f, trace_id, span_id, end, (ev.error_class or ev.status) if failed else None, latest
         )
     ]
+    parent = b"\x22\x08" + span_id
+    failed_in = ev.error_phase if failed else None
     t = start
     for phase, dur_ns in zip(PHASES, clock.phases_ns().values(), strict=True):
-        out.append(
-            _span(
-                trace_id,
-                new_span_id(),
-                ids.span_id,
-                _FLAGS_LOCAL_PARENT,
-                _PHASE_NAMES[phase],
-                _KIND_INTERNAL,
-                t,
-                t + dur_ns,
-                _PHASE_ATTR_FIELDS[phase],
-                (ev.error_class or "") if failed and ev.error_phase == phase else None,
-            )
-        )
+        error = (ev.error_class or "") if phase == failed_in else None
+        out.append(_phase_span(phase, trace_id, parent, t, t + dur_ns, error))
         t += dur_ns
     return b"".join(out)
 

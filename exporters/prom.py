@@ -12,25 +12,22 @@ scrape time from the last snapshot the pool monitor took (a custom
 
 from __future__ import annotations
 
-import threading
-from bisect import bisect_left
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
-    HistogramMetricFamily,
     Metric,
 )
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
 from obs import conventions as c
 from obs.config import Config, Lane
 from obs.engines.metrics import EngineState
 from obs.exporters.flow import FlowCounters
+from obs.exporters.histograms import BatchHistogram, RequestHistogram
 from obs.record import Finished
 
 NS = 1e9
@@ -43,8 +40,8 @@ def _counter(m: c.Metric, reg: CollectorRegistry) -> Counter:
     return Counter(m.name, m.help, m.labels, registry=reg)
 
 
-def _hist(m: c.Metric, reg: CollectorRegistry, buckets: Iterable[float]) -> Histogram:
-    return Histogram(m.name, m.help, m.labels, registry=reg, buckets=tuple(buckets))
+def _hist(m: c.Metric, reg: CollectorRegistry, buckets: Iterable[float]) -> RequestHistogram:
+    return RequestHistogram(m, reg, buckets)
 
 
 class Metrics:
@@ -88,7 +85,10 @@ class Metrics:
         self.engine_spans = _counter(c.ENGINE_SPANS, registry)
         self.misses = _counter(c.SLO_MISSES, registry)
         self._miss_children: dict[tuple[str, str, str, str], Any] = {}
-        self.loop_lag = _hist(c.EVENT_LOOP_LAG, registry, c.EVENT_LOOP_LAG_BUCKETS)
+        lag = c.EVENT_LOOP_LAG  # observed by the loop-lag monitor, not per request
+        self.loop_lag = Histogram(
+            lag.name, lag.help, lag.labels, registry=registry, buckets=c.EVENT_LOOP_LAG_BUCKETS
+        )
         # Only models a pool serves (config, or its /metrics' model_name): a client's made-up
         # model is "other", never a new series.
         self.model_label = c.BoundedLabel(tuple(p.model for p in config.pools if p.model), cap=0)
@@ -269,62 +269,6 @@ class _Series:
         self.cached_tokens = m.cached_tokens.labels(*lp)
         self.completion_tokens = m.completion_tokens.labels(*lp)
         self.disconnects = m.disconnects.labels(*lp)
-
-
-class BatchHistogram(Collector):
-    """A labelled histogram that takes one request's observations at once.
-
-    A stream of 80 tokens has 79 inter-token gaps: ``Histogram.observe`` would
-    take its lock 79 times and convert each gap to seconds. Here the gaps (in
-    the caller's unit, ``scale`` per second) are bucketed without a lock and
-    added under one. Exposed like any histogram (``_bucket``, ``_sum``,
-    ``_count``; no ``_created``).
-    """
-
-    def __init__(
-        self, metric: c.Metric, registry: CollectorRegistry, buckets: Iterable[float], scale: float
-    ) -> None:
-        self._metric = metric
-        self._bounds = sorted(b for b in buckets if b != float("inf"))
-        self._scaled = [b * scale for b in self._bounds]
-        self._scale = scale
-        self._lock = threading.Lock()
-        # label values -> [count per bucket (last: above every bound)..., sum in caller's unit]
-        self._series: dict[tuple[str, ...], list[float]] = {}
-        registry.register(self)
-
-    def observe_many(self, labels: tuple[str, ...], values: Sequence[float]) -> None:
-        """Observe every value (in the caller's unit) for the series ``labels``."""
-        counts = [0] * (len(self._scaled) + 1)
-        bounds = self._scaled
-        for v in values:
-            counts[bisect_left(bounds, v)] += 1
-        total = sum(values)
-        with self._lock:
-            row = self._series.get(labels)
-            if row is None:
-                row = self._series[labels] = [0.0] * (len(counts) + 1)
-            for i, n in enumerate(counts):
-                if n:
-                    row[i] += n
-            row[-1] += total
-
-    def collect(self) -> Iterable[Metric]:
-        m = self._metric
-        family = HistogramMetricFamily(m.name, m.help, labels=m.labels)
-        with self._lock:
-            rows = [(k, list(v)) for k, v in self._series.items()]
-        for labels, row in rows:
-            cumulative, buckets = 0.0, []
-            for bound, n in zip([*self._bounds, float("inf")], row[:-1], strict=True):
-                cumulative += n
-                buckets.append((floatToGoString(bound), cumulative))
-            family.add_metric(list(labels), buckets, row[-1] / self._scale)
-        return [family]
-
-    def describe(self) -> Iterable[Metric]:
-        m = self._metric
-        return [HistogramMetricFamily(m.name, m.help, labels=m.labels)]
 
 
 class LaneLoad(Protocol):

@@ -70,6 +70,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from dataclasses import replace as _replace
+from operator import attrgetter
 from typing import Any, Final
 
 from obs import engine_queue
@@ -86,6 +87,7 @@ BASELINE_REQUESTS: Final = 100
 SLOW_CLIENT, UPSTREAM_ERROR, OTHER = "slow_client", "upstream_error", "other"
 ENGINE_QUEUE, PREFILLS_AHEAD, KV_PRESSURE, ENGINE_SLOW = engine_queue.CAUSES
 assert {SLOW_CLIENT, UPSTREAM_ERROR, OTHER, *engine_queue.CAUSES} <= set(MISS_CAUSES)
+_PHASES_MS = attrgetter(*(f"{p}_ms" for p in PHASES))  # an event's phase times, in order
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,14 +127,12 @@ class Facts:
     def of(cls, ev: Any) -> Facts:
         """From an ``obs.events.Event`` (or anything with its attributes)."""
         return cls(
-            ev.lane, ev.status, bool(ev.stream), ev.e2e_ms,
-            tuple(getattr(ev, f"{p}_ms") for p in PHASES),
-            ev.ttft_ms, ev.tpot_ms, ev.error_class, ev.error_phase, ev.rejection_reason,
-            ev.prompt_tokens, ev.cache_hit, ev.engine_queue_ms, ev.stream_blocked_ms or 0.0,
-            ev.engine_view, ev.engine_prefill_ms, ev.pool_in_flight, ev.pool_max_running,
-            ev.pool_waiting, ev.pool_kv_usage, ev.pool_preempting, ev.pool_ahead_prompt_tokens,
-            ev.pool_prompt_tokens_during, ev.pool_requests_during, ev.engine_decode_ms,
-            ev.completion_tokens, ev.cached_tokens,
+            ev.lane, ev.status, bool(ev.stream), ev.e2e_ms, _PHASES_MS(ev), ev.ttft_ms, ev.tpot_ms,
+            ev.error_class, ev.error_phase, ev.rejection_reason, ev.prompt_tokens, ev.cache_hit,
+            ev.engine_queue_ms, ev.stream_blocked_ms or 0.0, ev.engine_view, ev.engine_prefill_ms,
+            ev.pool_in_flight, ev.pool_max_running, ev.pool_waiting, ev.pool_kv_usage,
+            ev.pool_preempting, ev.pool_ahead_prompt_tokens, ev.pool_prompt_tokens_during,
+            ev.pool_requests_during, ev.engine_decode_ms, ev.completion_tokens, ev.cached_tokens,
         )  # fmt: skip
 
     @classmethod

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from obs.conventions import PHASES
 
 NS_PER_MS = 1_000_000
+_QUEUE, _PREFILL, _FIRST_TOKEN, _DECODE, _STREAM = PHASES  # between the six boundaries
 
 
 @dataclass(slots=True)
@@ -48,16 +49,27 @@ class Clock:
 
     def phases_ns(self) -> dict[str, int]:
         """Non-negative phase durations in ns, summing to ``end - received``."""
+        received = self.received
         end = self.end or max(
-            self.received, self.dispatched, self.first_up, self.first_sent, self.last_up
+            received, self.dispatched, self.first_up, self.first_sent, self.last_up
         )
-        bounds = [self.received]
-        for t in (self.dispatched, self.first_up, self.first_sent, self.last_up):
-            prev = bounds[-1]
-            # An unreached boundary collapses forward: charge the time to the current phase.
-            bounds.append(end if t == 0 else min(max(t, prev), end))
-        bounds.append(end)
-        return {name: bounds[i + 1] - bounds[i] for i, name in enumerate(PHASES)}
+        # Each boundary at or after the one before it, at most the end; an unreached one
+        # collapses forward (the time is charged to the phase the request was in).
+        t = self.dispatched
+        b1 = end if t == 0 else min(max(t, received), end)
+        t = self.first_up
+        b2 = end if t == 0 else min(max(t, b1), end)
+        t = self.first_sent
+        b3 = end if t == 0 else min(max(t, b2), end)
+        t = self.last_up
+        b4 = end if t == 0 else min(max(t, b3), end)
+        return {
+            _QUEUE: b1 - received,
+            _PREFILL: b2 - b1,
+            _FIRST_TOKEN: b3 - b2,
+            _DECODE: b4 - b3,
+            _STREAM: end - b4,
+        }
 
     def current_phase(self, upstream_done: bool = False) -> str:
         """The phase the request is in now: where a failure is charged."""

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -80,22 +81,89 @@ def otlp_receiver() -> Iterator[OtlpReceiver]:
     receiver.stop()
 
 
+class SessionEngines:
+    """The session's shared vLLM engines (``vllm``, ``vllm_b``, ``spare``), built once. The first
+    one a test asks for starts, concurrently, every one the collected tests use: a start is
+    ~22 s of mostly one core here, and they wait on imports, so three together take less than
+    two one after the other. Stopped by PID at the session's end."""
+
+    def __init__(self, servers: dict[str, VllmServer], wanted: Iterable[str]) -> None:
+        self.servers = servers
+        self._batch = [name for name in servers if name in set(wanted)]
+        self._launched = False
+
+    def running(self, name: str) -> VllmServer:
+        """The engine ``name``, started (with the rest of the batch, the first time). A batch
+        start that failed is tried again when its engine is asked for, and fails there."""
+        if not self._launched:
+            self._launched = True
+            batch = [name, *(n for n in self._batch if n != name)]
+            with ThreadPoolExecutor(len(batch)) as pool:
+                asked = pool.submit(self.servers[name].start)
+                for other in batch[1:]:
+                    pool.submit(self.servers[other].start)
+            asked.result()
+        server = self.servers[name]
+        if not engine_running(server):
+            server.start()
+        return server
+
+    def stop(self) -> None:
+        for server in self.servers.values():
+            server.stop()
+
+
+# The fixture each session engine is asked for by (directly or through another fixture).
+_ENGINE_FIXTURES = {"vllm": "vllm", "vllm_b": "vllm_b", "spare": "spare_engine"}
+
+
 @pytest.fixture(scope="session")
-def vllm(
-    engine_paths: EnginePaths, otlp_receiver: OtlpReceiver, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[VllmServer]:
+def session_engines(
+    request: pytest.FixtureRequest,
+    engine_paths: EnginePaths,
+    otlp_receiver: OtlpReceiver,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[SessionEngines]:
+    """The session engines, none started yet (see ``SessionEngines``)."""
+    servers = {
+        # The main one: tiny model, tracing to the receiver.
+        "vllm": VllmServer(
+            engine_paths.model_dir,
+            otlp_traces_endpoint=otlp_receiver.url,
+            log_path=tmp_path_factory.mktemp("vllm") / "vllm.log",
+            python=engine_paths.python,
+            launcher=engine_paths.launcher,
+        ),
+        # vLLM's own admission limit: 64 MiB of KV cache, at most 3 unfinished requests.
+        "vllm_b": VllmServer(
+            engine_paths.model_dir,
+            kv_cache_bytes=64 << 20,
+            extra_args=("--max-num-queued-reqs", str(VLLM_B_QUEUE_CAP)),
+            log_path=tmp_path_factory.mktemp("vllm-b") / "vllm.log",
+            python=engine_paths.python,
+            launcher=engine_paths.launcher,
+        ),
+        # The spare, to freeze and kill: a 4096-token context, prefill in steps of 128 tokens.
+        "spare": VllmServer(
+            engine_paths.model_dir,
+            max_model_len=4096,
+            kv_cache_bytes=64 << 20,
+            extra_args=("--max-num-batched-tokens", "128"),
+            log_path=tmp_path_factory.mktemp("spare") / "vllm.log",
+            python=engine_paths.python,
+            launcher=engine_paths.launcher,
+        ),
+    }
+    used = {f for item in request.session.items for f in getattr(item, "fixturenames", ())}
+    engines = SessionEngines(servers, [n for n, f in _ENGINE_FIXTURES.items() if f in used])
+    yield engines
+    engines.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm(session_engines: SessionEngines) -> VllmServer:
     """One real ``vllm serve`` (tiny model) for the whole session, tracing to the receiver."""
-    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
-    server = VllmServer(
-        engine_paths.model_dir,
-        otlp_traces_endpoint=otlp_receiver.url,
-        log_path=log,
-        python=engine_paths.python,
-        launcher=engine_paths.launcher,
-    )
-    server.start()
-    yield server
-    server.stop()
+    return session_engines.running("vllm")
 
 
 @pytest.fixture(scope="session")
@@ -190,24 +258,12 @@ def engine_running(server: VllmServer) -> bool:
 
 
 @pytest.fixture(scope="session")
-def spare_engine(
-    engine_paths: EnginePaths, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[VllmServer]:
+def spare_engine(session_engines: SessionEngines) -> VllmServer:
     """A second real engine for the fault suites, which freeze it, and the error-budget causes
     (tests/sidecar/test_budget_causes_vllm.py), which need a prefill of many engine steps: a
     4096-token context, ``--max-num-batched-tokens 128``. The tests that kill it are marked
-    ``ends_engine`` (started on first use; ``spare`` restarts it when found dead)."""
-    server = VllmServer(
-        engine_paths.model_dir,
-        max_model_len=4096,
-        kv_cache_bytes=64 << 20,
-        extra_args=("--max-num-batched-tokens", "128"),
-        log_path=tmp_path_factory.mktemp("spare") / "vllm.log",
-        python=engine_paths.python,
-        launcher=engine_paths.launcher,
-    )
-    yield server
-    server.stop()
+    ``ends_engine`` (started with the session engines; ``spare`` restarts it when found dead)."""
+    return session_engines.running("spare")
 
 
 @pytest.fixture
@@ -239,18 +295,6 @@ VLLM_B_QUEUE_CAP = 3  # vllm_b's --max-num-queued-reqs
 
 
 @pytest.fixture(scope="session")
-def vllm_b(
-    engine_paths: EnginePaths, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[VllmServer]:
+def vllm_b(session_engines: SessionEngines) -> VllmServer:
     """A second real engine: 64 MiB of KV cache, at most 3 unfinished requests."""
-    server = VllmServer(
-        engine_paths.model_dir,
-        kv_cache_bytes=64 << 20,
-        extra_args=("--max-num-queued-reqs", str(VLLM_B_QUEUE_CAP)),
-        log_path=tmp_path_factory.mktemp("vllm-b") / "vllm.log",
-        python=engine_paths.python,
-        launcher=engine_paths.launcher,
-    )
-    server.start()
-    yield server
-    server.stop()
+    return session_engines.running("vllm_b")

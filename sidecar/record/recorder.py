@@ -139,8 +139,8 @@ class NextTurn(Step):
 
     At one stream (c1) a client's next request carries the acknowledgement the previous
     response's end waits for (``ClientConn.drained``): both wake in the same loop turn, the
-    previous request first, and its record (the metrics, the event, the span queued: about
-    45 µs on the loop) would run before the next request is read and dispatched, adding to its
+    previous request first, and its record (the metrics, the event, the span queued: tens of
+    µs on the loop) would run before the next request is read and dispatched, adding to its
     time to first token. The relay marks such a record (``Finished.next_waiting``: the next
     request is one of the relayed routes, whose handler has started); this step, after the steps
     whose state that request may read (``LearnSlowReaders``), holds it and hands it on at the

@@ -13,10 +13,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from obs.engines.server import VllmServer
-from obs.engines.setup import EnginePaths
-from obs.procs import free_port
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
 from tests.conftest import SidecarFactory
+from tests.engines.conftest import TracedEngine
 
 pytestmark = pytest.mark.engine
 
@@ -32,25 +31,14 @@ class Traced:
 
 @pytest.fixture(scope="module")
 def traced(
-    engine_paths: EnginePaths,
+    traced_engine: TracedEngine,
     otlp_receiver: OtlpReceiver,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Traced]:
-    """A vLLM with a small KV cache that exports its spans to a sidecar in front of it."""
-    work = tmp_path_factory.mktemp("traced")
-    port = free_port()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("OTEL_BSP_SCHEDULE_DELAY", "200")  # vLLM batches spans for 5 s by default
-        vllm = VllmServer(
-            engine_paths.model_dir,
-            otlp_traces_endpoint=f"http://127.0.0.1:{port}/v1/traces",
-            kv_cache_bytes=4 << 20,  # 4096 tokens: concurrent long prompts must queue
-            log_path=work / "vllm.log",
-            python=engine_paths.python,
-            launcher=engine_paths.launcher,
-        ).start()
+    """The package's traced vLLM (small KV cache), a sidecar in front receiving its spans."""
+    work = tmp_path_factory.mktemp("traced-view")
     sidecar = SidecarProcess(
-        upstream=vllm.url,
+        upstream=traced_engine.vllm.url,
         events=work / "events.jsonl",
         args=("--engine-traces", "--engine-join-wait", "5"),
         env={
@@ -58,11 +46,10 @@ def traced(
             "OTEL_BSP_SCHEDULE_DELAY": "100",
         },
         log_path=work / "sidecar.log",
-        port=port,
+        port=traced_engine.span_port,
     ).start()
-    yield Traced(vllm, sidecar)
+    yield Traced(traced_engine.vllm, sidecar)
     sidecar.stop()
-    vllm.stop()
 
 
 def _by_id(sc: SidecarProcess, n: int) -> dict[str, dict[str, Any]]:

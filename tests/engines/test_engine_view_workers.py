@@ -12,10 +12,9 @@ import httpx
 import orjson
 import pytest
 
-from obs.engines.server import VllmServer
-from obs.engines.setup import EnginePaths
-from obs.procs import free_port, poll_until
+from obs.procs import poll_until
 from obs.sidecar.testing import SidecarProcess
+from tests.engines.conftest import TracedEngine
 
 pytestmark = pytest.mark.engine
 
@@ -24,34 +23,23 @@ N = 60
 
 @pytest.fixture(scope="module")
 def traced_workers(
-    engine_paths: EnginePaths, tmp_path_factory: pytest.TempPathFactory
+    traced_engine: TracedEngine, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[SidecarProcess, Path]]:
-    """A vLLM exporting its spans to a two-worker sidecar in front of it."""
+    """The package's traced vLLM with a two-worker sidecar in front that receives its spans."""
     work = tmp_path_factory.mktemp("traced-workers")
-    port = free_port()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("OTEL_BSP_SCHEDULE_DELAY", "200")  # vLLM batches spans for 5 s by default
-        vllm = VllmServer(
-            engine_paths.model_dir,
-            otlp_traces_endpoint=f"http://127.0.0.1:{port}/v1/traces",
-            log_path=work / "vllm.log",
-            python=engine_paths.python,
-            launcher=engine_paths.launcher,
-        ).start()
     sidecar = SidecarProcess(
-        upstream=vllm.url,
+        upstream=traced_engine.vllm.url,
         events=work / "events.jsonl",
         args=("--engine-traces", "--engine-join-wait", "10", "--workers", "2"),
         env={"OTEL_TRACES_EXPORTER": "none"},
         log_path=work / "sidecar.log",
-        port=port,
+        port=traced_engine.span_port,
     )
     try:
         sidecar.start()
         yield sidecar, work
     finally:
         sidecar.stop()
-        vllm.stop()
 
 
 def _events(work: Path) -> list[dict[str, object]]:
