@@ -30,6 +30,9 @@ class Finished:
     # With --capture-text: what the relay kept of the request body, the output frames and a
     # whole answer, for the capture step to redact into the event (then dropped).
     captured: tuple[dict[str, Any] | None, list[bytes] | None, bytes | None] | None = None
+    # The client's next request on the same connection is already being relayed: the steps
+    # after what that request may read go on an event-loop turn later (its dispatch first).
+    next_waiting: bool = False
 
     def wall_ns(self, perf_ns: int) -> int:
         """A ``perf_counter_ns`` reading of this request converted to wall-clock ns."""

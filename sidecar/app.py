@@ -2,10 +2,9 @@
 
 The relayed routes go straight to the relay (a plain ASGI callable: no
 framework routing or middleware on the token path); everything else goes to
-a small FastAPI app (``/health``, ``/v1/models``, ``/metrics``) whose 404
-handler answers OpenAI-style. vLLM's operational endpoints (profiling, sleep,
-cache reset, ...) are simply not routed: they are never reachable through the
-sidecar.
+a small FastAPI app (``/health``, ``/v1/models``, ``/metrics``) whose 404 handler answers
+OpenAI-style. vLLM's operational endpoints (profiling, sleep, cache reset, ...) are simply
+not routed: they are never reachable through the sidecar.
 """
 
 from __future__ import annotations
@@ -141,9 +140,9 @@ class SidecarApp:
             settings.config, self.pools, self.registry, self.metrics.flow.rate_limit_store_failed
         )
         self.tenants = Tenants(settings.config.auth, settings.max_tenants_per_client)
+        self.routes = set(GENERATE_ROUTES) | set(PASSTHROUGH_ROUTES) | set(settings.extra_routes)
         self.relay = self._relay()
         self.metrics.watch_lanes(self.gates)
-        self.routes = set(GENERATE_ROUTES) | set(PASSTHROUGH_ROUTES) | set(settings.extra_routes)
         self.api = self._build_api()
         self.health_listener = (
             None
@@ -169,6 +168,7 @@ class SidecarApp:
             split_salt=settings.split_salt,
             flow=self.flow,
             worker=settings.worker.ids if settings.worker else None,
+            routes=frozenset(self.routes),
         )
 
     def _trace_receiver(self) -> TraceReceiver:

@@ -16,18 +16,23 @@ The sidecar's pipeline (``sidecar_pipeline``, built once by ``create_app``):
 1. ``Timings``: the phases and the timings derived from the clock (``obs.record``);
 2. ``LearnSlowReaders``: a client's finished stream teaches the recognizer whether
    it reads slowly (``obs.sidecar.policy.recognition``);
-3. ``StampConfig``: the fingerprint of the lanes file the sidecar runs;
-4. ``CaptureText`` (with ``--capture-text``): the prompt and output texts, redacted
+3. ``NextTurn``: a record whose client's next request (relayed) is already under way
+   goes on at the loop's next turn, after that request's dispatch
+   (``NextTurn``: what a client can observe keeps its order);
+4. ``StampConfig``: the fingerprint of the lanes file the sidecar runs;
+5. ``CaptureText`` (with ``--capture-text``): the prompt and output texts, redacted
    (``obs.sidecar.record.capture``);
-5. ``SampleRefusals``: client-caused refusals past their budget go to the metrics
+6. ``SampleRefusals``: client-caused refusals past their budget go to the metrics
    alone, and once a second as summary records (``obs.sidecar.record.record_rate``);
-6. ``JoinEngineSpan``: a record of a pool that sends engine spans is held until its
+7. ``JoinEngineSpan``: a record of a pool that sends engine spans is held until its
    span arrives (``obs.sidecar.record.engine_join``), then goes on;
-7. ``MissStamp``: the SLO gates the request missed, and why (``obs.attribution``).
+8. ``MissStamp``: the SLO gates the request missed, and why (``obs.attribution``).
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -128,6 +133,49 @@ class Timings(Step):
         return finished
 
 
+class NextTurn(Step):
+    """A record whose client already sent its next request on the same connection goes on
+    one event-loop turn later, so that that request reaches its pool first.
+
+    At one stream (c1) a client's next request carries the acknowledgement the previous
+    response's end waits for (``ClientConn.drained``): both wake in the same loop turn, the
+    previous request first, and its record (the metrics, the event, the span queued: tens of
+    µs on the loop) would run before the next request is read and dispatched, adding to its
+    time to first token. The relay marks such a record (``Finished.next_waiting``: the next
+    request is one of the relayed routes, whose handler has started); this step, after the steps
+    whose state that request may read (``LearnSlowReaders``), holds it and hands it on at the
+    loop's next turn. Nothing a client can observe changes order:
+
+    - records go on in the order they ended: a record reaching this step hands on the held ones
+      first (``flush``);
+    - a request on that connection that is not relayed (a ``/metrics`` scrape) is not waited
+      for: the record goes on at once, before it runs;
+    - the next relayed request reads nothing the held steps write (they stamp and export).
+    """
+
+    def __init__(self) -> None:
+        self._held: deque[Finished] = deque()
+        self._resume: Export | None = None
+
+    def bind(self, resume: Export) -> None:
+        """Where a held record goes on: the pipeline's next step."""
+        self._resume = resume
+
+    def on_end(self, finished: Finished) -> Finished | None:
+        self.flush()
+        if not finished.next_waiting or self._resume is None:
+            return finished
+        self._held.append(finished)
+        asyncio.get_running_loop().call_soon(self.flush)
+        return None
+
+    def flush(self) -> None:
+        """Hand on every held record, in the order they came."""
+        held, resume = self._held, self._resume
+        while held and resume is not None:
+            resume(held.popleft())
+
+
 class StampConfig(Step):
     """Stamp each record with the fingerprint of the lanes file in force."""
 
@@ -226,7 +274,8 @@ def sidecar_pipeline(
     misses: MissStamp,
 ) -> list[Processor]:
     """The sidecar's processors, in the order the module's doc gives."""
-    steps: list[Processor] = [Timings(), LearnSlowReaders(slow), StampConfig(config_fingerprint)]
+    steps: list[Processor] = [Timings(), LearnSlowReaders(slow), NextTurn()]
+    steps.append(StampConfig(config_fingerprint))
     if capture is not None:
         steps.append(CaptureText(capture))
     return [*steps, refusals, engine_spans, misses]

@@ -55,6 +55,27 @@ def request_headers(scope: Scope) -> dict[str, str]:
     return out
 
 
+def upstream_headers(
+    headers: dict[str, str], request_id: str, traceparent: str, key: str | None, pass_auth: bool
+) -> dict[str, str]:
+    """The headers the pool is sent: the client's content type and accept, the request and
+    trace ids; the pool's own API ``key``, else the client's authorization when ``pass_auth``
+    (the sidecar does not check keys itself)."""
+    h = {
+        "content-type": headers.get("content-type", "application/json"),
+        "x-request-id": request_id,
+        "traceparent": traceparent,
+        "accept": headers.get("accept", "*/*"),
+    }
+    if key:
+        h["authorization"] = f"Bearer {key}"
+    elif "authorization" in headers and pass_auth:
+        h["authorization"] = headers["authorization"]
+    if "tracestate" in headers:
+        h["tracestate"] = headers["tracestate"]
+    return h
+
+
 def read_fields(route: str, body: dict[str, Any] | None, model_chars: int) -> Reading:
     """The request's model (cut to ``model_chars``, valid UTF-8), stream flag and output cap
     as the engine reads them (``obs.openai_api.read_request``); on a generate route a value

@@ -52,6 +52,7 @@ from obs.sidecar.relay.payloads import (
     read_fields,
     request_headers,
     single_choice,
+    upstream_headers,
     usage_options,
     wants_usage,
 )
@@ -96,6 +97,7 @@ class Relay:
         split_salt: bytes = b"",
         flow: FlowControl | None = None,
         worker: tuple[int, int] | None = None,
+        routes: frozenset[str] = frozenset(),
     ) -> None:
         self.classifier, self.split_salt = classifier, split_salt  # salt: obs.splits
         self.recognizer = recognizer or Recognizer(classifier.config.recognition)
@@ -110,6 +112,7 @@ class Relay:
         self.tenants = tenants
         self.flow = flow  # rate limits and saturated pools (obs.sidecar.relay.flow)
         self.worker = worker  # (index, count) under --workers: our span ids name us
+        self.routes = routes  # the paths the app sends here (the relayed routes)
         self._running: set[asyncio.Task[Any]] = set()  # handlers, for shutdown to wait on
         self.needs_prompt_tokens = (
             classifier.needs_prompt_tokens
@@ -216,23 +219,6 @@ class Relay:
 
     # ---- upstream side ------------------------------------------------------------------
 
-    def _upstream_headers(self, req: Request, headers: dict[str, str], pool: str) -> dict[str, str]:
-        assert req.ids is not None
-        h = {
-            "content-type": headers.get("content-type", "application/json"),
-            "x-request-id": req.event.request_id,
-            "traceparent": req.ids.traceparent(),
-            "accept": headers.get("accept", "*/*"),
-        }
-        key = self.pool_keys.get(pool)
-        if key:
-            h["authorization"] = f"Bearer {key}"
-        elif "authorization" in headers and not self.tenants.checks_keys:
-            h["authorization"] = headers["authorization"]
-        if "tracestate" in headers:
-            h["tracestate"] = headers["tracestate"]
-        return h
-
     async def _dispatch(self, req: Request, plan: Plan, receive: Receive, send: Send) -> None:
         """Admit the request through its lane's gate, then try up to two replicas."""
         # A client that leaves from here on is seen at once: its connection calls back.
@@ -275,7 +261,10 @@ class Relay:
         self, req: Request, plan: Plan, send: Send, pool: str, may_fall_back: bool
     ) -> None:
         ev, lane = req.event, plan.lane
-        up_headers = self._upstream_headers(req, plan.headers, pool)
+        assert req.ids is not None
+        pass_auth = not self.tenants.checks_keys
+        up_headers = upstream_headers(plan.headers, ev.request_id, req.ids.traceparent(),
+                                      self.pool_keys.get(pool), pass_auth)  # fmt: skip
         last_err: Exception | None = None
         affinity = ev.prefix_fingerprint if lane.routing == "prefix_affinity" else None
         candidates = self.pools.candidates(pool, affinity)[:2]
@@ -390,10 +379,13 @@ class Relay:
             kept = (req.capture_body, req.capture_frames, req.capture_whole)
         if self.flow is not None:
             self.flow.settle(req)
-        ids = req.ids or new_ids(None)
+        # The client's next request on this connection, relayed too, is served first: its
+        # dispatch before this record's exporting (NextTurn; a /metrics request still waits).
+        after = req.conn.next_path() if req.conn is not None else None
         self.recorder.end(
             Finished(
-                ev, clock, req.wall_ns, ids, req.itl, req.operation, req.first_read_chunks,
-                client_id=req.client_id, captured=kept,
+                ev, clock, req.wall_ns, req.ids or new_ids(None), req.itl, req.operation,
+                req.first_read_chunks, client_id=req.client_id, captured=kept,
+                next_waiting=after in self.routes,
             )
         )  # fmt: skip

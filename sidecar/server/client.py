@@ -94,6 +94,12 @@ class ClientConn:
         """What the server refused this request with (408, 503, ...), if it did."""
         return self._ex.refusal
 
+    def next_path(self) -> str | None:
+        """The path of the client's next request on this connection once its handler has
+        started (this response is complete, lingering at most), else None."""
+        cur = self._conn.current
+        return None if cur is None or cur is self._ex else cur.scope["path"]
+
     @property
     def paused(self) -> bool:
         """The write buffer is past its high-water mark (the client is behind)."""
