@@ -47,6 +47,32 @@ _FIXED_FLAGS = (
 )
 
 
+# vLLM's cache of its model-class inspection, under VLLM_CACHE_ROOT (see ``cache_root``).
+MODELINFOS = "modelinfos"
+
+
+def cache_root(scratch: Path, home: Path) -> Path:
+    """A start's ``VLLM_CACHE_ROOT``: its own, under ``scratch``, removed with it, but with
+    vLLM's model-inspection cache (``modelinfos``) linked to one under the engine ``home``.
+
+    Without that cache vLLM inspects the model's class in a fresh interpreter, torch imported
+    once more: measured 25.5 s a start with a fresh root against 18.7 s with the cache, on
+    this project's 2-core machine. Its files are keyed by the hash of vLLM's model module and
+    written atomically (a new vLLM writes new ones); nothing else is shared between starts.
+    A home that cannot hold it leaves vLLM inspecting the model itself, as before.
+    """
+    root = scratch / "vllm-cache"
+    root.mkdir(parents=True, exist_ok=True)
+    shared = home / "vllm-cache" / MODELINFOS
+    try:
+        shared.mkdir(parents=True, exist_ok=True)
+        if os.access(shared, os.W_OK | os.X_OK):
+            (root / MODELINFOS).symlink_to(shared, target_is_directory=True)
+    except OSError:
+        pass
+    return root
+
+
 class ServerError(EngineError):
     """The vLLM server could not be started or controlled."""
 
@@ -177,7 +203,7 @@ class VllmServer:
             self.LABEL,
             self.command(),
             log_path=self._log_path,
-            env=self._environment(self._scratch / "vllm-cache"),
+            env=self._environment(cache_root(self._scratch, engine_home())),
         )
         try:
             process.start()

@@ -224,3 +224,12 @@ def test_engine_home_follows_vllm_obs_home(tmp_path: Path, monkeypatch: pytest.M
 
     monkeypatch.delenv("VLLM_OBS_HOME")
     assert engine_home() == Path.home() / ".cache" / "vllm-obs"
+
+
+@pytest.mark.engine
+def test_a_started_engine_left_its_model_inspection_in_the_engine_home(
+    vllm: VllmServer,
+) -> None:
+    """vLLM wrote its model inspection through the start's linked cache, for the next start."""
+    shared = engine_home() / "vllm-cache" / "modelinfos"
+    assert any("LlamaForCausalLM" in p.name for p in shared.glob("*.json"))
