@@ -185,10 +185,14 @@ def test_vllm_503_load_shedding_is_counted_as_engine_queue_full(
     """vLLM's own --max-num-queued-reqs 503s reach the client and count as engine_queue_full."""
     cfg = lanes_config(tmp_path, {"p": [vllm_b.url]}, [lane_spec("a")])
     sc = sidecar(config=cfg, traces=False)
-    # vLLM's limit is approximate and arrival-timed: bursts until it has shed some.
+    # vLLM's limit is approximate and arrival-timed: bursts until it has shed some. After the
+    # module's earlier tests (their holders' long streams on the session's other engine, the
+    # same 2 cores) a burst's requests have reached the sidecar nearly one at a time, a few
+    # together at a burst's start (a full run, and main before this session alike): so more
+    # bursts, not larger ones. Solo, the first burst sheds nine of twelve.
     burst, codes = 4 * VLLM_B_QUEUE_CAP, Counter[int]()
     shed: list[httpx.Response] = []
-    for attempt in range(5):
+    for attempt in range(10):
         with ThreadPoolExecutor(burst) as ex:
             bodies = [chat_body(f"burst {attempt}.{i}", 800, **LONG) for i in range(burst)]
             results = list(ex.map(lambda b: post_lane(sc, "a", b), bodies))
