@@ -6,6 +6,7 @@ markers; a test fails when the README and the code disagree.
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 from collections.abc import Callable
@@ -54,8 +55,19 @@ def render(text: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    path = Path(argv[0] if argv else "README.md")
-    path.write_text(render(path.read_text()))
+    ap = argparse.ArgumentParser(
+        prog="python -m obs.reference",
+        description="Rewrite the reference tables (event fields, metrics, engines) between their "
+        "markers in a Markdown file, from the code.",
+    )
+    ap.add_argument("path", nargs="?", default="README.md", help="the file (default: README.md)")
+    path = Path(ap.parse_args(argv).path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        print(f"obs.reference: cannot read {path}: {err.strerror}", file=sys.stderr)
+        return 2
+    path.write_text(render(text))
     return 0
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from obs.reference import render
+import pytest
+
+from obs.reference import main, render
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -15,3 +17,12 @@ def test_readme_tables_match_the_code() -> None:
     assert "<!-- BEGIN GENERATED event-fields -->" in text
     assert "<!-- BEGIN GENERATED metrics -->" in text
     assert render(text) == text, "run: python -m obs.reference README.md"
+
+
+def test_a_missing_file_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A path that does not exist: exit 2 and one line naming it on stderr, no traceback."""
+    assert main([str(tmp_path / "nope.md")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nope.md" in err and "Traceback" not in err
