@@ -72,7 +72,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if ending:
         ending.sort(key=_ends_main_engine)  # stable: collection order otherwise
         items[:] = [item for item in items if not item.get_closest_marker("ends_engine")] + ending
-    if config.getoption("dist", "no") == "loadgroup":
+    if getattr(config.option, "loadgroup", False):  # set on xdist's workers for --dist loadgroup
         items[:] = _group_for_workers(items)
 
 
