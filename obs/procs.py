@@ -13,10 +13,12 @@ SIGKILLs the group at the deadline, and waits for every process of the group to 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -34,8 +36,50 @@ class NotReady(RuntimeError):
     """The process exited, or did not become ready in time; the message carries the log tail."""
 
 
-def free_port(host: str = HOST) -> int:
-    """A TCP port that is free on ``host`` right now."""
+# A port chosen by ``free_port`` stays free until its server binds it, ~20 s later for a
+# ``vllm serve``; meanwhile the kernel may hand the same port to another process that asks
+# (the test suite's second worker, a second demo). Ports handed out in the last
+# ``PORT_HOLD_S`` by any process of this user are kept in a ledger file and not handed out again.
+PORT_HOLD_S = 120.0
+PORT_LEDGER = Path(tempfile.gettempdir()) / f"vllm-obs-ports-{os.getuid()}"
+
+
+def free_port(host: str = HOST, ledger_path: Path = PORT_LEDGER) -> int:
+    """A TCP port that is free on ``host`` right now and not handed out by another call (of
+    any process of this user) in the last ``PORT_HOLD_S`` seconds."""
+    try:
+        fd = os.open(ledger_path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:  # no ledger (a read-only temp directory): the kernel's choice alone
+        return _kernel_port(host)
+    with os.fdopen(fd, "r+") as ledger:
+        fcntl.flock(ledger, fcntl.LOCK_EX)  # released when the file closes
+        now = time.time()
+        held = _held_ports(ledger.read(), now)
+        port = _kernel_port(host)
+        for _ in range(64):
+            if port not in held:
+                break
+            port = _kernel_port(host)
+        held[port] = now
+        ledger.seek(0)
+        ledger.truncate()
+        ledger.write("".join(f"{p} {t:.1f}\n" for p, t in held.items()))
+    return port
+
+
+def _held_ports(text: str, now: float) -> dict[int, float]:
+    """The ledger's ports still held at ``now``; a line that does not parse is dropped."""
+    held: dict[int, float] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        with contextlib.suppress(ValueError, IndexError):
+            port, at = int(parts[0]), float(parts[1])
+            if now - PORT_HOLD_S <= at <= now + 1:
+                held[port] = at
+    return held
+
+
+def _kernel_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]

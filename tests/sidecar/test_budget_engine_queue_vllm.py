@@ -32,7 +32,8 @@ from obs.procs import free_port
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
 from tests.support.lanes_support import query_budget
 
-pytestmark = pytest.mark.engine
+# A pool saturated for its queue to be measured: alone on two workers.
+pytestmark = [pytest.mark.engine, pytest.mark.alone]
 
 
 class Saturated:

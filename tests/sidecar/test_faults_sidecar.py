@@ -34,7 +34,8 @@ from tests.support.faults_support import (
 )
 from tests.support.probes import DONE_FRAME
 
-pytestmark = pytest.mark.engine
+# Streams that must outlast a 1 s grace period: alone on two workers.
+pytestmark = [pytest.mark.engine, pytest.mark.alone]
 
 
 # ---- the sidecar stopped under load -----------------------------------------------------

@@ -27,7 +27,8 @@ from obs.sidecar.process import SidecarProcess
 from tests.support import probes
 from tests.support.redis_server import RedisServer
 
-pytestmark = pytest.mark.slow
+# A pool held at its target by sidecars polling it: alone on two workers.
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 MODEL = "llama-3.1-8b"
 MAX_NUM_SEQS = 16

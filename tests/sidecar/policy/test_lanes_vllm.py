@@ -39,7 +39,8 @@ from tests.support.lanes_support import (
 )
 from tests.support.small_window import RCVBUF, small_window_post
 
-pytestmark = pytest.mark.engine
+# Slow readers beside fast lanes, TTFT against objectives: alone on two workers.
+pytestmark = [pytest.mark.engine, pytest.mark.alone]
 
 # ---- routing ----------------------------------------------------------------------------
 
