@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -26,7 +26,6 @@ from obs.events import Event
 from obs.query.testing import mixed_events, write_jsonl
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
 from tests.support.redis_server import RedisServer
-from tests.support.worker_turns import Turns
 
 IN_CI = os.environ.get("CI") == "true"
 
@@ -52,19 +51,13 @@ def _ends_main_engine(item: pytest.Item) -> bool:
     return marker is not None and "vllm" in marker.args
 
 
-# Work units of the whole suite on two workers (``--dist loadgroup``, scripts/check): a test
-# that uses one of these shared engines runs on the worker that started it.
-_SHARED_ENGINES = {"session_engines": "session-engines", "traced_engine": "traced-engine"}
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups it adds
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that use the session's ``clickhouse`` server are marked ``clickhouse``
     (``scripts/check --fast`` starts no server; a test that starts its own is marked where it
     is written). Tests marked ``ends_engine`` stop or kill a session engine: they
     run after all others, in their collection order, so no other test finds that engine gone
     (or starts it again); one that ends the main engine (``ends_engine("vllm")``) after those,
-    which may use it. Under ``--dist loadgroup`` see ``_group_for_workers``."""
+    which may use it."""
     for item in items:
         if "clickhouse" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.clickhouse)
@@ -72,67 +65,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if ending:
         ending.sort(key=_ends_main_engine)  # stable: collection order otherwise
         items[:] = [item for item in items if not item.get_closest_marker("ends_engine")] + ending
-    if getattr(config.option, "loadgroup", False):  # set on xdist's workers for --dist loadgroup
-        items[:] = _group_for_workers(items)
-
-
-def _group_for_workers(items: list[pytest.Item]) -> list[pytest.Item]:
-    """One work unit per shared engine (every test that uses it, in order, the ``ends_engine``
-    ones last) and one per other module, so a module's own servers start once. The session
-    engines' unit, the longest (about 9 of the suite's 25 minutes), goes first: a worker starts
-    on it while the other takes the modules one by one."""
-    first: list[pytest.Item] = []
-    rest: list[pytest.Item] = []
-    for item in items:
-        used = _engine_fixtures(item)
-        group = next((g for f, g in _SHARED_ENGINES.items() if f in used), None)
-        if group is None:
-            group = item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(group))
-        (first if group == "session-engines" else rest).append(item)
-    return first + rest
-
-
-def _engine_fixtures(item: pytest.Item) -> set[str]:
-    """The fixtures ``item`` uses, with those it asks for by a parameter's name
-    (``request.getfixturevalue(engine)``) or ends (``ends_engine``), and the session engines'
-    own fixture for any of theirs."""
-    used = set(getattr(item, "fixturenames", ()))
-    callspec = getattr(item, "callspec", None)
-    if callspec is not None:
-        used |= {v for v in callspec.params.values() if isinstance(v, str)}
-    marker = item.get_closest_marker("ends_engine")
-    if marker is not None:
-        used |= set(marker.args)
-    if used & {"vllm", "vllm_b", "spare", "spare_engine"}:
-        used.add("session_engines")
-    return used
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
-    """On the whole suite's workers, a test marked ``alone`` runs while the other worker waits
-    (tests/support/worker_turns.py); elsewhere nothing changes."""
-    turns: Turns | None = item.config.stash.get(_TURNS, None)
-    if turns is None:
-        return (yield)
-    with turns.turn(alone=item.get_closest_marker("alone") is not None):
-        return (yield)
-
-
-_TURNS = pytest.StashKey[Turns]()
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    workerinput = getattr(config, "workerinput", None)
-    if workerinput is not None:
-        config.stash[_TURNS] = Turns(workerinput["testrunuid"])
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    turns = config.stash.get(_TURNS, None)
-    if turns is not None:
-        turns.close()
 
 
 @pytest.fixture(scope="session")

@@ -58,11 +58,8 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def live(test: F) -> F:
-    """Marks of a test that needs the live stack: real engines, Prometheus, and time (its
-    load and Prometheus's scrapes within a window, so it runs alone on two workers)."""
-    marked: F = pytest.mark.engine(
-        pytest.mark.prometheus(pytest.mark.slow(pytest.mark.alone(test)))
-    )
+    """Marks of a test that needs the live stack: real engines, Prometheus, and time."""
+    marked: F = pytest.mark.engine(pytest.mark.prometheus(pytest.mark.slow(test)))
     return marked
 
 

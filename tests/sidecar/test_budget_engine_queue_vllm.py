@@ -32,8 +32,7 @@ from obs.procs import free_port
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
 from tests.support.lanes_support import query_budget
 
-# A pool saturated for its queue to be measured: alone on two workers.
-pytestmark = [pytest.mark.engine, pytest.mark.alone]
+pytestmark = pytest.mark.engine
 
 
 class Saturated:

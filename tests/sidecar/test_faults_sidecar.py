@@ -34,8 +34,7 @@ from tests.support.faults_support import (
 )
 from tests.support.probes import DONE_FRAME
 
-# Streams that must outlast a 1 s grace period: alone on two workers.
-pytestmark = [pytest.mark.engine, pytest.mark.alone]
+pytestmark = pytest.mark.engine
 
 
 # ---- the sidecar stopped under load -----------------------------------------------------

@@ -27,8 +27,7 @@ from obs.sidecar.process import SidecarProcess
 from tests.support import probes
 from tests.support.redis_server import RedisServer
 
-# A pool held at its target by sidecars polling it: alone on two workers.
-pytestmark = [pytest.mark.slow, pytest.mark.alone]
+pytestmark = pytest.mark.slow
 
 MODEL = "llama-3.1-8b"
 MAX_NUM_SEQS = 16

@@ -36,8 +36,7 @@ from tests.support.lanes_support import (
     wait_queued,
 )
 
-# Bursts shed by vLLM and by admission, queues held: alone on two workers.
-pytestmark = [pytest.mark.engine, pytest.mark.alone]
+pytestmark = pytest.mark.engine
 
 
 @pytest.fixture(params=["vllm", "mixed"])

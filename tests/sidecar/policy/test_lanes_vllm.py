@@ -39,8 +39,7 @@ from tests.support.lanes_support import (
 )
 from tests.support.small_window import RCVBUF, small_window_post
 
-# Slow readers beside fast lanes, TTFT against objectives: alone on two workers.
-pytestmark = [pytest.mark.engine, pytest.mark.alone]
+pytestmark = pytest.mark.engine
 
 # ---- routing ----------------------------------------------------------------------------
 
