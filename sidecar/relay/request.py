@@ -19,7 +19,9 @@ from obs.sidecar.relay.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES
 from obs.sidecar.server.client import ClientConn
 from obs.tracecontext import TraceIds
 
-MAX_GAPS = 100_000  # inter-token gaps kept per request (an endless stream stays bounded)
+# Inter-token gaps kept per request (an endless stream stays bounded): the stream's sink
+# (obs.sidecar.relay.streaming), their only writer, keeps the first ones.
+MAX_GAPS = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,16 +35,6 @@ class Plan:
     headers: dict[str, str]
     raw: bytes
     inject: bool
-
-
-class GapList(list[int]):
-    """The request's inter-token gaps: the first ``MAX_GAPS``, the rest not kept."""
-
-    __slots__ = ()
-
-    def append(self, gap: int) -> None:
-        if len(self) < MAX_GAPS:
-            super().append(gap)
 
 
 class Request:
@@ -89,7 +81,7 @@ class Request:
         self.wall_ns = time.time_ns() - (now - received)
         self.event = Event(route=route)
         self.ids: TraceIds | None = None
-        self.itl: list[int] = GapList()
+        self.itl: list[int] = []  # the first MAX_GAPS inter-token gaps
         self.operation = GENERATE_ROUTES.get(route) or PASSTHROUGH_ROUTES.get(route, "http")
         self.response: Response | None = None
         self.json_answer: JsonAnswer | None = None  # set when the request asks for JSON

@@ -82,12 +82,13 @@ class StreamState:
     done: bool = False
     fingerprint: str | None = None
     malformed: int = 0
+    spaced: bool = False  # the pool spaces its JSON: the byte search is not tried again
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 def classify(frame: bytes, state: StreamState) -> tuple[int, bool]:
     """Update ``state`` from one frame; returns (tokens it carries, is_usage_frame)."""
-    if frame.startswith(b"data: {"):
+    if not state.spaced and frame.startswith(b"data: {"):
         fast = _classify_fast(frame, state)
         if fast is not None:
             return fast
@@ -119,8 +120,9 @@ def _classify_fast(frame: bytes, state: StreamState) -> tuple[int, bool] | None:
         if k < 0 or frame.find(b"\\", j + 1, k) >= 0:
             return None
         finish = frame[j + 1 : k].decode()
-    else:
-        return None  # spaced or unusual JSON
+    else:  # spaced or unusual JSON: this pool's frames are parsed from now on
+        state.spaced = True
+        return None
     if frame.count(_INDEX, 0, i) != 1:
         return None  # several choices in one frame, or tool-call deltas (indexed too)
     if frame.find(_LISTED[0], 0, i) >= 0 or frame.find(_LISTED[1], j) >= 0:
@@ -158,19 +160,24 @@ def _has_text(frame: bytes, i: int) -> bool:
 
 
 def classify_parsed(frame: bytes, state: StreamState) -> tuple[int, bool]:
-    """``classify`` by a full JSON parse: any frame shape (the fast path's reference)."""
+    """``classify`` by a full JSON parse: any frame shape (the fast path's reference).
+
+    The common frame (an object with one choice, no error) is read without building
+    anything; any other takes the general reading below it."""
     if not frame.startswith(b"data: "):
         return 0, False
-    payload = frame[6:].rstrip()
-    if payload == b"[DONE]":
+    if frame.startswith(DONE) and frame[6:].rstrip() == b"[DONE]":
         state.done = True
         return 0, False
-    try:
-        obj = orjson.loads(payload)
+    try:  # JSON allows the frame's trailing blank line as whitespace
+        obj = orjson.loads(frame[6:])
     except orjson.JSONDecodeError:
-        state.malformed += 1
-        return 0, False
-    if not isinstance(obj, dict):
+        try:  # whitespace JSON does not allow (a form feed, ...), as ``rstrip`` removes it
+            obj = orjson.loads(frame[6:].rstrip())
+        except orjson.JSONDecodeError:
+            state.malformed += 1
+            return 0, False
+    if type(obj) is not dict:
         state.malformed += 1
         return 0, False
     if "error" in obj:
@@ -179,16 +186,24 @@ def classify_parsed(frame: bytes, state: StreamState) -> tuple[int, bool]:
         return 0, False
     # A pool may send any JSON: only the expected types count, the rest is relayed untouched.
     choices = obj.get("choices")
-    choices = [c for c in choices if isinstance(c, dict)] if isinstance(choices, list) else []
     usage = obj.get("usage")
-    if isinstance(usage, dict) and usage:
+    if usage and type(usage) is dict:
         state.usage = usage
     fp = obj.get("system_fingerprint")
-    if isinstance(fp, str) and fp:
+    if fp and type(fp) is str:
         state.fingerprint = fp
-    is_usage = not choices and isinstance(usage, dict)
+    if type(choices) is list and len(choices) == 1 and type(choice := choices[0]) is dict:
+        fr = choice.get("finish_reason")
+        if type(fr) is str and state.finish_reason is None:
+            state.finish_reason = fr
+        tokens = choice_tokens(choice)
+        if tokens:
+            state.output_frames += 1
+            state.tokens += tokens
+        return tokens, False
+    choices = [c for c in choices if type(c) is dict] if type(choices) is list else []
     if not choices:
-        return 0, is_usage
+        return 0, type(usage) is dict
     for c in choices:
         fr = c.get("finish_reason")
         if isinstance(fr, str) and state.finish_reason is None:
@@ -197,7 +212,7 @@ def classify_parsed(frame: bytes, state: StreamState) -> tuple[int, bool]:
     if tokens:
         state.output_frames += 1
         state.tokens += tokens
-    return tokens, is_usage
+    return tokens, False
 
 
 def _finishes(frame: bytes) -> bool:

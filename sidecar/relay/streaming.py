@@ -35,7 +35,7 @@ from obs.sidecar.relay.payloads import (
     error_message,
     read_completion,
 )
-from obs.sidecar.relay.request import Request
+from obs.sidecar.relay.request import MAX_GAPS, Request
 from obs.sidecar.relay.respond import BODY as _BODY
 from obs.sidecar.relay.respond import send_error, send_head
 from obs.sidecar.relay.sse import FrameSplitter, StreamState, UsageStripper, classify
@@ -94,14 +94,18 @@ class StreamSink:
         if req.json_answer is not None:
             for frame in frames:
                 req.json_answer.feed_frame(frame)
-        out: list[bytes] = []
-        for frame in frames:
-            tokens, is_usage = classify(frame, state)
-            if tokens:
-                self._output_at(now, tokens)
-            if stripper is None:
-                out.append(frame)
-            else:
+        if stripper is None:  # every frame goes on as it came
+            for frame in frames:
+                tokens = classify(frame, state)[0]
+                if tokens:
+                    self._output_at(now, tokens)
+            out = frames
+        else:
+            out = []
+            for frame in frames:
+                tokens, is_usage = classify(frame, state)
+                if tokens:
+                    self._output_at(now, tokens)
                 out.extend(stripper.process(frame, is_usage, state.fingerprint))
         if not out or req.disconnected or self.aborted:
             return
@@ -134,21 +138,23 @@ class StreamSink:
         gives one inter-token gap (from the previous read), not one per frame, and a stream
         that arrived in a single read has no cadence at all (see ``obs.record``).
         """
-        if now == self.last_out:
+        last, req = self.last_out, self.req
+        if now == last:
             self.read_chunks += 1
             self.read_tokens += tokens
         else:
-            if self.last_out:
-                self.req.itl.append(now - self.last_out)
+            if last:
+                if len(req.itl) < MAX_GAPS:
+                    req.itl.append(now - last)
             else:
-                self.req.clock.first_up = now
+                req.clock.first_up = now
                 self.deadline.first_output(now)
             self.last_out = now
             self.read_chunks = 1
             self.read_tokens = tokens
         if self.read_chunks > self.burst:
             self.burst = self.read_chunks
-        if len(self.req.itl) == 0:
+        if not req.itl:
             self.first_read = self.read_tokens
 
     def _writable(self, _: asyncio.Future[None]) -> None:

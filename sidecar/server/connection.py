@@ -33,6 +33,7 @@ from obs.sidecar.server import wire
 from obs.sidecar.server.client import EXTENSION, OBS_EXTENSION, ClientConn
 from obs.sidecar.server.guard import Guard, content_length, plain_get
 from obs.sidecar.server.intake import BODY_PIECE, PIECE, Intake
+from obs.sidecar.server.limit_timer import LimitTimer
 from obs.sidecar.server.wire import BODY_HIGH_WATER, Clock, Exchange, Flow, http_scope, run_app
 
 BAD_REQUEST = "Invalid HTTP request received."
@@ -68,8 +69,7 @@ class HttpConnection(asyncio.Protocol):
         self.current: Exchange | None = None  # the request being answered
         self.reading: Exchange | None = None  # the request whose body is being read
         self.pipeline: deque[Exchange] = deque()
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_limit = ""
+        self._timer = LimitTimer(self.loop, self._expired)
         self._in_message = self._in_body = False
         self._head = 0  # bytes read since the current request's head began
         self._headers: list[tuple[bytes, bytes]] = []
@@ -128,7 +128,7 @@ class HttpConnection(asyncio.Protocol):
         self.lost = True
         self.reset_by_peer = exc is not None
         self.state.connections.discard(self)
-        self._disarm()
+        self._timer.stop()
         if self._counted:
             self._counted = False
             self.guard.budgets.disconnect(self.addr)
@@ -159,7 +159,7 @@ class HttpConnection(asyncio.Protocol):
     def _feed_piece(self, piece: bytes) -> None:
         if not self._in_message:  # the first bytes of a new request
             self._received_ns = self._read_ns
-            if self._timer_limit != "header_timeout":
+            if self._timer.limit != "header_timeout":
                 self._arm(self.limits.header_timeout_s, "header_timeout")
         if not self._in_body:
             self._head += len(piece)
@@ -320,7 +320,7 @@ class HttpConnection(asyncio.Protocol):
         ex = self.reading
         if ex is not None and ex.body_bytes > BODY_HIGH_WATER:
             return
-        if self._in_body and self._timer is None:
+        if self._in_body and not self._timer.limit:
             self._arm(self.limits.body_timeout_s, "body_timeout")
         self.intake.release()
 
@@ -368,19 +368,12 @@ class HttpConnection(asyncio.Protocol):
             transport.close()
 
     def _arm(self, delay_s: float, limit: str) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_limit = limit
-        self._timer = self.loop.call_later(delay_s, self._expired, limit)
+        self._timer.arm(delay_s, limit)
 
     def _disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._timer_limit = ""
+        self._timer.disarm()
 
     def _expired(self, limit: str) -> None:
-        self._timer, self._timer_limit = None, ""
         if limit == "keep_alive":
             self.transport.close()
         elif limit == "idle_timeout":

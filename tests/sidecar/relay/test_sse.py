@@ -95,6 +95,33 @@ def test_malformed_frame_is_counted_not_raised() -> None:
     assert state.malformed == 1
 
 
+def test_parsed_frames_read_as_their_payload_whatever_trails_it() -> None:
+    """A frame whose payload ends in whitespace JSON does not allow (a form feed) reads as its
+    payload; ``[DONE]`` ends the stream only alone; another ``[DONE]...`` is malformed."""
+    state = StreamState()
+    frame = b'data: {"choices": [{"index": 0, "text": "a", "finish_reason": null}]}\x0c\n\n'
+    assert classify_parsed(frame, state) == (1, False)
+    assert (state.tokens, state.malformed) == (1, 0)
+    assert classify_parsed(b"data: [DONE]x\n\n", state) == (0, False)
+    assert (state.done, state.malformed) == (False, 1)
+    assert classify_parsed(b"data: [DONE] \r\n\n", state) == (0, False) and state.done
+
+
+def test_spaced_frames_of_one_stream_classify_as_parsed() -> None:
+    """Once a stream's frames are spaced JSON the byte search is skipped for it, and a later
+    frame in vLLM's compact shape still counts as the parse counts it."""
+    spaced = {"index": 0, "delta": {"content": "a"}, "finish_reason": None}
+    compact = {**spaced, "logprobs": None, "finish_reason": "stop", "token_ids": None}
+    frames = [
+        b"data: " + json.dumps({"choices": [spaced]}).encode() + SEP,
+        b"data: " + orjson.dumps({"choices": [compact]}) + SEP,
+    ]
+    fast, parsed = StreamState(), StreamState()
+    assert [classify(f, fast) for f in frames] == [classify_parsed(f, parsed) for f in frames]
+    assert fast.spaced and (fast.tokens, fast.finish_reason) == (2, "stop")
+    assert _state(fast) == _state(parsed)
+
+
 def test_add_fingerprint_appends_last_key_once() -> None:
     """The fingerprint goes in as the last key, and never twice."""
     frame = b'data: {"a":1}\n\n'

@@ -12,7 +12,7 @@ import asyncio
 from typing import Any, cast
 
 from obs.config import SlowClient
-from obs.sidecar.relay.request import Request
+from obs.sidecar.relay.request import MAX_GAPS, Request
 from obs.sidecar.relay.streaming import StreamSink
 from tests.support.probes import CHAT, DONE_FRAME
 from tests.support.scripted_upstream import token_frame
@@ -100,6 +100,17 @@ def test_each_read_is_one_write_and_one_gap() -> None:
     assert not req.delivered
     _read(sink, resp, 6_000, DONE_FRAME)
     assert req.delivered and conn.written[-1] == DONE_FRAME
+
+
+def test_a_stream_keeps_its_first_gaps_only() -> None:
+    """An endless stream keeps ``MAX_GAPS`` inter-token gaps, the first ones, and goes on."""
+    conn = FakeConn()
+    sink, req, resp, _ = _sink(conn)
+    frame = token_frame("a")
+    for i in range(MAX_GAPS + 5):
+        _read(sink, resp, 1_000 * (i + 1), frame)
+    assert len(req.itl) == MAX_GAPS and set(req.itl) == {1_000}
+    assert len(conn.written) == MAX_GAPS + 5 and sink.state.tokens == MAX_GAPS + 5
 
 
 def test_a_client_behind_pauses_the_pool_until_it_reads() -> None:
