@@ -10,6 +10,7 @@ gauge, not guessed from timing.
 from __future__ import annotations
 
 import socket
+import threading
 import time
 import uuid
 from collections import Counter
@@ -26,6 +27,7 @@ from obs.engines.server import VllmServer
 from tests.conftest import VLLM_B_QUEUE_CAP, SidecarFactory
 from tests.support import chat_body, event_of
 from tests.support.lanes_support import (
+    CHAT,
     LONG,
     assert_rejected,
     holding,
@@ -185,17 +187,16 @@ def test_vllm_503_load_shedding_is_counted_as_engine_queue_full(
     """vLLM's own --max-num-queued-reqs 503s reach the client and count as engine_queue_full."""
     cfg = lanes_config(tmp_path, {"p": [vllm_b.url]}, [lane_spec("a")])
     sc = sidecar(config=cfg, traces=False)
-    # vLLM's limit is approximate and arrival-timed: bursts until it has shed some. After the
-    # module's earlier tests (their holders' long streams on the session's other engine, the
-    # same 2 cores) a burst's requests have reached the sidecar nearly one at a time, a few
-    # together at a burst's start (a full run, and main before this session alike): so more
-    # bursts, not larger ones. Solo, the first burst sheds nine of twelve.
+    # vLLM's limit is arrival-timed: it sheds what waits beyond the cap between two of its
+    # steps (milliseconds here). A burst of plain httpx.post calls trickled in, one request
+    # per client built (~21 ms of CA-bundle loading each, under the GIL), so each was running
+    # before the next came and a loaded machine saw no 503 in ten bursts. The clients are
+    # built and connected first, then all send together.
     burst, codes = 4 * VLLM_B_QUEUE_CAP, Counter[int]()
     shed: list[httpx.Response] = []
-    for attempt in range(10):
-        with ThreadPoolExecutor(burst) as ex:
-            bodies = [chat_body(f"burst {attempt}.{i}", 800, **LONG) for i in range(burst)]
-            results = list(ex.map(lambda b: post_lane(sc, "a", b), bodies))
+    for attempt in range(5):
+        bodies = [chat_body(f"burst {attempt}.{i}", 800, **LONG) for i in range(burst)]
+        results = _together(sc.url, bodies)
         codes.update(r.status_code for r in results)
         shed += [r for r in results if r.status_code == 503]
         if shed:
@@ -210,6 +211,25 @@ def test_vllm_503_load_shedding_is_counted_as_engine_queue_full(
     }
     assert len(rejected) == codes[503]
     assert rejections(sc)[("a", c.ENGINE_QUEUE_FULL)] == codes[503]
+
+
+def _together(base: str, bodies: list[dict[str, object]]) -> list[httpx.Response]:
+    """POST each body to lane ``a`` from its own client, all at once: every client is built
+    and has its keep-alive connection open (a scrape) before any request is sent."""
+    clients = [httpx.Client(base_url=base, timeout=120) for _ in bodies]
+    start = threading.Barrier(len(bodies))
+
+    def send(client: httpx.Client, body: dict[str, object]) -> httpx.Response:
+        client.get("/metrics")
+        start.wait(60)
+        return client.post(CHAT, json=body, headers={"x-lane": "a"})
+
+    try:
+        with ThreadPoolExecutor(len(bodies)) as ex:
+            return list(ex.map(send, clients, bodies))
+    finally:
+        for client in clients:
+            client.close()
 
 
 def test_pool_unavailable_answers_503_and_counts_the_reason(
