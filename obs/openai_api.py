@@ -103,24 +103,16 @@ def choice_carries_output(choice: Mapping[str, Any]) -> bool:
 
 
 def choice_tokens(choice: Mapping[str, Any]) -> int:
-    """How many generated tokens one streamed choice carries (see the module docstring).
-
-    On the relay's per-token path for frames the byte search does not take: written out
-    (``choice_has_text`` inlined, no generator) rather than composed."""
+    """How many generated tokens one streamed choice carries (see the module docstring)."""
     listed = _listed_tokens(choice)
     if listed:
         return listed
-    delta = choice.get("delta")
-    if choice.get("finish_reason") is not None:
+    if choice.get("finish_reason") is not None or choice_has_text(choice):
         return 1
-    if isinstance(delta, dict):
-        for key in OUTPUT_DELTA_KEYS:
-            if delta.get(key):
-                return 1
-        # a token with no text yet; the role chunk carries none
+    delta = choice.get("delta")
+    if isinstance(delta, dict):  # a token with no text yet; the role chunk carries none
         return 1 if delta.get("content") == "" and not isinstance(delta.get("role"), str) else 0
-    text = choice.get("text")
-    return 1 if text or text == "" else 0
+    return 1 if choice.get("text") == "" else 0
 
 
 def _listed_tokens(choice: Mapping[str, Any]) -> int:
@@ -148,7 +140,10 @@ def choice_has_text(choice: Mapping[str, Any]) -> bool:
     """The choice carries generated text, reasoning or a tool call (not just a finish)."""
     delta = choice.get("delta")
     if isinstance(delta, dict):
-        return any(delta.get(k) for k in OUTPUT_DELTA_KEYS)
+        for key in OUTPUT_DELTA_KEYS:  # noqa: SIM110  (per token: no generator)
+            if delta.get(key):
+                return True
+        return False
     return bool(choice.get("text"))
 
 

@@ -160,10 +160,7 @@ def _has_text(frame: bytes, i: int) -> bool:
 
 
 def classify_parsed(frame: bytes, state: StreamState) -> tuple[int, bool]:
-    """``classify`` by a full JSON parse: any frame shape (the fast path's reference).
-
-    The common frame (an object with one choice, no error) is read without building
-    anything; any other takes the general reading below it."""
+    """``classify`` by a full JSON parse: any frame shape (the fast path's reference)."""
     if not frame.startswith(b"data: "):
         return 0, False
     if frame.startswith(DONE) and frame[6:].rstrip() == b"[DONE]":
@@ -192,23 +189,17 @@ def classify_parsed(frame: bytes, state: StreamState) -> tuple[int, bool]:
     fp = obj.get("system_fingerprint")
     if fp and type(fp) is str:
         state.fingerprint = fp
-    if type(choices) is list and len(choices) == 1 and type(choice := choices[0]) is dict:
+    tokens, any_choice = 0, False
+    for choice in choices if type(choices) is list else ():
+        if type(choice) is not dict:
+            continue
+        any_choice = True
         fr = choice.get("finish_reason")
         if type(fr) is str and state.finish_reason is None:
             state.finish_reason = fr
-        tokens = choice_tokens(choice)
-        if tokens:
-            state.output_frames += 1
-            state.tokens += tokens
-        return tokens, False
-    choices = [c for c in choices if type(c) is dict] if type(choices) is list else []
-    if not choices:
+        tokens += choice_tokens(choice)
+    if not any_choice:
         return 0, type(usage) is dict
-    for c in choices:
-        fr = c.get("finish_reason")
-        if isinstance(fr, str) and state.finish_reason is None:
-            state.finish_reason = fr
-    tokens = sum(choice_tokens(c) for c in choices)
     if tokens:
         state.output_frames += 1
         state.tokens += tokens

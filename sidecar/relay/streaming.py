@@ -94,18 +94,12 @@ class StreamSink:
         if req.json_answer is not None:
             for frame in frames:
                 req.json_answer.feed_frame(frame)
-        if stripper is None:  # every frame goes on as it came
-            for frame in frames:
-                tokens = classify(frame, state)[0]
-                if tokens:
-                    self._output_at(now, tokens)
-            out = frames
-        else:
-            out = []
-            for frame in frames:
-                tokens, is_usage = classify(frame, state)
-                if tokens:
-                    self._output_at(now, tokens)
+        out = frames if stripper is None else []  # without a stripper every frame goes on
+        for frame in frames:
+            tokens, is_usage = classify(frame, state)
+            if tokens:
+                self._output_at(now, tokens)
+            if stripper is not None:
                 out.extend(stripper.process(frame, is_usage, state.fingerprint))
         if not out or req.disconnected or self.aborted:
             return
