@@ -12,6 +12,7 @@ import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from obs.engines.llamacpp_setup import LlamaCppPaths, ensure_llamacpp
 from obs.engines.server import ServerError, VllmServer
 from obs.engines.setup import EnginePaths, ensure_engine
 from obs.events import Event
+from obs.procs import free_port
 from obs.query.testing import mixed_events, write_jsonl
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
 from tests.support.redis_server import RedisServer
@@ -298,3 +300,40 @@ VLLM_B_QUEUE_CAP = 3  # vllm_b's --max-num-queued-reqs
 def vllm_b(session_engines: SessionEngines) -> VllmServer:
     """A second real engine: 64 MiB of KV cache, at most 3 unfinished requests."""
     return session_engines.running("vllm_b")
+
+
+# ---- a traced engine with a tiny KV cache (tests/engines/test_engine_view*.py, the live stack) --
+
+TRACED_KV_CACHE_BYTES = 4 << 20  # 4096 tokens of the tiny model: 31 blocks of 128 tokens on CPU
+
+
+@dataclass(frozen=True)
+class TracedEngine:
+    """A vLLM that exports its request spans to ``span_port``, where each engine-view module
+    starts its own sidecar (one module at a time)."""
+
+    vllm: VllmServer
+    span_port: int
+
+
+@pytest.fixture(scope="session")
+def traced_engine(
+    engine_paths: EnginePaths, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TracedEngine]:
+    """A vLLM with a small KV cache (4096 tokens: concurrent long prompts must queue) that sends
+    its spans to a port the engine-view modules' sidecars listen on; started when first asked
+    for. The live stack (tests/deploy/test_live_stack.py) takes it as its ``bulk`` pool and
+    stops it: its tests are marked ``ends_engine("traced")``, so they come after every other."""
+    port = free_port()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OTEL_BSP_SCHEDULE_DELAY", "200")  # vLLM batches spans for 5 s by default
+        vllm = VllmServer(
+            engine_paths.model_dir,
+            otlp_traces_endpoint=f"http://127.0.0.1:{port}/v1/traces",
+            kv_cache_bytes=TRACED_KV_CACHE_BYTES,
+            log_path=tmp_path_factory.mktemp("traced") / "vllm.log",
+            python=engine_paths.python,
+            launcher=engine_paths.launcher,
+        ).start()
+    yield TracedEngine(vllm, port)
+    vllm.stop()
