@@ -84,13 +84,17 @@ def otlp_receiver() -> Iterator[OtlpReceiver]:
 
 
 class SessionEngines:
-    """The session's shared vLLM engines (``vllm``, ``vllm_b``, ``spare``), built once. The first
-    one a test asks for starts, concurrently, every one the collected tests use: a start is
-    ~22 s of mostly one core here, and they wait on imports, so three together take less than
-    two one after the other. Stopped by PID at the session's end."""
+    """The session's shared vLLM engines (``vllm``, ``vllm_b``, ``traced``, ``spare``), built
+    once. The first one a test asks for starts, concurrently, every one the collected tests use:
+    a start is ~22 s of mostly one core here, and they wait on imports, so three together take
+    less than two one after the other. Stopped by PID at the session's end. ``span_port``: where
+    the traced engine sends its spans."""
 
-    def __init__(self, servers: dict[str, VllmServer], wanted: Iterable[str]) -> None:
+    def __init__(
+        self, servers: dict[str, VllmServer], wanted: Iterable[str], span_port: int
+    ) -> None:
         self.servers = servers
+        self.span_port = span_port
         self._batch = [name for name in servers if name in set(wanted)]
         self._launched = False
 
@@ -116,7 +120,12 @@ class SessionEngines:
 
 
 # The fixture each session engine is asked for by (directly or through another fixture).
-_ENGINE_FIXTURES = {"vllm": "vllm", "vllm_b": "vllm_b", "spare": "spare_engine"}
+_ENGINE_FIXTURES = {
+    "vllm": "vllm",
+    "vllm_b": "vllm_b",
+    "spare": "spare_engine",
+    "traced": "traced_engine",
+}
 
 
 @pytest.fixture(scope="session")
@@ -127,6 +136,7 @@ def session_engines(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[SessionEngines]:
     """The session engines, none started yet (see ``SessionEngines``)."""
+    span_port = free_port()  # the traced engine's spans: engine-view sidecars listen there
     servers = {
         # The main one: tiny model, tracing to the receiver.
         "vllm": VllmServer(
@@ -145,6 +155,17 @@ def session_engines(
             python=engine_paths.python,
             launcher=engine_paths.launcher,
         ),
+        # The traced one: a 4 MiB KV cache (4096 tokens), spans to the engine-view sidecars'
+        # port within 0.2 s (vLLM batches spans for 5 s by default).
+        "traced": VllmServer(
+            engine_paths.model_dir,
+            otlp_traces_endpoint=f"http://127.0.0.1:{span_port}/v1/traces",
+            kv_cache_bytes=TRACED_KV_CACHE_BYTES,
+            env={"OTEL_BSP_SCHEDULE_DELAY": "200"},
+            log_path=tmp_path_factory.mktemp("traced") / "vllm.log",
+            python=engine_paths.python,
+            launcher=engine_paths.launcher,
+        ),
         # The spare, to freeze and kill: a 4096-token context, prefill in steps of 128 tokens.
         "spare": VllmServer(
             engine_paths.model_dir,
@@ -157,7 +178,8 @@ def session_engines(
         ),
     }
     used = {f for item in request.session.items for f in getattr(item, "fixturenames", ())}
-    engines = SessionEngines(servers, [n for n, f in _ENGINE_FIXTURES.items() if f in used])
+    wanted = [n for n, f in _ENGINE_FIXTURES.items() if f in used]
+    engines = SessionEngines(servers, wanted, span_port)
     yield engines
     engines.stop()
 
@@ -317,23 +339,9 @@ class TracedEngine:
 
 
 @pytest.fixture(scope="session")
-def traced_engine(
-    engine_paths: EnginePaths, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[TracedEngine]:
+def traced_engine(session_engines: SessionEngines) -> TracedEngine:
     """A vLLM with a small KV cache (4096 tokens: concurrent long prompts must queue) that sends
-    its spans to a port the engine-view modules' sidecars listen on; started when first asked
-    for. The live stack (tests/deploy/test_live_stack.py) takes it as its ``bulk`` pool and
-    stops it: its tests are marked ``ends_engine("traced")``, so they come after every other."""
-    port = free_port()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("OTEL_BSP_SCHEDULE_DELAY", "200")  # vLLM batches spans for 5 s by default
-        vllm = VllmServer(
-            engine_paths.model_dir,
-            otlp_traces_endpoint=f"http://127.0.0.1:{port}/v1/traces",
-            kv_cache_bytes=TRACED_KV_CACHE_BYTES,
-            log_path=tmp_path_factory.mktemp("traced") / "vllm.log",
-            python=engine_paths.python,
-            launcher=engine_paths.launcher,
-        ).start()
-    yield TracedEngine(vllm, port)
-    vllm.stop()
+    its spans to a port the engine-view modules' sidecars listen on (a session engine). The live
+    stack (tests/deploy/test_live_stack.py) takes it as its ``bulk`` pool and stops it: its tests
+    are marked ``ends_engine("traced")``, so they come after every other."""
+    return TracedEngine(session_engines.running("traced"), session_engines.span_port)
