@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from bench.engine_queue_share import SLOTS
 from obs.clickhouse.testing import ClickHouseServer, server_binary
 from obs.engines.llamacpp_server import LlamaServer
 from obs.engines.llamacpp_setup import LlamaCppPaths, ensure_llamacpp
@@ -84,17 +85,17 @@ def otlp_receiver() -> Iterator[OtlpReceiver]:
 
 
 class SessionEngines:
-    """The session's shared vLLM engines (``vllm``, ``vllm_b``, ``traced``, ``spare``), built
-    once. The first one a test asks for starts, concurrently, every one the collected tests use:
-    a start is ~22 s of mostly one core here, and they wait on imports, so three together take
-    less than two one after the other. Stopped by PID at the session's end. ``span_port``: where
-    the traced engine sends its spans."""
+    """The session's shared vLLM engines (``vllm``, ``vllm_b``, ``traced``, ``two_slots``,
+    ``spare``), built once. The first one a test asks for starts, concurrently, every one the
+    collected tests use: a start is ~22 s of mostly one core here, and they wait on imports, so
+    three together take less than two one after the other. Stopped by PID at the session's end.
+    ``span_ports``: where the traced engines send their spans."""
 
     def __init__(
-        self, servers: dict[str, VllmServer], wanted: Iterable[str], span_port: int
+        self, servers: dict[str, VllmServer], wanted: Iterable[str], span_ports: dict[str, int]
     ) -> None:
         self.servers = servers
-        self.span_port = span_port
+        self.span_ports = span_ports
         self._batch = [name for name in servers if name in set(wanted)]
         self._launched = False
 
@@ -125,6 +126,7 @@ _ENGINE_FIXTURES = {
     "vllm_b": "vllm_b",
     "spare": "spare_engine",
     "traced": "traced_engine",
+    "two_slots": "two_slot_engine",
 }
 
 
@@ -136,7 +138,8 @@ def session_engines(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[SessionEngines]:
     """The session engines, none started yet (see ``SessionEngines``)."""
-    span_port = free_port()  # the traced engine's spans: engine-view sidecars listen there
+    # Where the traced engines send their spans: the sidecars of the tests using them listen there.
+    span_ports = {"traced": free_port(), "two_slots": free_port()}
     servers = {
         # The main one: tiny model, tracing to the receiver.
         "vllm": VllmServer(
@@ -159,10 +162,21 @@ def session_engines(
         # port within 0.2 s (vLLM batches spans for 5 s by default).
         "traced": VllmServer(
             engine_paths.model_dir,
-            otlp_traces_endpoint=f"http://127.0.0.1:{span_port}/v1/traces",
+            otlp_traces_endpoint=f"http://127.0.0.1:{span_ports['traced']}/v1/traces",
             kv_cache_bytes=TRACED_KV_CACHE_BYTES,
             env={"OTEL_BSP_SCHEDULE_DELAY": "200"},
             log_path=tmp_path_factory.mktemp("traced") / "vllm.log",
+            python=engine_paths.python,
+            launcher=engine_paths.launcher,
+        ),
+        # Room for 2 sequences, spans to its own port within 0.2 s: a pool that saturates
+        # (tests/sidecar/test_budget_engine_queue_vllm.py).
+        "two_slots": VllmServer(
+            engine_paths.model_dir,
+            otlp_traces_endpoint=f"http://127.0.0.1:{span_ports['two_slots']}/v1/traces",
+            extra_args=("--max-num-seqs", str(SLOTS)),
+            env={"OTEL_BSP_SCHEDULE_DELAY": "200"},
+            log_path=tmp_path_factory.mktemp("two-slots") / "vllm.log",
             python=engine_paths.python,
             launcher=engine_paths.launcher,
         ),
@@ -179,7 +193,7 @@ def session_engines(
     }
     used = {f for item in request.session.items for f in getattr(item, "fixturenames", ())}
     wanted = [n for n, f in _ENGINE_FIXTURES.items() if f in used]
-    engines = SessionEngines(servers, wanted, span_port)
+    engines = SessionEngines(servers, wanted, span_ports)
     yield engines
     engines.stop()
 
@@ -344,4 +358,12 @@ def traced_engine(session_engines: SessionEngines) -> TracedEngine:
     its spans to a port the engine-view modules' sidecars listen on (a session engine). The live
     stack (tests/deploy/test_live_stack.py) takes it as its ``bulk`` pool and stops it: its tests
     are marked ``ends_engine("traced")``, so they come after every other."""
-    return TracedEngine(session_engines.running("traced"), session_engines.span_port)
+    return TracedEngine(session_engines.running("traced"), session_engines.span_ports["traced"])
+
+
+@pytest.fixture(scope="session")
+def two_slot_engine(session_engines: SessionEngines) -> TracedEngine:
+    """A vLLM with room for 2 sequences (``--max-num-seqs 2``) that sends its spans to a port of
+    its own: a pool that saturates under a few streams (a session engine)."""
+    name = "two_slots"
+    return TracedEngine(session_engines.running(name), session_engines.span_ports[name])
