@@ -7,6 +7,13 @@ wakes every ``flush_interval_s``, or at once when ``wake_items`` wait or on
 ``force_flush``, and hands the exporter at most ``batch_items`` at a time. Why a deque and a
 timer rather than a ``queue.Queue``: ``Queue.put`` takes a lock and notifies the thread for
 every event, and each wake-up hands the GIL to it in the middle of the relay's work.
+
+Woken by the count, the thread writes while ``wake_items`` wait and leaves a remainder for
+the next wake-up (``to_write``); the interval, a flush and the shutdown write everything.
+Under steady load the remainder is what arrived during the last write: draining it too made
+the writes as small as that (the span exporter's POSTs carried 38 requests instead of 85 under
+the relay bar's short requests, each POST ~0.4 ms of CPU in ``requests``), as OpenTelemetry's
+batch processors do not. No item waits longer than about one interval for it.
 """
 
 from __future__ import annotations
@@ -19,6 +26,14 @@ from typing import Generic, TypeVar
 from obs.record import Finished
 
 T = TypeVar("T")
+
+
+def to_write(waiting: int, wake_items: int, batch_items: int, everything: bool) -> int:
+    """How many of ``waiting`` items the thread writes next (0: none now). ``everything``: the
+    interval passed, or a flush or the shutdown asked; else only while ``wake_items`` wait."""
+    if waiting == 0 or (waiting < wake_items and not everything):
+        return 0
+    return min(waiting, batch_items)
 
 
 class BatchingExporter(Generic[T]):
@@ -37,6 +52,8 @@ class BatchingExporter(Generic[T]):
         self._pending: deque[T] = deque()
         self._accepted = 0  # items appended (by the event loop)
         self._handled = 0  # items written, kept elsewhere or dropped (by the thread)
+        self._flushes = 0  # force_flush calls made / seen by the thread
+        self._flushes_seen = 0
         self._wake = threading.Event()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name=f"vllm-obs-{self.name}", daemon=True)
@@ -60,6 +77,7 @@ class BatchingExporter(Generic[T]):
         """Wait until every event accepted so far is handled (or ``timeout_s`` passes)."""
         target = self._accepted
         deadline = time.monotonic() + timeout_s
+        self._flushes += 1
         self._wake.set()
         while self._handled < target:
             if time.monotonic() > deadline or not self._thread.is_alive():
@@ -77,12 +95,14 @@ class BatchingExporter(Generic[T]):
     def _run(self) -> None:
         pending = self._pending
         while True:
-            self._wake.wait(self._flush_interval_s)
+            timed_out = not self._wake.wait(self._flush_interval_s)
             self._wake.clear()
             stopping = self._stopping
+            flushes = self._flushes
+            everything = timed_out or stopping or flushes != self._flushes_seen
+            self._flushes_seen = flushes
             self._before_batches()
-            while pending:
-                n = min(len(pending), self._batch_items)
+            while n := to_write(len(pending), self._wake_items, self._batch_items, everything):
                 self._write_batch([pending.popleft() for _ in range(n)])
                 self._handled += n
             if stopping:

@@ -7,8 +7,8 @@ and attributes follow the OpenTelemetry GenAI semantic conventions: root span
 ``{gen_ai.operation.name} {gen_ai.request.model}``.
 
 ``export`` appends the finished request to a bounded deque (no lock, no
-wake-up unless a batch is full). An exporter thread wakes every
-``OTEL_BSP_SCHEDULE_DELAY`` (or when ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` spans
+wake-up unless a batch is full: the event writers' ``batching``). An exporter thread wakes
+every ``OTEL_BSP_SCHEDULE_DELAY`` (or when ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` spans
 are waiting, or on ``force_flush``), writes the protobuf directly
 (``otlp_proto``: no SDK span objects) and POSTs it, retrying 429/502/503/504
 and connection errors with backoff for up to ``OTEL_EXPORTER_OTLP_TIMEOUT``.
@@ -25,14 +25,13 @@ refused them after the retries) are counted in ``vllm_obs_events_dropped_total``
 from __future__ import annotations
 
 import os
-import threading
-from collections import deque
 from typing import cast
 
 import structlog
 from opentelemetry.sdk.resources import Resource
 
 from obs import conventions as c
+from obs.exporters.batching import BatchingExporter
 from obs.exporters.jsonl import EventCounters
 from obs.exporters.otlp_http import OtlpPost, OtlpSettings, default_resource, endpoint_from_env
 from obs.exporters.otlp_proto import AttrValue, export_request, request_spans
@@ -50,7 +49,7 @@ def traces_endpoint_from_env() -> str | None:
     return endpoint_from_env("traces")
 
 
-class SpanExporter:
+class SpanExporter(BatchingExporter[Finished]):
     """Queues finished requests; a thread encodes their spans and sends them over OTLP/HTTP."""
 
     name = "otel"
@@ -62,6 +61,13 @@ class SpanExporter:
         counters: EventCounters | None = None,
         resource: Resource | None = None,
     ) -> None:
+        batch = max(1, settings.max_batch_spans // SPANS_PER_REQUEST)
+        super().__init__(
+            queue_size=max(1, settings.max_queue_spans // SPANS_PER_REQUEST),
+            flush_interval_s=settings.schedule_delay_s,
+            wake_items=batch,
+            batch_items=batch,
+        )
         self.settings = settings
         self._counters = counters
         # Resource values are the SDK-validated kinds the encoder writes (str, bool, int, ...).
@@ -70,73 +76,33 @@ class SpanExporter:
             if resource is None
             else cast(dict[str, AttrValue], dict(resource.attributes))
         )
-        self._queue: deque[Finished] = deque()
-        self._max_queued = max(1, settings.max_queue_spans // SPANS_PER_REQUEST)
-        self._batch = max(1, settings.max_batch_spans // SPANS_PER_REQUEST)
-        self._wake = threading.Event()
-        self._done = threading.Condition()
-        self._asked = 0  # flush generations asked for / completed
-        self._flushed = 0
-        self._stopping = False
         self._latest = c.latest_genai(os.environ)  # OTEL_SEMCONV_STABILITY_OPT_IN
         self._post = OtlpPost(settings, self.name, lambda: self._stopping, counters)
-        self._thread = threading.Thread(target=self._run, name="vllm-obs-otlp", daemon=True)
-        self._thread.start()
+        self._start()
 
     def export(self, finished: Finished) -> None:
         """Queue a request's spans (called on the event loop: no I/O, no lock)."""
-        if not finished.ids.sampled:
-            return
-        q = self._queue
-        if len(q) >= self._max_queued:
-            self._dropped("queue_full", 1)
-            return
-        q.append(finished)
-        if len(q) == self._batch:
-            self._wake.set()
-
-    def force_flush(self, timeout_s: float = 10.0) -> bool:
-        """Send everything queued now; False if that took longer than ``timeout_s``."""
-        with self._done:
-            self._asked += 1
-            target = self._asked
-            self._wake.set()
-            return self._done.wait_for(lambda: self._flushed >= target, timeout_s)
+        if finished.ids.sampled:
+            super().export(finished)
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
-        self._stopping = True
-        self.force_flush(timeout_s)
-        self._wake.set()
-        self._thread.join(timeout_s)
+        super().shutdown(timeout_s)
         self._post.close()
 
     # -- the exporter thread ------------------------------------------------
 
-    def _run(self) -> None:
-        while True:
-            self._wake.wait(self.settings.schedule_delay_s)
-            self._wake.clear()
-            with self._done:
-                asked = self._asked
-            while self._queue:
-                self._send_batch()
-            with self._done:
-                self._flushed = asked
-                self._done.notify_all()
-            if self._stopping:
-                return
+    def _item(self, finished: Finished) -> Finished:
+        return finished  # encoded on the thread
 
-    def _send_batch(self) -> None:
-        q, batch = self._queue, list[Finished]()
-        while q and len(batch) < self._batch:
-            batch.append(q.popleft())
+    def _write_batch(self, items: list[Finished]) -> None:
+        latest = self._latest
         try:
-            body = export_request(self._resource, [request_spans(f, self._latest) for f in batch])
+            body = export_request(self._resource, [request_spans(f, latest) for f in items])
         except Exception as e:  # a bad record must not stop the thread
             log.error("otlp_encode_failed", error=repr(e))
-            self._dropped("encode_error", len(batch))
+            self._dropped("encode_error", len(items))
             return
-        self._post.send(body, len(batch))
+        self._post.send(body, len(items))
 
     def _dropped(self, reason: str, n: int) -> None:
         if self._counters is not None:

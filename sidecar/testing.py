@@ -82,6 +82,9 @@ class OtlpReceiver:
         self.raw: list[bytes] = []
         self.headers: list[dict[str, str]] = []  # each accepted POST's headers, lower-cased
         self.refuse: list[int] = []  # statuses to answer the next POSTs with (a fault, for tests)
+        # Set to an unset Event, every POST waits for it before it is read (a slow collector).
+        self.hold: threading.Event | None = None
+        self.held = 0  # POSTs that have waited on ``hold``
         self._lock = threading.Lock()
         receiver = self
 
@@ -89,6 +92,10 @@ class OtlpReceiver:
             protocol_version = "HTTP/1.1"  # keep-alive, as collectors do
 
             def do_POST(self) -> None:
+                if (hold := receiver.hold) is not None:
+                    with receiver._lock:
+                        receiver.held += 1
+                    hold.wait(30)
                 n = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(n)
                 with receiver._lock:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -164,6 +165,37 @@ def test_batches_and_env_settings(receiver: OtlpReceiver, monkeypatch: pytest.Mo
     h = receiver.headers[0]
     assert h["authorization"] == "Bearer abc" and h["x-tenant"] == "t1"
     assert h["content-encoding"] == "gzip" and h["content-type"] == "application/x-protobuf"
+
+
+def test_a_full_batch_leaves_what_arrived_during_its_post_for_the_next(
+    receiver: OtlpReceiver,
+) -> None:
+    """Requests queued while a full batch posts wait for the next full batch: two POSTs of 10."""
+    receiver.hold = threading.Event()  # the collector answers only when the test says
+    counts = EventCounts()
+    settings = _settings(receiver.url, max_batch_spans=60)  # 10 requests a batch
+    settings.schedule_delay_s = 100.0  # no timed write in this test
+    exp = SpanExporter(settings, counters=counts)
+    for i in range(10):
+        exp.export(_finished(i))
+    _until(lambda: receiver.held == 1)  # the full batch's POST waits at the collector
+    for i in range(10, 13):
+        exp.export(_finished(i))  # three arrive during that POST
+    receiver.hold.set()
+    _until(lambda: counts.written == 10)
+    for i in range(13, 20):
+        exp.export(_finished(i))  # with the three, the next full batch
+    _until(lambda: counts.written == 20)
+    exp.shutdown(5)
+    sizes = [len(r.resource_spans[0].scope_spans[0].spans) for r in _decoded(receiver)]
+    assert sizes == [60, 60]
+
+
+def _until(done: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, "not reached in time"
+        time.sleep(0.005)
 
 
 def test_retryable_refusal_is_retried(receiver: OtlpReceiver) -> None:
