@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -140,55 +141,49 @@ def session_engines(
     """The session engines, none started yet (see ``SessionEngines``)."""
     # Where the traced engines send their spans: the sidecars of the tests using them listen there.
     span_ports = {"traced": free_port(), "two_slots": free_port()}
+
+    def server(folder: str, **flags: Any) -> VllmServer:
+        log = tmp_path_factory.mktemp(folder) / "vllm.log"
+        python, launcher = engine_paths.python, engine_paths.launcher
+        return VllmServer(
+            engine_paths.model_dir, log_path=log, python=python, launcher=launcher, **flags
+        )
+
+    def traces_to(port: int) -> str:
+        return f"http://127.0.0.1:{port}/v1/traces"
+
+    quick_spans = {"OTEL_BSP_SCHEDULE_DELAY": "200"}  # vLLM batches spans for 5 s by default
     servers = {
         # The main one: tiny model, tracing to the receiver.
-        "vllm": VllmServer(
-            engine_paths.model_dir,
-            otlp_traces_endpoint=otlp_receiver.url,
-            log_path=tmp_path_factory.mktemp("vllm") / "vllm.log",
-            python=engine_paths.python,
-            launcher=engine_paths.launcher,
-        ),
+        "vllm": server("vllm", otlp_traces_endpoint=otlp_receiver.url),
         # vLLM's own admission limit: 64 MiB of KV cache, at most 3 unfinished requests.
-        "vllm_b": VllmServer(
-            engine_paths.model_dir,
+        "vllm_b": server(
+            "vllm-b",
             kv_cache_bytes=64 << 20,
             extra_args=("--max-num-queued-reqs", str(VLLM_B_QUEUE_CAP)),
-            log_path=tmp_path_factory.mktemp("vllm-b") / "vllm.log",
-            python=engine_paths.python,
-            launcher=engine_paths.launcher,
         ),
         # The traced one: a 4 MiB KV cache (4096 tokens), spans to the engine-view sidecars'
-        # port within 0.2 s (vLLM batches spans for 5 s by default).
-        "traced": VllmServer(
-            engine_paths.model_dir,
-            otlp_traces_endpoint=f"http://127.0.0.1:{span_ports['traced']}/v1/traces",
+        # port within 0.2 s.
+        "traced": server(
+            "traced",
+            otlp_traces_endpoint=traces_to(span_ports["traced"]),
             kv_cache_bytes=TRACED_KV_CACHE_BYTES,
-            env={"OTEL_BSP_SCHEDULE_DELAY": "200"},
-            log_path=tmp_path_factory.mktemp("traced") / "vllm.log",
-            python=engine_paths.python,
-            launcher=engine_paths.launcher,
+            env=quick_spans,
         ),
         # Room for 2 sequences, spans to its own port within 0.2 s: a pool that saturates
         # (tests/sidecar/test_budget_engine_queue_vllm.py).
-        "two_slots": VllmServer(
-            engine_paths.model_dir,
-            otlp_traces_endpoint=f"http://127.0.0.1:{span_ports['two_slots']}/v1/traces",
+        "two_slots": server(
+            "two-slots",
+            otlp_traces_endpoint=traces_to(span_ports["two_slots"]),
             extra_args=("--max-num-seqs", str(SLOTS)),
-            env={"OTEL_BSP_SCHEDULE_DELAY": "200"},
-            log_path=tmp_path_factory.mktemp("two-slots") / "vllm.log",
-            python=engine_paths.python,
-            launcher=engine_paths.launcher,
+            env=quick_spans,
         ),
         # The spare, to freeze and kill: a 4096-token context, prefill in steps of 128 tokens.
-        "spare": VllmServer(
-            engine_paths.model_dir,
+        "spare": server(
+            "spare",
             max_model_len=4096,
             kv_cache_bytes=64 << 20,
             extra_args=("--max-num-batched-tokens", "128"),
-            log_path=tmp_path_factory.mktemp("spare") / "vllm.log",
-            python=engine_paths.python,
-            launcher=engine_paths.launcher,
         ),
     }
     used = {f for item in request.session.items for f in getattr(item, "fixturenames", ())}
