@@ -12,17 +12,21 @@ import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
 
+from bench.engine_queue_share import SLOTS
 from obs.clickhouse.testing import ClickHouseServer, server_binary
 from obs.engines.llamacpp_server import LlamaServer
 from obs.engines.llamacpp_setup import LlamaCppPaths, ensure_llamacpp
 from obs.engines.server import ServerError, VllmServer
 from obs.engines.setup import EnginePaths, ensure_engine
 from obs.events import Event
+from obs.procs import free_port
 from obs.query.testing import mixed_events, write_jsonl
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
 from tests.support.redis_server import RedisServer
@@ -82,13 +86,17 @@ def otlp_receiver() -> Iterator[OtlpReceiver]:
 
 
 class SessionEngines:
-    """The session's shared vLLM engines (``vllm``, ``vllm_b``, ``spare``), built once. The first
-    one a test asks for starts, concurrently, every one the collected tests use: a start is
-    ~22 s of mostly one core here, and they wait on imports, so three together take less than
-    two one after the other. Stopped by PID at the session's end."""
+    """The session's shared vLLM engines (``vllm``, ``vllm_b``, ``traced``, ``two_slots``,
+    ``spare``), built once. The first one a test asks for starts, concurrently, every one the
+    collected tests use: a start is ~22 s of mostly one core here, and they wait on imports, so
+    three together take less than two one after the other. Stopped by PID at the session's end.
+    ``span_ports``: where the traced engines send their spans."""
 
-    def __init__(self, servers: dict[str, VllmServer], wanted: Iterable[str]) -> None:
+    def __init__(
+        self, servers: dict[str, VllmServer], wanted: Iterable[str], span_ports: dict[str, int]
+    ) -> None:
         self.servers = servers
+        self.span_ports = span_ports
         self._batch = [name for name in servers if name in set(wanted)]
         self._launched = False
 
@@ -114,7 +122,13 @@ class SessionEngines:
 
 
 # The fixture each session engine is asked for by (directly or through another fixture).
-_ENGINE_FIXTURES = {"vllm": "vllm", "vllm_b": "vllm_b", "spare": "spare_engine"}
+_ENGINE_FIXTURES = {
+    "vllm": "vllm",
+    "vllm_b": "vllm_b",
+    "spare": "spare_engine",
+    "traced": "traced_engine",
+    "two_slots": "two_slot_engine",
+}
 
 
 @pytest.fixture(scope="session")
@@ -125,37 +139,56 @@ def session_engines(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[SessionEngines]:
     """The session engines, none started yet (see ``SessionEngines``)."""
+    # Where the traced engines send their spans: the sidecars of the tests using them listen there.
+    span_ports = {"traced": free_port(), "two_slots": free_port()}
+
+    def server(folder: str, **flags: Any) -> VllmServer:
+        log = tmp_path_factory.mktemp(folder) / "vllm.log"
+        python, launcher = engine_paths.python, engine_paths.launcher
+        return VllmServer(
+            engine_paths.model_dir, log_path=log, python=python, launcher=launcher, **flags
+        )
+
+    def traces_to(port: int) -> str:
+        return f"http://127.0.0.1:{port}/v1/traces"
+
+    quick_spans = {"OTEL_BSP_SCHEDULE_DELAY": "200"}  # vLLM batches spans for 5 s by default
     servers = {
         # The main one: tiny model, tracing to the receiver.
-        "vllm": VllmServer(
-            engine_paths.model_dir,
-            otlp_traces_endpoint=otlp_receiver.url,
-            log_path=tmp_path_factory.mktemp("vllm") / "vllm.log",
-            python=engine_paths.python,
-            launcher=engine_paths.launcher,
-        ),
+        "vllm": server("vllm", otlp_traces_endpoint=otlp_receiver.url),
         # vLLM's own admission limit: 64 MiB of KV cache, at most 3 unfinished requests.
-        "vllm_b": VllmServer(
-            engine_paths.model_dir,
+        "vllm_b": server(
+            "vllm-b",
             kv_cache_bytes=64 << 20,
             extra_args=("--max-num-queued-reqs", str(VLLM_B_QUEUE_CAP)),
-            log_path=tmp_path_factory.mktemp("vllm-b") / "vllm.log",
-            python=engine_paths.python,
-            launcher=engine_paths.launcher,
+        ),
+        # The traced one: a 4 MiB KV cache (4096 tokens), spans to the engine-view sidecars'
+        # port within 0.2 s.
+        "traced": server(
+            "traced",
+            otlp_traces_endpoint=traces_to(span_ports["traced"]),
+            kv_cache_bytes=TRACED_KV_CACHE_BYTES,
+            env=quick_spans,
+        ),
+        # Room for 2 sequences, spans to its own port within 0.2 s: a pool that saturates
+        # (tests/sidecar/test_budget_engine_queue_vllm.py).
+        "two_slots": server(
+            "two-slots",
+            otlp_traces_endpoint=traces_to(span_ports["two_slots"]),
+            extra_args=("--max-num-seqs", str(SLOTS)),
+            env=quick_spans,
         ),
         # The spare, to freeze and kill: a 4096-token context, prefill in steps of 128 tokens.
-        "spare": VllmServer(
-            engine_paths.model_dir,
+        "spare": server(
+            "spare",
             max_model_len=4096,
             kv_cache_bytes=64 << 20,
             extra_args=("--max-num-batched-tokens", "128"),
-            log_path=tmp_path_factory.mktemp("spare") / "vllm.log",
-            python=engine_paths.python,
-            launcher=engine_paths.launcher,
         ),
     }
     used = {f for item in request.session.items for f in getattr(item, "fixturenames", ())}
-    engines = SessionEngines(servers, [n for n, f in _ENGINE_FIXTURES.items() if f in used])
+    wanted = [n for n, f in _ENGINE_FIXTURES.items() if f in used]
+    engines = SessionEngines(servers, wanted, span_ports)
     yield engines
     engines.stop()
 
@@ -298,3 +331,34 @@ VLLM_B_QUEUE_CAP = 3  # vllm_b's --max-num-queued-reqs
 def vllm_b(session_engines: SessionEngines) -> VllmServer:
     """A second real engine: 64 MiB of KV cache, at most 3 unfinished requests."""
     return session_engines.running("vllm_b")
+
+
+# ---- a traced engine with a tiny KV cache (tests/engines/test_engine_view*.py, the live stack) --
+
+TRACED_KV_CACHE_BYTES = 4 << 20  # 4096 tokens of the tiny model: 31 blocks of 128 tokens on CPU
+
+
+@dataclass(frozen=True)
+class TracedEngine:
+    """A vLLM that exports its request spans to ``span_port``, where each engine-view module
+    starts its own sidecar (one module at a time)."""
+
+    vllm: VllmServer
+    span_port: int
+
+
+@pytest.fixture(scope="session")
+def traced_engine(session_engines: SessionEngines) -> TracedEngine:
+    """A vLLM with a small KV cache (4096 tokens: concurrent long prompts must queue) that sends
+    its spans to a port the engine-view modules' sidecars listen on (a session engine). The live
+    stack (tests/deploy/test_live_stack.py) takes it as its ``bulk`` pool and stops it: its tests
+    are marked ``ends_engine("traced")``, so they come after every other."""
+    return TracedEngine(session_engines.running("traced"), session_engines.span_ports["traced"])
+
+
+@pytest.fixture(scope="session")
+def two_slot_engine(session_engines: SessionEngines) -> TracedEngine:
+    """A vLLM with room for 2 sequences (``--max-num-seqs 2``) that sends its spans to a port of
+    its own: a pool that saturates under a few streams (a session engine)."""
+    name = "two_slots"
+    return TracedEngine(session_engines.running(name), session_engines.span_ports[name])

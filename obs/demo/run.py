@@ -325,6 +325,8 @@ class Demo:
             class_header=opts.class_headers,
         )
         self.signals.arm()  # the event loop removed its own
+        if self.burst is not None and (outcome.stopped_early or outcome.aborted_by is not None):
+            self.burst.cancel()  # no incident after the load was stopped
         if outcome.aborted_by is not None:
             raise Interrupted(outcome.aborted_by)
         if self.burst is not None:

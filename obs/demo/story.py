@@ -24,7 +24,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -133,12 +133,14 @@ class Burst:
     started_at: datetime | None = None
     errors: int = 0
     _thread: threading.Thread | None = None
+    _cancelled: threading.Event = field(default_factory=threading.Event)
 
     def start(self, notice: Callable[[str], None]) -> None:
-        """Arm the burst: it fires from its own thread ``at_s`` from now."""
+        """Arm the burst: it fires from its own thread ``at_s`` from now, unless cancelled."""
 
         def fire() -> None:
-            time.sleep(self.at_s)
+            if self._cancelled.wait(self.at_s):
+                return
             self.started_at = datetime.now(UTC)
             notice(
                 f"incident: {self.n} long RAG prompts (~{BURST_PROMPT_TOKENS} tokens each) "
@@ -169,6 +171,10 @@ class Burst:
         except requests.RequestException:
             return False
         return True
+
+    def cancel(self) -> None:
+        """The load stopped: a burst not yet sent never is (one already sent still finishes)."""
+        self._cancelled.set()
 
     def join(self, timeout_s: float = TIMEOUT_S) -> None:
         if self._thread is not None:

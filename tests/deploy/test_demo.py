@@ -362,9 +362,10 @@ def test_sigterm_while_pools_start_stops_everything(tmp_path: Path) -> None:
 @pytest.mark.engine
 @pytest.mark.slow
 def test_ctrl_c_during_the_load_still_reports(vllm: VllmServer, tmp_path: Path) -> None:
-    """With --upstream, one Ctrl-C during the load stops it early; results are still written."""
+    """With --upstream, one Ctrl-C during the load stops it early, the incident not yet sent
+    included (it is due 24 s in); results are still written."""
     out = tmp_path / "out"
-    cmd = _demo("--upstream", vllm.url, "--duration", "60", "--out", str(out))
+    cmd = _demo("--upstream", vllm.url, "--duration", "60", *QUICK_DRAIN, "--out", str(out))
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
         assert p.stderr is not None
         try:
@@ -379,6 +380,7 @@ def test_ctrl_c_during_the_load_still_reports(vllm: VllmServer, tmp_path: Path) 
     assert p.returncode == 0, stderr
     assert time.monotonic() - started < 45  # far before the 60 s of load were over
     assert "stopping the load" in stderr
+    assert "incident:" not in stderr
     assert "Per-lane summary" in stdout
     assert (out / "report" / "report.html").exists()
     assert (out / "events.jsonl").read_text().strip()

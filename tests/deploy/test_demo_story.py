@@ -65,7 +65,7 @@ def test_sim_demo_tells_the_story(tmp_path: Path) -> None:
             "--engine",
             "sim",
             "--duration",
-            "30",
+            "20",
             "--no-prometheus",
             *QUICK_DRAIN,
             "--out",

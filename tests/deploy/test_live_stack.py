@@ -22,10 +22,9 @@ from obs.cli import main
 from obs.dashboards import all_queries
 from obs.demo.workload import CLASSES, load_demo_mix, write_mix
 from obs.engines.server import VllmServer
-from obs.engines.setup import EnginePaths
 from obs.loadgen.plan import Arrivals, bounded, iter_plan
 from obs.prom.api import QueryError
-from tests.conftest import require_binary
+from tests.conftest import TracedEngine, require_binary
 from tests.support.live_stack import (
     LIMITED,
     LOAD_DURATION_S,
@@ -58,19 +57,23 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def live(test: F) -> F:
-    """Marks of a test that needs the live stack: real engines, Prometheus, and time."""
+    """Marks of a test that needs the live stack: real engines, Prometheus, and time; it ends
+    the session's traced engine (the bulk pool), so it runs after every test that uses that."""
     marked: F = pytest.mark.engine(pytest.mark.prometheus(pytest.mark.slow(test)))
-    return marked
+    ending: F = pytest.mark.ends_engine("traced")(marked)
+    return ending
 
 
 @pytest.fixture(scope="module")
 def stack(
-    vllm: VllmServer, engine_paths: EnginePaths, tmp_path_factory: pytest.TempPathFactory
+    vllm: VllmServer, traced_engine: TracedEngine, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LiveStack]:
-    """The stack after its scenario has run; everything it started is stopped afterwards."""
+    """The stack after its scenario has run; everything it started is stopped afterwards, and
+    the traced engine it took as its bulk pool (a vLLM start saved) stays stopped."""
     require_binary("prometheus")
     require_binary("prometheus-alertmanager")
-    s = LiveStack(tmp_path_factory.mktemp("live-stack"), engine_paths, vllm)
+    root = tmp_path_factory.mktemp("live-stack")
+    s = LiveStack(root, vllm, traced_engine.vllm, traced_engine.span_port)
     try:
         s.start().run()
         yield s

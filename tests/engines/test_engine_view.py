@@ -14,8 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from obs.engines.server import VllmServer
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
-from tests.conftest import SidecarFactory
-from tests.engines.conftest import TracedEngine
+from tests.conftest import SidecarFactory, TracedEngine
 
 pytestmark = pytest.mark.engine
 

@@ -14,7 +14,7 @@ import pytest
 
 from obs.procs import poll_until
 from obs.sidecar.testing import SidecarProcess
-from tests.engines.conftest import TracedEngine
+from tests.conftest import TracedEngine
 
 pytestmark = pytest.mark.engine
 

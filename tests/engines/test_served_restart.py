@@ -64,7 +64,7 @@ def _chat(url: str) -> None:
     httpx.post(url + CHAT, json=body, timeout=120).raise_for_status()
 
 
-def _paced(url: str, n: int = 12, every_s: float = 0.5) -> None:
+def _paced(url: str, n: int = 12, every_s: float = 0.25) -> None:
     """``n`` requests on a fixed schedule, so both sides of the change span the same time."""
     t0 = time.monotonic()
     for i in range(n):

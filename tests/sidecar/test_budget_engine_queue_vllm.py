@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 from bench.engine_queue_share import (
-    SLOTS,
     STREAMS,
     cause_shares,
     lanes_config,
@@ -26,10 +25,8 @@ from bench.engine_queue_share import (
     ttft_misses,
 )
 from obs.engine_queue import inferred_wait_ms, queued
-from obs.engines.server import VllmServer
-from obs.engines.setup import EnginePaths
-from obs.procs import free_port
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
+from tests.conftest import TracedEngine
 from tests.support.lanes_support import query_budget
 
 pytestmark = pytest.mark.engine
@@ -42,23 +39,14 @@ class Saturated:
 
 @pytest.fixture(scope="module")
 def saturated(
-    engine_paths: EnginePaths,
+    two_slot_engine: TracedEngine,
     otlp_receiver: OtlpReceiver,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Saturated]:
-    """A vLLM with 2 sequence slots; a sidecar without its spans, and one that joins them."""
+    """The session's vLLM with 2 sequence slots; a sidecar without its spans, and one that
+    joins them (listening where that engine sends its spans)."""
     work = tmp_path_factory.mktemp("saturated")
-    port = free_port()  # the traced sidecar's: vLLM sends its spans there
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("OTEL_BSP_SCHEDULE_DELAY", "200")  # vLLM batches spans for 5 s by default
-        vllm = VllmServer(
-            engine_paths.model_dir,
-            otlp_traces_endpoint=f"http://127.0.0.1:{port}/v1/traces",
-            extra_args=("--max-num-seqs", str(SLOTS)),
-            log_path=work / "vllm.log",
-            python=engine_paths.python,
-            launcher=engine_paths.launcher,
-        ).start()
+    vllm = two_slot_engine.vllm
     env = {
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": otlp_receiver.url,
         "OTEL_BSP_SCHEDULE_DELAY": "100",
@@ -73,14 +61,13 @@ def saturated(
                     args=("--engine-join-wait", "5", "--pool-poll-interval", "1"),
                     env=env,
                     log_path=work / name / "sidecar.log",
-                    port=port if traced else None,
+                    port=two_slot_engine.span_port if traced else None,
                 ).start()
             )
         yield Saturated(*sidecars)
     finally:
         for sc in sidecars:
             sc.stop()
-        vllm.stop()
 
 
 def test_saturated_pool_misses_are_the_engine_queue_without_spans(saturated: Saturated) -> None:

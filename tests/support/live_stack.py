@@ -1,7 +1,8 @@
 """A real stack under mixed load, driven into three alert conditions, for end-to-end tests.
 
 Parts, all real and on 127.0.0.1 with free ports: two vLLM pools (the session's engine as
-``interactive``, a second engine with a 4 MiB KV cache as ``bulk``), the sidecar with the
+``interactive``, the session's traced engine with a 4 MiB KV cache as ``bulk``: its spans go to
+an OTLP receiver of their own), the sidecar with the
 default six lanes plus a ``limited`` lane (one request at a time, no queue), Prometheus
 scraping the sidecar and both pools every second (exemplars stored) and loading the rules that
 ``vllm-obs alerts --max-for 0s --max-interval 2s`` generates, Alertmanager delivering
@@ -11,8 +12,9 @@ metrics and event log records.
 ``LiveStack.run`` drives the demo mix with ``vllm-obs load`` and, meanwhile, keeps the tiny-KV
 pool full of long requests until the KV alert is delivered, and sends bursts of concurrent
 requests at the limited lane; then stops the bulk pool's engine and sends it a few more
-requests. It records what it saw and
-never asserts: the tests do. Every process it starts is stopped by ``close``.
+requests: the stack ends that session engine (its tests run last, ``ends_engine("traced")``).
+It records what it saw and never asserts: the tests do. Every process it starts is stopped by
+``close``.
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ from obs.demo.prometheus import PrometheusProcess, find_prometheus
 from obs.demo.prometheus import write_config as write_prometheus_config
 from obs.demo.workload import write_lanes, write_mix
 from obs.engines.server import VllmServer
-from obs.engines.setup import EnginePaths
 from obs.loadgen.prompts import CharEstimate
 from obs.procs import free_port
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
@@ -51,7 +52,6 @@ from tests.support.alertmanager import (
 )
 from tests.support.alertmanager import write_config as write_alertmanager_config
 
-KV_CACHE_BYTES = 4 << 20  # 4096 tokens of the tiny model: 31 blocks of 128 tokens on CPU
 LIMITED = "limited"
 SCRAPE_S = 1
 MAX_FOR = "0s"  # the KV gauge swings between 30% and 100% within a second under this load
@@ -113,9 +113,10 @@ class LiveStack:
     """The parts, the load and what happened; ``run`` drives it, ``close`` stops it."""
 
     root: Path
-    engine: EnginePaths
     interactive: VllmServer
-    bulk: VllmServer | None = None
+    bulk: VllmServer  # the session's traced engine (4096 tokens of KV cache), stopped by run()
+    bulk_span_port: int  # where the bulk engine sends its spans
+    bulk_spans: OtlpReceiver | None = None
     alertmanager: AlertmanagerProcess | None = None
     prometheus: PrometheusProcess | None = None
     sidecar: SidecarProcess | None = None
@@ -143,16 +144,10 @@ class LiveStack:
     # --- set-up --------------------------------------------------------------------
 
     def start(self) -> LiveStack:
-        """Start the tiny-KV engine, write the rules, then Alertmanager, sidecar and Prometheus."""
+        """Take the bulk engine's spans, write the rules, then start Alertmanager, sidecar and
+        Prometheus."""
         self.root.mkdir(parents=True, exist_ok=True)
-        self.bulk = VllmServer(
-            self.engine.model_dir,
-            kv_cache_bytes=KV_CACHE_BYTES,
-            log_path=self.root / "vllm-bulk.log",
-            python=self.engine.python,
-            launcher=self.engine.launcher,
-        )
-        self.bulk.start()
+        self.bulk_spans = OtlpReceiver(port=self.bulk_span_port).start()
         self.config = lanes_config(self.lanes_path, self.interactive.url, self.bulk.url)
         alerts = [
             "alerts", "--config", str(self.lanes_path), "--out", str(self.rules_dir),
@@ -219,7 +214,7 @@ class LiveStack:
             time.sleep(0.25)
 
     def close(self) -> None:
-        """Stop everything this stack started (not the session's engine), by PID."""
+        """Stop everything this stack started, and the bulk engine it ends, by PID."""
         if self.load is not None and self.load.poll() is None:  # run() was cut short
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.load.pid, signal.SIGKILL)
@@ -228,7 +223,8 @@ class LiveStack:
             self.prometheus.stop if self.prometheus else None,
             self.sidecar.stop if self.sidecar else None,
             self.alertmanager.stop if self.alertmanager else None,
-            self.bulk.stop if self.bulk else None,
+            self.bulk.stop,
+            self.bulk_spans.stop if self.bulk_spans else None,
             self.webhook.stop,
             self.otlp.stop,
         ):
@@ -263,7 +259,6 @@ class LiveStack:
         self.load_status, self.load_output = load.returncode, out
         if any(r.status == 429 for r in self.admission):  # else the alert cannot fire
             self._wait_notified(c.ALERT_ADMISSION_REJECTIONS_HIGH, ALERT_WAIT_S, lane=LIMITED)
-        assert self.bulk is not None
         self.bulk.stop()
         for i in range(3):  # seconds apart, so the error counters rise between scrapes
             self.after_stop.append(self._post("long-prefill", f"after stop {i}", 8))
