@@ -1,10 +1,9 @@
 """``create_app(settings)``: wires the relay, pools, exporters and control routes.
 
-The relayed routes go straight to the relay (a plain ASGI callable: no
-framework routing or middleware on the token path); everything else goes to
-a small FastAPI app (``/health``, ``/v1/models``, ``/metrics``) whose 404 handler answers
-OpenAI-style. vLLM's operational endpoints (profiling, sleep, cache reset, ...) are simply
-not routed: they are never reachable through the sidecar.
+The relayed routes go straight to the relay (a plain ASGI callable: no framework routing or
+middleware on the token path); everything else goes to a small FastAPI app (``/health``,
+``/v1/models``, ``/metrics``) whose 404 handler answers OpenAI-style. vLLM's operational endpoints
+(profiling, sleep, cache reset, ...) are not routed, so never reachable through the sidecar.
 """
 
 from __future__ import annotations
@@ -354,6 +353,7 @@ def _exporters(
             counters=metrics,
             max_bytes=settings.events_max_bytes,
             backups=settings.events_backups,
+            flush_interval_s=settings.events_flush_interval_s,
         )
         exporters.append(jsonl)
     if otlp is not None:

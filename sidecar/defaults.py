@@ -10,6 +10,7 @@ PORT: Final = 8000
 EVENTS: Final = "events.jsonl"
 EVENTS_MAX_MB: Final = 256
 EVENTS_BACKUPS: Final = 10
+EVENTS_FLUSH_INTERVAL_S: Final = 0.2
 POOL_POLL_INTERVAL_S: Final = 5.0
 SHUTDOWN_GRACE_S: Final = 30.0
 ENGINE_JOIN_WAIT_S: Final = 6.0  # vLLM batches spans every OTEL_BSP_SCHEDULE_DELAY (5 s)

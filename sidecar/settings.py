@@ -20,6 +20,7 @@ class Settings:
     events_path: Path | None = Path(D.EVENTS)
     events_max_bytes: int = D.EVENTS_MAX_MB << 20
     events_backups: int = D.EVENTS_BACKUPS
+    events_flush_interval_s: float = D.EVENTS_FLUSH_INTERVAL_S  # the JSONL writer's interval
     otlp_endpoint: str | None = None  # None: the standard OTEL_* variables decide
     otlp_metrics_endpoint: str | None = None  # GenAI metrics; None: OTEL_..._METRICS_ENDPOINT
     otlp_logs_endpoint: str | None = None  # events as log records; None: OTEL_..._LOGS_ENDPOINT

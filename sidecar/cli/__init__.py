@@ -53,6 +53,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="rotated event logs to keep (default: %(default)s)",
     )
     p.add_argument(
+        "--events-flush-interval",
+        type=float,
+        default=D.EVENTS_FLUSH_INTERVAL_S,
+        metavar="SECONDS",
+        help="how often the event log's writer writes the events waiting (sooner when 1024 "
+        "wait): how late a line reaches the file, and at most what a crash loses "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
         "--otlp-endpoint",
         metavar="URL",
         help="OTLP/HTTP traces endpoint, e.g. http://127.0.0.1:4318/v1/traces "
@@ -187,6 +196,8 @@ def run(args: argparse.Namespace) -> int:
     )
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port: {args.port} is not a TCP port")
+    if not args.events_flush_interval > 0:
+        raise ConfigError(f"--events-flush-interval: {args.events_flush_interval} is not above 0")
     events = None if args.events in ("-", "none", "") else Path(args.events)
     metrics_address = _address(args.metrics_address) if args.metrics_address else None
     settings = Settings(
@@ -196,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
         events_path=events,
         events_max_bytes=int(args.events_max_mb * (1 << 20)),
         events_backups=args.events_backups,
+        events_flush_interval_s=args.events_flush_interval,
         otlp_endpoint=args.otlp_endpoint,
         otlp_metrics_endpoint=_url(args.otlp_metrics_endpoint, "--otlp-metrics-endpoint"),
         otlp_logs_endpoint=_url(args.otlp_logs_endpoint, "--otlp-logs-endpoint"),
