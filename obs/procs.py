@@ -169,8 +169,9 @@ def poll_until(
     timeout_s: float,
     what: str,
     proc: subprocess.Popen[bytes] | None = None,
+    interval_s: float = POLL_INTERVAL_S,
 ) -> float:
-    """Poll ``ready`` until it holds; seconds it took.
+    """Poll ``ready`` every ``interval_s`` until it holds; seconds it took.
 
     Raises :class:`Exited` if ``proc`` exits first, ``TimeoutError`` after ``timeout_s``.
     """
@@ -182,14 +183,17 @@ def poll_until(
             return time.monotonic() - started
         if time.monotonic() - started >= timeout_s:
             raise TimeoutError(f"not {what} within {timeout_s:.0f} s")
-        time.sleep(POLL_INTERVAL_S)
+        time.sleep(interval_s)
 
 
 def wait_http(
-    url: str, timeout_s: float = 30.0, proc: subprocess.Popen[bytes] | None = None
+    url: str,
+    timeout_s: float = 30.0,
+    proc: subprocess.Popen[bytes] | None = None,
+    interval_s: float = POLL_INTERVAL_S,
 ) -> None:
     """Poll ``url`` until it answers 2xx; ``Exited`` (a RuntimeError) or ``TimeoutError``."""
-    poll_until(lambda: _ok(http_status(url)), timeout_s, f"{url} answered", proc)
+    poll_until(lambda: _ok(http_status(url)), timeout_s, f"{url} answered", proc, interval_s)
 
 
 class ManagedProcess:

@@ -1,9 +1,11 @@
 """``create_app(settings)``: wires the relay, pools, exporters and control routes.
 
-The relayed routes go straight to the relay (a plain ASGI callable: no framework routing or
-middleware on the token path); everything else goes to a small FastAPI app (``/health``,
-``/v1/models``, ``/metrics``) whose 404 handler answers OpenAI-style. vLLM's operational endpoints
-(profiling, sleep, cache reset, ...) are not routed, so never reachable through the sidecar.
+The relayed routes go straight to the relay (a plain ASGI callable: no
+framework routing or middleware on the token path); everything else goes to
+the sidecar's own three GET routes (``/health``, ``/v1/models``, ``/metrics``:
+``SidecarApp.api``, answers from ``obs.sidecar.server.answer``), with 404 and 405
+answered OpenAI-style. vLLM's operational endpoints (profiling, sleep, cache reset, ...) are simply
+not routed: they are never reachable through the sidecar.
 """
 
 from __future__ import annotations
@@ -11,27 +13,21 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 
 import aiohttp
 import orjson
 import structlog
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from obs import conventions as c
 from obs.attribution import MissStamp
 from obs.exporters.base import Exporter, Fanout
-from obs.exporters.clickhouse import start_exporter
 from obs.exporters.jsonl import JsonlExporter
 from obs.exporters.otel import OtlpSettings, SpanExporter
 from obs.exporters.otlp_http import default_resource
-from obs.exporters.otlp_logs import LogRecordExporter
-from obs.exporters.otlp_metrics import GenAiMetricsExporter
 from obs.exporters.prom import ColdStartCollector, Metrics, PoolStateCollector
 from obs.exporters.served import DriftCollector, ServedCollector
 from obs.lanes import Classifier
@@ -41,7 +37,6 @@ from obs.sidecar.outcomes import (
     NotFound,
     RelayError,
     UpstreamUnavailable,
-    for_status,
 )
 from obs.sidecar.policy.admission import LaneGate
 from obs.sidecar.policy.auth import Tenants
@@ -64,6 +59,7 @@ from obs.sidecar.relay.models_route import cached_union, models_cache
 from obs.sidecar.relay.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES, request_headers
 from obs.sidecar.relay.relay import SHUTDOWN_FLUSH_S, Relay
 from obs.sidecar.relay.traces import TraceReceiver, refusal_counter
+from obs.sidecar.server.answer import Answer, error_answer
 from obs.sidecar.server.health_listener import HealthListener
 from obs.sidecar.server.kept import Kept
 from obs.sidecar.server.looplag import LoopLagMonitor
@@ -76,7 +72,7 @@ SUMMARY_PERIOD_S = 0.25  # how often pending summary records are checked (writte
 
 
 class SidecarApp:
-    """The ASGI application: relay routes to the relay, the rest to FastAPI."""
+    """The ASGI application: relay routes to the relay, the rest to the sidecar's own."""
 
     def __init__(
         self,
@@ -142,7 +138,7 @@ class SidecarApp:
         self.routes = set(GENERATE_ROUTES) | set(PASSTHROUGH_ROUTES) | set(settings.extra_routes)
         self.relay = self._relay()
         self.metrics.watch_lanes(self.gates)
-        self.api = self._build_api()
+        self.own_routes = self._own_routes()
         self.health_listener = (
             None
             if settings.health_address is None
@@ -240,7 +236,7 @@ class SidecarApp:
             await self.api(scope, receive, send)
 
     @asynccontextmanager
-    async def lifespan(self, _: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(self) -> AsyncIterator[None]:
         self.pools.start(self.session())
         if self.span_handoff is not None:
             self.span_handoff.bind(asyncio.get_running_loop())
@@ -276,69 +272,54 @@ class SidecarApp:
             await asyncio.to_thread(self.exporters.shutdown, self.settings.shutdown_grace_s)
             log.info("sidecar_stopped")
 
-    def _build_api(self) -> FastAPI:
+    def _own_routes(self) -> dict[str, Callable[[Scope], Awaitable[Answer]]]:
+        """The sidecar's own GET routes (not relayed), by exact path."""
         self.models_cache, rendered = models_cache(), Kept[bytes](0.0, rest=4.0)  # /metrics
-        api = FastAPI(
-            title="vllm-obs sidecar",
-            lifespan=self.lifespan,
-            docs_url=None,
-            redoc_url=None,
-            openapi_url=None,
-            redirect_slashes=False,  # a redirect would name the client's Host: 404 instead
-        )
 
-        @api.exception_handler(StarletteHTTPException)
-        async def _http_error(_: Request, exc: StarletteHTTPException) -> Response:
-            if exc.status_code == 404:
-                return _error(NotFound("route not served by the vllm-obs sidecar"))
-            if exc.status_code == 405:
-                return _error(MethodNotAllowed("method not allowed"))
-            return _error(for_status(exc.status_code, str(exc.detail)))
+        async def health(_: Scope) -> Answer:
+            return Answer(orjson.dumps(self.health()))
 
-        @api.get("/health")
-        async def health() -> Response:
-            return JSONResponse(self.health())
-
-        @api.get("/metrics")
-        async def metrics(request: Request) -> Response:
+        async def metrics(scope: Scope) -> Answer:
             if self.settings.metrics_address is not None:
                 host, port = self.settings.metrics_address
-                return _error(NotFound(f"metrics are served on {host}:{port}"))
+                return error_answer(NotFound(f"metrics are served on {host}:{port}"))
             # OpenMetrics (with the latency exemplars) when the scraper asks for it, as
             # Prometheus does; the text format otherwise.
-            encode, content_type = choose_encoder(request.headers.get("accept", ""))
+            accept = request_headers(scope).get("accept", "")
+            encode, content_type = choose_encoder(accept)
             data = await rendered.get(
                 content_type, lambda: asyncio.to_thread(encode, self.exposition)
             )
-            return Response(data, headers={"content-type": content_type})
+            return Answer(data, content_type=content_type.encode("latin-1"))
 
-        @api.get("/v1/models")
-        async def models(request: Request) -> Response:
-            return await self._models(request)
+        return {"/health": health, "/metrics": metrics, "/v1/models": self._models}
 
-        return api
+    async def api(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A request for none of the relayed routes: one of the sidecar's own (GET only, else
+        405), or 404. A path is matched exactly: a trailing slash is another path, never a
+        redirect (which would name the client's ``Host``)."""
+        route = self.own_routes.get(scope["path"])
+        if route is None:
+            answer = error_answer(NotFound("route not served by the vllm-obs sidecar"))
+        elif scope["method"] != "GET":
+            answer = error_answer(MethodNotAllowed("method not allowed"))
+        else:
+            try:
+                answer = await route(scope)
+            except RelayError as err:  # headers the sidecar refuses, an unknown key, ...
+                answer = error_answer(err)
+        await answer.send(send)
 
-    async def _models(self, request: Request) -> Response:
+    async def _models(self, scope: Scope) -> Answer:
         """The union of the pools' model lists (``obs.sidecar.relay.models_route``)."""
-        try:
-            headers = request_headers(request.scope)
-            self.tenants.resolve(headers)
-        except RelayError as err:
-            return _error(err)
+        headers = request_headers(scope)
+        self.tenants.resolve(headers)  # raises (answered by ``api``) for a key it refuses
         models = await cached_union(
             self.models_cache, self.session(), self.pools, headers, self.pool_keys, self.tenants
         )
         if not models:
-            return _error(UpstreamUnavailable("no pool answered /v1/models"))
-        return Response(
-            orjson.dumps({"object": "list", "data": models}), media_type="application/json"
-        )
-
-
-def _error(err: RelayError) -> Response:
-    """The sidecar's own error as a response: status, body and headers from obs.sidecar.outcomes."""
-    headers = {k.decode(): v.decode() for k, v in err.headers()}
-    return Response(err.body(), status_code=err.status, headers=headers)
+            return error_answer(UpstreamUnavailable("no pool answered /v1/models"))
+        return Answer(orjson.dumps({"object": "list", "data": models}))
 
 
 def _exporters(
@@ -360,6 +341,8 @@ def _exporters(
         exporters.append(SpanExporter(otlp, counters=metrics))
     exporters += _otlp_metrics_and_logs(settings, metrics)
     if settings.clickhouse is not None:
+        from obs.exporters.clickhouse import start_exporter  # its client: only when asked for
+
         worker = settings.worker.index if settings.worker else 0
         exporters.append(start_exporter(settings.clickhouse, settings.events_path, worker, metrics))
     exporters.append(metrics)
@@ -373,9 +356,13 @@ def _otlp_metrics_and_logs(settings: Settings, metrics: Metrics) -> list[Exporte
     resource = default_resource()
     m = OtlpSettings.from_env(settings.otlp_metrics_endpoint, "metrics", generic=False)
     if m is not None:
+        from obs.exporters.otlp_metrics import GenAiMetricsExporter  # opt-in: imported if asked
+
         out.append(GenAiMetricsExporter(m, settings.config, resource=resource, counters=metrics))
     logs = OtlpSettings.from_env(settings.otlp_logs_endpoint, "logs", generic=False)
     if logs is not None:
+        from obs.exporters.otlp_logs import LogRecordExporter  # opt-in: imported if asked
+
         out.append(LogRecordExporter(logs, resource=resource, counters=metrics))
     return out
 

@@ -143,7 +143,7 @@ def relay_server(settings: Settings, app: SidecarApp) -> RelayServer:
         host=settings.host,
         port=settings.port,
         shutdown_grace_s=settings.shutdown_grace_s,
-        lifespan=lambda: app.lifespan(app.api),
+        lifespan=app.lifespan,
     )
 
 

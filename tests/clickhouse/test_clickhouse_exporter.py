@@ -120,17 +120,9 @@ def test_events_survive_a_clickhouse_restart_under_load(
     )
 
     def fire(n: int) -> None:
-        with ThreadPoolExecutor(8) as pool:
-            codes = list(
-                pool.map(
-                    lambda _: (
-                        httpx.post(
-                            sc.url + "/v1/chat/completions", json=BODY, timeout=60
-                        ).status_code
-                    ),
-                    range(n),
-                )
-            )
+        url = sc.url + "/v1/chat/completions"
+        with httpx.Client(timeout=60) as client, ThreadPoolExecutor(8) as pool:
+            codes = list(pool.map(lambda _: client.post(url, json=BODY).status_code, range(n)))
         assert codes == [200] * n
 
     fire(40)
