@@ -23,7 +23,7 @@ def test_plan_at_growth_8_meets_every_slo_and_one_fewer_misses(tmp_path: Path) -
     replica fewer, and the written lanes.yaml passes `vllm-obs config check`."""
     sweep = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "obs.cli", "sweep", "--engine", "sim", "--short"]
-    cmd += ["--profile", "single-balanced", "--duration", "10", *QUICK_DRAIN, "--out", str(sweep)]
+    cmd += ["--profile", "single-balanced", "--duration", "6", *QUICK_DRAIN, "--out", str(sweep)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
     assert r.returncode == 0, r.stderr[-4000:]
     run = sweep / "runs" / "single-balanced" / "round-1"
