@@ -181,11 +181,16 @@ class Bench:
             rss = target.stat.peak_rss_mib()
         return report.Run(int(seed), res, cpu, rss, sys_cpu)
 
-    def stop(self) -> None:
+    def stop_sidecars(self) -> None:
+        """Stop the scrapers, then each sidecar: its SIGTERM writes its events and sends its
+        spans before it exits (docs/failure.md). Safe to call twice."""
         for s in self.scrapers:
             s.stop()
         for sc in self.sidecars:
             sc.stop()
+
+    def stop(self) -> None:
+        self.stop_sidecars()
         if self.nginx is not None:
             self.nginx.stop()
         for server in self.peers + self.servers:
@@ -294,7 +299,7 @@ def measure(
                 r = b.run(b.targets[name], w, rnd, f"{w.name}-{name}-{rnd}")
                 runs[w.name].setdefault(name, []).append(r)
                 progress(f"round {rnd}/{args.rounds} " + _line(name, w, r.result, r))
-    time.sleep(6)  # let the span batcher (5 s) and the event writer flush
+    b.stop_sidecars()  # their spans and events all out, without waiting for the 5 s batcher
     counts = {}
     for n, t in b.targets.items():
         if t.events_path is None or not t.events_path.exists():
