@@ -23,7 +23,6 @@ from tests.conftest import SidecarFactory
 from tests.support.event_log import EventLog
 from tests.support.fuzz_support import (
     CHAT,
-    FAST_EVENTS,
     FUZZ,
     JSON_SCALARS,
     JSON_VALUES,
@@ -157,7 +156,7 @@ def test_fuzzed_requests_get_clean_answers_and_one_event_each(
     vllm: VllmServer, sidecar: SidecarFactory, tmp_path: Path
 ) -> None:
     """Any body, header, method or route: an answer without a traceback and exactly one event."""
-    sc = sidecar(config=_lanes_config(tmp_path, vllm.url), args=FAST_EVENTS, traces=False)
+    sc = sidecar(config=_lanes_config(tmp_path, vllm.url), traces=False)
     log = EventLog(sc)
     sent = [0]
     client = httpx.Client(base_url=sc.url, timeout=60)

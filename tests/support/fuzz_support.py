@@ -19,8 +19,9 @@ CRASH_MARKERS = ("relay_internal_error", "Exception in ASGI application", "expor
 # The sidecar's error classes for a stream the pool answered 200 but did not finish.
 STREAM_FAILURES = {"upstream_protocol", "upstream_stream_error", "upstream_timeout"}
 
-# The fuzzed sidecars write their event log every 20 ms (not every 0.2 s): each example waits
-# for its request's event line, so the writer's interval was most of an example's time.
+# A fuzzed sidecar writes its event log every 20 ms, not every 0.2 s (the ``sidecar`` fixture's
+# do too): each example waits for its request's event line, so the writer's interval was most
+# of an example's time.
 FAST_EVENTS = ("--events-flush-interval", "0.02")
 
 # Each example is a real request and its event: 40 drawn, and each test gives the rare kinds of

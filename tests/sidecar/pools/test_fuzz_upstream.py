@@ -25,7 +25,6 @@ from tests.conftest import SidecarFactory
 from tests.support.event_log import EventLog
 from tests.support.fuzz_support import (
     CHAT,
-    FAST_EVENTS,
     FUZZ,
     JSON_VALUES,
     STREAM_FAILURES,
@@ -209,7 +208,7 @@ def test_fuzzed_upstream_streams_end_cleanly_with_one_event_each(
     upstream: ScriptedUpstream, sidecar: SidecarFactory
 ) -> None:
     """Malformed, split, huge, unfinished or cut streams: clean end, one well-typed event."""
-    sc = sidecar(upstream.url, args=FAST_EVENTS, traces=False)
+    sc = sidecar(upstream.url, traces=False)
     log = EventLog(sc)
     sent = [0]
     client = httpx.Client(base_url=sc.url, timeout=60)
@@ -295,7 +294,7 @@ def test_fuzzed_upstream_whole_answers_are_relayed_with_one_event_each(
     upstream: ScriptedUpstream, sidecar: SidecarFactory
 ) -> None:
     """Non-streamed answers of any shape: relayed or cleanly failed, one well-typed event each."""
-    sc = sidecar(upstream.url, args=FAST_EVENTS, traces=False)
+    sc = sidecar(upstream.url, traces=False)
     log = EventLog(sc)
     sent = [0]
     client = httpx.Client(base_url=sc.url, timeout=60)

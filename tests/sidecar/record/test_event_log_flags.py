@@ -1,7 +1,7 @@
 """``vllm-obs sidecar --events-flush-interval``: a bad interval stops the start in one line.
 
-The flag's effect (events on disk within the interval) is what the fuzz suites rely on:
-they run their sidecars at 20 ms (``tests.support.fuzz_support.FAST_EVENTS``)."""
+The flag's effect (events on disk within the interval) is what the tests' sidecars rely on:
+the ``sidecar`` fixture and the fuzz suites run theirs at 20 ms."""
 
 from __future__ import annotations
 
