@@ -1,9 +1,8 @@
 """Relay benchmark: what the sidecar adds between a client and a vLLM pool, next to nginx.
 
-Runs ``vllm bench serve`` (vLLM's own client, an independent process) against
-a fast fake vLLM (``bench.fake_vllm``: vLLM's exact SSE and JSON, 20 ms to
-the first token, 5 ms between tokens) three ways, interleaved round by round
-so drift on a shared machine hits each alike:
+Runs ``vllm bench serve`` (vLLM's own client, an independent process) against a fast fake
+vLLM (``bench.fake_vllm``: vLLM's exact SSE and JSON, 20 ms to the first token, 5 ms between
+tokens) three ways, interleaved round by round so drift on a shared machine hits each alike:
 
   direct    client -> fake vLLM
   sidecar   client -> vllm-obs sidecar -> fake vLLM, every exporter on: JSONL
@@ -181,16 +180,11 @@ class Bench:
             rss = target.stat.peak_rss_mib()
         return report.Run(int(seed), res, cpu, rss, sys_cpu)
 
-    def stop_sidecars(self) -> None:
-        """Stop the scrapers, then each sidecar: its SIGTERM writes its events and sends its
-        spans before it exits (docs/failure.md). Safe to call twice."""
+    def stop(self) -> None:
         for s in self.scrapers:
             s.stop()
         for sc in self.sidecars:
             sc.stop()
-
-    def stop(self) -> None:
-        self.stop_sidecars()
         if self.nginx is not None:
             self.nginx.stop()
         for server in self.peers + self.servers:
@@ -299,7 +293,8 @@ def measure(
                 r = b.run(b.targets[name], w, rnd, f"{w.name}-{name}-{rnd}")
                 runs[w.name].setdefault(name, []).append(r)
                 progress(f"round {rnd}/{args.rounds} " + _line(name, w, r.result, r))
-    b.stop_sidecars()  # their spans and events all out, without waiting for the 5 s batcher
+    for sc in b.sidecars:  # on SIGTERM it writes its events and sends its spans: no 5 s wait
+        sc.stop()  # (b.stop() stops it again: a no-op)
     counts = {}
     for n, t in b.targets.items():
         if t.events_path is None or not t.events_path.exists():
