@@ -2,7 +2,7 @@
 
 ``HttpConnection`` is an asyncio protocol on ``httptools.HttpRequestParser`` (under
 uvloop). It reads requests, one ``Exchange`` each (obs.sidecar.server.wire), runs the app on
-it (relayed routes to the relay, others to the FastAPI app), and keeps the connection alive
+it (relayed routes to the relay, others to the sidecar's own), and keeps the connection alive
 between requests; pipelined requests are answered in order. What a client sends is parsed a
 piece at a time (obs.sidecar.server.intake): while a request waits behind another or its
 body waits for the app, parsing and reading stop, so a connection's memory is its buffers.
