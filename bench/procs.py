@@ -35,6 +35,13 @@ FAKE_VLLM = ["-m", "bench.fake_vllm"]  # run from ROOT
 FAKE_POOLS = {"fake_vllm": "bench.fake_vllm", "fake_openai": "bench.fake_openai"}
 
 
+def stat_cpu_s(stat: Path, system_only: bool = False) -> float:
+    """User + system (or system only) CPU seconds in a ``/proc`` stat file: a process's, all its
+    threads, or one thread's (``/proc/PID/task/TID/stat``). OSError if it is gone."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return (int(fields[12]) + (0 if system_only else int(fields[11]))) / _TICKS  # stime, utime
+
+
 class ProcStat:
     """CPU time and peak RSS of one process (and, optionally, its direct children)."""
 
@@ -53,12 +60,11 @@ class ProcStat:
 
     def cpu_s(self, system_only: bool = False) -> float:
         """User + system (or system only) CPU seconds, all threads, summed over the processes."""
-        total = 0
+        total = 0.0
         for pid in self.pids():
             with contextlib.suppress(OSError):
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                total += int(fields[12]) + (0 if system_only else int(fields[11]))  # stime, utime
-        return total / _TICKS
+                total += stat_cpu_s(Path(f"/proc/{pid}/stat"), system_only)
+        return total
 
     def reset_peak_rss(self) -> None:
         for pid in self.pids():

@@ -30,10 +30,9 @@ from pathlib import Path
 
 import aiohttp
 
-from bench.procs import FAKE_POOLS, FakeVllm
+from bench.procs import FAKE_POOLS, FakeVllm, stat_cpu_s
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
 
-_TICKS = os.sysconf("SC_CLK_TCK")
 BODY = {
     "model": "tiny",
     "messages": [{"role": "user", "content": "hello " * 100}],
@@ -47,12 +46,9 @@ def thread_cpu_s(pid: int) -> dict[str, float]:
     """CPU seconds of each thread of ``pid``: ``loop`` for the main thread, else its id."""
     out: dict[str, float] = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # the thread ended between the listing and the read
-            continue
         name = "loop" if task.name == str(pid) else f"thread-{task.name}"
-        out[name] = (int(fields[11]) + int(fields[12])) / _TICKS
+        with contextlib.suppress(OSError):  # the thread ended between the listing and the read
+            out[name] = stat_cpu_s(task / "stat")
     return out
 
 
