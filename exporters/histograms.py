@@ -71,7 +71,8 @@ class RequestHistogram(Collector):
             acc = 0.0
             for le, n, exemplar in zip(self._les, counts, exemplars, strict=True):
                 acc += n
-                family.add_sample(f"{m.name}_bucket", {**series, "le": le}, acc, None, exemplar)
+                ex = None if exemplar is None else Exemplar(*exemplar)
+                family.add_sample(f"{m.name}_bucket", {**series, "le": le}, acc, None, ex)
             family.add_sample(f"{m.name}_count", dict(series), acc)
             if self._bounds[0] >= 0:
                 family.add_sample(f"{m.name}_sum", dict(series), child.sum)
@@ -92,7 +93,8 @@ class HistogramChild:
     def __init__(self, bounds: list[float]) -> None:
         self._bounds = bounds
         self.counts = [0] * len(bounds)
-        self.exemplars: list[Exemplar | None] = [None] * len(bounds)
+        # Per bucket: its exemplar's labels, value and time (an ``Exemplar`` when collected).
+        self.exemplars: list[tuple[dict[str, str], float, float] | None] = [None] * len(bounds)
         self.sum = 0.0
         self.created = time.time()
 
@@ -105,7 +107,7 @@ class HistogramChild:
         i = bisect_left(self._bounds, amount)
         self.counts[i] += 1
         if exemplar:
-            self.exemplars[i] = Exemplar(exemplar, amount, time.time())
+            self.exemplars[i] = (exemplar, amount, time.time())
 
 
 class BatchHistogram(Collector):
@@ -113,8 +115,8 @@ class BatchHistogram(Collector):
 
     A stream of 80 tokens has 79 inter-token gaps: ``Histogram.observe`` would
     take its lock 79 times and convert each gap to seconds. Here the gaps (in
-    the caller's unit, ``scale`` per second) are bucketed without a lock and
-    added under one. Exposed like any histogram (``_bucket``, ``_sum``,
+    the caller's unit, ``scale`` per second) are counted into their buckets
+    under one lock. Exposed like any histogram (``_bucket``, ``_sum``,
     ``_count``; no ``_created``).
     """
 
@@ -132,18 +134,14 @@ class BatchHistogram(Collector):
 
     def observe_many(self, labels: tuple[str, ...], values: Sequence[float]) -> None:
         """Observe every value (in the caller's unit) for the series ``labels``."""
-        counts = [0] * (len(self._scaled) + 1)
         bounds = self._scaled
-        for v in values:
-            counts[bisect_left(bounds, v)] += 1
         total = sum(values)
         with self._lock:
             row = self._series.get(labels)
             if row is None:
-                row = self._series[labels] = [0.0] * (len(counts) + 1)
-            for i, n in enumerate(counts):
-                if n:
-                    row[i] += n
+                row = self._series[labels] = [0.0] * (len(bounds) + 2)
+            for v in values:  # (a short request has one gap: no per-bucket pass)
+                row[bisect_left(bounds, v)] += 1
             row[-1] += total
 
     def collect(self) -> Iterable[Metric]:

@@ -90,9 +90,9 @@ assert {SLOW_CLIENT, UPSTREAM_ERROR, OTHER, *engine_queue.CAUSES} <= set(MISS_CA
 _PHASES_MS = attrgetter(*(f"{p}_ms" for p in PHASES))  # an event's phase times, in order
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: object.__setattr__ per field cost 1.8 against 0.24 µs
 class Facts:
-    """What the rule reads of one request (an event's fields)."""
+    """What the rule reads of one request (an event's fields); read, never written."""
 
     lane: str
     status: str

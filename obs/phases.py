@@ -82,8 +82,18 @@ class Clock:
         return "stream" if upstream_done else "decode"
 
 
+# Below 2**52 ns (52 days) the float ``ns / NS_PER_MS`` is within 5e-7 µs of the exact
+# quotient: it rounds to the microsecond as the exact one does unless that is a tie.
+_EXACT_NS = 1 << 52
+
+
 def ms(ns: int) -> float:
-    """Nanoseconds to milliseconds, rounded to the microsecond."""
+    """Nanoseconds to milliseconds, rounded to the microsecond: ``round(ns / NS_PER_MS, 3)``,
+    in integers (``round`` with digits converts to decimal: 0.28 against 0.11 µs a call)."""
+    if 0 <= ns < _EXACT_NS:  # (below 0, ``round`` gives -0.0 where this would give 0.0)
+        r = ns % 1000
+        if r != 500:  # a tie goes to ``round``: the float quotient decides it
+            return ((ns - r) // 1000 + (r > 500)) / 1000
     return round(ns / NS_PER_MS, 3)
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from obs.events import Event
-from obs.phases import NS_PER_MS, Clock, ms, percentile
+from obs.phases import Clock, ms, percentile
 from obs.tracecontext import TraceIds
 
 
@@ -43,13 +43,12 @@ def fill_timings(f: Finished) -> None:
     """Set the event's phase and derived timing fields from the clock (idempotent)."""
     ev, clock = f.event, f.clock
     queue, prefill, first_token, decode, stream = clock.phases_ns().values()  # PHASES order
-    # ``ms`` written out: eleven calls a request
-    ev.queue_ms = round(queue / NS_PER_MS, 3)
-    ev.prefill_ms = round(prefill / NS_PER_MS, 3)
-    ev.first_token_ms = round(first_token / NS_PER_MS, 3)
-    ev.decode_ms = round(decode / NS_PER_MS, 3)
-    ev.stream_ms = round(stream / NS_PER_MS, 3)
-    ev.e2e_ms = round((clock.end - clock.received) / NS_PER_MS, 3)
+    ev.queue_ms = ms(queue)
+    ev.prefill_ms = ms(prefill)
+    ev.first_token_ms = ms(first_token)
+    ev.decode_ms = ms(decode)
+    ev.stream_ms = ms(stream)
+    ev.e2e_ms = ms(clock.end - clock.received)
     # A whole answer has a TTFT only where the engine's decode time placed its first token
     # (TGI's span has none: its answer's arrival is no first token).
     timed = ev.stream or (ev.engine_view == "joined" and ev.engine_decode_ms is not None)

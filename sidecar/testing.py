@@ -82,6 +82,7 @@ class OtlpReceiver:
         self.raw: list[bytes] = []
         self.headers: list[dict[str, str]] = []  # each accepted POST's headers, lower-cased
         self.refuse: list[int] = []  # statuses to answer the next POSTs with (a fault, for tests)
+        self.set_cookie: str | None = None  # a Set-Cookie every accepted POST answers with
         # Set to an unset Event, every POST waits for it before it is read (a slow collector).
         self.hold: threading.Event | None = None
         self.held = 0  # POSTs that have waited on ``hold``
@@ -132,6 +133,8 @@ class OtlpReceiver:
                     receiver.headers.append({k.lower(): v for k, v in self.headers.items()})
                 self.send_response(200)
                 self.send_header("content-type", "application/x-protobuf")
+                if receiver.set_cookie is not None:
+                    self.send_header("set-cookie", receiver.set_cookie)
                 self.send_header("content-length", "0")
                 self.end_headers()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from obs.phases import Clock, percentile
+from obs.phases import NS_PER_MS, Clock, ms, percentile
 
 
 def test_full_stream_phases() -> None:
@@ -75,3 +75,15 @@ def test_a_request_that_ends_early_charges_the_rest_to_its_current_phase(
     assert phases[current] == end - (marks[reached - 1] if reached else 0)
     assert all(phases[p] == 0 for p in order[reached + 1 :])
     assert percentile(sorted(phases.values()), 1.0) == max(phases.values())
+
+
+@given(
+    st.integers(-(10**10), 10**10)
+    | st.integers(-(2**60), 2**60)
+    | st.integers(-(10**12), 10**12).map(lambda k: k * 1000 + 500)  # ties
+    | st.sampled_from([2**52 - 1, 2**52, 2**52 + 500, -(2**52), -400, 0, 62_500, -62_500])
+)
+def test_ms_rounds_as_round_does(ns: int) -> None:
+    """``ms`` gives ``round(ns / NS_PER_MS, 3)`` for any int, to the sign of a zero (the JSON
+    text): ties, negatives, huge values."""
+    assert repr(ms(ns)) == repr(round(ns / NS_PER_MS, 3))

@@ -260,3 +260,23 @@ def test_posts_take_the_proxy_the_environment_names(
     post = OtlpPost(settings, "otel", lambda: False)
     assert post(body) is None and len(receiver.raw) == 1
     post.close()
+
+
+def test_posts_carry_the_collectors_cookie_and_the_session_headers(
+    receiver: OtlpReceiver,
+) -> None:
+    """A cookie the collector set (a sticky load balancer's) goes back with the next POSTs,
+    each POST carries its own body's length, gzip and the session's headers as before."""
+    receiver.set_cookie = "lb=replica-2; Path=/"
+    settings = _settings(
+        receiver.url, gzip=True, headers={"content-type": "application/x-protobuf"}
+    )
+    post = OtlpPost(settings, "otel", lambda: False)
+    small, large = export_request({}, []), export_request({"service.name": "x" * 300}, [])
+    assert post(small) is None and post(large) is None and post(small) is None
+    post.close()
+    assert [h.get("cookie") for h in receiver.headers] == [None, "lb=replica-2", "lb=replica-2"]
+    assert receiver.raw == [small, large, small]
+    for h in receiver.headers:
+        assert h["content-encoding"] == "gzip" and h["content-type"] == "application/x-protobuf"
+        assert h["user-agent"].startswith("python-requests/")
