@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import ssl
 import time
+from collections.abc import Callable
 from typing import Protocol
 from urllib.parse import urlsplit
 
@@ -135,6 +136,8 @@ class _Conn(asyncio.Protocol):
         te = names.get(b"transfer-encoding", b"").lower()
         resp.until_eof = b"content-length" not in names and b"chunked" not in te
         resp.content_type = names.get(b"content-type", b"").decode("latin-1")
+        if resp.on_head is not None:  # before the body of this read is parsed
+            resp.on_head(resp)
         if not resp.head.done():
             resp.head.set_result(None)
 
@@ -158,7 +161,7 @@ class Response:
 
     __slots__ = (
         "_conn", "_done", "chunks", "complete", "content_type", "ending", "head", "keep_alive",
-        "raw_headers", "read_ns", "sink", "status", "until_eof",
+        "on_head", "raw_headers", "read_ns", "sink", "status", "until_eof",
     )  # fmt: skip
 
     def __init__(self, conn: _Conn, loop: asyncio.AbstractEventLoop) -> None:
@@ -174,6 +177,9 @@ class Response:
         self.ending = False  # the body's last piece is being handed to the sink
         self.chunks: list[bytes] = []
         self.sink: Sink | None = None
+        # Called in the socket's callback once the head is parsed, before the body that came
+        # with it: the relay starts a stream to its client there (``attach``).
+        self.on_head: Callable[[Response], None] | None = None
         # perf_counter_ns of the socket read being parsed: the pieces of one read share it, so a
         # sink can tell chunks that arrived together (a burst) from chunks that arrived apart.
         self.read_ns = 0
@@ -192,11 +198,9 @@ class Response:
         await asyncio.shield(self._done)
         return b"".join(self.chunks)
 
-    async def stream(self, sink: Sink) -> None:
-        """Hand the body to ``sink`` as it arrives; returns when it is complete or failed.
-
-        ``sink.on_end`` is called once (in the socket's callback) before this returns.
-        """
+    def attach(self, sink: Sink) -> None:
+        """Hand the body to ``sink`` from now on, in the socket's callback (``stream`` awaits
+        its end); what came before goes to it at once, and so does the end if it came."""
         self.sink = sink
         if self.chunks:
             buffered, self.chunks = b"".join(self.chunks), []
@@ -204,6 +208,14 @@ class Response:
         if self._done.done():
             exc = self._done.exception()
             sink.on_end(exc if isinstance(exc, UpstreamError) else None)
+
+    async def stream(self, sink: Sink) -> None:
+        """Hand the body to ``sink`` (``attach``, unless it was) as it arrives; returns when it
+        is complete or failed. ``sink.on_end`` is called once (in the socket's callback)
+        before this returns."""
+        if self.sink is not sink:
+            self.attach(sink)
+        if self._done.done():
             return
         with contextlib.suppress(UpstreamError):  # the sink has it
             await asyncio.shield(self._done)

@@ -58,16 +58,19 @@ from obs.sidecar.relay.payloads import (
 )
 from obs.sidecar.relay.request import Plan, Request
 from obs.sidecar.relay.respond import fail, send_head
-from obs.sidecar.relay.streaming import relay_stream, relay_whole
+from obs.sidecar.relay.streaming import (
+    is_stream,
+    relay_stream,
+    relay_whole,
+    response_headers,
+    stream_at_head,
+)
 from obs.sidecar.server.client import body_ns, client_conn, received_ns
 from obs.sidecar.types import Receive, Scope, Send
 from obs.tracecontext import new_ids
 
 log = structlog.get_logger("vllm_obs.relay")
 
-# Response headers not copied from the pool (hop-by-hop, or set by our server).
-_SKIP_HEADERS = {b"connection", b"keep-alive", b"transfer-encoding", b"date", b"server"}
-_SKIP_STREAM_HEADERS = _SKIP_HEADERS | {b"content-length"}  # a stream's length is the relay's
 # Past --shutdown-grace, how long a cut stream's buffered bytes (up to the lane's slow_client
 # buffer, then the error frame) may take to reach a slow client before the process exits.
 SHUTDOWN_FLUSH_S = 5.0
@@ -278,7 +281,7 @@ class Relay:
             req.clock.dispatched = time.perf_counter_ns()
             with replica.lease(len(plan.raw) // 4, ev):  # ~4 bytes a token: prefill work
                 try:
-                    resp, deadline = await self._post(req, replica, lane, plan.raw, up_headers)
+                    resp, deadline = await self._post(req, replica, lane, plan, up_headers)
                 except ConnectFailed as err:
                     req.clock.dispatched = 0  # never reached the pool: still queued
                     self.pools.mark_failed(replica)
@@ -310,11 +313,12 @@ class Relay:
         raise traffic.unavailable(pool, last_err, may_fall_back)
 
     async def _post(
-        self, req: Request, replica: Replica, lane: Lane, raw: bytes, headers: dict[str, str]
+        self, req: Request, replica: Replica, lane: Lane, plan: Plan, headers: dict[str, str]
     ) -> tuple[Response, Deadline]:
-        """The pool's response headers, and the deadline that watches the response from
-        dispatch (its first token within the lane's ``first_token_s``, then each silence);
-        raises ``ConnectFailed`` (no connection: try another replica) or a relay error."""
+        """The pool's response headers (a 2xx stream is started to the client as they come:
+        ``stream_at_head``), and the deadline that watches the response from dispatch (its
+        first token within the lane's ``first_token_s``, then each silence); raises
+        ``ConnectFailed`` (no connection: try another replica) or a relay error."""
         t, up = lane.timeouts, self.upstream
         conn = up.idle(replica.url)
         if conn is None:  # a new connection: made within the first-token deadline too
@@ -323,11 +327,12 @@ class Relay:
                     conn = await up.connect(replica.url, t.connect_s)
             except TimeoutError as err:
                 raise first_token_timeout(t.first_token_s) from err
-        resp = up.send(conn, replica.url, req.event.route, raw, headers)
+        resp = up.send(conn, replica.url, req.event.route, plan.raw, headers)
         slow = lane.admission.slow_client
         deadline = Deadline(
             resp, req.clock.dispatched, t.first_token_s, t.idle_s, slow.max_blocked_s, req.conn
         )
+        resp.on_head = partial(stream_at_head, req, plan.inject, slow, deadline)
         try:
             await resp.wait_head()
         except UpstreamError as err:  # the deadline closed it, or the pool failed
@@ -351,27 +356,17 @@ class Relay:
                 self.flow.withdraw(req)
 
     async def _respond(
-        self,
-        req: Request,
-        resp: Response,
-        lane: Lane,
-        inject: bool,
-        send: Send,
-        deadline: Deadline,
+        self, req: Request, resp: Response, lane: Lane, inject: bool, send: Send, dl: Deadline
     ) -> None:
-        ev = req.event
-        ev.http_status = resp.status
-        is_sse = resp.content_type.startswith("text/event-stream")
-        # A stream's length is the relay's (usage stripped, error frames); a whole body's, as came.
-        skip = _SKIP_HEADERS if resp.status >= 400 or not is_sse else _SKIP_STREAM_HEADERS
-        out_headers = [kv for kv in resp.raw_headers if kv[0] not in skip]  # names lower-case
-        if req.charge is not None:  # the tenant's x-ratelimit-* (docs/flow.md)
-            out_headers += req.charge.rate_headers
-        if resp.status >= 400 or not is_sse:
-            await relay_whole(req, resp, out_headers, send, deadline)
-            return
-        await send_head(req, send, resp.status, out_headers)
-        await relay_stream(req, resp, inject, send, lane.admission.slow_client, deadline)
+        slow = lane.admission.slow_client
+        if resp.sink is None:  # not started as its head came (stream_at_head)
+            req.event.http_status = resp.status
+            out_headers = response_headers(req, resp)
+            if not is_stream(resp):
+                await relay_whole(req, resp, out_headers, send, dl)
+                return
+            await send_head(req, send, resp.status, out_headers)
+        await relay_stream(req, resp, inject, send, slow, dl)
 
     # ---- failure and finish -------------------------------------------------------------
 
