@@ -70,7 +70,10 @@ class BatchingExporter(Generic[T]):
             return
         pending.append(self._item(finished))
         self._accepted += 1
-        if len(pending) >= self._wake_items:
+        # Set once: while the thread is busy writing, every item past ``wake_items`` would set
+        # it again (the event's lock and a notify each). The thread clears it before it counts
+        # what waits, so an item that found it set is counted in that pass.
+        if len(pending) >= self._wake_items and not self._wake.is_set():
             self._wake.set()
 
     def force_flush(self, timeout_s: float = 10.0) -> bool:

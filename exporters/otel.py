@@ -34,7 +34,8 @@ from obs import conventions as c
 from obs.exporters.batching import BatchingExporter
 from obs.exporters.jsonl import EventCounters
 from obs.exporters.otlp_http import OtlpPost, OtlpSettings, default_resource, endpoint_from_env
-from obs.exporters.otlp_proto import AttrValue, export_request, request_spans
+from obs.exporters.otlp_proto import AttrValue, export_request
+from obs.exporters.otlp_spans import request_spans
 from obs.record import Finished
 
 __all__ = ["OtlpSettings", "SpanExporter", "traces_endpoint_from_env"]

@@ -50,6 +50,17 @@ def new_span_id(owner: tuple[int, int] | None = None) -> int:
     return sid + index if sid + index else count
 
 
+_ZERO_ID = bytes(8)
+
+
+def new_span_ids(count: int) -> bytes:
+    """``count`` random span ids drawn at once, 8 big-endian bytes each, none of them zero."""
+    while True:
+        ids = random.getrandbits(64 * count).to_bytes(8 * count, "big")
+        if _ZERO_ID not in ids:  # (a zero run across two ids, as rare, draws again too)
+            return ids
+
+
 def owner_of(span_id: str, count: int) -> int:
     """The worker (of ``count``) whose span id this is (``new_span_id(owner)``); 0 for an id
     that is not hex."""

@@ -14,7 +14,8 @@ from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from obs.conventions import PHASES
 from obs.events import Event
 from obs.exporters.otel import OtlpSettings, SpanExporter
-from obs.exporters.otlp_proto import attributes
+from obs.exporters.otlp_http import OtlpPost
+from obs.exporters.otlp_proto import attributes, export_request
 from obs.phases import Clock
 from obs.procs import free_port
 from obs.record import Finished
@@ -239,3 +240,23 @@ def test_full_queue_drops_and_counts(receiver: OtlpReceiver) -> None:
     assert counts.dropped == {"queue_full": 3}
     exp.shutdown(5)
     assert counts.written == 2 and len(receiver.spans) == 12
+
+
+def test_posts_take_the_proxy_the_environment_names(
+    receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``http_proxy`` sends the POSTs through that proxy (none listens there: they fail), and
+    ``no_proxy`` naming the collector's host sends them straight to it, as requests reads them."""
+    for name in ("http_proxy", "HTTP_PROXY", "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{free_port()}")
+    settings = _settings(receiver.url, timeout_s=0.3)
+    body = export_request({}, [])
+    post = OtlpPost(settings, "otel", lambda: False)
+    error = post(body)
+    post.close()
+    assert error is not None and error.startswith("ProxyError") and receiver.raw == []
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    post = OtlpPost(settings, "otel", lambda: False)
+    assert post(body) is None and len(receiver.raw) == 1
+    post.close()

@@ -14,7 +14,8 @@ from obs.events import Event
 from obs.exporters.otlp_http import OtlpSettings, endpoint_from_env
 from obs.exporters.otlp_logs import LogRecordExporter
 from obs.exporters.otlp_metrics import GenAiMetricsExporter
-from obs.exporters.otlp_proto import export_request, request_spans
+from obs.exporters.otlp_proto import export_request
+from obs.exporters.otlp_spans import request_spans
 from obs.phases import Clock
 from obs.record import Finished
 from obs.sidecar.record.otlp import spans_of

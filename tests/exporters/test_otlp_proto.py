@@ -11,7 +11,8 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ScopeSpans, Span, Status
 
 from obs.conventions import OUTCOMES, PHASES
 from obs.events import Event
-from obs.exporters.otlp_proto import _root_attributes, request_spans
+from obs.exporters import otlp_spans
+from obs.exporters.otlp_spans import _root_attributes, request_spans
 from obs.phases import Clock
 from obs.record import Finished, fill_timings
 from obs.tracecontext import TraceIds
@@ -133,3 +134,65 @@ def test_request_spans_encode_the_same_record_twice_alike(f: Finished) -> None:
     for a, b in zip(first.spans, second.spans, strict=True):
         a.span_id = b.span_id  # the children's ids are drawn anew
     assert first == second
+
+
+def _record(shared: int, own: int, parent: int | None) -> Finished:
+    """One of three few-valued sets (ok, error, rejected) with one of three sets of the
+    request's own values (none of them, small ones, large and negative ones)."""
+    ev = Event(
+        request_id=f"req-{shared}-{own}" * (own + 1),
+        model=("tiny", "Qwen/Qwen3-0.6B", None)[shared],
+        lane=("default", "chat", "chat")[shared],
+        pool="default",
+        replica=("http://127.0.0.1:8001", "https://h", None)[shared],
+        route="/v1/chat/completions",
+        status=("ok", "error", "rejected")[shared],
+        stream=shared != 2,
+        http_status=(200, 502, 429)[shared],
+        error_class=(None, "upstream_5xx", None)[shared],
+        error_phase=(None, "prefill", None)[shared],
+        rejection_reason=(None, None, "queue_full")[shared],
+        tenant=(None, "acme", "t" * 200)[shared],
+        finish_reason=("stop", None, None)[shared],
+    )
+    ints = ((None,) * 4, (2, 128, 2, 0), (2**40, -5, 16384, 127))[own]
+    ev.max_tokens, ev.prompt_tokens, ev.completion_tokens, ev.cached_tokens = ints
+    received = 10**9
+    clock = Clock(received, received + 10**5, received + 2 * 10**7, 0, received + 3 * 10**7)
+    f = Finished(ev, clock, 1_700_000_000 * 10**9, TraceIds(2**100 + own, 7 + shared, parent, True))
+    fill_timings(f)
+    ev.ttft_ms, ev.tpot_ms = ((None, None), (20.05, 5.0), (0.0, -1.5e300))[own]
+    ev.stream_blocked_ms = (0.0, 3.25, 1e-9)[own]
+    return f
+
+
+def test_records_that_share_few_valued_attributes_keep_their_own_values() -> None:
+    """Records encoded after one another with the same and with other few-valued attributes
+    (ok, error, rejected; latest or not) decode to their own spans, none to another's."""
+    records = [
+        _record(shared, own, parent)
+        for own in range(3)
+        for shared in range(3)
+        for parent in (None, 2**63 + shared)
+    ]
+    for _ in range(2):  # the second time every set is encoded already
+        for f in records:
+            for latest in (False, True):
+                decoded = ScopeSpans()
+                decoded.ParseFromString(request_spans(f, latest))
+                child_ids = [s.span_id for s in decoded.spans[1:]]
+                assert list(decoded.spans) == _expected(f, latest, child_ids)
+                assert len(set(child_ids)) == len(PHASES)
+
+
+def test_shared_attribute_sets_are_kept_to_a_bound() -> None:
+    """Past ``_CACHED`` distinct sets (a client's made-up tenants) the cache starts again,
+    and a record encoded after that still decodes to its spans."""
+    f = _record(0, 1, None)
+    for i in range(otlp_spans._CACHED + 10):
+        f.event.tenant = f"tenant-{i}"
+        request_spans(f)
+        assert len(otlp_spans._SHARED) <= otlp_spans._CACHED
+    decoded = ScopeSpans()
+    decoded.ParseFromString(request_spans(f))
+    assert list(decoded.spans) == _expected(f, False, [s.span_id for s in decoded.spans[1:]])
