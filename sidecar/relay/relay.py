@@ -44,11 +44,9 @@ from obs.sidecar.relay.bodies import (
 )
 from obs.sidecar.relay.deadline import Deadline, first_token_timeout
 from obs.sidecar.relay.flow import LANE_GATE, FlowControl
-from obs.sidecar.relay.json_answers import JsonAnswer
 from obs.sidecar.relay.payloads import (
     GENERATE_ROUTES,
     dump_body,
-    fingerprint,
     read_fields,
     request_headers,
     single_choice,
@@ -195,8 +193,7 @@ class Relay:
             # pool's own 400, byte for byte, and the event records it as the pool's answer.
             body = await self.json.parse(raw)
         if generate and body is not None:
-            ev.prefix_fingerprint = fingerprint(body)
-            req.json_answer = JsonAnswer.asked_by(body)  # None unless it asks for JSON
+            req.pending_body = body  # read as it is sent (Request.annotate)
         read = read_fields(ev.route, body, MAX_MODEL_CHARS)  # as the engine, or 400 naming it
         ev.model, ev.stream, ev.max_tokens = read.model, read.stream, read.max_tokens
         rec, cl = self.recognizer, self.classifier
@@ -270,7 +267,10 @@ class Relay:
         up_headers = upstream_headers(plan.headers, ev.request_id, req.ids.traceparent(),
                                       self.pool_keys.get(pool), pass_auth)  # fmt: skip
         last_err: Exception | None = None
-        affinity = ev.prefix_fingerprint if lane.routing == "prefix_affinity" else None
+        affinity = None
+        if lane.routing == "prefix_affinity":
+            req.annotate()
+            affinity = ev.prefix_fingerprint
         candidates = self.pools.candidates(pool, affinity)[:2]
         for attempt, replica in enumerate(candidates):
             if req.disconnected:
@@ -328,6 +328,7 @@ class Relay:
             except TimeoutError as err:
                 raise first_token_timeout(t.first_token_s) from err
         resp = up.send(conn, replica.url, req.event.route, plan.raw, headers)
+        req.annotate()  # while the pool works
         slow = lane.admission.slow_client
         deadline = Deadline(
             resp, req.clock.dispatched, t.first_token_s, t.idle_s, slow.max_blocked_s, req.conn
@@ -371,6 +372,7 @@ class Relay:
     # ---- failure and finish -------------------------------------------------------------
 
     def _finish(self, req: Request) -> None:
+        req.annotate()  # a request never sent is recorded alike
         ev, clock = req.event, req.clock
         if not clock.end:
             clock.end = time.perf_counter_ns()
