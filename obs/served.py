@@ -144,12 +144,16 @@ class Served:
 
     engine: str
     settings: tuple[tuple[str, str], ...] = ()
-    # Read by every request's event (its replica's settings): hashed once, here.
+    # Read by every request's event (its replica's settings): worked out once, here.
     fingerprint: str = field(init=False, repr=False, compare=False)
+    max_running: int | None = field(init=False, repr=False, compare=False)  # its slots
 
     def __post_init__(self) -> None:
         text = self.engine + "".join(f"|{k}={v}" for k, v in self.settings)
         object.__setattr__(self, "fingerprint", short_hash(text))
+        settings = dict(self.settings)
+        slots = settings.get("max_num_seqs") or settings.get(MAX_RUNNING) or ""
+        object.__setattr__(self, "max_running", int(slots) if slots.isdigit() else None)
 
     @classmethod
     def of(cls, engine: str, values: Mapping[str, object]) -> Served:

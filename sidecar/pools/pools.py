@@ -36,7 +36,7 @@ from obs.config import Config
 from obs.engines.adapters import AUTO, unknown_state
 from obs.engines.metrics import EngineState
 from obs.events import Event
-from obs.served import MAX_RUNNING, Served
+from obs.served import Served
 from obs.sidecar.policy.saturation import ReplicaView
 from obs.sidecar.pools.engine_scrape import ExpositionError, read_state
 from obs.sidecar.pools.served_poll import SettingsPoll
@@ -106,9 +106,7 @@ class Replica:
         """The replica's state as a request is sent to it, on the request's event (its
         ``pool_*`` fields, which ``obs.engine_queue`` reads when the engine sends no span)."""
         ev.pool_in_flight, ev.pool_ahead_prompt_tokens = self.outstanding, self.ahead_tokens
-        settings = dict(self.served.settings) if self.served is not None else {}
-        slots = settings.get("max_num_seqs") or settings.get(MAX_RUNNING) or ""
-        ev.pool_max_running = int(slots) if slots.isdigit() else None
+        ev.pool_max_running = None if self.served is None else self.served.max_running
         st = self.state
         ev.pool_waiting = None if st is None or st.waiting is None else int(st.waiting)
         ev.pool_kv_usage = None if st is None else st.kv_cache_usage

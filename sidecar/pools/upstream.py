@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import ssl
 import time
+from collections.abc import Callable
 from typing import Protocol
 from urllib.parse import urlsplit
 
@@ -122,7 +123,7 @@ class _Conn(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         assert self.resp is not None
-        self.resp.raw_headers.append((name, value))
+        self.resp.raw_headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
         resp = self.resp
@@ -131,10 +132,12 @@ class _Conn(asyncio.Protocol):
         if not 200 <= resp.status <= 599:  # an interim 1xx (we never ask for one) or nonsense
             raise UpstreamError(f"the pool answered with status {resp.status}")
         resp.keep_alive = self.parser.should_keep_alive()
-        names = {k.lower(): v for k, v in resp.raw_headers}
+        names = dict(resp.raw_headers)
         te = names.get(b"transfer-encoding", b"").lower()
         resp.until_eof = b"content-length" not in names and b"chunked" not in te
-        resp.headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in names.items()}
+        resp.content_type = names.get(b"content-type", b"").decode("latin-1")
+        if resp.on_head is not None:  # before the body of this read is parsed
+            resp.on_head(resp)
         if not resp.head.done():
             resp.head.set_result(None)
 
@@ -157,8 +160,8 @@ class Response:
     """One pool response: head awaited by ``request``, then the body whole or to a sink."""
 
     __slots__ = (
-        "_conn", "_done", "chunks", "complete", "ending", "head", "headers", "keep_alive",
-        "raw_headers", "read_ns", "sink", "status", "until_eof",
+        "_conn", "_done", "chunks", "complete", "content_type", "ending", "head", "keep_alive",
+        "on_head", "raw_headers", "read_ns", "sink", "status", "until_eof",
     )  # fmt: skip
 
     def __init__(self, conn: _Conn, loop: asyncio.AbstractEventLoop) -> None:
@@ -166,28 +169,38 @@ class Response:
         self.head: asyncio.Future[None] = loop.create_future()
         self._done: asyncio.Future[None] = loop.create_future()
         self.status = 0
-        self.raw_headers: list[tuple[bytes, bytes]] = []
-        self.headers: dict[str, str] = {}  # lower-case names
+        self.raw_headers: list[tuple[bytes, bytes]] = []  # names in lower case, as they came
+        self.content_type = ""
         self.keep_alive = False
         self.until_eof = False
         self.complete = False
         self.ending = False  # the body's last piece is being handed to the sink
         self.chunks: list[bytes] = []
         self.sink: Sink | None = None
+        # Called in the socket's callback once the head is parsed, before the body that came
+        # with it: the relay starts a stream to its client there (``attach``).
+        self.on_head: Callable[[Response], None] | None = None
         # perf_counter_ns of the socket read being parsed: the pieces of one read share it, so a
         # sink can tell chunks that arrived together (a burst) from chunks that arrived apart.
         self.read_ns = 0
+
+    async def wait_head(self) -> None:
+        """Until the response's head is in (raises UpstreamError if the connection fails
+        first); cancelled, the response is closed: never reused."""
+        try:
+            await self.head
+        except BaseException:
+            self.close()
+            raise
 
     async def read(self) -> bytes:
         """The whole body (raises UpstreamError if the connection fails first)."""
         await asyncio.shield(self._done)
         return b"".join(self.chunks)
 
-    async def stream(self, sink: Sink) -> None:
-        """Hand the body to ``sink`` as it arrives; returns when it is complete or failed.
-
-        ``sink.on_end`` is called once (in the socket's callback) before this returns.
-        """
+    def attach(self, sink: Sink) -> None:
+        """Hand the body to ``sink`` from now on, in the socket's callback (``stream`` awaits
+        its end); what came before goes to it at once, and so does the end if it came."""
         self.sink = sink
         if self.chunks:
             buffered, self.chunks = b"".join(self.chunks), []
@@ -195,6 +208,14 @@ class Response:
         if self._done.done():
             exc = self._done.exception()
             sink.on_end(exc if isinstance(exc, UpstreamError) else None)
+
+    async def stream(self, sink: Sink) -> None:
+        """Hand the body to ``sink`` (``attach``, unless it was) as it arrives; returns when it
+        is complete or failed. ``sink.on_end`` is called once (in the socket's callback)
+        before this returns."""
+        if self.sink is not sink:
+            self.attach(sink)
+        if self._done.done():
             return
         with contextlib.suppress(UpstreamError):  # the sink has it
             await asyncio.shield(self._done)
@@ -275,15 +296,9 @@ class Upstream:
             )  # fmt: skip
         return target
 
-    async def _connect(self, base_url: str, connect_s: float | None) -> _Conn:
-        idle = self._idle.get(base_url)
-        now = time.monotonic()
-        while idle:
-            conn = idle.pop()
-            if not conn.lost and now - conn.idle_since < self.idle_s:
-                return conn
-            if conn.transport is not None:
-                conn.transport.close()
+    async def connect(self, base_url: str, connect_s: float | None) -> _Conn:
+        """A new connection to ``base_url``; ``ConnectFailed`` when none is made within
+        ``connect_s`` (None: no limit)."""
         host, port, tls, _, _ = self._target(base_url)
         loop = asyncio.get_running_loop()
         if tls and self._tls is None:
@@ -309,6 +324,18 @@ class Upstream:
         """Connections open now, busy or idle."""
         return len(self._all)
 
+    def idle(self, base_url: str) -> _Conn | None:
+        """A kept-alive connection to ``base_url`` still fresh, taken from the idle ones."""
+        idle = self._idle.get(base_url)
+        now = time.monotonic()
+        while idle:
+            conn = idle.pop()
+            if not conn.lost and now - conn.idle_since < self.idle_s:
+                return conn
+            if conn.transport is not None:
+                conn.transport.close()
+        return None
+
     async def post(
         self,
         base_url: str,
@@ -318,7 +345,16 @@ class Upstream:
         connect_s: float | None = None,
     ) -> Response:
         """Send one POST and return once the response's head is in."""
-        conn = await self._connect(base_url, connect_s)
+        conn = self.idle(base_url) or await self.connect(base_url, connect_s)
+        resp = self.send(conn, base_url, path, body, headers)
+        await resp.wait_head()
+        return resp
+
+    def send(
+        self, conn: _Conn, base_url: str, path: str, body: bytes, headers: dict[str, str]
+    ) -> Response:
+        """Write one POST on ``conn`` (from ``idle`` or ``connect``); its head is awaited with
+        ``Response.wait_head``."""
         _, _, _, prefix, host = self._target(base_url)
         resp = conn.resp = Response(conn, asyncio.get_running_loop())
         head = [b"POST ", (prefix + path).encode("latin-1"), b" HTTP/1.1\r\nhost: ", host]
@@ -327,11 +363,6 @@ class Upstream:
         head += (b"\r\ncontent-length: %d\r\n\r\n" % len(body), body)
         assert conn.transport is not None
         conn.transport.write(b"".join(head))
-        try:
-            await resp.head
-        except BaseException:  # cancelled (a deadline, shutdown) or failed: never reused
-            resp.close()
-            raise
         return resp
 
     def _park(self, conn: _Conn) -> None:

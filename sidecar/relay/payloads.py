@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
 from hashlib import blake2b
 from typing import Any
 
@@ -88,7 +87,7 @@ def read_fields(route: str, body: dict[str, Any] | None, model_chars: int) -> Re
         raise e.BadRequest(f"invalid request field {err}") from err
     mt = read.max_tokens  # an event holds 32 bits: any cap past them exceeds every model's length
     mt = mt if mt is None else max(-MAX_TOKENS_CAP, min(MAX_TOKENS_CAP, mt))
-    return replace(read, model=event_text(read.model, model_chars), max_tokens=mt)
+    return Reading(event_text(read.model, model_chars), read.stream, mt)
 
 
 def fingerprint(body: dict[str, Any]) -> str | None:

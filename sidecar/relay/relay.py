@@ -44,11 +44,9 @@ from obs.sidecar.relay.bodies import (
 )
 from obs.sidecar.relay.deadline import Deadline, first_token_timeout
 from obs.sidecar.relay.flow import LANE_GATE, FlowControl
-from obs.sidecar.relay.json_answers import JsonAnswer
 from obs.sidecar.relay.payloads import (
     GENERATE_ROUTES,
     dump_body,
-    fingerprint,
     read_fields,
     request_headers,
     single_choice,
@@ -58,15 +56,19 @@ from obs.sidecar.relay.payloads import (
 )
 from obs.sidecar.relay.request import Plan, Request
 from obs.sidecar.relay.respond import fail, send_head
-from obs.sidecar.relay.streaming import relay_stream, relay_whole
+from obs.sidecar.relay.streaming import (
+    is_stream,
+    relay_stream,
+    relay_whole,
+    response_headers,
+    stream_at_head,
+)
 from obs.sidecar.server.client import body_ns, client_conn, received_ns
 from obs.sidecar.types import Receive, Scope, Send
 from obs.tracecontext import new_ids
 
 log = structlog.get_logger("vllm_obs.relay")
 
-# Response headers not copied from the pool (hop-by-hop, or set by our server).
-_SKIP_HEADERS = {b"connection", b"keep-alive", b"transfer-encoding", b"date", b"server"}
 # Past --shutdown-grace, how long a cut stream's buffered bytes (up to the lane's slow_client
 # buffer, then the error frame) may take to reach a slow client before the process exits.
 SHUTDOWN_FLUSH_S = 5.0
@@ -191,8 +193,7 @@ class Relay:
             # pool's own 400, byte for byte, and the event records it as the pool's answer.
             body = await self.json.parse(raw)
         if generate and body is not None:
-            ev.prefix_fingerprint = fingerprint(body)
-            req.json_answer = JsonAnswer.asked_by(body)  # None unless it asks for JSON
+            req.pending_body = body  # read as it is sent (Request.annotate)
         read = read_fields(ev.route, body, MAX_MODEL_CHARS)  # as the engine, or 400 naming it
         ev.model, ev.stream, ev.max_tokens = read.model, read.stream, read.max_tokens
         rec, cl = self.recognizer, self.classifier
@@ -266,7 +267,10 @@ class Relay:
         up_headers = upstream_headers(plan.headers, ev.request_id, req.ids.traceparent(),
                                       self.pool_keys.get(pool), pass_auth)  # fmt: skip
         last_err: Exception | None = None
-        affinity = ev.prefix_fingerprint if lane.routing == "prefix_affinity" else None
+        affinity = None
+        if lane.routing == "prefix_affinity":
+            req.annotate()
+            affinity = ev.prefix_fingerprint
         candidates = self.pools.candidates(pool, affinity)[:2]
         for attempt, replica in enumerate(candidates):
             if req.disconnected:
@@ -277,28 +281,31 @@ class Relay:
             req.clock.dispatched = time.perf_counter_ns()
             with replica.lease(len(plan.raw) // 4, ev):  # ~4 bytes a token: prefill work
                 try:
-                    resp = await self._post(replica, ev.route, lane, plan.raw, up_headers)
+                    resp, deadline = await self._post(req, replica, lane, plan, up_headers)
                 except ConnectFailed as err:
                     req.clock.dispatched = 0  # never reached the pool: still queued
                     self.pools.mark_failed(replica)
                     last_err = err
                     log.warning("upstream_connect_failed", replica=replica.url, attempt=attempt)
                     continue
-                self.pools.mark_ok(replica)
-                if resp.status == 503 and attempt + 1 < len(candidates):
-                    # vLLM sheds load with 503 (--max-num-queued-reqs): try the other replica.
-                    resp.release()
-                    req.clock.dispatched = 0
-                    log.info("upstream_busy_failover", replica=replica.url)
-                    continue
-                if may_fall_back and traffic.refused(resp.status):
-                    resp.release()  # nothing of it reached the client: to the fallback
-                    raise FallBack(c.FALLBACK_SERVER_ERROR)
-                req.response = resp
                 try:
-                    await self._respond(req, resp, lane, plan.inject, send)
+                    self.pools.mark_ok(replica)
+                    if resp.status == 503 and attempt + 1 < len(candidates):
+                        # vLLM sheds load with 503 (--max-num-queued-reqs): try the other one.
+                        resp.release()
+                        req.clock.dispatched = 0
+                        log.info("upstream_busy_failover", replica=replica.url)
+                        continue
+                    if may_fall_back and traffic.refused(resp.status):
+                        resp.release()  # nothing of it reached the client: to the fallback
+                        raise FallBack(c.FALLBACK_SERVER_ERROR)
+                    req.response = resp
+                    try:
+                        await self._respond(req, resp, lane, plan.inject, send, deadline)
+                    finally:
+                        resp.release()
                 finally:
-                    resp.release()
+                    deadline.cancel()
                 if req.clock.first_up:  # a cold start ends at the replica's first token
                     ago_s = (time.perf_counter_ns() - req.clock.first_up) / 1e9
                     self.pools.served_token(replica, time.time() - ago_s)
@@ -306,20 +313,38 @@ class Relay:
         raise traffic.unavailable(pool, last_err, may_fall_back)
 
     async def _post(
-        self, replica: Replica, route: str, lane: Lane, raw: bytes, headers: dict[str, str]
-    ) -> Response:
-        """The pool's response headers, within the lane's first-token deadline; raises
+        self, req: Request, replica: Replica, lane: Lane, plan: Plan, headers: dict[str, str]
+    ) -> tuple[Response, Deadline]:
+        """The pool's response headers (a 2xx stream is started to the client as they come:
+        ``stream_at_head``), and the deadline that watches the response from dispatch (its
+        first token within the lane's ``first_token_s``, then each silence); raises
         ``ConnectFailed`` (no connection: try another replica) or a relay error."""
-        t = lane.timeouts
+        t, up = lane.timeouts, self.upstream
+        conn = up.idle(replica.url)
+        if conn is None:  # a new connection: made within the first-token deadline too
+            try:
+                async with asyncio.timeout(t.first_token_s):
+                    conn = await up.connect(replica.url, t.connect_s)
+            except TimeoutError as err:
+                raise first_token_timeout(t.first_token_s) from err
+        resp = up.send(conn, replica.url, req.event.route, plan.raw, headers)
+        req.annotate()  # while the pool works
+        slow = lane.admission.slow_client
+        deadline = Deadline(
+            resp, req.clock.dispatched, t.first_token_s, t.idle_s, slow.max_blocked_s, req.conn
+        )
+        resp.on_head = partial(stream_at_head, req, plan.inject, slow, deadline)
         try:
-            async with asyncio.timeout(t.first_token_s):  # until the response headers
-                return await self.upstream.post(replica.url, route, raw, headers, t.connect_s)
-        except TimeoutError as err:
-            raise first_token_timeout(t.first_token_s) from err
-        except ConnectFailed:
-            raise  # the caller tries the next replica
-        except UpstreamError as err:
+            await resp.wait_head()
+        except UpstreamError as err:  # the deadline closed it, or the pool failed
+            deadline.cancel()
+            if deadline.expired is not None:
+                raise deadline.expired from err
             raise e.UpstreamProtocol(f"pool {replica.pool!r} failed: {err}") from err
+        except BaseException:
+            deadline.cancel()
+            raise
+        return resp, deadline
 
     def _client_left(self, req: Request) -> None:
         if not (req.done or req.delivered):
@@ -332,42 +357,22 @@ class Relay:
                 self.flow.withdraw(req)
 
     async def _respond(
-        self,
-        req: Request,
-        resp: Response,
-        lane: Lane,
-        inject: bool,
-        send: Send,
+        self, req: Request, resp: Response, lane: Lane, inject: bool, send: Send, dl: Deadline
     ) -> None:
-        ev = req.event
-        ev.http_status = resp.status
-        is_sse = resp.headers.get("content-type", "").startswith("text/event-stream")
-        # A stream's length is the relay's (usage stripped, error frames); a whole body's, as came.
-        sized = resp.status >= 400 or not is_sse
-        out_headers = [
-            (k.lower(), v)
-            for k, v in resp.raw_headers
-            if k.lower() not in _SKIP_HEADERS and (sized or k.lower() != b"content-length")
-        ]
-        if req.charge is not None:  # the tenant's x-ratelimit-* (docs/flow.md)
-            out_headers += req.charge.rate_headers
-        t = lane.timeouts
         slow = lane.admission.slow_client
-        deadline = Deadline(
-            resp, req.clock.dispatched, t.first_token_s, t.idle_s, slow.max_blocked_s, req.conn
-        )
-        try:
-            if resp.status >= 400 or not is_sse:
-                await relay_whole(req, resp, out_headers, send, deadline)
+        if resp.sink is None:  # not started as its head came (stream_at_head)
+            req.event.http_status = resp.status
+            out_headers = response_headers(req, resp)
+            if not is_stream(resp):
+                await relay_whole(req, resp, out_headers, send, dl)
                 return
             await send_head(req, send, resp.status, out_headers)
-            await relay_stream(req, resp, inject, send, lane.admission.slow_client, deadline)
-        finally:
-            deadline.cancel()
+        await relay_stream(req, resp, inject, send, slow, dl)
 
     # ---- failure and finish -------------------------------------------------------------
 
     def _finish(self, req: Request) -> None:
+        req.annotate()  # a request never sent is recorded alike
         ev, clock = req.event, req.clock
         if not clock.end:
             clock.end = time.perf_counter_ns()

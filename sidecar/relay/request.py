@@ -15,7 +15,7 @@ from obs.sidecar.policy.pool_gate import Hold, PoolGate
 from obs.sidecar.policy.rate_limit import Charge
 from obs.sidecar.pools.upstream import Response
 from obs.sidecar.relay.json_answers import JsonAnswer
-from obs.sidecar.relay.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES
+from obs.sidecar.relay.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES, fingerprint
 from obs.sidecar.server.client import ClientConn
 from obs.tracecontext import TraceIds
 
@@ -60,6 +60,7 @@ class Request:
         "json_answer",
         "operation",
         "outcome",
+        "pending_body",
         "pool_admitted",
         "pool_gate",
         "pool_hold",
@@ -85,6 +86,7 @@ class Request:
         self.operation = GENERATE_ROUTES.get(route) or PASSTHROUGH_ROUTES.get(route, "http")
         self.response: Response | None = None
         self.json_answer: JsonAnswer | None = None  # set when the request asks for JSON
+        self.pending_body: dict[str, Any] | None = None  # a generate body, until ``annotate``
         self.started = False  # response headers sent to the client
         self.done = False  # last byte sent (a later disconnect is not the client leaving)
         self.disconnected = False
@@ -121,6 +123,16 @@ class Request:
             self.clock.received += upload
             self.wall_ns += upload
         self.event.upload_ms = ms(max(upload, 0))
+
+    def annotate(self) -> None:
+        """What a generate request's body tells its record and its answer check (the prompt's
+        prefix fingerprint, whether it asks for JSON), worked out once: as its request is
+        written to the pool (off its time to first token: the pool is working), before
+        routing where the lane routes by prefix, or as it ends never sent."""
+        body, self.pending_body = self.pending_body, None
+        if body is not None:
+            self.event.prefix_fingerprint = fingerprint(body)
+            self.json_answer = JsonAnswer.asked_by(body)  # None unless it asks for JSON
 
     def settle(self, outcome: RelayError, phase: str | None) -> RelayError:
         """How the request ended: recorded on its event once. The first outcome settled

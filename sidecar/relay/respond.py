@@ -1,6 +1,7 @@
 """What the relay itself sends a client: every response head, and an error's answer.
 
-``send_head`` is the one place a relayed request's response head goes out (the pool's
+``send_head`` (or, in a socket's callback, ``start_head``) is the one place a relayed
+request's response head goes out (the pool's
 status and headers, or the sidecar's own error's), so the request's ``started`` flag, the
 ``x-request-id`` header and the event's ``http_status`` are kept one way. ``fail`` records
 an error's outcome (``obs.sidecar.outcomes``) and answers it as far as the response has
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from obs.sidecar.outcomes import RelayError
 from obs.sidecar.relay.request import Request
+from obs.sidecar.server.client import ClientConn
 from obs.sidecar.types import Send
 
 BODY = "http.response.body"
@@ -21,11 +23,26 @@ async def send_head(
     req: Request, send: Send, status: int, headers: list[tuple[bytes, bytes]]
 ) -> None:
     """Start the client's response: ``status`` and ``headers`` (with the request's id)."""
+    _started(req, status, headers)
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+
+
+def start_head(
+    req: Request, conn: ClientConn, status: int, headers: list[tuple[bytes, bytes]]
+) -> bool:
+    """``send_head`` inside a socket's callback (a stream started as the pool's head came:
+    ``obs.sidecar.relay.streaming.stream_at_head``); False if the client has left."""
+    if not conn.start(status, headers):
+        return False
+    _started(req, status, headers)
+    return True
+
+
+def _started(req: Request, status: int, headers: list[tuple[bytes, bytes]]) -> None:
     if not any(k == b"x-request-id" for k, _ in headers):
         headers.append((b"x-request-id", req.event.request_id.encode("latin-1")))
     req.event.http_status = status
     req.started = True
-    await send({"type": "http.response.start", "status": status, "headers": headers})
 
 
 async def send_error(req: Request, send: Send, err: RelayError) -> None:

@@ -37,7 +37,7 @@ from obs.sidecar.relay.payloads import (
 )
 from obs.sidecar.relay.request import MAX_GAPS, Request
 from obs.sidecar.relay.respond import BODY as _BODY
-from obs.sidecar.relay.respond import send_error, send_head
+from obs.sidecar.relay.respond import send_error, send_head, start_head
 from obs.sidecar.relay.sse import FrameSplitter, StreamState, UsageStripper, classify
 from obs.sidecar.server.client import ClientConn
 from obs.sidecar.types import Send
@@ -177,6 +177,43 @@ class StreamSink:
         self.error = exc
 
 
+# Response headers not copied from the pool (hop-by-hop, or set by our server); a stream's
+# length is the relay's (usage stripped, error frames), a whole body's as it came.
+_SKIP_HEADERS = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"date", b"server"})
+_SKIP_STREAM_HEADERS = _SKIP_HEADERS | {b"content-length"}
+
+
+def is_stream(resp: Response) -> bool:
+    """The pool answered with a stream (else the body is relayed whole: ``relay_whole``)."""
+    return resp.status < 400 and resp.content_type.startswith("text/event-stream")
+
+
+def response_headers(req: Request, resp: Response) -> list[tuple[bytes, bytes]]:
+    """The client's response headers: the pool's, less hop-by-hop ones, and the tenant's
+    ``x-ratelimit-*`` (docs/flow.md)."""
+    skip = _SKIP_STREAM_HEADERS if is_stream(resp) else _SKIP_HEADERS
+    out = [kv for kv in resp.raw_headers if kv[0] not in skip]  # names lower-case
+    if req.charge is not None:
+        out += req.charge.rate_headers
+    return out
+
+
+def stream_at_head(
+    req: Request, inject: bool, slow: SlowClient, deadline: Deadline, resp: Response
+) -> None:
+    """The pool's head is in (``Response.on_head``, in its socket's callback): a 2xx stream
+    starts to the client here, and the frames that came with the head (vLLM's first one)
+    go out in this same callback, not once the relay's task has woken (c1's TTFT). Anything
+    else (an error, a whole body, a 503 to fail over) is the relay's task's to answer."""
+    conn = req.conn
+    if not 200 <= resp.status < 300 or not is_stream(resp) or conn is None or req.disconnected:
+        return
+    conn.bound(slow.buffer_bytes, wait=slow.policy != "abort")
+    if start_head(req, conn, resp.status, response_headers(req, resp)):
+        req.response = resp
+        resp.attach(StreamSink(req, resp, inject, conn, slow, deadline))
+
+
 async def relay_stream(
     req: Request,
     resp: Response,
@@ -185,10 +222,14 @@ async def relay_stream(
     slow: SlowClient,
     deadline: Deadline,
 ) -> None:
+    """Relay a stream whose head the client has (``send_head``, or ``stream_at_head`` with
+    its sink attached) to its end."""
     ev, clock, conn = req.event, req.clock, req.conn
     assert conn is not None  # Relay._handle refuses a request without its client connection
-    conn.bound(slow.buffer_bytes, wait=slow.policy != "abort")
-    sink = StreamSink(req, resp, inject, conn, slow, deadline)
+    sink = resp.sink
+    if not isinstance(sink, StreamSink):
+        conn.bound(slow.buffer_bytes, wait=slow.policy != "abort")
+        sink = StreamSink(req, resp, inject, conn, slow, deadline)
     state = sink.state
     try:
         await resp.stream(sink)

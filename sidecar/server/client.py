@@ -105,6 +105,16 @@ class ClientConn:
         """The write buffer is past its high-water mark (the client is behind)."""
         return bool(self._flow.write_paused)
 
+    def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> bool:
+        """Start the response now, without an ASGI message (a stream the relay starts in the
+        pool socket's callback); False, and nothing written, if the client has left or the
+        response has started."""
+        ex = self._ex
+        if ex.disconnected or ex.response_started or self._transport.is_closing():
+            return False
+        ex.start(status, headers)
+        return True
+
     def write_body(self, data: bytes) -> None:
         """Write one piece of a started response's body, framed as its head said.
 

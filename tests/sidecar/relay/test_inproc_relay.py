@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from obs import conventions as c
+from obs.procs import free_port
 from tests.sidecar.conftest import InprocFactory
 from tests.support import chat_body
 from tests.support.inproc import InProcessSidecar, lane_config, request_id
@@ -172,3 +173,26 @@ def test_body_over_json_element_cap_refused(
     ev = sidecar.event(rid)
     assert (ev["status"], ev["error_class"]) == (c.CLIENT_ERROR, "bad_request")
     assert all(rid.encode() not in body for _, body in scripted.received)
+
+
+def test_prefix_fingerprint_on_sent_and_unsent_requests(
+    scripted: ScriptedUpstream, sidecar: InProcessSidecar, inproc: InprocFactory
+) -> None:
+    """A generate request's event carries its prompt's prefix fingerprint whether the request
+    reached its pool or ended never sent (no replica accepted a connection): the same
+    prompt the same value, another prompt another."""
+    dead = inproc(lane_config({"main": [f"http://127.0.0.1:{free_port()}"]}))
+    prints = {}
+    for name, sc, text in [
+        ("sent", sidecar, "one"),
+        ("unsent", dead, "one"),
+        ("other", sidecar, "two"),
+    ]:
+        rid = request_id()
+        scripted.scripts[rid] = Script(pieces=[*STREAM, DONE_FRAME])
+        r = sc.client.post(CHAT, json=chat_body(text, stream=True), headers={"x-request-id": rid})
+        assert (r.status_code == 200) == (name != "unsent")
+        prints[name] = sc.event(rid)["prefix_fingerprint"]
+    assert prints["sent"] == prints["unsent"]
+    assert prints["other"] != prints["sent"]
+    assert all(isinstance(v, str) and len(v) == 16 for v in prints.values())
