@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -89,6 +89,26 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
             return
         time.sleep(0.1)
     raise RuntimeError("the OTLP receiver did not start")
+
+
+@contextlib.contextmanager
+def receiver_process() -> Iterator[int]:
+    """A real OTLP receiver (``OtlpReceiver``) in another process, up: its port."""
+    port = free_port()
+    receiver = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time; from obs.sidecar.testing import OtlpReceiver; "
+            f"OtlpReceiver({port}).start(); time.sleep(3600)",
+        ]
+    )
+    try:
+        _wait_port(port, receiver)
+        yield port
+    finally:
+        receiver.terminate()
+        receiver.wait(10)
 
 
 def _cpu() -> float:
@@ -176,17 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     results["events"] = measure("events", jsonl.export, jsonl.force_flush, n, tokens)
     jsonl.shutdown()
 
-    port = free_port()
-    receiver = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import time; from obs.sidecar.testing import OtlpReceiver; "
-            f"OtlpReceiver({port}).start(); time.sleep(3600)",
-        ]
-    )
-    try:
-        _wait_port(port, receiver)
+    with receiver_process() as port:
         # Room for every span: the batcher must encode and send them all, not drop them.
         settings = OtlpSettings(f"http://127.0.0.1:{port}/v1/traces", max_queue_spans=7 * n)
         spans = SpanExporter(settings)
@@ -205,9 +215,6 @@ def main(argv: list[str] | None = None) -> int:
         results["log_records"] = measure("log_records", logs.export, logs.force_flush, n, tokens)
         logs.shutdown()
         results["record"] = _record(f"{base}/v1/traces", work, n, tokens)
-    finally:
-        receiver.terminate()
-        receiver.wait(10)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"requests": n, "tokens": tokens, **results}, indent=2) + "\n")
     print("| exporter | on the event loop (us/request) | total CPU (us/request) |")

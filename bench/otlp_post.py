@@ -14,18 +14,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 
 import requests
 
-from bench.exporter_cost import _wait_port, finished
+from bench.exporter_cost import finished, receiver_process
 from obs.exporters.otlp_http import OtlpPost, OtlpSettings, default_resource
 from obs.exporters.otlp_proto import export_request
 from obs.exporters.otlp_spans import request_spans
-from obs.procs import free_port
 
 
 def _per_post_us(send: Callable[[], None], posts: int) -> float:
@@ -40,17 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--posts", type=int, default=2000, help="POSTs per round and way")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args(argv)
-    port = free_port()
-    receiver = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import time; from obs.sidecar.testing import OtlpReceiver; "
-            f"OtlpReceiver({port}).start(); time.sleep(3600)",
-        ]
-    )
-    try:
-        _wait_port(port, receiver)
+    with receiver_process() as port:
         url = f"http://127.0.0.1:{port}/v1/traces"
         body = export_request(
             default_resource(), [request_spans(finished(i, 2)) for i in range(85)]
@@ -74,13 +62,10 @@ def main(argv: list[str] | None = None) -> int:
             rows["requests.Session.post"].append(_per_post_us(plain, args.posts))
             rows["OtlpPost"].append(_per_post_us(lean, args.posts))
         post.close()
-        print(f"CPU per POST of {len(body)} bytes (us), {args.rounds} rounds:")
-        for name, values in rows.items():
-            each = " ".join(f"{v:.0f}" for v in values)
-            print(f"  {name:22s} median {statistics.median(values):5.0f}   rounds {each}")
-    finally:
-        receiver.terminate()
-        receiver.wait(10)
+    print(f"CPU per POST of {len(body)} bytes (us), {args.rounds} rounds:")
+    for name, values in rows.items():
+        each = " ".join(f"{v:.0f}" for v in values)
+        print(f"  {name:22s} median {statistics.median(values):5.0f}   rounds {each}")
     return 0
 
 
