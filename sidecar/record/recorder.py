@@ -2,9 +2,10 @@
 
 As OpenTelemetry's span processors, each processor sees the record begin and end: the
 relay calls ``Recorder.start`` once the request is placed (its lane, pool and trace ids
-known) and ``Recorder.end`` with the finished record, and nothing else; it reads nothing
-back. ``on_start`` notes what the end will need (the engine join: the ids a traced
-pool's span may name). ``on_end`` fills or stamps the record and returns it, or takes
+known) and written to its pool, or as it ends never sent (``Relay._sent``), and
+``Recorder.end`` with the finished record, and nothing else; it reads nothing back.
+``on_start`` notes what the end will need (the engine join: the ids a traced pool's
+span may name). ``on_end`` fills or stamps the record and returns it, or takes
 it and returns ``None``: a refusal sampled out to the metrics alone, or a record held
 until its engine span arrives, which the processor holding it hands back (``resume``,
 bound by the recorder) to go on from the step after it. A processor that raises is

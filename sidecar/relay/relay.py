@@ -55,14 +55,8 @@ from obs.sidecar.relay.payloads import (
     wants_usage,
 )
 from obs.sidecar.relay.request import Plan, Request
-from obs.sidecar.relay.respond import fail, send_head
-from obs.sidecar.relay.streaming import (
-    is_stream,
-    relay_stream,
-    relay_whole,
-    response_headers,
-    stream_at_head,
-)
+from obs.sidecar.relay.respond import fail
+from obs.sidecar.relay.streaming import respond, stream_at_head
 from obs.sidecar.server.client import body_ns, client_conn, received_ns
 from obs.sidecar.types import Receive, Scope, Send
 from obs.tracecontext import new_ids
@@ -199,12 +193,11 @@ class Relay:
         rec, cl = self.recognizer, self.classifier
         attrs, req.client_id, req.prefix_key = rec.attrs(cl, ev, headers, body, scope)
         lane, ev.class_source = cl.decide(attrs)
-        self.recognizer.decided(lane.name, ev.class_source)
         ev.lane = lane.name
         traffic.place(ev, lane, headers, scope, attrs, self.split_salt)  # pool (arm), priority
         ev.model = ev.model or self.pools.default_model(ev.pool or lane.pool)  # as the engine
         pools = (ev.pool, lane.fallback) if lane.fallback else (ev.pool,)
-        self.recorder.start(Start(ev, req.ids, pools))  # the record begins: processors see it
+        req.placed = Start(ev, req.ids, pools)  # the record begins as it is sent (_sent)
         gate = self.gates[lane.name]
         cost = gate.check(attrs.prompt_tokens, ev.max_tokens)
         inject = False
@@ -301,7 +294,8 @@ class Relay:
                         raise FallBack(c.FALLBACK_SERVER_ERROR)
                     req.response = resp
                     try:
-                        await self._respond(req, resp, lane, plan.inject, send, deadline)
+                        slow = lane.admission.slow_client
+                        await respond(req, resp, plan.inject, send, slow, deadline)
                     finally:
                         resp.release()
                 finally:
@@ -328,7 +322,7 @@ class Relay:
             except TimeoutError as err:
                 raise first_token_timeout(t.first_token_s) from err
         resp = up.send(conn, replica.url, req.event.route, plan.raw, headers)
-        req.annotate()  # while the pool works
+        self._sent(req)  # while the pool works
         slow = lane.admission.slow_client
         deadline = Deadline(
             resp, req.clock.dispatched, t.first_token_s, t.idle_s, slow.max_blocked_s, req.conn
@@ -356,23 +350,20 @@ class Relay:
             elif self.flow is not None:
                 self.flow.withdraw(req)
 
-    async def _respond(
-        self, req: Request, resp: Response, lane: Lane, inject: bool, send: Send, dl: Deadline
-    ) -> None:
-        slow = lane.admission.slow_client
-        if resp.sink is None:  # not started as its head came (stream_at_head)
-            req.event.http_status = resp.status
-            out_headers = response_headers(req, resp)
-            if not is_stream(resp):
-                await relay_whole(req, resp, out_headers, send, dl)
-                return
-            await send_head(req, send, resp.status, out_headers)
-        await relay_stream(req, resp, inject, send, slow, dl)
-
     # ---- failure and finish -------------------------------------------------------------
 
+    def _sent(self, req: Request) -> None:
+        """Once a placed request is written to its pool (or ends never sent): what only its
+        record needs (processors see it begin, its classification is counted, its body read
+        for the record: ``Request.annotate``), done while the pool works, off its TTFT."""
+        start, req.placed = req.placed, None
+        if start is not None:
+            req.annotate()
+            self.recognizer.decided(start.event.lane or "", start.event.class_source or "")
+            self.recorder.start(start)
+
     def _finish(self, req: Request) -> None:
-        req.annotate()  # a request never sent is recorded alike
+        self._sent(req)  # a request never sent is recorded alike
         ev, clock = req.event, req.clock
         if not clock.end:
             clock.end = time.perf_counter_ns()

@@ -14,6 +14,7 @@ from obs.sidecar.policy.admission import LaneGate, Ticket
 from obs.sidecar.policy.pool_gate import Hold, PoolGate
 from obs.sidecar.policy.rate_limit import Charge
 from obs.sidecar.pools.upstream import Response
+from obs.sidecar.record.recorder import Start
 from obs.sidecar.relay.json_answers import JsonAnswer
 from obs.sidecar.relay.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES, fingerprint
 from obs.sidecar.server.client import ClientConn
@@ -61,6 +62,7 @@ class Request:
         "operation",
         "outcome",
         "pending_body",
+        "placed",
         "pool_admitted",
         "pool_gate",
         "pool_hold",
@@ -87,6 +89,7 @@ class Request:
         self.response: Response | None = None
         self.json_answer: JsonAnswer | None = None  # set when the request asks for JSON
         self.pending_body: dict[str, Any] | None = None  # a generate body, until ``annotate``
+        self.placed: Start | None = None  # its record's start, until it is sent (Relay._sent)
         self.started = False  # response headers sent to the client
         self.done = False  # last byte sent (a later disconnect is not the client leaving)
         self.disconnected = False

@@ -214,6 +214,21 @@ def stream_at_head(
         resp.attach(StreamSink(req, resp, inject, conn, slow, deadline))
 
 
+async def respond(
+    req: Request, resp: Response, inject: bool, send: Send, slow: SlowClient, dl: Deadline
+) -> None:
+    """Relay the pool's answer to the client: a stream (started at its head already, or
+    now), or a whole body."""
+    if resp.sink is None:  # not started as its head came (stream_at_head)
+        req.event.http_status = resp.status
+        out_headers = response_headers(req, resp)
+        if not is_stream(resp):
+            await relay_whole(req, resp, out_headers, send, dl)
+            return
+        await send_head(req, send, resp.status, out_headers)
+    await relay_stream(req, resp, inject, send, slow, dl)
+
+
 async def relay_stream(
     req: Request,
     resp: Response,
