@@ -322,21 +322,22 @@ class Relay:
             except TimeoutError as err:
                 raise first_token_timeout(t.first_token_s) from err
         resp = up.send(conn, replica.url, req.event.route, plan.raw, headers)
-        self._sent(req)  # while the pool works
         slow = lane.admission.slow_client
         deadline = Deadline(
             resp, req.clock.dispatched, t.first_token_s, t.idle_s, slow.max_blocked_s, req.conn
         )
         resp.on_head = partial(stream_at_head, req, plan.inject, slow, deadline)
         try:
+            self._sent(req)  # while the pool works
             await resp.wait_head()
         except UpstreamError as err:  # the deadline closed it, or the pool failed
             deadline.cancel()
             if deadline.expired is not None:
                 raise deadline.expired from err
             raise e.UpstreamProtocol(f"pool {replica.pool!r} failed: {err}") from err
-        except BaseException:
+        except BaseException:  # cancelled, or our own bug: the response is never reused
             deadline.cancel()
+            resp.close()
             raise
         return resp, deadline
 
