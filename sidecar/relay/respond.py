@@ -31,11 +31,10 @@ def start_head(
     req: Request, conn: ClientConn, status: int, headers: list[tuple[bytes, bytes]]
 ) -> bool:
     """``send_head`` inside a socket's callback (a stream started as the pool's head came:
-    ``obs.sidecar.relay.streaming.stream_at_head``); False if the client has left."""
-    if not conn.start(status, headers):
-        return False
-    _started(req, status, headers)
-    return True
+    ``obs.sidecar.relay.streaming.stream_at_head``); False if the client has left (as
+    ``send_head`` to a gone client, the request is marked started all the same)."""
+    _started(req, status, headers)  # before the head is written: it adds x-request-id
+    return conn.start(status, headers)
 
 
 def _started(req: Request, status: int, headers: list[tuple[bytes, bytes]]) -> None:

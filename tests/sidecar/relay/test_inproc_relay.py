@@ -80,7 +80,8 @@ def test_stream_relayed_byte_for_byte(
     scripted: ScriptedUpstream, sidecar: InProcessSidecar
 ) -> None:
     """A stream whose client asked for usage itself reaches the client frame for frame,
-    the usage frame included, and its token counts are the usage frame's."""
+    the usage frame included, under the request's id (the pool sent none), and its token
+    counts are the usage frame's."""
     rid = request_id()
     pieces = [*STREAM, usage_frame(5, 3), DONE_FRAME]
     scripted.scripts[rid] = Script(pieces=pieces)
@@ -88,6 +89,7 @@ def test_stream_relayed_byte_for_byte(
     r = sidecar.client.post(CHAT, json=body, headers={"x-request-id": rid})
     assert r.status_code == 200
     assert r.headers["content-type"] == "text/event-stream"
+    assert r.headers["x-request-id"] == rid
     assert r.content == b"".join(pieces)
     ev = sidecar.event(rid)
     assert (ev["status"], ev["usage_injected"]) == (c.OK, False)
