@@ -20,6 +20,8 @@ import orjson
 
 from obs.procs import ManagedProcess, free_port, read_tail, wait_http
 
+PORT_TRIES = 3  # starts on a free port taken meanwhile by another process
+
 
 class SidecarProcess:
     """``vllm-obs sidecar`` in a subprocess on 127.0.0.1; ``stop()`` by PID."""
@@ -35,17 +37,20 @@ class SidecarProcess:
         log_path: Path | None = None,
         port: int | None = None,
     ) -> None:
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self._port_given = port is not None
         self.events_path = events
-        cmd = [sys.executable, "-m", "obs.cli", "sidecar", "--port", str(self.port)]
-        cmd += ["--upstream", upstream] if upstream else ["--config", str(config)]
-        cmd += ["--events", str(events) if events else "none", *args]
-        self.cmd = cmd
+        self._rest = ["--upstream", upstream] if upstream else ["--config", str(config)]
+        self._rest += ["--events", str(events) if events else "none", *args]
         self.env = {**os.environ, **(env or {})}
         self.log_path = log_path
+        self._on_port(port or free_port())
+
+    def _on_port(self, port: int) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.cmd = [sys.executable, "-m", "obs.cli", "sidecar", "--port", str(port), *self._rest]
         self._process = ManagedProcess(
-            "sidecar", cmd, log_path=log_path, env=self.env, append_log=True
+            "sidecar", self.cmd, log_path=self.log_path, env=self.env, append_log=True
         )
 
     @property
@@ -58,15 +63,32 @@ class SidecarProcess:
         return self._process.pid
 
     def start(self, timeout_s: float = 30.0) -> SidecarProcess:
-        """Launch and wait for ``/health``; RuntimeError with the log tail if it never answers."""
-        self._process.start()
-        try:
-            # Up in ~0.4 s: looked for every 20 ms, not the 0.1 s of slower servers' waits.
-            wait_http(self.url + "/health", timeout_s, self.proc, interval_s=0.02)
-        except Exception:
-            self.stop()
-            raise RuntimeError(f"sidecar did not start; log: {self.log_tail()}") from None
-        return self
+        """Launch and wait for ``/health``; RuntimeError with the log tail if it never answers.
+
+        A free port chosen here can be taken before the sidecar binds it (any process's
+        outgoing connection may get it as its local port): then it starts again on another,
+        up to ``PORT_TRIES`` times. A port the caller gave is never changed."""
+        for attempt in range(PORT_TRIES):
+            before = self.log_path.stat().st_size if self.log_path and self.log_path.exists() else 0
+            self._process.start()
+            try:
+                # Up in ~0.4 s: looked for every 20 ms, not the 0.1 s of slower servers' waits.
+                wait_http(self.url + "/health", timeout_s, self.proc, interval_s=0.02)
+                return self
+            except Exception:
+                self.stop()
+                if self._port_given or attempt + 1 == PORT_TRIES or not self._port_taken(before):
+                    raise RuntimeError(f"sidecar did not start; log: {self.log_tail()}") from None
+            self._on_port(free_port())
+        raise AssertionError("unreachable")
+
+    def _port_taken(self, since: int) -> bool:
+        """The sidecar's log says, after byte ``since``, that its port was in use."""
+        if self.log_path is None or not self.log_path.exists():
+            return False
+        with self.log_path.open("rb") as f:
+            f.seek(since)
+            return b"address already in use" in f.read()
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
         """SIGTERM, wait, then SIGKILL; reaps its process group; returns the exit code."""
