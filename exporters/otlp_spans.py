@@ -306,7 +306,7 @@ def request_spans(f: Finished, latest: bool = False) -> bytes:
         f, trace_id, span_id, end, (ev.error_class or ev.status) if failed else None, latest
     )
     # The phases' boundaries on the wall clock, and their spans' ids, drawn at once.
-    q, p, ft, d, s = clock.phases_ns().values()  # PHASES order
+    q, p, ft, d, s = f.phases()  # PHASES order
     t1 = start + q
     t2 = t1 + p
     t3 = t2 + ft

@@ -26,6 +26,7 @@ from prometheus_client.registry import Collector
 from obs import conventions as c
 from obs.config import Config, Lane
 from obs.engines.metrics import EngineState
+from obs.exporters.counters import RequestCounter
 from obs.exporters.flow import FlowCounters
 from obs.exporters.histograms import BatchHistogram, RequestHistogram
 from obs.record import Finished
@@ -37,6 +38,7 @@ PRIMED_REQUESTS: Final = ((c.OK, "stop"), (c.OK, "length"), (c.ERROR, "none"))
 
 
 def _counter(m: c.Metric, reg: CollectorRegistry) -> Counter:
+    """A counter other threads add to (the exporters' own, ``prometheus_client``'s lock)."""
     return Counter(m.name, m.help, m.labels, registry=reg)
 
 
@@ -56,7 +58,7 @@ class Metrics:
         self.exemplars = exemplars
         lat = c.merged_buckets(c.LATENCY_BUCKETS, config.slo_thresholds_s("ttft"))
         tok = c.merged_buckets(c.TOKEN_LATENCY_BUCKETS, config.slo_thresholds_s("tpot"))
-        self.requests = _counter(c.REQUESTS, registry)
+        self.requests = RequestCounter(c.REQUESTS, registry)
         self.duration = _hist(c.REQUEST_DURATION, registry, lat)
         self.phase = _hist(c.PHASE_DURATION, registry, lat)
         self.ttft = _hist(c.TTFT, registry, lat)
@@ -65,15 +67,15 @@ class Metrics:
         itl_p95 = c.merged_buckets(c.TOKEN_LATENCY_BUCKETS, config.slo_thresholds_s("itl"))
         self.itl_p95 = _hist(c.ITL_REQUEST_P95, registry, itl_p95)
         self.blocked = _hist(c.STREAM_BLOCKED, registry, lat)
-        self.prompt_tokens = _counter(c.PROMPT_TOKENS, registry)
-        self.cached_tokens = _counter(c.CACHED_TOKENS, registry)
-        self.completion_tokens = _counter(c.COMPLETION_TOKENS, registry)
-        self.json_answers = _counter(c.JSON_ANSWERS, registry)
-        self.rejections = _counter(c.ADMISSION_REJECTIONS, registry)
-        self.upstream_errors = _counter(c.UPSTREAM_ERRORS, registry)
-        self.disconnects = _counter(c.CLIENT_DISCONNECTS, registry)
-        self.arm_requests = _counter(c.LANE_ARM_REQUESTS, registry)
-        self.fallbacks = _counter(c.FALLBACKS, registry)
+        self.prompt_tokens = RequestCounter(c.PROMPT_TOKENS, registry)
+        self.cached_tokens = RequestCounter(c.CACHED_TOKENS, registry)
+        self.completion_tokens = RequestCounter(c.COMPLETION_TOKENS, registry)
+        self.json_answers = RequestCounter(c.JSON_ANSWERS, registry)
+        self.rejections = RequestCounter(c.ADMISSION_REJECTIONS, registry)
+        self.upstream_errors = RequestCounter(c.UPSTREAM_ERRORS, registry)
+        self.disconnects = RequestCounter(c.CLIENT_DISCONNECTS, registry)
+        self.arm_requests = RequestCounter(c.LANE_ARM_REQUESTS, registry)
+        self.fallbacks = RequestCounter(c.FALLBACKS, registry)
         self.in_flight = Gauge(
             c.IN_FLIGHT.name, c.IN_FLIGHT.help, c.IN_FLIGHT.labels, registry=registry
         )
@@ -83,7 +85,7 @@ class Metrics:
         self.dropped = _counter(c.EVENTS_DROPPED, registry)
         self.failures = _counter(c.EXPORTER_FAILURES, registry)
         self.engine_spans = _counter(c.ENGINE_SPANS, registry)
-        self.misses = _counter(c.SLO_MISSES, registry)
+        self.misses = RequestCounter(c.SLO_MISSES, registry)
         self._miss_children: dict[tuple[str, str, str, str], Any] = {}
         lag = c.EVENT_LOOP_LAG  # observed by the loop-lag monitor, not per request
         self.loop_lag = Histogram(
@@ -173,8 +175,12 @@ class Metrics:
             self.rejections.labels(ev.lane, ev.rejection_reason).inc()
         if ev.status == c.REJECTED:
             return
-        for child, ns in zip(s.phases, finished.clock.phases_ns().values(), strict=True):
-            child.observe(ns / NS)
+        queue, prefill, first_token, decode, stream = finished.phases()  # PHASES order
+        s.queue.observe(queue / NS)
+        s.prefill.observe(prefill / NS)
+        s.first_token.observe(first_token / NS)
+        s.decode.observe(decode / NS)
+        s.stream.observe(stream / NS)
         if ev.ttft_ms is not None:
             s.ttft.observe(ev.ttft_ms / 1000, ex)
         if ev.tpot_ms is not None:
@@ -249,18 +255,24 @@ class _Series:
         "blocked",
         "cached_tokens",
         "completion_tokens",
+        "decode",
         "disconnects",
         "duration",
+        "first_token",
         "itl_p95",
-        "phases",
+        "prefill",
         "prompt_tokens",
+        "queue",
+        "stream",
         "tpot",
         "ttft",
     )
 
     def __init__(self, m: Metrics, lp: tuple[str, str]) -> None:
         self.duration = m.duration.labels(*lp)
-        self.phases = [m.phase.labels(*lp, phase) for phase in c.PHASES]
+        self.queue, self.prefill, self.first_token, self.decode, self.stream = (
+            m.phase.labels(*lp, phase) for phase in c.PHASES
+        )
         self.ttft = m.ttft.labels(*lp)
         self.tpot = m.tpot.labels(*lp)
         self.itl_p95 = m.itl_p95.labels(*lp)

@@ -393,7 +393,7 @@ class MissStamp:
         ev = finished.event
         engine_queue.infer(finished, self._attributor.base_prefill_ms(ev.lane))
         misses = self._attributor.judge(Facts.of(ev))
-        finished.misses = tuple((m.slo, m.phase, m.cause) for m in misses)
+        finished.misses = tuple((m.slo, m.phase, m.cause) for m in misses) if misses else ()
         if misses:
             ev.miss_slo = ",".join(m.slo for m in misses)
             ev.miss_phase, ev.miss_cause = misses[0].phase, misses[0].cause

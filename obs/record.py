@@ -33,6 +33,13 @@ class Finished:
     # The client's next request on the same connection is already being relayed: the steps
     # after what that request may read go on an event-loop turn later (its dispatch first).
     next_waiting: bool = False
+    # The clock's phases in ns (``PHASES`` order) as ``fill_timings`` last set them from it
+    # (every change to the clock is followed by ``fill_timings``); empty before: ``phases``.
+    phases_ns: tuple[int, ...] = ()
+
+    def phases(self) -> tuple[int, ...]:
+        """The clock's phases in ns, in ``PHASES`` order (``Clock.phase_times_ns``)."""
+        return self.phases_ns or self.clock.phase_times_ns()
 
     def wall_ns(self, perf_ns: int) -> int:
         """A ``perf_counter_ns`` reading of this request converted to wall-clock ns."""
@@ -42,7 +49,8 @@ class Finished:
 def fill_timings(f: Finished) -> None:
     """Set the event's phase and derived timing fields from the clock (idempotent)."""
     ev, clock = f.event, f.clock
-    queue, prefill, first_token, decode, stream = clock.phases_ns().values()  # PHASES order
+    f.phases_ns = clock.phase_times_ns()
+    queue, prefill, first_token, decode, stream = f.phases_ns  # PHASES order
     ev.queue_ms = ms(queue)
     ev.prefill_ms = ms(prefill)
     ev.first_token_ms = ms(first_token)
@@ -58,8 +66,11 @@ def fill_timings(f: Finished) -> None:
     ev.tpot_ms = None if tpot is None else ms(tpot)
     if not ev.stream:
         ev.output_chunks = 1 if clock.first_up else 0
-    if f.itl_ns:
-        gaps = sorted(f.itl_ns)
+    gaps = f.itl_ns
+    if len(gaps) == 1:  # (two tokens: the one gap is every percentile)
+        ev.itl_p50_ms = ev.itl_p95_ms = ev.itl_max_ms = ms(gaps[0])
+    elif gaps:
+        gaps = sorted(gaps)
         ev.itl_p50_ms = ms(percentile(gaps, 0.5))
         ev.itl_p95_ms = ms(percentile(gaps, 0.95))
         ev.itl_max_ms = ms(gaps[-1])

@@ -45,6 +45,16 @@ def test_event_line_is_the_dict_of_its_fields() -> None:
     assert list(orjson.loads(line)) == list(ev.to_dict())
 
 
+def test_event_line_holds_its_fields_alone() -> None:
+    """An event given an attribute that is no field (it has a ``__dict__``) still writes its
+    fields alone, in field order: the same line as without that attribute."""
+    ev = Event(request_id="r", lane="chat")
+    before = ev.to_json()
+    ev.not_a_field = 1  # type: ignore[attr-defined]
+    assert ev.to_json() == before
+    assert "not_a_field" not in orjson.loads(ev.to_json())
+
+
 def test_event_file_is_owner_only(tmp_path: Path) -> None:
     """The event log is created with mode 0600."""
     exp = JsonlExporter(tmp_path / "ev.jsonl")
