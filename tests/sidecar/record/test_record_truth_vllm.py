@@ -74,7 +74,7 @@ def test_cancelled_stream_records_the_tokens_relayed(
     """A client that cancels mid-stream leaves counted output tokens, not null usage."""
     sc = sidecar(vllm.url, traces=False)
     client = openai.OpenAI(base_url=sc.url + "/v1", api_key="x", max_retries=0)
-    for attempt in range(3):
+    for attempt in range(5):
         rid = uuid.uuid4().hex
         chunks = client.chat.completions.create(
             model="tiny",
@@ -86,13 +86,16 @@ def test_cancelled_stream_records_the_tokens_relayed(
         )
         read = 0
         for ch in chunks:
-            read += 1 if ch.choices and ch.choices[0].delta.content else 0
+            # Every token frame counts, text or not: the tiny model samples tokens that add no
+            # text yet (a cut multi-byte character), which the record counts as tokens too.
+            read += 1 if ch.choices and ch.choices[0].delta.role is None else 0
             if read == 20:
                 break
         chunks.close()
         ev = events_by_id(sc, attempt + 1)[rid]
-        # On a starved machine vLLM can finish all 1500 tokens, and the sidecar hand the
-        # last to the kernel, before the close reaches it: no cancel happened, run it again.
+        # On a starved machine vLLM can finish all 1500 tokens (its API server, given the CPU
+        # late, sends them in one burst: TTFT 1.7 s, the rest in 0.2 s, measured) and the
+        # client's side take them before the close: no cancel happened, run it again.
         if (ev["status"], ev["completion_tokens"]) != (c.OK, 1500):
             break
     assert ev["status"] == c.DISCONNECTED
