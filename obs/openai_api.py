@@ -92,7 +92,15 @@ def prefix_text(body: Mapping[str, Any]) -> str | None:
     together, or a string prompt; None when the request has neither."""
     msgs = body.get("messages")
     if isinstance(msgs, list) and msgs and isinstance(msgs[0], dict):
-        return "".join(t for m in messages(body) or [] for t in content_texts(m.get("content")))
+        texts: list[str] = []
+        for m in msgs:
+            if isinstance(m, dict):
+                content = m.get("content")
+                if isinstance(content, str):  # (most messages: no generator to resume)
+                    texts.append(content)
+                else:
+                    texts += content_texts(content)
+        return "".join(texts)
     prompt = body.get("prompt")
     return prompt if isinstance(prompt, str) else None
 
@@ -166,7 +174,7 @@ class BadField(ValueError):
         self.field = field
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: object.__setattr__ per field, two a request
 class Reading:
     """What the engine reads from a request: its model, whether it streams, its output cap."""
 

@@ -23,7 +23,9 @@ from obs.openai_api import (
     BadField,
     choice_carries_output,
     choice_tokens,
+    content_texts,
     event_text,
+    messages,
     prefix_text,
     prompt_text,
     read_request,
@@ -48,6 +50,26 @@ def test_prompt_text_reads_multimodal_parts_by_their_text() -> None:
     body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, IMAGE]}]}
     assert prompt_text(body) == "user: hi"
     assert prefix_text(body) == "hi"
+
+
+_TEXT = st.text(max_size=8)
+_CONTENT = (
+    _TEXT
+    | st.none()
+    | st.integers()
+    | st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": _TEXT}) | st.just(IMAGE))
+)
+_MESSAGE = st.fixed_dictionaries({"role": st.just("user"), "content": _CONTENT}) | st.integers()
+
+
+@given(st.lists(_MESSAGE, max_size=5))
+def test_prefix_text_runs_every_message_s_text_together(msgs: list[Any]) -> None:
+    """A chat body's prefix text is each object message's content texts, in order, joined;
+    a body whose first message is no object has none (nor a prompt)."""
+    body = {"messages": msgs}
+    texts = [t for m in messages(body) or [] for t in content_texts(m.get("content"))]
+    first_is_object = bool(msgs) and isinstance(msgs[0], dict)
+    assert prefix_text(body) == ("".join(texts) if first_is_object else None)
 
 
 def test_fingerprint_hashes_text_not_the_python_repr_of_parts() -> None:
