@@ -35,6 +35,15 @@ FAKE_VLLM = ["-m", "bench.fake_vllm"]  # run from ROOT
 FAKE_POOLS = {"fake_vllm": "bench.fake_vllm", "fake_openai": "bench.fake_openai"}
 
 
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid``, all its threads (ended ones too), in
+    nanoseconds: its CPU-time clock (``clock_getcpuclockid``: the kernel's scheduler runtime).
+    ``/proc``'s utime and stime come in clock ticks (10 ms): over a 0.3 s run of 900 short
+    requests at ~0.2 ms each, one tick was ~5% of a figure, twice per reading. OSError if it
+    is gone."""
+    return time.clock_gettime_ns(((~pid) << 3) | 2) / 1e9  # MAKE_PROCESS_CPUCLOCK(pid, SCHED)
+
+
 def stat_cpu_s(stat: Path, system_only: bool = False) -> float:
     """User + system (or system only) CPU seconds in a ``/proc`` stat file: a process's, all its
     threads, or one thread's (``/proc/PID/task/TID/stat``). OSError if it is gone."""
@@ -63,7 +72,10 @@ class ProcStat:
         total = 0.0
         for pid in self.pids():
             with contextlib.suppress(OSError):
-                total += stat_cpu_s(Path(f"/proc/{pid}/stat"), system_only)
+                if system_only:  # the kernel's share is only kept in ticks
+                    total += stat_cpu_s(Path(f"/proc/{pid}/stat"), system_only=True)
+                else:
+                    total += process_cpu_s(pid)
         return total
 
     def reset_peak_rss(self) -> None:

@@ -6,7 +6,6 @@ Pure helpers of ``obs.sidecar.relay.relay``: no I/O, nothing on the per-chunk pa
 from __future__ import annotations
 
 import json
-import re
 from hashlib import blake2b
 from typing import Any
 
@@ -44,13 +43,17 @@ SINGLE_HEADERS = frozenset({"authorization", "x-request-id", "traceparent"})
 
 
 def request_headers(scope: Scope) -> dict[str, str]:
-    """The request's headers by lower-case name; 400 when a ``SINGLE_HEADERS`` one repeats."""
-    out: dict[str, str] = {}
-    for k, v in scope["headers"]:
-        name = k.decode("latin-1").lower()
-        if name in out and name in SINGLE_HEADERS:
-            raise e.BadRequest(f"the request has more than one {name} header")
-        out[name] = v.decode("latin-1")
+    """The request's headers by name (lower case, as ASGI and the server give them; a repeated
+    one keeps its last value); 400 when a ``SINGLE_HEADERS`` one repeats."""
+    raw = scope["headers"]
+    out = {k.decode("latin-1"): v.decode("latin-1") for k, v in raw}
+    if len(out) < len(raw):  # a name repeats: a single one must not
+        seen: set[str] = set()
+        for k, _ in raw:
+            name = k.decode("latin-1")
+            if name in seen and name in SINGLE_HEADERS:
+                raise e.BadRequest(f"the request has more than one {name} header")
+            seen.add(name)
     return out
 
 
@@ -136,7 +139,12 @@ def _is_token_ids(prompt: list[Any]) -> bool:
 
 
 MAX_TOKENS_CAP = (1 << 31) - 1
-_LONG_DIGITS = re.compile(rb"\d{19}")
+# A run of 19 ASCII digits, found as a run of 19 zeros in the body with every digit made a zero
+# and every other byte a space: ``bytes.translate`` and a substring search are about ten times
+# faster than the regex ``\d{19}`` was (4.3 us for a 0.7 KB chat body, 12.7 us for 1.8 KB;
+# linear in the body, so a long prompt paid it per kilobyte).
+_DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+_LONG_RUN = b"0" * 19
 
 
 class PythonJson(dict[str, Any]):
@@ -151,7 +159,7 @@ def try_json(raw: bytes) -> dict[str, Any] | None:
     past 64 bits as a float: a body with 19 digits in a row is read by ``json`` too."""
     try:
         body = orjson.loads(raw)
-        if _LONG_DIGITS.search(raw) is not None:
+        if _LONG_RUN in raw.translate(_DIGITS_AS_ZEROS):
             raise orjson.JSONDecodeError("a long integer", "", 0)
     except orjson.JSONDecodeError:
         try:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -54,7 +53,7 @@ from obs.sidecar.relay.payloads import (
     usage_options,
     wants_usage,
 )
-from obs.sidecar.relay.request import Plan, Request
+from obs.sidecar.relay.request import EventTime, Plan, Request
 from obs.sidecar.relay.respond import fail
 from obs.sidecar.relay.streaming import respond, stream_at_head
 from obs.sidecar.server.client import body_ns, client_conn, received_ns
@@ -110,6 +109,7 @@ class Relay:
         self.worker = worker  # (index, count) under --workers: our span ids name us
         self.routes = routes  # the paths the app sends here (the relayed routes)
         self._running: set[asyncio.Task[Any]] = set()  # handlers, for shutdown to wait on
+        self._event_time = EventTime()
         self.needs_prompt_tokens = (
             classifier.needs_prompt_tokens
             or any(g.needs_prompt_tokens for g in self.gates.values())
@@ -368,7 +368,7 @@ class Relay:
         ev, clock = req.event, req.clock
         if not clock.end:
             clock.end = time.perf_counter_ns()
-        ev.ts = datetime.fromtimestamp(req.wall_ns / 1e9, UTC).isoformat(timespec="milliseconds")
+        ev.ts = self._event_time(req.wall_ns)
         if req.disconnected:  # the client left: unless it ended otherwise before
             req.settle(e.ClientLeft(), clock.current_phase())
         kept = None

@@ -30,7 +30,8 @@ from obs.openai_api import (
     prompt_text,
     read_request,
 )
-from obs.sidecar.relay.payloads import dump_body, fingerprint, try_json
+from obs.sidecar import outcomes
+from obs.sidecar.relay.payloads import dump_body, fingerprint, request_headers, try_json
 from obs.sidecar.relay.sse import StreamState, classify, classify_parsed
 
 IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
@@ -266,6 +267,29 @@ def test_try_json_reads_what_pythons_json_reads_and_writes_it_back(body: dict[st
     assert json.dumps(json.loads(dump_body(parsed)), sort_keys=True) == json.dumps(
         json.loads(raw), sort_keys=True
     )
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b'{"seed": 123456789012345678901234}', b'{"a": [1, {"b": -98765432109876543210}]}',
+     b'{"max_tokens": 18446744073709551616}', b'{"t": "call 12345678901234567890", "n": 7}',
+     b'{"n": 1234567890123456789}'],
+)  # fmt: skip
+def test_try_json_keeps_integers_past_64_bits_exact(raw: bytes) -> None:
+    """An integer of 19 or more digits reads as Python's json reads it (an exact int), as vLLM
+    reads it, never as orjson's float."""
+    assert try_json(raw) == json.loads(raw)
+    assert json.loads(dump_body(try_json(raw) or {})) == json.loads(raw)
+
+
+@pytest.mark.parametrize("name", [b"authorization", b"x-request-id", b"traceparent"])
+def test_a_single_header_twice_is_refused_and_others_keep_their_last_value(name: bytes) -> None:
+    """Two authorization, x-request-id or traceparent headers are a 400 (a proxy in front could
+    read the other one); any other header may repeat, and its last value is the one read."""
+    headers = [(b"accept", b"a"), (name, b"1"), (b"accept", b"b"), (name, b"2")]
+    with pytest.raises(outcomes.BadRequest, match=name.decode()):
+        request_headers({"headers": headers})
+    assert request_headers({"headers": headers[:3]}) == {"accept": "b", name.decode(): "1"}
 
 
 def test_event_text_cuts_and_makes_a_lone_surrogate_writable() -> None:
