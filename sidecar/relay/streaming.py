@@ -294,7 +294,7 @@ async def relay_stream(
         clock.first_sent = t0
     deadline.cancel()  # the pool is done: its deadlines do not run while the client reads
     await _until_acknowledged(req, conn, slow.record_wait_s)
-    clock.end = perf()
+    clock.end = conn.acked_ns or perf()  # when the client's bytes said so, not when we woke
     ev.stream_blocked_ms = ms(sink.blocked + t1 - t0)
     apply_usage(ev, state)
 

@@ -41,6 +41,7 @@ import fcntl
 import socket
 import struct
 import termios
+import time
 from collections.abc import Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
@@ -68,10 +69,13 @@ DELAYED_ACK_MAX_S = 0.2
 class ClientConn:
     """The transport of one client connection, seen by the relay."""
 
-    __slots__ = ("_conn", "_ex", "_fd", "_flow", "_sock", "_transport")
+    __slots__ = ("_conn", "_ex", "_fd", "_flow", "_sock", "_transport", "acked_ns")
 
     def __init__(self, conn: HttpConnection, ex: Exchange) -> None:
         self._conn = conn
+        # perf_counter_ns when ``drained`` found every byte acknowledged (or the client gone):
+        # the read of the client's bytes that woke it (they carry the ACK), else its look.
+        self.acked_ns = 0
         self._ex = ex  # the request this connection answers
         self._transport: asyncio.Transport = conn.transport
         self._flow = conn.flow
@@ -175,7 +179,8 @@ class ClientConn:
         loop = asyncio.get_running_loop()
         began = loop.time()
         deadline = began + timeout_s
-        left, looks, behind = 0, 0, False
+        left, looks, behind, woke = 0, 0, False, 0
+        self.acked_ns = 0
         try:
             if not t.is_closing() and t.get_write_buffer_size():
                 left, looks = self.buffered(), 1  # the client is behind: the relay holds bytes
@@ -184,6 +189,7 @@ class ClientConn:
             pause = 0.002
             while True:
                 if self._conn.lost:
+                    self.acked_ns = woke or time.perf_counter_ns()
                     return left if behind and self._conn.reset_by_peer else 0
                 # A closing transport (closed at shutdown) still flushes its buffer: wait for
                 # that too, or the process could exit with the stream's end unsent.
@@ -192,25 +198,27 @@ class ClientConn:
                     left += self.unsent()
                 looks += 1
                 if not left:
+                    self.acked_ns = woke or time.perf_counter_ns()
                     return 0
                 behind = looks > 1 and loop.time() - began >= DELAYED_ACK_MAX_S
                 if loop.time() >= deadline:
                     return left
-                await self._client_sends(loop, pause)
+                woke = await self._client_sends(loop, pause)
                 pause = min(pause * 2, DRAIN_POLL_MAX_S)
         except TimeoutError:
             return self.buffered() if not t.is_closing() else t.get_write_buffer_size()
         finally:
             self.reset()
 
-    async def _client_sends(self, loop: asyncio.AbstractEventLoop, pause: float) -> None:
+    async def _client_sends(self, loop: asyncio.AbstractEventLoop, pause: float) -> int:
         """Until the client sends (its next request carries the ACK of this response, so the
-        look after it finds the queue empty) or leaves, at most ``pause`` seconds."""
+        look after it finds the queue empty) or leaves, at most ``pause`` seconds: when the
+        client's bytes were read (perf_counter_ns; 0: it did not send)."""
         flow = self._flow
         waiter = flow.acked = loop.create_future()
         timer = loop.call_later(pause, _wake, waiter)
         try:
-            await waiter
+            return await waiter
         finally:
             timer.cancel()
             if flow.acked is waiter:
@@ -221,9 +229,9 @@ class ClientConn:
             self._transport.set_write_buffer_limits(high=DEFAULT_HIGH_WATER)
 
 
-def _wake(waiter: asyncio.Future[None]) -> None:
+def _wake(waiter: asyncio.Future[int]) -> None:
     if not waiter.done():
-        waiter.set_result(None)
+        waiter.set_result(0)
 
 
 def client_conn(scope: MutableMapping[str, Any]) -> ClientConn | None:

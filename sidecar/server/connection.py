@@ -148,8 +148,12 @@ class HttpConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._read_ns = time.perf_counter_ns()
-        self.flow.client_sent()
+        # A kept-alive client's next request also acknowledges the previous response, whose
+        # relay waits for that (``ClientConn.drained``): the request is parsed and its handler
+        # started first, so that it runs (to its pool) before the previous one's end and
+        # record do; that end is dated at this read (``ClientConn.acked_ns``), not later.
         self.intake.received(data)
+        self.flow.client_sent(self._read_ns)
 
     def _piece_size(self) -> int:
         if self._in_body and self._body_left > 0:

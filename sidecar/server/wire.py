@@ -57,7 +57,7 @@ class Flow:
     def __init__(self) -> None:
         self.write_paused = False
         self._waiter: asyncio.Future[None] | None = None
-        self.acked: asyncio.Future[None] | None = None
+        self.acked: asyncio.Future[int] | None = None
 
     def pause(self) -> None:
         self.write_paused = True
@@ -70,11 +70,12 @@ class Flow:
         self._waiter = None
         self.client_sent()
 
-    def client_sent(self) -> None:
-        """Bytes came from the client (they carry its acknowledgement), or it left."""
+    def client_sent(self, at_ns: int = 0) -> None:
+        """Bytes came from the client (read at ``at_ns``: they carry its acknowledgement), or
+        it left (0)."""
         waiter, self.acked = self.acked, None
         if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+            waiter.set_result(at_ns)
 
     def writable(self) -> asyncio.Future[None]:
         """Done once the transport takes writes again (the client read enough, or it left)."""
