@@ -12,6 +12,7 @@ second the record shows is the client's; the engine plays no part in what is mea
 
 from __future__ import annotations
 
+import itertools
 import socket
 import struct
 import threading
@@ -254,3 +255,27 @@ def test_one_connection_per_request_slow_reader_is_learned(
         lanes[who].append((ev["lane"], ev["class_source"]))
     assert lanes["slow"] == [("main", "default"), ("slow", "learned")]
     assert lanes["fast"] == [("main", "default"), ("main", "default")]
+
+
+def test_next_request_on_the_connection_dates_the_previous_streams_end(
+    scripted: ScriptedUpstream, sidecar: InProcessSidecar
+) -> None:
+    """A kept-alive client's next request carries its ACK of the previous stream: that stream's
+    end is the read of those bytes, not when its handler woke after it (the next request's
+    handler runs first: obs.sidecar.server.connection ``data_received``)."""
+    sock = small_socket(sidecar.port, rcvbuf=None)  # a fast reader on one connection
+    rids = []
+    with sock:
+        for _ in range(6):
+            rid = request_id()
+            scripted.scripts[rid] = _script(rid, frames=4)
+            body = orjson.dumps(chat_body(rid, stream=True))
+            sock.sendall(raw_post(CHAT, body, "keep-alive", {"x-request-id": rid}))
+            read_paced(sock, "keep-alive", 1e9, chunk=65536)  # whole, at once
+            rids.append(rid)
+    records = [sidecar.memory.records(rid, timeout_s=10)[0] for rid in rids]
+    pairs = list(itertools.pairwise(records))
+    # Its end is never after the next request's first read; in ping-pong the client holds its
+    # ACK until that request (the first ones on a connection are acknowledged at once).
+    assert all(prev.clock.end <= nxt.clock.received for prev, nxt in pairs)
+    assert any(prev.clock.end == nxt.clock.received for prev, nxt in pairs)
