@@ -2,10 +2,11 @@
 
 The span exporter POSTs a batch of 85 short requests' spans (~118 kB) at a time from its
 thread. This sends the same body to a real OTLP receiver in another process, alternating
-``OtlpPost`` (the environment read once) and ``requests.Session.post`` with the settings
-``OtlpPost`` had before (``Session.request`` reads the proxies, ``REQUESTS_CA_BUNDLE`` and
-~/.netrc from the environment on every call), and prints the CPU of the sending thread per
-POST of each (microseconds).
+``OtlpPost`` (to a plain ``http://`` endpoint: ``http.client`` on a kept-alive connection,
+``otlp_direct``) and ``requests.Session.post`` as ``OtlpPost`` called it before the seventh
+round (``Session.request`` reads the proxies, ``REQUESTS_CA_BUNDLE`` and ~/.netrc from the
+environment on every call), and prints the CPU of the sending thread per POST of each
+(microseconds).
 
     .venv/bin/python -m bench.otlp_post --posts 2000 --rounds 3
 """

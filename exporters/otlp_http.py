@@ -25,6 +25,7 @@ import structlog
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.util.re import parse_env_headers
 
+from obs.exporters.otlp_direct import DirectPost, Redirected, direct
 from obs.exporters.otlp_proto import AttrValue
 
 log = structlog.get_logger("vllm_obs.otlp")
@@ -190,6 +191,9 @@ class OtlpPost:
         self._request = session.prepare_request(
             requests.Request("POST", settings.endpoint, headers=headers, data=b"")
         )
+        # A plain ``http://`` endpoint no proxy applies to: the same request straight through
+        # ``http.client`` on a kept-alive connection (``otlp_direct``), ~100 against ~280 µs.
+        self._direct: DirectPost | None = direct(session, self._request, self._proxies)
 
     def send(self, body: bytes, events: int) -> bool:
         """POST ``body`` (holding ``events`` events): counted written or dropped, and a failure
@@ -218,37 +222,54 @@ class OtlpPost:
 
     def __call__(self, body: bytes) -> str | None:
         """None when the collector took ``body``, else why not (after the retries)."""
-        s, session = self.settings, self._session
+        s = self.settings
         if s.gzip:
             body = gzip.compress(body, compresslevel=6)
         deadline = time.monotonic() + s.timeout_s
         backoff = 0.5
         while True:
-            left = deadline - time.monotonic()
-            request = self._request.copy()
-            request.prepare_body(body, None)
-            if session.cookies:  # what the collector set (a sticky load balancer's) goes back
-                request.prepare_cookies(session.cookies)
-            try:
-                resp = session.send(
-                    request,
-                    timeout=max(left, 0.1),
-                    proxies=self._proxies,
-                    verify=self._verify,
-                    cert=self._cert,
-                )
-                if resp.status_code < 300:
-                    return None
-                error = f"HTTP {resp.status_code}: {resp.text[:200]}"
-                if resp.status_code not in RETRYABLE:
-                    return error
-            except requests.RequestException as e:
-                error = f"{type(e).__name__}: {e}"
+            timeout_s = max(deadline - time.monotonic(), 0.1)
+            if (fast := self._direct) is None:
+                error, status = self._send(body, timeout_s)
+            else:
+                try:
+                    error, status = fast(body, timeout_s)
+                except Redirected:  # ``requests`` follows redirects: it sends from now on
+                    fast.close()
+                    self._direct = None
+                    continue
+            if error is None:
+                return None
+            if status and status not in RETRYABLE:
+                return error
             pause = backoff * random.uniform(0.8, 1.2)
             if (self._stopping() and self.failing) or time.monotonic() + pause >= deadline:
                 return error
             time.sleep(pause)
             backoff *= 2
 
+    def _send(self, body: bytes, timeout_s: float) -> tuple[str | None, int]:
+        """One POST through ``requests``: (None, status), (the refusal, status) or (why, 0)."""
+        session = self._session
+        request = self._request.copy()
+        request.prepare_body(body, None)
+        if session.cookies:  # what the collector set (a sticky load balancer's) goes back
+            request.prepare_cookies(session.cookies)
+        try:
+            resp = session.send(
+                request,
+                timeout=timeout_s,
+                proxies=self._proxies,
+                verify=self._verify,
+                cert=self._cert,
+            )
+        except requests.RequestException as e:
+            return f"{type(e).__name__}: {e}", 0
+        if resp.status_code < 300:
+            return None, resp.status_code
+        return f"HTTP {resp.status_code}: {resp.text[:200]}", resp.status_code
+
     def close(self) -> None:
+        if self._direct is not None:
+            self._direct.close()
         self._session.close()

@@ -10,6 +10,7 @@ sidecar and vLLM actually exported.
 from __future__ import annotations
 
 import gzip
+import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -83,6 +84,11 @@ class OtlpReceiver:
         self.headers: list[dict[str, str]] = []  # each accepted POST's headers, lower-cased
         self.refuse: list[int] = []  # statuses to answer the next POSTs with (a fault, for tests)
         self.set_cookie: str | None = None  # a Set-Cookie every accepted POST answers with
+        self.location: str | None = None  # the Location a refusal answers with (a redirect)
+        # True: each answer is followed by closing its connection without a ``Connection:
+        # close`` (a collector's idle timeout); ``closed`` counts the connections closed so.
+        self.close_each = False
+        self.closed = 0
         # Set to an unset Event, every POST waits for it before it is read (a slow collector).
         self.hold: threading.Event | None = None
         self.held = 0  # POSTs that have waited on ``hold``
@@ -103,6 +109,8 @@ class OtlpReceiver:
                     refused = receiver.refuse.pop(0) if receiver.refuse else None
                 if refused is not None:
                     self.send_response(refused)
+                    if receiver.location is not None:
+                        self.send_header("location", receiver.location)
                     self.send_header("content-length", "0")
                     self.end_headers()
                     return
@@ -137,6 +145,11 @@ class OtlpReceiver:
                     self.send_header("set-cookie", receiver.set_cookie)
                 self.send_header("content-length", "0")
                 self.end_headers()
+                if receiver.close_each:
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    with receiver._lock:
+                        receiver.closed += 1
 
             def log_message(self, *args: object) -> None:
                 return None
