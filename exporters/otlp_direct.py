@@ -108,7 +108,11 @@ class DirectPost:
             return None, resp.status
         if resp.status in REDIRECT_STATI and "location" in resp.msg:
             raise Redirected
-        return f"HTTP {resp.status}: {self._text(resp, content)[:200]}", resp.status
+        try:
+            text = self._text(resp, content)
+        except requests.RequestException as e:  # a body that does not decode, as requests says
+            return f"{type(e).__name__}: {e}", 0
+        return f"HTTP {resp.status}: {text[:200]}", resp.status
 
     def _text(self, resp: http.client.HTTPResponse, content: bytes) -> str:
         """``requests.Response.text`` for this answer (its encoding decoded as urllib3 does)."""
