@@ -85,9 +85,7 @@ class OtlpReceiver:
         self.refuse: list[int] = []  # statuses to answer the next POSTs with (a fault, for tests)
         self.set_cookie: str | None = None  # a Set-Cookie every accepted POST answers with
         self.location: str | None = None  # the Location a refusal answers with (a redirect)
-        # True: each answer is followed by closing its connection without a ``Connection:
-        # close`` (a collector's idle timeout); ``closed`` counts the connections closed so.
-        self.close_each = False
+        self.close_each = False  # True: close each connection after answering (``_answered``)
         self.closed = 0
         # Set to an unset Event, every POST waits for it before it is read (a slow collector).
         self.hold: threading.Event | None = None
@@ -145,17 +143,22 @@ class OtlpReceiver:
                     self.send_header("set-cookie", receiver.set_cookie)
                 self.send_header("content-length", "0")
                 self.end_headers()
-                if receiver.close_each:
-                    self.close_connection = True
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                    with receiver._lock:
-                        receiver.closed += 1
+                receiver._answered(self)
 
             def log_message(self, *args: object) -> None:
                 return None
 
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def _answered(self, handler: BaseHTTPRequestHandler) -> None:
+        """With ``close_each``, close the connection of the POST just answered without a
+        ``Connection: close`` (as a collector's idle timeout does) and count it in ``closed``."""
+        if self.close_each:
+            handler.close_connection = True
+            handler.connection.shutdown(socket.SHUT_RDWR)
+            with self._lock:
+                self.closed += 1
 
     def start(self) -> OtlpReceiver:
         self._thread.start()
