@@ -3,28 +3,18 @@ same exposition, in the text format and in OpenMetrics (exemplars included)."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry, Counter, generate_latest
-from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client import CollectorRegistry, Counter
 
 from obs import conventions as c
 from obs.exporters.counters import RequestCounter
+from tests.support.expositions import pages
 
 SERIES = st.sampled_from([("chat", "small"), ("chat", "big"), ("batch", "small")])
 AMOUNT = st.integers(0, 10_000) | st.floats(0.0, 1e4) | st.just(1)
 EXEMPLAR = st.none() | st.integers(0, 2**128 - 1).map(lambda t: {"trace_id": f"{t:032x}"})
-# What only the clock sets: each series' _created, each exemplar's timestamp.
-_CREATED = re.compile(rb"(_created(?:\{[^}]*\})?) \S+")
-_EXEMPLAR_TIME = re.compile(rb"(# \{[^}]*\} \S+) \S+")
-
-
-def _pages(registry: CollectorRegistry) -> tuple[bytes, bytes]:
-    text, om = generate_latest(registry), generate_openmetrics(registry)
-    return _CREATED.sub(rb"\1 T", text), _EXEMPLAR_TIME.sub(rb"\1 T", _CREATED.sub(rb"\1 T", om))
 
 
 @settings(max_examples=150, deadline=None)
@@ -40,7 +30,7 @@ def test_request_counter_exposes_what_prometheus_client_would(
     for series, amount, exemplar in increments:
         fast.labels(*series).inc(amount, exemplar)
         plain.labels(*series).inc(amount, exemplar)
-    assert _pages(ours) == _pages(reference)
+    assert pages(ours) == pages(reference)
 
 
 def test_request_counter_samples_read_as_prometheus_client_s() -> None:
@@ -62,7 +52,7 @@ def test_request_counter_samples_read_as_prometheus_client_s() -> None:
     ):
         assert ours.get_sample_value(name, labels) == value
         assert reference.get_sample_value(name, labels) == value
-    assert _pages(ours) == _pages(reference)
+    assert pages(ours) == pages(reference)
 
 
 def test_request_counter_refuses_what_prometheus_client_refuses() -> None:

@@ -3,29 +3,19 @@ give the same exposition, in the text format and in OpenMetrics (exemplars inclu
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client import CollectorRegistry, Histogram
 
 from obs import conventions as c
 from obs.exporters.histograms import RequestHistogram
+from tests.support.expositions import pages
 
 BUCKETS = c.merged_buckets(c.LATENCY_BUCKETS, [0.5, 1.5])
 SERIES = st.sampled_from([("chat", "small"), ("chat", "big"), ("batch", "small")])
 AMOUNT = st.sampled_from(BUCKETS) | st.floats(-1.0, 1e4) | st.just(float("nan"))
 EXEMPLAR = st.none() | st.integers(0, 2**128 - 1).map(lambda t: {"trace_id": f"{t:032x}"})
-# What only the clock sets: each series' _created, each exemplar's timestamp.
-_CREATED = re.compile(rb"(_created(?:\{[^}]*\})?) \S+")
-_EXEMPLAR_TIME = re.compile(rb"(# \{[^}]*\} \S+) \S+")
-
-
-def _pages(registry: CollectorRegistry) -> tuple[bytes, bytes]:
-    text, om = generate_latest(registry), generate_openmetrics(registry)
-    return _CREATED.sub(rb"\1 T", text), _EXEMPLAR_TIME.sub(rb"\1 T", _CREATED.sub(rb"\1 T", om))
 
 
 @settings(max_examples=150, deadline=None)
@@ -41,7 +31,7 @@ def test_request_histogram_exposes_what_prometheus_client_would(
     for series, amount, exemplar in observations:
         fast.labels(*series).observe(amount, exemplar)
         plain.labels(*series).observe(amount, exemplar)
-    assert _pages(ours) == _pages(reference)
+    assert pages(ours) == pages(reference)
 
 
 def test_request_histogram_samples_read_as_prometheus_client_s() -> None:
