@@ -18,13 +18,13 @@ from collections.abc import Iterable
 from prometheus_client import CollectorRegistry
 from prometheus_client import metrics as _client
 from prometheus_client.core import Metric
-from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar
 
 from obs import conventions as c
+from obs.exporters.histograms import Labelled
 
 
-class RequestCounter(Collector):
+class RequestCounter(Labelled["CounterChild"]):
     """A labelled counter whose children (``labels``) take ``inc(amount, exemplar)``: the
     samples, exemplars and ``_created`` of a ``prometheus_client.Counter`` with the same name
     and labels. Incremented from one thread."""
@@ -36,15 +36,8 @@ class RequestCounter(Collector):
         self._children: dict[tuple[str, ...], CounterChild] = {}
         registry.register(self)
 
-    def labels(self, *values: str) -> CounterChild:
-        """The child of these label values (made at the first call)."""
-        if len(values) != len(self._metric.labels):
-            raise ValueError(f"{self._metric.name}: expected {len(self._metric.labels)} labels")
-        values = tuple(str(v) for v in values)  # as prometheus_client's labels() takes them
-        child = self._children.get(values)
-        if child is None:
-            child = self._children[values] = CounterChild()
-        return child
+    def _new_child(self) -> CounterChild:
+        return CounterChild()
 
     def collect(self) -> Iterable[Metric]:
         m, name = self._metric, self._name

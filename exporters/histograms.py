@@ -19,6 +19,7 @@ import threading
 import time
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
+from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry
 from prometheus_client import metrics as _client
@@ -30,9 +31,32 @@ from prometheus_client.utils import floatToGoString
 from obs import conventions as c
 
 INF = float("inf")
+C = TypeVar("C")
 
 
-class RequestHistogram(Collector):
+class Labelled(Collector, Generic[C]):
+    """A collector of labelled children made at their first ``labels`` call (``_new_child``),
+    as ``prometheus_client``'s ``labels()`` makes them: ``RequestHistogram`` here,
+    ``obs.exporters.counters.RequestCounter``."""
+
+    _metric: c.Metric
+    _children: dict[tuple[str, ...], C]
+
+    def labels(self, *values: str) -> C:
+        """The child of these label values (made at the first call)."""
+        if len(values) != len(self._metric.labels):
+            raise ValueError(f"{self._metric.name}: expected {len(self._metric.labels)} labels")
+        values = tuple(str(v) for v in values)  # as prometheus_client's labels() takes them
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self._new_child()
+        return child
+
+    def _new_child(self) -> C:
+        raise NotImplementedError
+
+
+class RequestHistogram(Labelled["HistogramChild"]):
     """A labelled histogram whose children (``labels``) take ``observe(amount, exemplar)``:
     the samples, exemplars and ``_created`` of a ``prometheus_client.Histogram`` with the
     same name, labels and buckets. Observed from one thread."""
@@ -51,15 +75,8 @@ class RequestHistogram(Collector):
         self._children: dict[tuple[str, ...], HistogramChild] = {}
         registry.register(self)
 
-    def labels(self, *values: str) -> HistogramChild:
-        """The child of these label values (made at the first call)."""
-        if len(values) != len(self._metric.labels):
-            raise ValueError(f"{self._metric.name}: expected {len(self._metric.labels)} labels")
-        values = tuple(str(v) for v in values)  # as prometheus_client's labels() takes them
-        child = self._children.get(values)
-        if child is None:
-            child = self._children[values] = HistogramChild(self._bounds)
-        return child
+    def _new_child(self) -> HistogramChild:
+        return HistogramChild(self._bounds)
 
     def collect(self) -> Iterable[Metric]:
         m = self._metric
