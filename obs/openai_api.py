@@ -139,7 +139,7 @@ def _listed_tokens(choice: Mapping[str, Any]) -> int:
 def error_code(error: Any) -> int | None:
     """The HTTP status an error object names (``code``, an int or digits), or None."""
     code = error.get("code") if isinstance(error, dict) else None
-    if isinstance(code, str) and code.isdigit():
+    if isinstance(code, str) and code.isascii() and code.isdigit():  # not '²'
         code = int(code)
     return code if isinstance(code, int) and not isinstance(code, bool) else None
 

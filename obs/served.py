@@ -153,7 +153,9 @@ class Served:
         object.__setattr__(self, "fingerprint", short_hash(text))
         settings = dict(self.settings)
         slots = settings.get("max_num_seqs") or settings.get(MAX_RUNNING) or ""
-        object.__setattr__(self, "max_running", int(slots) if slots.isdigit() else None)
+        object.__setattr__(
+            self, "max_running", int(slots) if slots.isascii() and slots.isdigit() else None
+        )
 
     @classmethod
     def of(cls, engine: str, values: Mapping[str, object]) -> Served:

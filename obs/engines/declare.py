@@ -28,7 +28,7 @@ def declared_flags(args: Sequence[str], max_model_len: int | None = None) -> Dec
             values["prefix_caching"] = PREFIX_CACHING_FLAGS[arg]
         elif flag in flags and flag != "--prefix-caching":
             value = inline or (args[i + 1] if i + 1 < len(args) else "")
-            if value.isdigit():
+            if value.isascii() and value.isdigit():  # int() refuses '²'
                 values[flags[flag]] = int(value)
     return DeclaredEngine.model_validate(values)
 

@@ -244,6 +244,6 @@ SALT_FILE = "vllm-obs-split-salt"
 def address(value: str, flag: str) -> tuple[str, int]:
     """``HOST:PORT`` (or ``[V6]:PORT``) of a listener flag, checked."""
     host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         raise ConfigError(f"{flag}: {value!r} is not HOST:PORT, e.g. 10.0.0.5:9464")
     return host.strip("[]"), int(port)

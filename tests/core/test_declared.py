@@ -150,3 +150,9 @@ def test_engine_serve_declares_what_it_passed() -> None:
     block = engine_block(declared)
     assert block.startswith("engine: {kind: vllm, max_num_seqs: 64")
     assert parse_config(_config(yaml.safe_load(block)["engine"])).pools[0].declared == declared
+
+
+def test_a_flag_value_that_is_no_ascii_number_is_not_declared() -> None:
+    """`--max-num-seqs ²` (a digit to str.isdigit, not to int) is ignored, not a crash."""
+    declared = declared_flags(["--max-num-seqs", "\u00b2"], max_model_len=2048)
+    assert declared.values() == {"max_model_len": 2048}

@@ -101,6 +101,13 @@ def test_fingerprint_changes_exactly_when_a_setting_does(a, b):
         assert all(len(v) <= 64 for _, v in new.settings)
 
 
+def test_a_non_ascii_digit_reads_as_no_slot_count():
+    """max_num_seqs '²' passes str.isdigit() but is no number: no slots, no crash."""
+    assert Served.of("vllm", {"max_num_seqs": "\u00b2"}).max_running is None
+    assert Served.of("vllm", {"max_num_seqs": "\u0664"}).max_running is None  # Arabic-Indic 4
+    assert Served.of("vllm", {"max_num_seqs": "64"}).max_running == 64
+
+
 def test_tracker_ignores_restarts_without_a_change():
     """The same settings again (a restart, a reload) make no change; other settings make one."""
     tracker = ChangeTracker()

@@ -304,3 +304,4 @@ def test_error_frame_code_says_whose_mistake() -> None:
     assert e.outcome(error_code({"message": "no code"})) == c.ERROR
     assert e.outcome(error_code({"code": "404"})) == c.CLIENT_ERROR
     assert e.outcome(error_code({"code": True})) == c.ERROR
+    assert error_code({"code": "\u00b2"}) is None  # a pool's code "²" is no status, no crash
