@@ -136,8 +136,9 @@ class _Conn(asyncio.Protocol):
         te = names.get(b"transfer-encoding", b"").lower()
         resp.until_eof = b"content-length" not in names and b"chunked" not in te
         resp.content_type = names.get(b"content-type", b"").decode("latin-1")
-        if resp.on_head is not None:  # before the body of this read is parsed
-            resp.on_head(resp)
+        on_head, resp.on_head = resp.on_head, None  # once; it holds the request
+        if on_head is not None:  # before the body of this read is parsed
+            on_head(resp)
         if not resp.head.done():
             resp.head.set_result(None)
 
@@ -251,6 +252,10 @@ class Response:
             conn.upstream._park(conn)
         else:
             self.close()
+        # The sink holds the request and its deadline, which hold this response: let go, they
+        # are freed by their last reference instead of by the cycle collector (Relay: the
+        # request's objects).
+        self.sink = None
 
     def _complete(self) -> None:
         self.complete = True

@@ -38,6 +38,7 @@ import httptools
 import structlog
 
 from obs.sidecar.outcomes import RequestLimit
+from obs.sidecar.server.client import EXTENSION
 from obs.sidecar.types import Message, Receive, Scope, Send
 
 log = structlog.get_logger("vllm_obs.server")
@@ -378,6 +379,10 @@ async def run_app(app: Callable[[Scope, Receive, Send], Awaitable[None]], ex: Ex
             ex.transport.close()
     finally:
         ex.settle()
+        # The request's ClientConn holds its exchange, whose scope holds it: unhooked, the
+        # request's objects go when their last reference does, not at the collector's next pass.
+        if ext := ex.scope.get("extensions"):
+            ext.pop(EXTENSION, None)
 
 
 def _internal_error(ex: Exchange) -> None:
