@@ -112,6 +112,7 @@ class StreamSink:
         if state.done and self.resp.ending:  # the pool's last piece: one write with the end
             self.last = payload
             req.delivered = True
+            conn.body_in_hand()  # and with the head, if it still waits (a whole short answer)
             return
         if self.last_out and not req.clock.first_sent:  # handed over as the write starts
             req.clock.first_sent = time.perf_counter_ns()

@@ -127,6 +127,11 @@ class ClientConn:
         """
         self._ex.write(data)
 
+    def body_in_hand(self) -> None:
+        """The response's last piece is held for its end, written within the loop's next turn:
+        its head waits to go with it (``Exchange.head_with_end``)."""
+        self._ex.head_with_end()
+
     @property
     def left(self) -> bool:
         """The client's connection is gone (it closed or reset it)."""

@@ -114,10 +114,10 @@ class Exchange:
     """One request and its response on a connection (see the module's doc)."""
 
     __slots__ = (
-        "_event", "_head", "_reading_paused", "_resume_reading", "body", "body_bytes",
-        "body_ns", "chunked", "clock", "disconnected", "expected", "flow", "head_only",
-        "keep_alive", "linger", "more_body", "on_complete", "on_lost", "on_settle", "refusal",
-        "response_complete", "response_started", "scope", "transport",
+        "_event", "_head", "_head_with_end", "_reading_paused", "_resume_reading", "body",
+        "body_bytes", "body_ns", "chunked", "clock", "disconnected", "expected", "flow",
+        "head_only", "keep_alive", "linger", "more_body", "on_complete", "on_lost", "on_settle",
+        "refusal", "response_complete", "response_started", "scope", "transport",
     )  # fmt: skip
 
     def __init__(
@@ -154,6 +154,7 @@ class Exchange:
         self.refusal: RequestLimit | None = None  # the server refused it (connection.py)
         self._event = asyncio.Event()
         self._head = b""  # the response's head, until the body's first write or the next turn
+        self._head_with_end = False  # the body's end is in hand: the head waits for it
         self._reading_paused = False
         self._resume_reading = resume_reading
 
@@ -262,7 +263,16 @@ class Exchange:
             parts.append(b"connection: close\r\n")
         parts.append(b"\r\n")
         self._head = b"".join(parts)
-        asyncio.get_running_loop().call_soon(self.flush_head)
+        asyncio.get_running_loop().call_soon(self._head_due)
+
+    def head_with_end(self) -> None:
+        """The whole body is in hand and its end is written within the loop's next turn: the
+        head goes out with it, one write (not alone at that turn, then the body)."""
+        self._head_with_end = True
+
+    def _head_due(self) -> None:
+        if not self._head_with_end:
+            self.flush_head()
 
     def flush_head(self) -> None:
         """Write the head now, if it still waits for the body's first piece."""

@@ -46,6 +46,10 @@ class FakeConn:
         self.held = held
         self.left = False
         self.waiter: asyncio.Future[None] | None = None
+        self.end_in_hand = False
+
+    def body_in_hand(self) -> None:
+        self.end_in_hand = True
 
     def writable(self) -> asyncio.Future[None]:
         self.waiter = asyncio.get_running_loop().create_future()
@@ -164,11 +168,13 @@ def test_the_abort_policy_ends_the_stream_past_the_bound() -> None:
 
 def test_the_pools_last_piece_waits_for_the_end_of_the_response() -> None:
     """A read that ends the pool's body and carries [DONE] is not written on its own: it goes
-    out with the response's end (one write), and the stream counts as delivered."""
+    out with the response's end (one write, the head too if it waits: the connection is
+    told), and the stream counts as delivered."""
     conn = FakeConn()
     sink, req, resp, _ = _sink(conn)
     _read(sink, resp, 1_000, token_frame("a"))
+    assert not conn.end_in_hand
     resp.ending = True
     _read(sink, resp, 2_000, token_frame("b"), DONE_FRAME)
     assert conn.written == [token_frame("a")]
-    assert sink.last == token_frame("b") + DONE_FRAME and req.delivered
+    assert sink.last == token_frame("b") + DONE_FRAME and req.delivered and conn.end_in_hand

@@ -1,5 +1,6 @@
 """How ``Exchange`` cuts a response into writes: the head goes out with the body's first piece
-when that piece comes before the loop's next turn, else alone on that turn.
+when that piece comes before the loop's next turn, else alone on that turn, unless the whole
+body is in hand (``head_with_end``): then head, body and end are one write.
 
 The transport is a recorder (a fake): a real socket merges writes, so the number of writes,
 which is what this pins, cannot be read from the client's side.
@@ -80,3 +81,24 @@ def test_a_head_with_no_body_yet_goes_out_on_the_next_turn() -> None:
     assert asyncio.run(main()) == []
     assert len(t.writes) == 2 and t.writes[0].endswith(b"\r\n\r\n")
     assert t.writes[1] == b"9\r\ndata: 1\n\n\r\n"
+
+
+def test_a_head_whose_whole_body_is_in_hand_goes_with_the_end() -> None:
+    """A short answer whose whole body came in the pool's first read: the head does not go
+    alone on the next turn; head, last piece and the chunked end are one write."""
+    t = Recorder()
+
+    async def main() -> None:
+        ex = _exchange(t)
+        ex.start(200, [(b"content-type", b"text/event-stream")])
+        ex.head_with_end()
+        await asyncio.sleep(0)  # the head's turn passes (the relay's task wakes after it)
+        await asyncio.sleep(0)
+        assert t.writes == []
+        ex.end(b"data: 1\n\ndata: [DONE]\n\n")
+
+    asyncio.run(main())
+    assert len(t.writes) == 1
+    head, _, rest = t.writes[0].partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n") and b"transfer-encoding: chunked" in head
+    assert rest == b"17\r\ndata: 1\n\ndata: [DONE]\n\n\r\n0\r\n\r\n"
