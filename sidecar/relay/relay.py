@@ -143,6 +143,10 @@ class Relay:
             await fail(req, send, e.Internal(err), req.clock.current_phase())
         finally:
             self._finish(req)
+            # Recorded: let go of the outcome (raised, its traceback's frames hold the request)
+            # and of the pool's response (its failure's too), so a refused or failed request is
+            # freed by reference counting, not left to the cycle collector.
+            req.outcome = req.response = None
             if task is not None:
                 self._running.discard(task)
 
