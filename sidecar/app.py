@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 import aiohttp
 import orjson
 import structlog
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector
 from prometheus_client.exposition import choose_encoder
 
 from obs import conventions as c
@@ -99,6 +99,10 @@ class SidecarApp:
             )
         )
         self.registry.register(DriftCollector(lambda: self.pools.settings.drift))
+        # The process's CPU, memory and descriptors, and the cycle collector's passes and
+        # what they freed (docs/runbook.md: a sidecar near one core of CPU).
+        ProcessCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
         # What /metrics shows: this process's registry, or every worker's merged.
         self.exposition = (
             self.registry

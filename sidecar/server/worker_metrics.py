@@ -35,6 +35,8 @@ TAKEN_ONCE_PREFIXES = (
     c.LANE_INFO.name,
     c.CONFIG_INFO.name,
     c.RATE_LIMIT.name,  # the tenants' configured limits
+    "process_start_time_seconds",  # the first worker's: summed, the times mean nothing
+    "process_max_fds",  # each worker's limit, the same for all
 )
 COUNTING = ("counter", "histogram")  # what a dead worker's saved page still contributes
 SAVE_EVERY_S = 1.0

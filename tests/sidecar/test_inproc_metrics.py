@@ -88,3 +88,17 @@ def test_a_request_adds_to_the_primed_series(
     ]
     ttft = {(lb[c.LANE], lb[c.POOL]): v for lb, v in s[c.TTFT.name + "_count"]}
     assert ttft[("main", "a")] == 1.0 and ttft[("canary", "a")] == 0.0
+
+
+def test_the_page_has_the_process_and_collector_series(
+    scripted: ScriptedUpstream, inproc: InprocFactory
+) -> None:
+    """/metrics carries the sidecar process's CPU, memory and descriptors and the cycle
+    collector's passes and frees by generation (prometheus_client's standard names)."""
+    s = inproc(_config(scripted.url)).samples()
+    (cpu,) = s["process_cpu_seconds_total"]
+    assert cpu[1] > 0
+    assert s["process_resident_memory_bytes"][0][1] > 0 and s["process_open_fds"][0][1] > 0
+    gens = {lb["generation"] for lb, _ in s["python_gc_collections_total"]}
+    assert gens == {"0", "1", "2"}
+    assert {lb["generation"] for lb, _ in s["python_gc_objects_collected_total"]} == gens
