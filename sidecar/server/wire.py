@@ -2,21 +2,20 @@
 
 The relay's server (``obs.sidecar.server.connection``) makes one ``Exchange`` per request
 when the request's head has been read (or, refused within it, of the part read, so the
-refusal's event is written). It is the request's ASGI ``scope``,
-``receive`` and ``send``, kept to what the sidecar's routes use, and the writer of
-the response's bytes: the head (status line, headers, ``content-length`` or
+refusal's event is written). It is the request's ASGI ``scope``, ``receive`` and ``send``,
+kept to what the sidecar's routes use, and the writer of the response's bytes: the head
+(status line, headers, ``content-length`` or
 ``transfer-encoding: chunked``, ``connection: close`` when the connection is not kept
-alive), then the body, framed. ``receive`` hands over the body read so far (reading
-from the client pauses while more than ``BODY_HIGH_WATER`` bytes wait), then
-``http.disconnect`` once the client has gone or the response is complete. ``send``
-waits while the connection's write buffer is past its high-water mark.
-
-The per-token path does not go through ``send``: the relay writes each piece of a
-stream with ``ClientConn.write_body`` (obs.sidecar.server.client), framed the same way.
+alive), then the body, framed. ``receive`` hands over the body read so far (reading from the
+client pauses while more than ``BODY_HIGH_WATER`` bytes wait), then ``http.disconnect`` once
+the client has gone or the response is complete. ``send`` waits while the connection's write
+buffer is past its high-water mark. The per-token path does not go through ``send``: the relay
+writes each piece of a stream with ``ClientConn.write_body`` (obs.sidecar.server.client).
 
 The head is written with the body's first piece when that piece comes before the event loop's
 next turn (a pool that sent its head and first bytes together), else on that turn: one
-write, and one wake-up of the client, instead of two. Nothing waits for the body.
+write, and one wake-up of the client, instead of two; with the whole body in hand (a short
+answer read at once), with its end. Nothing waits for a body still to come.
 
 A response that ``lingers`` (a stream the relay writes: it waits, after the last byte,
 until the client's side has acknowledged it) is not closed at its end, and its
@@ -266,11 +265,10 @@ class Exchange:
         asyncio.get_running_loop().call_soon(self._head_due)
 
     def head_with_end(self) -> None:
-        """The whole body is in hand and its end is written within the loop's next turn: the
-        head goes out with it, one write (not alone at that turn, then the body)."""
+        """The whole body is in hand, its end written soon: the head goes with it, one write."""
         self._head_with_end = True
 
-    def _head_due(self) -> None:
+    def _head_due(self) -> None:  # the loop's next turn after the head
         if not self._head_with_end:
             self.flush_head()
 
@@ -389,8 +387,7 @@ async def run_app(app: Callable[[Scope, Receive, Send], Awaitable[None]], ex: Ex
             ex.transport.close()
     finally:
         ex.settle()
-        # The request's ClientConn holds its exchange, whose scope holds it: unhooked, the
-        # request's objects go when their last reference does, not at the collector's next pass.
+        # Its ClientConn holds the exchange, whose scope holds it: unhooked, no cycle is left.
         if ext := ex.scope.get("extensions"):
             ext.pop(EXTENSION, None)
 
