@@ -252,11 +252,11 @@ class Response:
             conn.upstream._park(conn)
         else:
             self.close()
+            conn.resp = None  # a closed connection lets go of it too
         # The sink holds the request and its deadline, which hold this response, and a failure
         # raised from this response's futures holds the frames that awaited them: let go, they
         # are freed by their last reference instead of by the cycle collector.
         self.sink = None
-        conn.resp = None
         for done in (self.head, self._done):
             if done.done() and not done.cancelled() and (exc := done.exception()) is not None:
                 exc.__traceback__ = None
