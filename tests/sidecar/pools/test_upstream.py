@@ -74,10 +74,12 @@ def test_stream_reaches_the_sink_piece_by_piece_and_the_connection_is_reused(
 
     The engine core runs in slices in step with the sink: a tiny model can make a whole short
     answer within one socket read, which the sink gets as one piece (one piece per read:
-    tests/sidecar/pools/test_upstream_reads.py)."""
+    tests/sidecar/pools/test_upstream_reads.py). A 10 ms slice makes a few of the 200 tokens;
+    one that made none to read gives way to the next after 50 ms (at 2 ms and 0.5 s the
+    test took 68 s of the suite)."""
 
     async def go(up: Upstream) -> tuple[int, Pieces, tuple[int, int], bytes]:
-        with engine_core_throttled(vllm, run_s=0.002, quiet_s=0.5) as throttle:
+        with engine_core_throttled(vllm, run_s=0.01, quiet_s=0.05) as throttle:
             resp = await up.post(vllm.url, CHAT, _chat(stream=True, max_tokens=200), JSON, 5.0)
             sink = Pieces()
             sink.on_piece = throttle.read
