@@ -40,6 +40,8 @@ from typing import Any, TypeVar, cast
 
 from pydantic import TypeAdapter, ValidationError
 
+from obs.numerals import whole_number
+
 T = TypeVar("T")
 
 # Delta keys whose non-empty value is generated output (about one token each).
@@ -139,8 +141,8 @@ def _listed_tokens(choice: Mapping[str, Any]) -> int:
 def error_code(error: Any) -> int | None:
     """The HTTP status an error object names (``code``, an int or digits), or None."""
     code = error.get("code") if isinstance(error, dict) else None
-    if isinstance(code, str) and code.isascii() and code.isdigit():  # not '²'
-        code = int(code)
+    if isinstance(code, str):
+        code = whole_number(code)
     return code if isinstance(code, int) and not isinstance(code, bool) else None
 
 

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from hashlib import blake2b
 from typing import Any, Final
 
+from obs.numerals import whole_number
+
 # Engine-neutral setting names (label names of the info series, in this order).
 VERSION: Final = "version"
 BLOCK_SIZE: Final = "block_size"
@@ -153,9 +155,7 @@ class Served:
         object.__setattr__(self, "fingerprint", short_hash(text))
         settings = dict(self.settings)
         slots = settings.get("max_num_seqs") or settings.get(MAX_RUNNING) or ""
-        object.__setattr__(
-            self, "max_running", int(slots) if slots.isascii() and slots.isdigit() else None
-        )
+        object.__setattr__(self, "max_running", whole_number(slots))
 
     @classmethod
     def of(cls, engine: str, values: Mapping[str, object]) -> Served:

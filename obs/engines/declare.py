@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import yaml
 
 from obs.config_blocks import DeclaredEngine
+from obs.numerals import whole_number
 
 PREFIX_CACHING_FLAGS = {"--enable-prefix-caching": True, "--no-enable-prefix-caching": False}
 
@@ -28,8 +29,8 @@ def declared_flags(args: Sequence[str], max_model_len: int | None = None) -> Dec
             values["prefix_caching"] = PREFIX_CACHING_FLAGS[arg]
         elif flag in flags and flag != "--prefix-caching":
             value = inline or (args[i + 1] if i + 1 < len(args) else "")
-            if value.isascii() and value.isdigit():  # int() refuses '²'
-                values[flags[flag]] = int(value)
+            if (number := whole_number(value)) is not None:
+                values[flags[flag]] = number
     return DeclaredEngine.model_validate(values)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from obs import splits
 from obs.config import Config
 from obs.errors import ConfigError
+from obs.numerals import whole_number
 from obs.sidecar.server.limits import Limits
 
 _D = Limits()
@@ -243,7 +244,8 @@ SALT_FILE = "vllm-obs-split-salt"
 
 def address(value: str, flag: str) -> tuple[str, int]:
     """``HOST:PORT`` (or ``[V6]:PORT``) of a listener flag, checked."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+    host, sep, text = value.rpartition(":")
+    port = whole_number(text)
+    if not sep or not host or port is None or not 0 < port < 65536:
         raise ConfigError(f"{flag}: {value!r} is not HOST:PORT, e.g. 10.0.0.5:9464")
-    return host.strip("[]"), int(port)
+    return host.strip("[]"), port
