@@ -178,6 +178,12 @@ class RelayServer:
         self._exit_event: asyncio.Event | None = None
 
     @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop serving, once ``serve`` runs (None before); ``call_soon_threadsafe``
+        on it runs code between the server's callbacks (a test's look at its state)."""
+        return self._loop
+
+    @property
     def should_exit(self) -> bool:
         return self._exit
 

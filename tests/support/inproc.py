@@ -22,8 +22,10 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry
 
@@ -38,6 +40,7 @@ from tests.support.quick_ack import quick_ack_client
 
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
+T = TypeVar("T")
 
 
 def request_id() -> str:
@@ -117,6 +120,25 @@ class InProcessSidecar:
         if self._thread.is_alive():
             self._thread.join(STOP_TIMEOUT_S)
         assert not self._thread.is_alive(), "the in-process sidecar did not stop"
+
+    def on_loop(self, fn: Callable[[], T], turns: int = 2) -> T:
+        """``fn()`` run on the sidecar's event loop, ``turns`` loop turns from now (what the
+        callbacks under way leave done), while the loop runs nothing else; its result."""
+        loop = self._server.loop
+        assert loop is not None, "the in-process sidecar is not serving"
+        done: Future[T] = Future()
+
+        def step(left: int) -> None:
+            if left:
+                loop.call_soon(step, left - 1)
+                return
+            try:
+                done.set_result(fn())
+            except BaseException as err:  # handed to the test's thread
+                done.set_exception(err)
+
+        loop.call_soon_threadsafe(step, turns)
+        return done.result(timeout=10)
 
     def event(self, request_id: str) -> dict[str, Any]:
         """The one event of ``request_id``, as soon as its request has finished."""
