@@ -19,11 +19,11 @@ listens on; what only a real engine shows needs the ``engine`` tier.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -126,19 +126,13 @@ class InProcessSidecar:
         callbacks under way leave done), while the loop runs nothing else; its result."""
         loop = self._server.loop
         assert loop is not None, "the in-process sidecar is not serving"
-        done: Future[T] = Future()
 
-        def step(left: int) -> None:
-            if left:
-                loop.call_soon(step, left - 1)
-                return
-            try:
-                done.set_result(fn())
-            except BaseException as err:  # handed to the test's thread
-                done.set_exception(err)
+        async def later() -> T:
+            for _ in range(turns):
+                await asyncio.sleep(0)  # one turn of the loop
+            return fn()
 
-        loop.call_soon_threadsafe(step, turns)
-        return done.result(timeout=10)
+        return asyncio.run_coroutine_threadsafe(later(), loop).result(timeout=10)
 
     def event(self, request_id: str) -> dict[str, Any]:
         """The one event of ``request_id``, as soon as its request has finished."""
