@@ -58,6 +58,14 @@ def content_texts(content: Any) -> Iterator[str]:
                 yield part["text"]
 
 
+def sse_data(frame: bytes) -> bytes | None:
+    """The data of a frame that has other fields too (``event:``, ``id:``, comments): its
+    ``data`` lines joined by newlines, as an EventSource reads them; None without any."""
+    lines = [ln.rstrip(b"\r") for ln in frame.split(b"\n")]
+    data = [ln[5:].removeprefix(b" ") for ln in lines if ln.startswith(b"data:")]
+    return b"\n".join(data) if data else None
+
+
 def messages(body: Mapping[str, Any]) -> list[dict[str, Any]] | None:
     """The chat messages that are objects; None when the body has no ``messages`` list."""
     msgs = body.get("messages")
@@ -75,7 +83,10 @@ def prompt_strings(body: Mapping[str, Any]) -> list[str] | None:
 
 
 def prompt_text(body: Mapping[str, Any]) -> str:
-    """A chat request's messages as ``role: text`` lines, or a completion's prompt lines."""
+    """A chat request's messages as ``role: text`` lines, a completion's prompt lines, or a
+    Responses API request's ``instructions`` and ``input`` (a string, or its message items)."""
+    if "input" in body and "messages" not in body and "prompt" not in body:
+        return "\n".join(_response_input_lines(body))
     msgs = messages(body)
     if msgs is not None:
         lines = []
@@ -87,6 +98,20 @@ def prompt_text(body: Mapping[str, Any]) -> str:
     if isinstance(prompt, list) and not all(isinstance(p, str) for p in prompt):
         return ""  # token ids: no text
     return "\n".join(prompt_strings(body) or [])
+
+
+def _response_input_lines(body: Mapping[str, Any]) -> Iterator[str]:
+    instructions = body.get("instructions")
+    if isinstance(instructions, str):
+        yield f"system: {instructions}"
+    items = body.get("input")
+    if isinstance(items, str):
+        yield f"user: {items}"
+        return
+    for item in items if isinstance(items, list) else ():
+        if isinstance(item, dict) and "content" in item:  # a message (function calls: no text)
+            role = item.get("role") if isinstance(item.get("role"), str) else "?"
+            yield from (f"{role}: {t}" for t in content_texts(item["content"]))
 
 
 def prefix_text(body: Mapping[str, Any]) -> str | None:

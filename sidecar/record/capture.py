@@ -25,7 +25,7 @@ import structlog
 
 from obs.errors import ConfigError
 from obs.events import Event
-from obs.openai_api import content_texts, prompt_text
+from obs.openai_api import content_texts, prompt_text, sse_data
 from obs.sidecar import defaults as D
 
 log = structlog.get_logger("vllm_obs.capture")
@@ -145,16 +145,23 @@ def _choice_text(choice: Any, key: str) -> str:
 
 
 def stream_text(frames: list[bytes]) -> str:
-    """The output text of an SSE stream's frames (first choice's deltas, in order)."""
+    """The output text of an SSE stream's frames (first choice's deltas, in order; a
+    Responses API stream's ``response.output_text.delta`` events)."""
     out = []
     for frame in frames:
-        if not frame.startswith(b"data: {"):
+        payload = frame[6:] if frame.startswith(b"data: {") else sse_data(frame)
+        if payload is None:
             continue
         try:
-            obj = orjson.loads(frame[6:])
+            obj = orjson.loads(payload)
         except orjson.JSONDecodeError:
             continue
-        choices = obj.get("choices") if isinstance(obj, dict) else None
+        if not isinstance(obj, dict):
+            continue
+        if obj.get("type") == "response.output_text.delta" and isinstance(obj.get("delta"), str):
+            out.append(obj["delta"])
+            continue
+        choices = obj.get("choices")
         if isinstance(choices, list):
             out += [_choice_text(c, "delta") for c in choices if _index(c) == 0]
     return "".join(out)
@@ -166,6 +173,14 @@ def body_text(data: bytes) -> str | None:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError:
         return None
+    if isinstance(obj, dict) and obj.get("object") == "response":  # the Responses API
+        items = obj.get("output")
+        return "".join(
+            t
+            for item in (items if isinstance(items, list) else ())
+            if isinstance(item, dict) and item.get("type") == "message"
+            for t in content_texts(item.get("content"))
+        )
     choices = obj.get("choices") if isinstance(obj, dict) else None
     if not isinstance(choices, list) or not choices:
         return None

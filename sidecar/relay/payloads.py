@@ -15,15 +15,17 @@ from obs import conventions as c
 from obs.events import Event
 from obs.openai_api import BadField, Reading, event_text, prefix_text, read_request
 from obs.sidecar import outcomes as e
-from obs.sidecar.relay.sse import StreamState
+from obs.sidecar.relay.sse import StreamState, response_finish
 from obs.sidecar.types import Scope
 
 # Routes whose responses the relay understands (SSE / completion JSON).
 GENERATE_ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "text_completion"}
+# The Responses API: relayed as it is; its usage and end read as a completion's are.
+RESPONSES = "/v1/responses"
 # Other OpenAI-API routes vLLM serves: relayed as they are, with a basic event.
 PASSTHROUGH_ROUTES = {
     "/v1/embeddings": "embeddings",
-    "/v1/responses": "responses",
+    RESPONSES: "responses",
     "/tokenize": "tokenize",
     "/detokenize": "detokenize",
     "/v1/score": "score",
@@ -186,13 +188,21 @@ def error_message(data: bytes) -> str:
 
 
 def apply_usage_dict(ev: Event, usage: dict[str, Any] | None) -> None:
+    """The token counts of a usage object: a completion's (``prompt_tokens``, ...) or the
+    Responses API's (``input_tokens``, ``output_tokens``, ``input_tokens_details``)."""
     if not isinstance(usage, dict):
         return
-    ev.prompt_tokens = _count(usage.get("prompt_tokens"))
-    ev.completion_tokens = _count(usage.get("completion_tokens"))
-    details = usage.get("prompt_tokens_details")
+    responses = "prompt_tokens" not in usage and "input_tokens" in usage
+    prompt, completion, details_key = _RESPONSES_USAGE if responses else _COMPLETION_USAGE
+    ev.prompt_tokens = _count(usage.get(prompt))
+    ev.completion_tokens = _count(usage.get(completion))
+    details = usage.get(details_key)
     if isinstance(details, dict):
         ev.cached_tokens = _count(details.get("cached_tokens"))
+
+
+_COMPLETION_USAGE = ("prompt_tokens", "completion_tokens", "prompt_tokens_details")
+_RESPONSES_USAGE = ("input_tokens", "output_tokens", "input_tokens_details")
 
 
 def _count(v: object) -> int | None:
@@ -221,6 +231,7 @@ def apply_usage(ev: Event, state: StreamState) -> None:
 
 
 def read_completion(ev: Event, data: bytes) -> None:
+    """A whole answer's token counts and finish reason (a completion's or a response's)."""
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -230,6 +241,9 @@ def read_completion(ev: Event, data: bytes) -> None:
     apply_usage_dict(ev, obj.get("usage"))
     if ev.completion_tokens is not None:
         ev.tokens_source = c.TOKENS_FROM_USAGE
+    if obj.get("object") == "response":  # the Responses API's answer
+        ev.finish_reason = response_finish(obj)
+        return
     choices = obj.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         fr = choices[0].get("finish_reason")

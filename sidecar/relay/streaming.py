@@ -31,6 +31,7 @@ from obs.sidecar.pools.upstream import Response
 from obs.sidecar.relay.deadline import Deadline
 from obs.sidecar.relay.payloads import (
     GENERATE_ROUTES,
+    RESPONSES,
     apply_usage,
     error_message,
     read_completion,
@@ -334,7 +335,7 @@ async def relay_whole(
         req.capture_whole = data
     if resp.status >= 400:  # 503: vLLM's own admission (--max-num-queued-reqs/-tokens)
         req.settle(e.pool_status(resp.status, error_message(data)), None)
-    elif ev.route in GENERATE_ROUTES:
+    elif ev.route in GENERATE_ROUTES or ev.route == RESPONSES:
         read_completion(ev, data)
         if req.json_answer is not None:
             req.json_answer.feed_body(data)
