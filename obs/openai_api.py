@@ -83,13 +83,14 @@ def prompt_strings(body: Mapping[str, Any]) -> list[str] | None:
 
 
 def prompt_text(body: Mapping[str, Any]) -> str:
-    """A chat request's messages as ``role: text`` lines, a completion's prompt lines, or a
-    Responses API request's ``instructions`` and ``input`` (a string, or its message items)."""
+    """A chat request's messages as ``role: text`` lines (a Messages API request's ``system``
+    first), a completion's prompt lines, or a Responses API request's ``instructions`` and
+    ``input`` (a string, or its message items)."""
     if "input" in body and "messages" not in body and "prompt" not in body:
         return "\n".join(_response_input_lines(body))
     msgs = messages(body)
     if msgs is not None:
-        lines = []
+        lines = [f"system: {t}" for t in content_texts(body.get("system"))]  # Messages API
         for m in msgs:
             role = m.get("role") if isinstance(m.get("role"), str) else "?"
             lines += [f"{role}: {t}" for t in content_texts(m.get("content"))]

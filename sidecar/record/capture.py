@@ -146,7 +146,8 @@ def _choice_text(choice: Any, key: str) -> str:
 
 def stream_text(frames: list[bytes]) -> str:
     """The output text of an SSE stream's frames (first choice's deltas, in order; a
-    Responses API stream's ``response.output_text.delta`` events)."""
+    Responses API stream's ``response.output_text.delta`` events, a Messages API stream's
+    ``text_delta`` blocks)."""
     out = []
     for frame in frames:
         payload = frame[6:] if frame.startswith(b"data: {") else sse_data(frame)
@@ -158,8 +159,13 @@ def stream_text(frames: list[bytes]) -> str:
             continue
         if not isinstance(obj, dict):
             continue
-        if obj.get("type") == "response.output_text.delta" and isinstance(obj.get("delta"), str):
-            out.append(obj["delta"])
+        kind, delta = obj.get("type"), obj.get("delta")
+        if kind == "response.output_text.delta" and isinstance(delta, str):
+            out.append(delta)
+            continue
+        if kind == "content_block_delta" and isinstance(delta, dict):  # the Messages API
+            if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
+                out.append(delta["text"])
             continue
         choices = obj.get("choices")
         if isinstance(choices, list):
@@ -181,10 +187,20 @@ def body_text(data: bytes) -> str | None:
             if isinstance(item, dict) and item.get("type") == "message"
             for t in content_texts(item.get("content"))
         )
+    if isinstance(obj, dict) and obj.get("type") == "message":  # the Messages API
+        return "".join(content_texts([b for b in _list(obj.get("content")) if _is_text(b)]))
     choices = obj.get("choices") if isinstance(obj, dict) else None
     if not isinstance(choices, list) or not choices:
         return None
     return _choice_text(choices[0], "message")
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _is_text(block: Any) -> bool:
+    return isinstance(block, dict) and block.get("type") == "text"
 
 
 def _index(choice: Any) -> int:

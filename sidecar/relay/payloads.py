@@ -15,17 +15,25 @@ from obs import conventions as c
 from obs.events import Event
 from obs.openai_api import BadField, Reading, event_text, prefix_text, read_request
 from obs.sidecar import outcomes as e
-from obs.sidecar.relay.sse import StreamState, response_finish
+from obs.sidecar.relay.api_events import message_finish, response_finish
+from obs.sidecar.relay.sse import StreamState
 from obs.sidecar.types import Scope
 
 # Routes whose responses the relay understands (SSE / completion JSON).
 GENERATE_ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "text_completion"}
-# The Responses API: relayed as it is; its usage and end read as a completion's are.
+# The Responses API and Anthropic's Messages API: relayed as they are; their usage and end
+# read as a completion's are (``obs.sidecar.relay.api_events``).
 RESPONSES = "/v1/responses"
+MESSAGES = "/v1/messages"
+# The routes whose streams have a last frame ([DONE], or the APIs' last events): one cut
+# before it ends with an error frame. Another route's stream ends where its pool's ends.
+ENDED_STREAMS = frozenset({*GENERATE_ROUTES, RESPONSES, MESSAGES})
 # Other OpenAI-API routes vLLM serves: relayed as they are, with a basic event.
 PASSTHROUGH_ROUTES = {
     "/v1/embeddings": "embeddings",
     RESPONSES: "responses",
+    MESSAGES: "messages",
+    "/v1/messages/count_tokens": "count_tokens",
     "/tokenize": "tokenize",
     "/detokenize": "detokenize",
     "/v1/score": "score",
@@ -188,8 +196,9 @@ def error_message(data: bytes) -> str:
 
 
 def apply_usage_dict(ev: Event, usage: dict[str, Any] | None) -> None:
-    """The token counts of a usage object: a completion's (``prompt_tokens``, ...) or the
-    Responses API's (``input_tokens``, ``output_tokens``, ``input_tokens_details``)."""
+    """The token counts of a usage object: a completion's (``prompt_tokens``, ...), the
+    Responses API's (``input_tokens``, ``output_tokens``, ``input_tokens_details``) or the
+    Messages API's (``input_tokens``, ``output_tokens``, ``cache_read_input_tokens``)."""
     if not isinstance(usage, dict):
         return
     responses = "prompt_tokens" not in usage and "input_tokens" in usage
@@ -199,6 +208,8 @@ def apply_usage_dict(ev: Event, usage: dict[str, Any] | None) -> None:
     details = usage.get(details_key)
     if isinstance(details, dict):
         ev.cached_tokens = _count(details.get("cached_tokens"))
+    elif "cache_read_input_tokens" in usage:  # the Messages API's
+        ev.cached_tokens = _count(usage["cache_read_input_tokens"])
 
 
 _COMPLETION_USAGE = ("prompt_tokens", "completion_tokens", "prompt_tokens_details")
@@ -243,6 +254,9 @@ def read_completion(ev: Event, data: bytes) -> None:
         ev.tokens_source = c.TOKENS_FROM_USAGE
     if obj.get("object") == "response":  # the Responses API's answer
         ev.finish_reason = response_finish(obj)
+        return
+    if obj.get("type") == "message":  # the Messages API's
+        ev.finish_reason = message_finish(obj)
         return
     choices = obj.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):

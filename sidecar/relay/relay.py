@@ -44,8 +44,8 @@ from obs.sidecar.relay.bodies import (
 from obs.sidecar.relay.deadline import Deadline, first_token_timeout
 from obs.sidecar.relay.flow import LANE_GATE, FlowControl
 from obs.sidecar.relay.payloads import (
+    ENDED_STREAMS,
     GENERATE_ROUTES,
-    RESPONSES,
     dump_body,
     read_fields,
     request_headers,
@@ -211,7 +211,7 @@ class Relay:
             body["stream_options"] = usage_options(body)
             raw = dump_body(body)
             inject = ev.usage_injected = True
-        if self.capture is not None and (generate or ev.route == RESPONSES):
+        if self.capture is not None and ev.route in ENDED_STREAMS:  # the generating APIs
             req.capture_body = body if self.capture.prompt else None
             req.capture_frames = [] if self.capture.output else None
         await self._dispatch(req, Plan(lane, gate, cost, headers, raw, inject), receive, send)

@@ -2,7 +2,8 @@
 
 vLLM writes ``data: {json}\n\n`` frames (no ``event:``/``id:`` lines) and ends
 with ``data: [DONE]``; its Responses API (``/v1/responses``) writes ``event: TYPE`` before
-each ``data:`` line and ends with ``response.completed`` instead (``_response_event``).
+each ``data:`` line and ends with ``response.completed`` instead, and its Anthropic Messages
+API (``/v1/messages``) ends with ``message_stop`` (``obs.sidecar.relay.api_events``).
 The relay forwards frames byte for byte; it only needs to know how many generated tokens
 a frame carries (``obs.openai_api.choice_tokens``: every token frame, whatever its text),
 its finish reason and the usage.
@@ -32,6 +33,7 @@ from typing import Any
 import orjson
 
 from obs.openai_api import choice_tokens, sse_data
+from obs.sidecar.relay.api_events import api_event, is_api_event
 
 SEP = b"\n\n"
 
@@ -184,8 +186,8 @@ def classify_parsed(frame: bytes, state: StreamState) -> tuple[int, bool]:
         state.error = err if isinstance(err, dict) else {"message": str(err)}
         return 0, False
     kind = obj.get("type")
-    if type(kind) is str and (kind.startswith("response.") or kind == "error"):
-        return _response_event(obj, kind, state), False
+    if type(kind) is str and is_api_event(kind):  # the Responses or the Messages API
+        return api_event(obj, kind, state), False
     # A pool may send any JSON: only the expected types count, the rest is relayed untouched.
     choices = obj.get("choices")
     usage = obj.get("usage")
@@ -209,53 +211,6 @@ def classify_parsed(frame: bytes, state: StreamState) -> tuple[int, bool]:
         state.output_frames += 1
         state.tokens += tokens
     return tokens, False
-
-
-# The Responses API's events (``/v1/responses``, ``stream: true``): ``event: TYPE`` and
-# ``data: {"type": TYPE, ...}`` frames, no ``[DONE]``; the stream ends with one of these.
-RESPONSE_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
-
-
-def _response_event(obj: dict[str, Any], kind: str, state: StreamState) -> int:
-    """Update ``state`` from a Responses API event; returns the tokens it carries: a
-    non-empty ``*.delta`` (text, reasoning, a tool call's arguments) is one, as vLLM sends
-    one per generated token; the usage of the last event replaces that count."""
-    if kind.endswith(".delta"):
-        delta = obj.get("delta")
-        if type(delta) is str and delta:
-            state.output_frames += 1
-            state.tokens += 1
-            return 1
-        return 0
-    if kind == "error":  # the stream's error event: its code and message at the top level
-        state.error = {k: obj[k] for k in ("message", "code", "type") if k in obj}
-        return 0
-    if kind in RESPONSE_ENDS:
-        state.done = True
-        response = obj.get("response")
-        if type(response) is dict:
-            usage = response.get("usage")
-            if type(usage) is dict:
-                state.usage = usage
-            if state.finish_reason is None:
-                state.finish_reason = response_finish(response)
-    return 0
-
-
-def response_finish(response: dict[str, Any]) -> str | None:
-    """A Responses API answer's end as a completion's ``finish_reason``: ``stop`` when it
-    completed, ``length`` or ``content_filter`` when it stopped short for that; else None."""
-    status = response.get("status")
-    if status == "completed":
-        return "stop"
-    details = response.get("incomplete_details")
-    reason = details.get("reason") if type(details) is dict else None
-    if status == "incomplete" and reason in _INCOMPLETE_FINISH:
-        return _INCOMPLETE_FINISH[reason]
-    return None
-
-
-_INCOMPLETE_FINISH = {"max_output_tokens": "length", "content_filter": "content_filter"}
 
 
 def _finishes(frame: bytes) -> bool:

@@ -30,8 +30,7 @@ from obs.sidecar.outcomes import UpstreamError
 from obs.sidecar.pools.upstream import Response
 from obs.sidecar.relay.deadline import Deadline
 from obs.sidecar.relay.payloads import (
-    GENERATE_ROUTES,
-    RESPONSES,
+    ENDED_STREAMS,
     apply_usage,
     error_message,
     read_completion,
@@ -280,8 +279,8 @@ async def relay_stream(
         tail += stripper.flush()
     if splitter.pending and state.done:  # bytes after [DONE]: the pool's, relayed as they are
         tail.append(splitter.pending)
-    if not state.done and state.error is None:
-        err = e.UpstreamProtocol("the pool ended the stream without [DONE]")
+    if not state.done and state.error is None and ev.route in ENDED_STREAMS:
+        err = e.UpstreamProtocol("the pool ended the stream without its last frame ([DONE])")
         tail.append(stream_failed(req, state, err).sse_frame())
     elif state.error is not None:  # the pool's error frame: a 4xx code is the client's mistake
         req.settle(e.PoolErrorFrame(state.error), clock.current_phase(upstream_done=True))
@@ -335,7 +334,7 @@ async def relay_whole(
         req.capture_whole = data
     if resp.status >= 400:  # 503: vLLM's own admission (--max-num-queued-reqs/-tokens)
         req.settle(e.pool_status(resp.status, error_message(data)), None)
-    elif ev.route in GENERATE_ROUTES or ev.route == RESPONSES:
+    elif ev.route in ENDED_STREAMS:  # a completion, a response or a message
         read_completion(ev, data)
         if req.json_answer is not None:
             req.json_answer.feed_body(data)

@@ -63,3 +63,30 @@ def test_a_whole_responses_output_is_its_message_items_text() -> None:
     ev = Event(request_id="r")
     CAPTURE.fill(ev, None, None, orjson.dumps(answer))
     assert ev.output_text == "Hello"
+
+
+def test_a_messages_prompt_output_and_whole_answer() -> None:
+    """The Messages API: ``system`` then the messages; the output is the ``text_delta``
+    blocks of a stream, or a whole message's text blocks (thinking and tool use left out)."""
+    body = {"system": "be brief", "messages": [{"role": "user", "content": "hi"}]}
+    frames = [
+        _frame("message_start", message={}),
+        _frame("content_block_delta", delta={"type": "thinking_delta", "thinking": "x"}),
+        _frame("content_block_delta", delta={"type": "text_delta", "text": "Hel"}),
+        _frame("content_block_delta", delta={"type": "text_delta", "text": "lo"}),
+        _frame("message_stop"),
+    ]
+    ev = Event(request_id="r")
+    CAPTURE.fill(ev, body, frames, None)
+    assert (ev.prompt_text, ev.output_text) == ("system: be brief\nuser: hi", "Hello")
+    whole = {
+        "type": "message",
+        "content": [
+            {"type": "thinking", "thinking": "x"},
+            {"type": "text", "text": "Hello"},
+            {"type": "tool_use", "id": "t", "name": "f", "input": {}},
+        ],
+    }
+    ev = Event(request_id="r")
+    CAPTURE.fill(ev, None, None, orjson.dumps(whole))
+    assert ev.output_text == "Hello"

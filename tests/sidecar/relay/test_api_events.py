@@ -1,6 +1,6 @@
-"""The Responses API's streams (``/v1/responses``, ``stream: true``): ``event:`` lines, no
-``[DONE]``, usage in the last event. Frames written as vLLM 0.32 writes them
-(``vllm/entrypoints/openai/responses/api_router.py``: ``event: TYPE\\ndata: JSON\\n\\n``)."""
+"""The Responses API's and the Messages API's streams (``/v1/responses``, ``/v1/messages``):
+``event:`` lines, no ``[DONE]``, usage in the last events. Frames written as vLLM 0.32 writes
+them (``vllm/entrypoints/openai/responses/api_router.py``: ``event: TYPE\ndata: JSON\n\n``)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from hypothesis import strategies as st
 
 from obs.events import Event
 from obs.openai_api import sse_data
+from obs.sidecar.relay.api_events import message_finish, response_finish
 from obs.sidecar.relay.payloads import apply_usage, read_completion
 from obs.sidecar.relay.sse import (
     FrameSplitter,
     StreamState,
     classify,
     classify_parsed,
-    response_finish,
 )
 
 
@@ -137,3 +137,63 @@ def test_responses_stream_classifies_alike_however_it_is_read(cuts: list[int]) -
     frames = [f for r in reads for f in splitter.feed(r)]
     tokens = [classify(f, state)[0] for f in frames]
     assert frames == STREAM and sum(tokens) == 3 and state.done
+
+
+# Anthropic's Messages API (``/v1/messages``), as vLLM 0.32 streams it.
+MESSAGE = [
+    _event(
+        "message_start",
+        message={"type": "message", "usage": {"input_tokens": 29, "output_tokens": 0}},
+    ),
+    _event("content_block_start", content_block={"type": "text", "text": ""}, index=0),
+    _event("content_block_delta", delta={"type": "text_delta", "text": " --"}, index=0),
+    _event("content_block_delta", delta={"type": "thinking_delta", "thinking": "hm"}, index=0),
+    _event("content_block_delta", delta={"type": "text_delta", "text": ""}, index=0),
+    _event("content_block_stop", index=0),
+    _event(
+        "message_delta",
+        delta={"stop_reason": "max_tokens", "stop_sequence": None},
+        usage={"output_tokens": 5, "cache_read_input_tokens": 16},
+    ),
+    _event("message_stop"),
+]
+
+
+def test_a_messages_stream_ends_at_message_stop_with_both_usages() -> None:
+    """Text and thinking deltas are token frames; message_start's input count and
+    message_delta's output count and stop reason are the event's; message_stop ends it."""
+    state, tokens = _classified(MESSAGE)
+    assert tokens == [0, 0, 1, 1, 0, 0, 0, 0]
+    assert state.done and state.error is None
+    ev = Event(request_id="r", stream=True)
+    apply_usage(ev, state)
+    assert (ev.prompt_tokens, ev.completion_tokens, ev.cached_tokens) == (29, 5, 16)
+    assert ev.finish_reason == "length"
+    cut, _ = _classified(MESSAGE[:-1])
+    assert not cut.done
+
+
+def test_a_messages_error_event_is_the_pools_error() -> None:
+    """The Messages API's error event (``{"type": "error", "error": {...}}``)."""
+    state = StreamState()
+    classify(_event("error", error={"type": "overloaded_error", "message": "busy"}), state)
+    assert state.error == {"type": "overloaded_error", "message": "busy"} and not state.done
+
+
+def test_message_stop_reasons_are_finish_reasons() -> None:
+    """end_turn and stop_sequence: stop; max_tokens: length; tool_use: tool_calls."""
+    got = {r: message_finish({"stop_reason": r}) for r in ("end_turn", "stop_sequence")}
+    assert got == {"end_turn": "stop", "stop_sequence": "stop"}
+    assert message_finish({"stop_reason": "max_tokens"}) == "length"
+    assert message_finish({"stop_reason": "tool_use"}) == "tool_calls"
+    assert message_finish({"stop_reason": None}) is None
+
+
+def test_a_whole_message_gives_its_usage_and_finish() -> None:
+    """A non-streamed message: its usage (the cache read too) and stop reason."""
+    usage = {"input_tokens": 29, "output_tokens": 5, "cache_read_input_tokens": 8}
+    body = {"type": "message", "stop_reason": "end_turn", "usage": usage, "content": []}
+    ev = Event(request_id="r")
+    read_completion(ev, orjson.dumps(body))
+    assert (ev.prompt_tokens, ev.completion_tokens, ev.cached_tokens) == (29, 5, 8)
+    assert ev.finish_reason == "stop"
