@@ -11,6 +11,7 @@ a slot (bench/engine_queue_share.py drives the same load and prints each miss's 
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,6 @@ import pytest
 
 from bench.engine_queue_share import (
     STREAMS,
-    cause_shares,
     lanes_config,
     saturate,
     ttft_misses,
@@ -71,26 +71,31 @@ def saturated(
 
 
 def test_saturated_pool_misses_are_the_engine_queue_without_spans(saturated: Saturated) -> None:
-    """No engine span, every slot taken: the wait is inferred from the pool's state at dispatch
-    and at least 70% of the TTFT misses are the engine's queue, at most 10% other; `query
-    budget` names the same top cause.
+    """No engine span, every slot taken: the wait is inferred from the pool's state at dispatch.
+    Of the TTFT misses of requests that waited for a slot, at least 70% are the engine's queue
+    and at most 10% other; `query budget` names the engine's queue as the top cause.
 
-    A starved machine (the suite's other work) makes requests slow that found a slot free,
-    and the sidecar's own hand-over of a first token slow: the rule rightly leaves those as
-    `other` (no span, no claim), and such a run is run once more. A request that waited for a
-    slot and whose queue or prefill is charged to `other` is the rule's fault: it fails at
-    once."""
+    A starved machine (the suite's other work) makes slow the requests that found a slot free
+    (their prefill, 0.4 s instead of 0.05 on this CPU engine when the suite runs beside it):
+    the rule leaves those as `other` unless the pool filled while they were in flight
+    (``obs.engine_queue.busy_cause``), and they are not what this test judges (15-39% of all
+    misses in single runs here, 21% in both runs of one suite). The sidecar's own hand-over of
+    a queued request's first token, slow under such a stall, is `other` too: a run past 10% is
+    run once more. A request that waited for a slot and whose queue or prefill is charged to
+    `other` is the rule's fault: it fails at once."""
     sc = saturated.plain
     for _ in range(2):
         events = saturate(sc)
-        misses, share = ttft_misses(events), cause_shares(events)
-        print(f"ttft misses {len(misses)}/{len(events)}; causes {share}")
-        others = [e for e in misses if e["miss_cause"] == "other"]
-        wrong = [e for e in others if e["miss_phase"] in ("queue", "prefill") and queued(_View(e))]
+        misses = ttft_misses(events)
+        waited = [e for e in misses if queued(_View(e))]
+        share = shares(waited)
+        print(f"ttft misses {len(misses)}/{len(events)}, {len(waited)} waited; causes {share}")
+        others = [e for e in waited if e["miss_cause"] == "other"]
+        wrong = [e for e in others if e["miss_phase"] in ("queue", "prefill")]
         assert not wrong, wrong
         if share.get("other", 0.0) <= 0.10:
             break
-    assert len(misses) >= STREAMS, share
+    assert len(waited) >= STREAMS, share
     assert share.get("other", 0.0) <= 0.10, share
     assert share.get("engine_queue", 0.0) >= 0.70, share
     inferred = [e for e in events if e["engine_view"] == "inferred"]
@@ -99,6 +104,12 @@ def test_saturated_pool_misses_are_the_engine_queue_without_spans(saturated: Sat
     spent = query_budget(sc.events_path or Path())
     top = spent[("chat", "ttft")]["by_cause"][0]
     assert top["cause"] == "engine_queue", spent[("chat", "ttft")]["by_cause"]
+
+
+def shares(misses: list[dict[str, Any]]) -> dict[str, float]:
+    """The share of ``misses`` charged to each cause."""
+    causes = Counter(e["miss_cause"] for e in misses)
+    return {c: n / len(misses) for c, n in causes.most_common()} if misses else {}
 
 
 class _View:
