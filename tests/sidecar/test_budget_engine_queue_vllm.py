@@ -85,7 +85,7 @@ def test_saturated_pool_misses_are_the_engine_queue_without_spans(saturated: Sat
     `other` is the rule's fault: it fails at once."""
     sc = saturated.plain
     for _ in range(2):
-        events = saturate(sc)
+        events = _saturate(sc)
         misses = ttft_misses(events)
         waited = [e for e in misses if queued(_View(e))]
         share = shares(waited)
@@ -104,6 +104,16 @@ def test_saturated_pool_misses_are_the_engine_queue_without_spans(saturated: Sat
     spent = query_budget(sc.events_path or Path())
     top = spent[("chat", "ttft")]["by_cause"][0]
     assert top["cause"] == "engine_queue", spent[("chat", "ttft")]["by_cause"]
+
+
+def _saturate(sc: SidecarProcess) -> list[dict[str, Any]]:
+    """The saturating load's events; run once more when a client request failed (on a starved
+    machine the engine once accepted no connection within the sidecar's 2 s: a 503)."""
+    try:
+        return saturate(sc)
+    except RuntimeError as err:
+        print(f"the load is run again: {err}")
+        return saturate(sc)
 
 
 def shares(misses: list[dict[str, Any]]) -> dict[str, float]:
@@ -125,7 +135,7 @@ def test_inferred_wait_against_the_engines_spans(saturated: Saturated) -> None:
     average it holds at least the span's wait (the figures are printed; docs/query.md quotes
     them)."""
     sc = saturated.traced
-    events = saturate(sc)
+    events = _saturate(sc)
     joined = [e for e in events if e["engine_view"] == "joined"]
     assert len(joined) >= 0.9 * len(events), [e["engine_view"] for e in events]
     good = [e["prefill_ms"] for e in joined if not e["miss_slo"]]
