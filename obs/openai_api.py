@@ -66,6 +66,12 @@ def sse_data(frame: bytes) -> bytes | None:
     return b"\n".join(data) if data else None
 
 
+def frame_data(frame: bytes) -> bytes | None:
+    """An SSE frame's data: after ``data: `` in the common frame (one data line, trailing
+    blank line kept: JSON reads it as whitespace), else ``sse_data``'s."""
+    return frame[6:] if frame.startswith(b"data: ") else sse_data(frame)
+
+
 def messages(body: Mapping[str, Any]) -> list[dict[str, Any]] | None:
     """The chat messages that are objects; None when the body has no ``messages`` list."""
     msgs = body.get("messages")

@@ -25,7 +25,7 @@ import structlog
 
 from obs.errors import ConfigError
 from obs.events import Event
-from obs.openai_api import content_texts, prompt_text, sse_data
+from obs.openai_api import content_texts, frame_data, prompt_text
 from obs.sidecar import defaults as D
 
 log = structlog.get_logger("vllm_obs.capture")
@@ -150,7 +150,7 @@ def stream_text(frames: list[bytes]) -> str:
     ``text_delta`` blocks)."""
     out = []
     for frame in frames:
-        payload = frame[6:] if frame.startswith(b"data: {") else sse_data(frame)
+        payload = frame_data(frame)
         if payload is None:
             continue
         try:

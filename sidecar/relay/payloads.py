@@ -242,7 +242,8 @@ def apply_usage(ev: Event, state: StreamState) -> None:
 
 
 def read_completion(ev: Event, data: bytes) -> None:
-    """A whole answer's token counts and finish reason (a completion's or a response's)."""
+    """A whole answer's token counts and finish reason (a completion's, a response's or a
+    message's)."""
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError:

@@ -1,6 +1,6 @@
 """Server-sent events from a vLLM pool: framing, classification and the usage rewrite.
 
-vLLM writes ``data: {json}\n\n`` frames (no ``event:``/``id:`` lines) and ends
+vLLM writes ``data: {json}\\n\\n`` frames (no ``event:``/``id:`` lines) and ends
 with ``data: [DONE]``; its Responses API (``/v1/responses``) writes ``event: TYPE`` before
 each ``data:`` line and ends with ``response.completed`` instead, and its Anthropic Messages
 API (``/v1/messages``) ends with ``message_stop`` (``obs.sidecar.relay.api_events``).
@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from obs.openai_api import choice_tokens, sse_data
+from obs.openai_api import choice_tokens, frame_data
 from obs.sidecar.relay.api_events import api_event, is_api_event
 
 SEP = b"\n\n"
@@ -164,7 +164,7 @@ def _has_text(frame: bytes, i: int) -> bool:
 
 def classify_parsed(frame: bytes, state: StreamState) -> tuple[int, bool]:
     """``classify`` by a full JSON parse: any frame shape (the fast path's reference)."""
-    payload = frame[6:] if frame.startswith(b"data: ") else sse_data(frame)
+    payload = frame_data(frame)
     if payload is None:
         return 0, False
     if payload.startswith(b"[DONE]") and payload.rstrip() == b"[DONE]":
