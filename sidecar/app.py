@@ -58,6 +58,7 @@ from obs.sidecar.relay.flow import FlowControl
 from obs.sidecar.relay.models_route import cached_union, models_cache
 from obs.sidecar.relay.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES, request_headers
 from obs.sidecar.relay.relay import SHUTDOWN_FLUSH_S, Relay
+from obs.sidecar.relay.stored import is_stored
 from obs.sidecar.relay.traces import TraceReceiver, refusal_counter
 from obs.sidecar.server.answer import Answer, error_answer
 from obs.sidecar.server.health_listener import HealthListener
@@ -232,7 +233,7 @@ class SidecarApp:
             self.refusals.write_due()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] in self.routes:
+        if scope["type"] == "http" and (scope["path"] in self.routes or is_stored(scope["path"])):
             await self.relay(scope, receive, send)
         elif scope["type"] == "http" and scope["path"] == "/v1/traces":
             await self.traces(scope, receive, send)

@@ -121,6 +121,8 @@ class SessionEngines:
             server.stop()
 
 
+# vLLM keeps the Responses API's stored responses only with this (off by default).
+RESPONSES_STORE = {"VLLM_ENABLE_RESPONSES_API_STORE": "1"}
 # The fixture each session engine is asked for by (directly or through another fixture).
 _ENGINE_FIXTURES = {
     "vllm": "vllm",
@@ -154,13 +156,15 @@ def session_engines(
 
     quick_spans = {"OTEL_BSP_SCHEDULE_DELAY": "200"}  # vLLM batches spans for 5 s by default
     servers = {
-        # The main one: tiny model, tracing to the receiver.
-        "vllm": server("vllm", otlp_traces_endpoint=otlp_receiver.url),
+        # The main one: tiny model, tracing to the receiver; it and vllm_b keep the Responses
+        # API's responses (tests/sidecar/test_stored_responses_vllm.py).
+        "vllm": server("vllm", otlp_traces_endpoint=otlp_receiver.url, env=RESPONSES_STORE),
         # vLLM's own admission limit: 64 MiB of KV cache, at most 3 unfinished requests.
         "vllm_b": server(
             "vllm-b",
             kv_cache_bytes=64 << 20,
             extra_args=("--max-num-queued-reqs", str(VLLM_B_QUEUE_CAP)),
+            env=RESPONSES_STORE,
         ),
         # The traced one: a 4 MiB KV cache (4096 tokens), spans to the engine-view sidecars'
         # port within 0.2 s.

@@ -360,13 +360,15 @@ class Upstream:
         return resp
 
     def send(
-        self, conn: _Conn, base_url: str, path: str, body: bytes, headers: dict[str, str]
-    ) -> Response:
-        """Write one POST on ``conn`` (from ``idle`` or ``connect``); its head is awaited with
-        ``Response.wait_head``."""
+        self, conn: _Conn, base_url: str, path: str, body: bytes, headers: dict[str, str],
+        method: str = "POST",
+    ) -> Response:  # fmt: skip
+        """Write one request (a POST, or a ``method`` one) on ``conn`` (from ``idle`` or
+        ``connect``); its head is awaited with ``Response.wait_head``."""
         _, _, _, prefix, host = self._target(base_url)
         resp = conn.resp = Response(conn, asyncio.get_running_loop())
-        head = [b"POST ", (prefix + path).encode("latin-1"), b" HTTP/1.1\r\nhost: ", host]
+        verb = b"POST " if method == "POST" else method.encode("ascii") + b" "
+        head = [verb, (prefix + path).encode("latin-1"), b" HTTP/1.1\r\nhost: ", host]
         for k, v in headers.items():
             head += (b"\r\n", k.encode("latin-1"), b": ", v.encode("latin-1"))
         head += (b"\r\ncontent-length: %d\r\n\r\n" % len(body), body)

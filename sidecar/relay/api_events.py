@@ -83,6 +83,11 @@ def api_event(obj: dict[str, Any], kind: str, state: StreamState) -> int:
 def _response_event(obj: dict[str, Any], kind: str, state: StreamState) -> int:
     if kind.endswith(".delta"):
         return _token(state) if _text(obj, "delta") else 0
+    if kind == "response.created":  # its first event names it (where it is stored)
+        response = obj.get("response")
+        rid = response.get("id") if type(response) is dict else None
+        state.response_id = rid if type(rid) is str else None
+        return 0
     if kind in RESPONSE_ENDS:
         state.done = True
         response = obj.get("response")

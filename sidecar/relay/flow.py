@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from obs.config import Config
 from obs.exporters.flow import FlowCollector
 from obs.sidecar.outcomes import Rejected
+from obs.sidecar.policy.admission import Ticket
 from obs.sidecar.policy.pool_gate import Hold, PoolGate
 from obs.sidecar.policy.rate_limit import TOKENS
 from obs.sidecar.pools.pools import PoolSet
@@ -27,6 +28,19 @@ from obs.sidecar.relay.request import Plan, Request
 
 RATE_LIMIT_GATE = "rate_limit"
 LANE_GATE = "lane"
+
+
+async def admit_lane(req: Request, plan: Plan, ticket: Ticket) -> bool:
+    """The lane's gate (False: the client left while queued); the event names it when it
+    queued or refused the request."""
+    try:
+        admitted = await plan.gate.admit(ticket)
+    except Rejected:
+        req.event.admission_gate = LANE_GATE
+        raise
+    if ticket.queued_at:
+        req.event.admission_gate = LANE_GATE
+    return admitted
 
 
 class FlowControl:

@@ -241,25 +241,27 @@ def apply_usage(ev: Event, state: StreamState) -> None:
     ev.finish_reason = state.finish_reason
 
 
-def read_completion(ev: Event, data: bytes) -> None:
+def read_completion(ev: Event, data: bytes) -> str | None:
     """A whole answer's token counts and finish reason (a completion's, a response's or a
-    message's)."""
+    message's); returns a response's id (where it is stored: ``obs.sidecar.relay.stored``)."""
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError:
-        return
+        return None
     if not isinstance(obj, dict):
-        return
+        return None
     apply_usage_dict(ev, obj.get("usage"))
     if ev.completion_tokens is not None:
         ev.tokens_source = c.TOKENS_FROM_USAGE
     if obj.get("object") == "response":  # the Responses API's answer
         ev.finish_reason = response_finish(obj)
-        return
+        rid = obj.get("id")
+        return rid if isinstance(rid, str) else None
     if obj.get("type") == "message":  # the Messages API's
         ev.finish_reason = message_finish(obj)
-        return
+        return None
     choices = obj.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         fr = choices[0].get("finish_reason")
         ev.finish_reason = fr if isinstance(fr, str) else None
+    return None

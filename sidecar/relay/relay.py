@@ -26,15 +26,17 @@ from obs.config import Lane
 from obs.lanes import Classifier
 from obs.record import Finished
 from obs.sidecar import outcomes as e
-from obs.sidecar.outcomes import ConnectFailed, FallBack, Rejected, UpstreamError
+from obs.sidecar.outcomes import ConnectFailed, FallBack, UpstreamError
 from obs.sidecar.policy import traffic
 from obs.sidecar.policy.admission import LaneGate, Ticket
 from obs.sidecar.policy.auth import Tenants
 from obs.sidecar.policy.recognition import Recognizer
+from obs.sidecar.pools.homes import ResponseHomes
 from obs.sidecar.pools.pools import PoolSet, Replica
 from obs.sidecar.pools.upstream import Response, Upstream
 from obs.sidecar.record.capture import TextCapture
 from obs.sidecar.record.recorder import Recorder, Start
+from obs.sidecar.relay import stored
 from obs.sidecar.relay.bodies import (
     MAX_JSON_ELEMENTS,
     MAX_MODEL_CHARS,
@@ -42,7 +44,7 @@ from obs.sidecar.relay.bodies import (
     read_body,
 )
 from obs.sidecar.relay.deadline import Deadline, first_token_timeout
-from obs.sidecar.relay.flow import LANE_GATE, FlowControl
+from obs.sidecar.relay.flow import FlowControl, admit_lane
 from obs.sidecar.relay.payloads import (
     ENDED_STREAMS,
     GENERATE_ROUTES,
@@ -94,6 +96,7 @@ class Relay:
         flow: FlowControl | None = None,
         worker: tuple[int, int] | None = None,
         routes: frozenset[str] = frozenset(),
+        homes: ResponseHomes | None = None,
     ) -> None:
         self.classifier, self.split_salt = classifier, split_salt  # salt: obs.splits
         self.recognizer = recognizer or Recognizer(classifier.config.recognition)
@@ -109,6 +112,7 @@ class Relay:
         self.flow = flow  # rate limits and saturated pools (obs.sidecar.relay.flow)
         self.worker = worker  # (index, count) under --workers: our span ids name us
         self.routes = routes  # the paths the app sends here (the relayed routes)
+        self.homes = homes or ResponseHomes()  # stored responses' replicas (relay.stored)
         self._running: set[asyncio.Task[Any]] = set()  # handlers, for shutdown to wait on
         self._event_time = EventTime()
         self.needs_prompt_tokens = (
@@ -119,7 +123,11 @@ class Relay:
         self.recognizer.needs_shape = self.needs_prompt_tokens or classifier.needs_shape
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        req = Request(scope["path"], received_ns(scope))
+        path, query = scope["path"], scope.get("query_string")
+        route = path if path in self.routes else stored.route_of(path) or path
+        req = Request(route, received_ns(scope))
+        if query or route is not path:  # the pool reads the path and query the client sent
+            req.target = f"{path}?{query.decode('latin-1')}" if query else path
         req.conn = client_conn(scope)
         task = asyncio.current_task()
         if task is not None:
@@ -162,18 +170,18 @@ class Relay:
     async def _handle(self, req: Request, scope: Scope, receive: Receive, send: Send) -> None:
         ev = req.event
         headers = request_headers(scope)
-        ev.request_id = headers.get("x-request-id") or f"{random.getrandbits(64):016x}"  # vLLM's
-        if len(ev.request_id) > 128:
-            ev.request_id = ev.request_id[:128]
+        rid = headers.get("x-request-id") or f"{random.getrandbits(64):016x}"  # as vLLM's
+        ev.request_id = rid[:128]
         req.ids = new_ids(headers.get("traceparent"), self.worker)
         ev.trace_id, ev.span_id = req.ids.trace_id_hex, req.ids.span_id_hex
         ev.tenant = self.tenants.resolve(headers)
         req.share_key = self.tenants.share_key(ev.tenant, scope.get("client"))
         if req.conn is None:  # one hot path: the client connection of the sidecar's own server
             raise e.Internal(RuntimeError(NO_CONNECTION))
-        if scope["method"] != "POST":
+        method = req.method = stored.method_of(ev.route)  # POST, or GET: a stored response
+        if scope["method"] != method:
             raise e.MethodNotAllowed(
-                f"{scope['method']} is not allowed on {scope['path']}; use POST"
+                f"{scope['method']} is not allowed on {scope['path']}; use {method}"
             )
         try:
             raw = await read_body(receive, self.max_body_bytes)
@@ -200,6 +208,7 @@ class Relay:
         lane, ev.class_source = cl.decide(attrs)
         ev.lane = lane.name
         traffic.place(ev, lane, headers, scope, attrs, self.split_salt)  # pool (arm), priority
+        req.stored = stored.plan(ev, scope, body, self.homes)  # the Responses API's state
         ev.model = ev.model or self.pools.default_model(ev.pool or lane.pool)  # as the engine
         pools = (ev.pool, lane.fallback) if lane.fallback else (ev.pool,)
         req.placed = Start(ev, req.ids, pools)  # the record begins as it is sent (_sent)
@@ -230,7 +239,7 @@ class Relay:
         try:
             if self.flow is not None:
                 await self.flow.charge(req, plan, self.tenants.key_hash(plan.headers))
-            admitted = await self._admit_lane(req, plan, ticket)
+            admitted = await admit_lane(req, plan, ticket)
             if admitted:  # else the client left while queued
                 req.admitted = True
                 self.recognizer.prefixes.remember(req.prefix_key)  # refused ones never
@@ -240,20 +249,12 @@ class Relay:
             req.release()
             conn.on_disconnect(None)
 
-    async def _admit_lane(self, req: Request, plan: Plan, ticket: Ticket) -> bool:
-        """The lane's gate; the event names it when it queued or refused the request."""
-        try:
-            admitted = await plan.gate.admit(ticket)
-        except Rejected:
-            req.event.admission_gate = LANE_GATE
-            raise
-        if ticket.queued_at:
-            req.event.admission_gate = LANE_GATE
-        return admitted
-
     async def _route(self, req: Request, plan: Plan, send: Send) -> None:
         """To the request's pool, then, if it refused, failed or timed out before the first
         byte, to the lane's fallback pool (obs.sidecar.policy.traffic)."""
+        if req.stored is not None and req.stored.lookup:  # every replica is tried already
+            await self._route_pool(req, plan, send, req.event.pool or plan.lane.pool, False)
+            return
         await traffic.with_fallback(req, plan.lane, partial(self._route_pool, req, plan, send))
 
     async def _route_pool(
@@ -269,11 +270,12 @@ class Relay:
         if lane.routing == "prefix_affinity":
             req.annotate()
             affinity = ev.prefix_fingerprint
-        candidates = self.pools.candidates(pool, affinity)[:2]
+        kept = req.stored
+        candidates = stored.candidates(kept, self.pools, pool, affinity)  # up to two, or all
         for attempt, replica in enumerate(candidates):
             if req.disconnected:
                 return
-            ev.replica = replica.url
+            ev.replica, ev.pool = replica.url, replica.pool
             ev.settings_fingerprint = replica.served.fingerprint if replica.served else None
             replica.stamp_dispatch(ev)
             req.clock.dispatched = time.perf_counter_ns()
@@ -288,11 +290,12 @@ class Relay:
                     continue
                 try:
                     self.pools.mark_ok(replica)
-                    if resp.status == 503 and attempt + 1 < len(candidates):
-                        # vLLM sheds load with 503 (--max-num-queued-reqs): try the other one.
+                    if stored.next_replica(kept, resp.status) and attempt + 1 < len(candidates):
+                        # vLLM sheds load with 503 (--max-num-queued-reqs): try the other one;
+                        # a stored response not on this replica (404): the next one.
                         resp.release()
                         req.clock.dispatched = 0
-                        log.info("upstream_busy_failover", replica=replica.url)
+                        log.info("upstream_failover", replica=replica.url, status=resp.status)
                         continue
                     if may_fall_back and traffic.refused(resp.status):
                         resp.release()  # nothing of it reached the client: to the fallback
@@ -303,6 +306,7 @@ class Relay:
                         await respond(req, resp, plan.inject, send, slow, deadline)
                     finally:
                         resp.release()
+                    stored.learn(kept, resp.status, req.answer_id, replica, self.homes)
                 finally:
                     deadline.cancel()
                 if req.clock.first_up:  # a cold start ends at the replica's first token
@@ -326,7 +330,9 @@ class Relay:
                     conn = await up.connect(replica.url, t.connect_s)
             except TimeoutError as err:
                 raise first_token_timeout(t.first_token_s) from err
-        resp = up.send(conn, replica.url, req.event.route, plan.raw, headers)
+        resp = up.send(
+            conn, replica.url, req.target, plan.raw, headers, stored.method_of(req.event.route)
+        )
         slow = lane.admission.slow_client
         deadline = Deadline(
             resp, req.clock.dispatched, t.first_token_s, t.idle_s, slow.max_blocked_s, req.conn

@@ -18,6 +18,7 @@ from obs.sidecar.pools.upstream import Response
 from obs.sidecar.record.recorder import Start
 from obs.sidecar.relay.json_answers import JsonAnswer
 from obs.sidecar.relay.payloads import GENERATE_ROUTES, PASSTHROUGH_ROUTES, fingerprint
+from obs.sidecar.relay.stored import STORED_ROUTES, Stored
 from obs.sidecar.server.client import ClientConn
 from obs.tracecontext import TraceIds
 
@@ -62,6 +63,7 @@ class Request:
 
     __slots__ = (
         "admitted",
+        "answer_id",
         "capture_body",
         "capture_frames",
         "capture_whole",
@@ -78,6 +80,7 @@ class Request:
         "ids",
         "itl",
         "json_answer",
+        "method",
         "operation",
         "outcome",
         "pending_body",
@@ -89,6 +92,8 @@ class Request:
         "response",
         "share_key",
         "started",
+        "stored",
+        "target",
         "ticket",
         "wall_ns",
     )
@@ -102,9 +107,16 @@ class Request:
         self.clock = Clock(received=received)
         self.wall_ns = time.time_ns() - (now - received)
         self.event = Event(route=route)
+        self.method, self.target = "POST", route  # as sent to the pool (target: path?query)
+        self.stored: Stored | None = None  # a request that names a stored response, or makes one
+        self.answer_id: str | None = None  # the id of the answer: a response's, to remember
         self.ids: TraceIds | None = None
         self.itl: list[int] = []  # the first MAX_GAPS inter-token gaps
-        self.operation = GENERATE_ROUTES.get(route) or PASSTHROUGH_ROUTES.get(route, "http")
+        self.operation = (
+            GENERATE_ROUTES.get(route)
+            or PASSTHROUGH_ROUTES.get(route)
+            or STORED_ROUTES.get(route, "http")
+        )
         self.response: Response | None = None
         self.json_answer: JsonAnswer | None = None  # set when the request asks for JSON
         self.pending_body: dict[str, Any] | None = None  # a generate body, until ``annotate``

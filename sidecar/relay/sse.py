@@ -85,6 +85,7 @@ class StreamState:
     done: bool = False
     fingerprint: str | None = None
     malformed: int = 0
+    response_id: str | None = None  # a Responses API stream's response (relay.stored)
     spaced: bool = False  # the pool spaces its JSON: the byte search is not tried again
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -252,6 +252,7 @@ async def relay_stream(
     finally:
         sink.stop_waiting()
     clock.last_up = sink.last_out
+    req.answer_id = state.response_id
     req.first_read_chunks = sink.first_read
     ev.burst_chunks = sink.burst or None
     sink.resumed()  # a wait on the client still on when the stream ended counts as blocked
@@ -335,7 +336,7 @@ async def relay_whole(
     if resp.status >= 400:  # 503: vLLM's own admission (--max-num-queued-reqs/-tokens)
         req.settle(e.pool_status(resp.status, error_message(data)), None)
     elif ev.route in ENDED_STREAMS:  # a completion, a response or a message
-        read_completion(ev, data)
+        req.answer_id = read_completion(ev, data)
         if req.json_answer is not None:
             req.json_answer.feed_body(data)
             ev.json_valid = req.json_answer.verdict()

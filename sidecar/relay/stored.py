@@ -1,0 +1,135 @@
+"""The Responses API's stored responses through the relay: each request that names one goes
+to the replica that holds it.
+
+vLLM keeps a stored response on the replica that created it (``obs.sidecar.pools.homes``).
+Three requests name one:
+
+- ``POST /v1/responses`` with ``previous_response_id``: the next turn of a conversation
+  whose state the replica holds. Sent to that replica (its pool, whatever the lane would
+  choose: the state is nowhere else); a replica this sidecar does not know it on is chosen
+  as for any response (its pool answers 404 if it does not hold it).
+- ``GET /v1/responses/{id}`` (``?stream=true&starting_after=N`` replays a background
+  response's events) and ``POST /v1/responses/{id}/cancel``: sent to its replica; when this
+  sidecar did not see it created, each replica of every pool in turn until one answers
+  other than 404 (the last one's 404 is the client's).
+
+A response's replica is learned from its answer: the id of a 2xx whole answer, or of a
+stream's first event (``response.created``), unless the request said ``store: false``.
+The event of a retrieval or a cancellation names its route with the id left out
+(``STORED_ROUTE``, ``CANCEL_ROUTE``): one label for all of them, whatever the ids.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+from urllib.parse import parse_qs
+
+from obs.events import Event
+from obs.sidecar.pools.homes import ResponseHomes
+from obs.sidecar.pools.pools import PoolSet, Replica
+from obs.sidecar.types import Scope
+
+RESPONSES: Final = "/v1/responses"
+STORED_ROUTE: Final = "/v1/responses/{response_id}"
+CANCEL_ROUTE: Final = "/v1/responses/{response_id}/cancel"
+STORED_ROUTES: Final = {STORED_ROUTE: "retrieve_response", CANCEL_ROUTE: "cancel_response"}
+# vLLM's ids are ``resp_`` and hex; OpenAI's ``resp_`` and base62. Any other path under
+# /v1/responses/ is not relayed (the sidecar's own 404), so no path the pool would read
+# otherwise (``..``, encoded slashes) reaches it.
+_ID: Final = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}"
+_PATH: Final = re.compile(rf"/v1/responses/({_ID})(/cancel)?")
+
+
+def is_stored(path: str) -> bool:
+    """The path names a stored response (the app relays it)."""
+    return path.startswith("/v1/responses/") and _PATH.fullmatch(path) is not None
+
+
+def route_of(path: str) -> str | None:
+    """The route template of a path that names a stored response, else None."""
+    m = _PATH.fullmatch(path)
+    if m is None:
+        return None
+    return CANCEL_ROUTE if m.group(2) else STORED_ROUTE
+
+
+def method_of(route: str) -> str:
+    """The method a relayed route is served for: GET for a retrieval, else POST."""
+    return "GET" if route == STORED_ROUTE else "POST"
+
+
+def streams(query: bytes) -> bool:
+    """A retrieval asks for the response's events as a stream (``?stream=true``)."""
+    if not query:
+        return False
+    values = parse_qs(query.decode("latin-1")).get("stream", ())
+    return any(v.lower() == "true" for v in values)
+
+
+class Stored:
+    """What the relay knows of the stored response a request names, and learns of its own."""
+
+    __slots__ = ("home", "lookup", "store")
+
+    def __init__(self, home: Replica | None, lookup: bool, store: bool) -> None:
+        self.home = home  # the replica holding the response it names (None: not known here)
+        self.lookup = lookup  # look for it on each replica (a retrieval or cancellation)
+        self.store = store  # its own answer may be stored: learn where (POST /v1/responses)
+
+
+def plan(
+    ev: Event, scope: Scope, body: dict[str, Any] | None, homes: ResponseHomes
+) -> Stored | None:
+    """What a request of ``ev.route`` needs (None for any other route), once its lane placed
+    it: the event's pool becomes the named response's replica's, and a retrieval's event says
+    whether it asked for a stream."""
+    route = ev.route
+    if route == RESPONSES:
+        named = body.get("previous_response_id") if body is not None else None
+        home = homes.home(named) if type(named) is str else None
+        found = Stored(home, False, body is None or body.get("store") is not False)
+    elif route in STORED_ROUTES:
+        m = _PATH.fullmatch(scope["path"])
+        home = homes.home(m.group(1)) if m is not None else None
+        if route == STORED_ROUTE:
+            ev.stream = streams(scope.get("query_string", b""))
+        found = Stored(home, home is None, False)
+    else:
+        return None
+    if home is not None:  # its state is there, nowhere else
+        ev.pool = home.pool
+    return found
+
+
+def candidates(
+    stored: Stored | None, pools: PoolSet, pool: str, affinity: str | None
+) -> list[Replica]:
+    """The replicas to try, in order: up to two of ``pool`` (``PoolSet.candidates``), the
+    response's replica first when it has one there; every replica of every pool for a lookup,
+    the healthy ones first."""
+    if stored is None:
+        return pools.candidates(pool, affinity)[:2]
+    if stored.lookup:
+        every = list({r.url: r for name in pools.replicas for r in pools.candidates(name)}.values())
+        return [r for r in every if r.healthy] + [r for r in every if not r.healthy]
+    found = pools.candidates(pool, affinity)
+    home = stored.home
+    if home is not None and home.pool == pool:
+        found = [home, *(r for r in found if r is not home)]
+    return found[:2]
+
+
+def next_replica(stored: Stored | None, status: int) -> bool:
+    """A pool answer on which the relay tries the next replica: vLLM's 503 (it sheds load with
+    --max-num-queued-reqs), or a lookup's 404 (the response is not on that one)."""
+    return status == 503 or (status == 404 and stored is not None and stored.lookup)
+
+
+def learn(
+    stored: Stored | None, status: int, answer_id: str | None, replica: Replica,
+    homes: ResponseHomes,
+) -> None:  # fmt: skip
+    """A response's 2xx answer came from ``replica`` with ``answer_id``: remember where it is."""
+    if stored is not None and stored.store and status < 300 and answer_id is not None:
+        homes.remember(answer_id, replica)
