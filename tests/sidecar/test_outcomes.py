@@ -127,6 +127,7 @@ SIDECAR = Path(__file__).resolve().parents[2] / "sidecar"
 # connection and exchange, the body reader and the deadlines.
 TRANSPORT = (
     "pools/upstream.py",
+    "pools/pool_conn.py",
     "server/connection.py",
     "server/wire.py",
     "server/client.py",
