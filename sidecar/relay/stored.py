@@ -6,12 +6,15 @@ Three requests name one:
 
 - ``POST /v1/responses`` with ``previous_response_id``: the next turn of a conversation
   whose state the replica holds. Sent to that replica (its pool, whatever the lane would
-  choose: the state is nowhere else); a replica this sidecar does not know it on is chosen
-  as for any response (its pool answers 404 if it does not hold it).
+  choose: the state is nowhere else).
 - ``GET /v1/responses/{id}`` (``?stream=true&starting_after=N`` replays a background
-  response's events) and ``POST /v1/responses/{id}/cancel``: sent to its replica; when this
-  sidecar did not see it created, each replica of every pool in turn until one answers
-  other than 404 (the last one's 404 is the client's).
+  response's events) and ``POST /v1/responses/{id}/cancel``: sent to its replica.
+
+A response this sidecar did not see made (another sidecar's: behind a load balancer the next
+turn often reaches another one; or from before a restart) is looked for: each replica in
+turn, the lane's pool's first, until one answers other than 404 (vLLM answers a follow-up
+whose previous response it does not hold 404 before generating anything; the last 404 is the
+client's).
 
 A response's replica is learned from its answer: the id of a 2xx whole answer, or of a
 stream's first event (``response.created``), unless the request said ``store: false``.
@@ -88,7 +91,8 @@ def plan(
     if route == RESPONSES:
         named = body.get("previous_response_id") if body is not None else None
         home = homes.home(named) if type(named) is str else None
-        found = Stored(home, False, body is None or body.get("store") is not False)
+        lookup = type(named) is str and home is None
+        found = Stored(home, lookup, body is None or body.get("store") is not False)
     elif route in STORED_ROUTES:
         m = _PATH.fullmatch(scope["path"])
         home = homes.home(m.group(1)) if m is not None else None
@@ -106,14 +110,15 @@ def candidates(
     stored: Stored | None, pools: PoolSet, pool: str, affinity: str | None
 ) -> list[Replica]:
     """The replicas to try, in order: up to two of ``pool`` (``PoolSet.candidates``), the
-    response's replica first when it has one there; every replica of every pool for a lookup,
-    the healthy ones first."""
-    if stored is None:
-        return pools.candidates(pool, affinity)[:2]
-    if stored.lookup:
-        every = list({r.url: r for name in pools.replicas for r in pools.candidates(name)}.values())
-        return [r for r in every if r.healthy] + [r for r in every if not r.healthy]
+    response's replica first when it has one there; for a lookup, every replica once, the
+    healthy ones first, ``pool``'s before the other pools'."""
     found = pools.candidates(pool, affinity)
+    if stored is None:
+        return found[:2]
+    if stored.lookup:
+        others = (r for name in pools.replicas if name != pool for r in pools.candidates(name))
+        every = list({r.url: r for r in (*found, *others)}.values())
+        return [r for r in every if r.healthy] + [r for r in every if not r.healthy]
     home = stored.home
     if home is not None and home.pool == pool:
         found = [home, *(r for r in found if r is not home)]

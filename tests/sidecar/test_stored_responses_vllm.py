@@ -121,13 +121,21 @@ def test_another_sidecar_finds_a_response_it_did_not_see_made(
     made: Any, sidecar: SidecarFactory, config: Path
 ) -> None:
     """A second sidecar (another host's, or this one restarted) looks on each replica in turn:
-    both responses are retrieved; an id no replica holds is vLLM's own 404."""
+    both responses are retrieved and continued there (``previous_response_id``); an id no
+    replica holds is vLLM's own 404."""
     _, ids, homes = made
     b = sidecar(config=config, traces=False)
     for kind, response_id in ids.items():
         rid = uuid.uuid4().hex
         with _client(b.url, rid) as client:
             assert client.responses.retrieve(response_id).id == response_id
+        assert event_of(b, rid)["replica"] == homes[kind]
+        rid = uuid.uuid4().hex
+        with _client(b.url, rid) as client:
+            client.responses.create(
+                model="tiny", input="go on", previous_response_id=response_id,
+                max_output_tokens=3,
+            )  # fmt: skip
         assert event_of(b, rid)["replica"] == homes[kind]
     rid = uuid.uuid4().hex
     with _client(b.url, rid) as client, pytest.raises(openai.NotFoundError, match="resp_nowhere"):

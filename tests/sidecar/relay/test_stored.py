@@ -103,6 +103,30 @@ def test_a_follow_up_goes_to_the_pool_and_replica_of_the_response_it_continues()
     assert homes.home("resp_next") is c
 
 
+def test_a_follow_up_of_an_unknown_response_looks_on_its_lanes_pool_first() -> None:
+    """``previous_response_id`` this sidecar did not see made (another sidecar's): every
+    replica once, the lane's pool's first (the batch pool's here), a 404 moving on."""
+    pools, homes = _pools(), ResponseHomes()
+    a, b = pools.replicas["chat"]
+    (c,) = pools.replicas["batch"]
+    ev = Event(route="/v1/responses", pool="batch")
+    plan = stored.plan(ev, _scope("/v1/responses"), {"previous_response_id": ID}, homes)
+    assert plan is not None and plan.lookup and plan.home is None and ev.pool == "batch"
+    assert stored.candidates(plan, pools, "batch", None) == [c, a, b]
+    assert stored.next_replica(plan, 404)
+
+
+def test_a_new_conversation_is_no_lookup() -> None:
+    """A response with no ``previous_response_id`` (or a non-string one) goes where its lane
+    sends it, up to two replicas, and its 404 is final."""
+    pools, homes = _pools(), ResponseHomes()
+    for body in ({}, {"previous_response_id": None}, {"previous_response_id": 7}, None):
+        plan = stored.plan(Event(route="/v1/responses"), _scope("/v1/responses"), body, homes)
+        assert plan is not None and not plan.lookup and plan.home is None
+        assert len(stored.candidates(plan, pools, "chat", None)) == 2
+        assert not stored.next_replica(plan, 404)
+
+
 def test_the_home_replica_comes_first_even_when_others_hold_fewer_requests() -> None:
     """A replica that holds the response is tried before a less loaded one of its pool."""
     pools, homes = _pools(), ResponseHomes()
