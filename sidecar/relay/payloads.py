@@ -44,6 +44,13 @@ PASSTHROUGH_ROUTES = {
     "/classify": "classify",
     "/v1/audio/transcriptions": "transcription",
     "/v1/audio/translations": "translation",
+    "/v1/chat/completions/batch": "chat_batch",  # several conversations in one request
+    "/invocations": "invocations",  # SageMaker's: a chat, completion or embedding by its body
+    "/generative_scoring": "generative_scoring",
+    # Cohere's API, served for pooling models (rerank, embed) and at /cohere for chat.
+    "/v2/rerank": "rerank",
+    "/v2/embed": "embeddings",
+    "/cohere/v2/chat": "chat",
 }
 
 

@@ -9,6 +9,7 @@ import uuid
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -152,3 +153,29 @@ def test_a_whole_message_and_a_token_count_are_relayed_with_their_events(
     with _messages(sc.url, "missing-model") as client, pytest.raises(anthropic.NotFoundError):
         client.messages.create(model="nope", max_tokens=2, messages=ask)
     assert event_of(sc, "missing-model")["http_status"] == 404
+
+
+@pytest.mark.parametrize(
+    ("route", "body"),
+    [
+        ("/v1/chat/completions/batch", {"messages": [[{"role": "user", "content": "a"}],
+                                                     [{"role": "user", "content": "b"}]]}),
+        ("/invocations", {"messages": [{"role": "user", "content": "a"}]}),
+    ],
+)  # fmt: skip
+def test_vllms_batch_chat_and_sagemaker_routes_answer_as_directly(
+    vllm: VllmServer, sidecar: SidecarFactory, route: str, body: dict[str, Any]
+) -> None:
+    """vLLM's batch of chats and SageMaker's ``/invocations``: the same answer (greedy) as
+    directly, one ok event under the route (before: the sidecar's 404)."""
+    sc = sidecar(vllm.url, traces=False)
+    body = {"model": "tiny", "max_tokens": 3, "temperature": 0, **body}
+    direct = httpx.post(vllm.url + route, json=body, timeout=60)
+    rid = uuid.uuid4().hex
+    relayed = httpx.post(sc.url + route, json=body, headers={"x-request-id": rid}, timeout=60)
+    assert direct.status_code == relayed.status_code == 200
+    assert [c["message"] for c in relayed.json()["choices"]] == [
+        c["message"] for c in direct.json()["choices"]
+    ]
+    ev = event_of(sc, rid)
+    assert (ev["route"], ev["status"], ev["http_status"]) == (route, "ok", 200)

@@ -1,5 +1,5 @@
-"""What the relay sends its pool for the Responses API's stored responses and for a query
-string, and what it keeps to itself.
+"""The request line the relay sends its pool (path, query, method) for the Responses API's
+stored responses, vLLM's other serving routes and a query string, and what it keeps to itself.
 
 The pool is ``ScriptedUpstream`` (a fake, in this process): what matters here is the request
 line the pool was sent (its path, query and method), which a real engine does not report.
@@ -92,3 +92,24 @@ def test_any_other_path_under_responses_is_the_sidecars_own_404(
     r = httpx.get(sidecar.url + path)
     assert r.status_code == 404 and "not served by the vllm-obs sidecar" in r.text
     assert [p for p in scripted.gets[before:] if p.startswith("/v1/responses")] == []
+
+
+@pytest.mark.parametrize(
+    "route",
+    ["/v1/chat/completions/batch", "/invocations", "/generative_scoring", "/v2/rerank",
+     "/v2/embed", "/cohere/v2/chat"],
+)  # fmt: skip
+def test_vllms_other_serving_routes_reach_the_pool_as_sent(
+    scripted: ScriptedUpstream, sidecar: InProcessSidecar, route: str
+) -> None:
+    """vLLM's batch chat, SageMaker, scoring and Cohere routes are relayed (the body as it
+    came) with an event under their own route (before: the sidecar's 404)."""
+    rid = request_id()
+    body = b'{"model":"tiny","query":"q","documents":["d"]}'
+    r = httpx.post(
+        sidecar.url + route, content=body, timeout=10,
+        headers={"x-request-id": rid, "content-type": "application/json"},
+    )  # fmt: skip
+    assert r.status_code == 200
+    assert scripted.received[-1] == (route, body)
+    assert sidecar.event(rid)["route"] == route
