@@ -77,7 +77,7 @@ class Stored:
 
     def __init__(self, home: Replica | None, lookup: bool, store: bool) -> None:
         self.home = home  # the replica holding the response it names (None: not known here)
-        self.lookup = lookup  # look for it on each replica (a retrieval or cancellation)
+        self.lookup = lookup  # not known here: look for it on each replica (404: the next)
         self.store = store  # its own answer may be stored: learn where (POST /v1/responses)
 
 
