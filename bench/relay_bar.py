@@ -3,7 +3,7 @@ serve``, for each fake pool and each time to first token, every comparison insid
 
 For each pool of ``--pools`` (``bench/fake_vllm.py``, vLLM's exact bytes; ``bench/fake_openai.py``,
 a second pool written apart from it: aiohttp, spaced JSON) and each ``--ttft-ms``, one
-``bench.relay`` session (the same servers, warm-up, idle baseline and rotation of targets)
+``bench.relay`` session (the same servers, warm-up, idle baseline and order of targets)
 runs four loads against direct, the sidecar (every exporter on) and ``vllm-router``:
 
   c1     one stream, 32-128 tokens: the added TTFT p50 against the same round's direct run
