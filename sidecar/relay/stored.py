@@ -17,7 +17,8 @@ whose previous response it does not hold 404 before generating anything; the las
 client's).
 
 A response's replica is learned from its answer: the id of a 2xx whole answer, or of a
-stream's first event (``response.created``), unless the request said ``store: false``.
+stream's first event (``response.created``), unless the request said ``store: false``; and
+from a lookup that found it (the replica that answered 2xx).
 The event of a retrieval or a cancellation names its route with the id left out
 (``STORED_ROUTE``, ``CANCEL_ROUTE``): one label for all of them, whatever the ids.
 """
@@ -73,9 +74,10 @@ def streams(query: bytes) -> bool:
 class Stored:
     """What the relay knows of the stored response a request names, and learns of its own."""
 
-    __slots__ = ("home", "lookup", "store")
+    __slots__ = ("home", "lookup", "named", "store")
 
-    def __init__(self, home: Replica | None, lookup: bool, store: bool) -> None:
+    def __init__(self, named: str | None, home: Replica | None, lookup: bool, store: bool) -> None:
+        self.named = named  # the id of the stored response it names
         self.home = home  # the replica holding the response it names (None: not known here)
         self.lookup = lookup  # not known here: look for it on each replica (404: the next)
         self.store = store  # its own answer may be stored: learn where (POST /v1/responses)
@@ -91,14 +93,16 @@ def plan(
     if route == RESPONSES:
         named = body.get("previous_response_id") if body is not None else None
         home = homes.home(named) if type(named) is str else None
-        lookup = type(named) is str and home is None
-        found = Stored(home, lookup, body is None or body.get("store") is not False)
+        named = named if type(named) is str else None
+        lookup = named is not None and home is None
+        found = Stored(named, home, lookup, body is None or body.get("store") is not False)
     elif route in STORED_ROUTES:
         m = _PATH.fullmatch(scope["path"])
-        home = homes.home(m.group(1)) if m is not None else None
+        named = m.group(1) if m is not None else None
+        home = homes.home(named) if named is not None else None
         if route == STORED_ROUTE:
             ev.stream = streams(scope.get("query_string", b""))
-        found = Stored(home, home is None, False)
+        found = Stored(named, home, home is None, False)
     else:
         return None
     if home is not None:  # its state is there, nowhere else
@@ -135,6 +139,11 @@ def learn(
     stored: Stored | None, status: int, answer_id: str | None, replica: Replica,
     homes: ResponseHomes,
 ) -> None:  # fmt: skip
-    """A response's 2xx answer came from ``replica`` with ``answer_id``: remember where it is."""
-    if stored is not None and stored.store and status < 300 and answer_id is not None:
+    """A 2xx answer came from ``replica``: remember that it holds the response the request
+    named (found by a lookup), and the answer's own (``answer_id``) unless it is not stored."""
+    if stored is None or status >= 300:
+        return
+    if stored.lookup and stored.named is not None:
+        homes.remember(stored.named, replica)
+    if stored.store and answer_id is not None:
         homes.remember(answer_id, replica)

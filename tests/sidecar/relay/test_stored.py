@@ -189,6 +189,31 @@ def test_a_response_is_remembered_only_when_stored_and_answered(
     assert (homes.home("resp_x") is a) is learned
 
 
+@pytest.mark.parametrize(
+    ("route", "path", "body"),
+    [
+        (stored.STORED_ROUTE, f"/v1/responses/{ID}", None),
+        (stored.CANCEL_ROUTE, f"/v1/responses/{ID}/cancel", None),
+        ("/v1/responses", "/v1/responses", {"previous_response_id": ID}),
+    ],
+)
+def test_a_lookup_that_finds_the_response_remembers_its_replica(
+    route: str, path: str, body: dict[str, Any] | None
+) -> None:
+    """The replica that answered a lookup 2xx holds the named response: the next request
+    naming it goes there first, without a lookup; a 404 teaches nothing."""
+    pools, homes = _pools(), ResponseHomes()
+    (c,) = pools.replicas["batch"]
+    plan = stored.plan(Event(route=route, pool="chat"), _scope(path), body, homes)
+    assert plan is not None and plan.lookup
+    stored.learn(plan, 404, None, c, homes)
+    assert homes.home(ID) is None
+    stored.learn(plan, 200, None, c, homes)
+    assert homes.home(ID) is c
+    again = stored.plan(Event(route=route, pool="chat"), _scope(path), body, homes)
+    assert again is not None and not again.lookup and again.home is c
+
+
 def test_other_routes_have_no_stored_plan() -> None:
     """A chat completion names no stored response: the relay's usual choice applies."""
     ev = Event(route="/v1/chat/completions", pool="chat")
