@@ -273,21 +273,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def round_order(names: list[str], rnd: int) -> list[str]:
-    """The targets' order in round ``rnd`` (from 1): each pair of rounds runs one order, then
-    the same reversed (ABBA), so every two targets swap places within every two rounds, and
-    the next pair starts one target later. A plain rotation never swapped two neighbours in
-    two rounds: the one after ``direct`` ran just after it both times."""
-    k = (rnd - 1) // 2 % len(names)
-    order = names[k:] + names[:k]
-    return order[::-1] if rnd % 2 == 0 else order
-
-
 def measure(
     b: Bench, args: argparse.Namespace, levels: list[Workload]
 ) -> tuple[dict[str, dict[str, list[report.Run]]], dict[str, int]]:
-    """Warm up, then every level on every target, in each round's order (``round_order``); returns
-    the runs (level -> target -> rounds) and the events each sidecar target wrote."""
+    """Warm up, then every level on every target, in each round's order
+    (``report.round_order``); returns the runs (level -> target -> rounds) and the events
+    each sidecar target wrote."""
     runs: dict[str, dict[str, list[report.Run]]] = {w.name: {} for w in levels}
     if args.warmup_prompts:
         warm = Workload("warm", concurrency=16, prompts=args.warmup_prompts)
@@ -298,7 +289,7 @@ def measure(
     names = list(b.targets)
     for rnd in range(1, args.rounds + 1):
         for w in levels:
-            for name in round_order(names, rnd):
+            for name in report.round_order(names, rnd):
                 r = b.run(b.targets[name], w, rnd, f"{w.name}-{name}-{rnd}")
                 runs[w.name].setdefault(name, []).append(r)
                 progress(f"round {rnd}/{args.rounds} " + _line(name, w, r.result, r))

@@ -5,7 +5,8 @@ time, so drift on a shared machine hits both): added TTFT, ITL change and the
 throughput share are per-round differences or ratios, and the table shows
 their median over rounds (one disturbed round cannot move it), with the range
 of the throughput share as a noise gauge. Absolute percentiles are pooled
-over rounds (every request counts once).
+over rounds (every request counts once). The targets' order in each round:
+``round_order``.
 """
 
 from __future__ import annotations
@@ -53,6 +54,16 @@ class Row:
     cpu_s_per_100k_tokens: float | None
     peak_rss_mib: float | None
     extra: dict[str, float] = field(default_factory=dict)
+
+
+def round_order(names: list[str], rnd: int) -> list[str]:
+    """The targets' order in round ``rnd`` (from 1): each pair of rounds runs one order, then
+    the same reversed (ABBA), so every two targets swap places within every two rounds, and
+    the next pair starts one target later. A plain rotation never swapped two neighbours in
+    two rounds: the one after ``direct`` ran just after it both times."""
+    k = (rnd - 1) // 2 % len(names)
+    order = names[k:] + names[:k]
+    return order[::-1] if rnd % 2 == 0 else order
 
 
 def percentile(values: list[float], q: float) -> float:

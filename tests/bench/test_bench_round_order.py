@@ -1,4 +1,4 @@
-"""The relay benchmark's order of targets per round (``bench.relay.round_order``): every
+"""The relay benchmark's order of targets per round (``bench.report.round_order``): every
 target runs each round once, and every two targets swap places within every two rounds, so
 no target is always measured just after another."""
 
@@ -9,7 +9,7 @@ from itertools import combinations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench.relay import round_order
+from bench.report import round_order
 
 NAMES = ["direct", "sidecar", "before", "vllm-router"]
 
