@@ -330,9 +330,7 @@ class Relay:
                     conn = await up.connect(replica.url, t.connect_s)
             except TimeoutError as err:
                 raise first_token_timeout(t.first_token_s) from err
-        resp = up.send(
-            conn, replica.url, req.target, plan.raw, headers, stored.method_of(req.event.route)
-        )
+        resp = up.send(conn, replica.url, req.target, plan.raw, headers, req.method)
         slow = lane.admission.slow_client
         deadline = Deadline(
             resp, req.clock.dispatched, t.first_token_s, t.idle_s, slow.max_blocked_s, req.conn

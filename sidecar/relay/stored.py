@@ -42,12 +42,14 @@ STORED_ROUTES: Final = {STORED_ROUTE: "retrieve_response", CANCEL_ROUTE: "cancel
 # /v1/responses/ is not relayed (the sidecar's own 404), so no path the pool would read
 # otherwise (``..``, encoded slashes) reaches it.
 _ID: Final = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}"
-_PATH: Final = re.compile(rf"/v1/responses/({_ID})(/cancel)?")
+_PREFIX: Final = "/v1/responses/"
+_CANCEL: Final = "/cancel"
+_PATH: Final = re.compile(rf"{_PREFIX}{_ID}({_CANCEL})?")
 
 
 def is_stored(path: str) -> bool:
     """The path names a stored response (the app relays it)."""
-    return path.startswith("/v1/responses/") and _PATH.fullmatch(path) is not None
+    return path.startswith(_PREFIX) and route_of(path) is not None
 
 
 def route_of(path: str) -> str | None:
@@ -55,7 +57,7 @@ def route_of(path: str) -> str | None:
     m = _PATH.fullmatch(path)
     if m is None:
         return None
-    return CANCEL_ROUTE if m.group(2) else STORED_ROUTE
+    return CANCEL_ROUTE if m.group(1) else STORED_ROUTE
 
 
 def method_of(route: str) -> str:
@@ -91,15 +93,18 @@ def plan(
     whether it asked for a stream."""
     route = ev.route
     if route == RESPONSES:
-        named = body.get("previous_response_id") if body is not None else None
-        home = homes.home(named) if type(named) is str else None
-        named = named if type(named) is str else None
+        value = body.get("previous_response_id") if body is not None else None
+        named = value if type(value) is str else None
+        home = homes.home(named) if named is not None else None
         lookup = named is not None and home is None
         found = Stored(named, home, lookup, body is None or body.get("store") is not False)
     elif route in STORED_ROUTES:
-        m = _PATH.fullmatch(scope["path"])
-        named = m.group(1) if m is not None else None
-        home = homes.home(named) if named is not None else None
+        # The path matched its route (route_of): the id lies after the prefix, before a
+        # cancellation's suffix.
+        path: str = scope["path"]
+        end = len(path) - len(_CANCEL) if route == CANCEL_ROUTE else len(path)
+        named = path[len(_PREFIX) : end]
+        home = homes.home(named)
         if route == STORED_ROUTE:
             ev.stream = streams(scope.get("query_string", b""))
         found = Stored(named, home, home is None, False)

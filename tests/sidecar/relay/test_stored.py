@@ -44,6 +44,8 @@ def _scope(path: str, query: bytes = b"") -> dict[str, Any]:
         (f"/v1/responses/{ID}", stored.STORED_ROUTE),
         (f"/v1/responses/{ID}/cancel", stored.CANCEL_ROUTE),
         ("/v1/responses/resp_AbC-1.2:3", stored.STORED_ROUTE),
+        ("/v1/responses/cancel", stored.STORED_ROUTE),  # a response whose id is "cancel"
+        ("/v1/responses/cancel/cancel", stored.CANCEL_ROUTE),
         ("/v1/responses", None),
         ("/v1/responses/", None),
         ("/v1/responses/../admin", None),
