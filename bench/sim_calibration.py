@@ -2,10 +2,10 @@
 
 Every point is one published figure of one benchmark run (docs/sim.md, "Calibration",
 cites each). Which points are **fit** points and which are **held out** is fixed in
-the cases' modules: every point of rounds 1-3 (bench/sim_calibration_cases.py) is a fit
-point since round 4 (all had been seen); round 4's held-out points
-(bench/sim_calibration_round4.py: ``ROUND4_HELD_OUT``) were committed after the model was
-frozen and before it was run on any of them. A figure a case names in ``unfit`` (its
+the cases' modules: the first sources (bench/sim_calibration_cases.py) and the later ones
+(bench/sim_calibration_points.py: ``LATER``) are fit points; the held-out points
+(``HELD_OUT`` there) were registered before the model was run on any of them and are
+never fitted. A figure a case names in ``unfit`` (its
 published value needs more than the GPU's peak) is scored and shown but not fitted.
 
 Each run is replayed with the scheduler limits its vLLM chose (obs.engines.sim.scheduler's
@@ -58,8 +58,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.sim_calibration_cases import Case, source_name
+from bench.sim_calibration_points import CASES
 from bench.sim_calibration_replay import closed
-from bench.sim_calibration_round5 import CASES
 from obs.engines.sim.frontend import FrontEnd, FrontEndCost
 from obs.engines.sim.hardware import CALIBRATION, GPUS, Calibration, PerfModel, perf_model
 from obs.engines.sim.scheduler import SchedulerConfig, SimRequest, vllm_defaults

@@ -2,8 +2,8 @@
 
 Each :class:`Case` is one published run and the figures it gives; ``held_out`` was
 fixed for every case before any was scored (docs/sim.md, "Calibration", cites each).
-Rounds 1-3's points are here, all fit points since round 4 (all had been seen); round 4's
-held-out points are in bench/sim_calibration_round4.py.
+The first sources' points are here, all fit points; the later ones and the held-out
+points are in bench/sim_calibration_points.py.
 """
 
 from __future__ import annotations

@@ -13,17 +13,13 @@ import pytest
 
 from bench import sim_calibration as cal
 from bench.sim_calibration_cases import FIT, ROUND3, WMX_C1_TTFT_P50
+from bench.sim_calibration_points import HELD_OUT, LATER
 from bench.sim_calibration_replay import output_lengths
-from bench.sim_calibration_round5 import ROUND4, ROUND5_HELD_OUT
 from obs.engines.sim.hardware import CALIBRATION
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULT = ROOT / "bench" / "results" / "sim_calibration.json"
-HISTORY = {
-    ROOT / "bench" / "results" / f"sim_calibration_round{n}.json": held
-    for n, held in ((1, 9), (2, 9), (3, 18), (4, 17))
-}
-SEEN = FIT + ROUND3 + ROUND4  # rounds 1-4's points: fit points since round 5
+SEEN = FIT + ROUND3 + LATER  # every fit point
 DOC = ROOT / "docs" / "sim.md"
 
 
@@ -45,17 +41,16 @@ def test_the_committed_calibration_is_the_models_default() -> None:
     assert CALIBRATION.__class__(**_load(RESULT)["calibration"]) == CALIBRATION
 
 
-def test_round_5_holds_out_its_registered_points_and_fits_on_all_earlier_ones() -> None:
-    """The held-out points are exactly round 5's registered list, none of them a point of
-    rounds 1-4 (all fit points now); the fit reads only fit points; the summary's bar
-    verdict follows from its own counts."""
-    assert [c for c in cal.CASES if c.held_out] == list(ROUND5_HELD_OUT)
+def test_the_held_out_points_are_kept_apart_from_the_fit() -> None:
+    """The held-out points are exactly the registered list, none of them a fit point; the
+    fit reads only fit points; the summary's bar verdict follows from its own counts."""
+    assert [c for c in cal.CASES if c.held_out] == list(HELD_OUT)
     assert not any(c.held_out for c in SEEN)
-    assert {c.name for c in SEEN}.isdisjoint(c.name for c in ROUND5_HELD_OUT)
+    assert {c.name for c in SEEN}.isdisjoint(c.name for c in HELD_OUT)
     assert cal.loss(CALIBRATION, cal.CASES[: len(SEEN)]) == cal.loss(CALIBRATION, SEEN)
     s = _load(RESULT)["summary"]
     h = s["held_out"]
-    assert h["points"] == sum(len(c.published) for c in ROUND5_HELD_OUT)
+    assert h["points"] == sum(len(c.published) for c in HELD_OUT)
     assert s["fit"]["points"] == sum(len(c.published) for c in SEEN)
     bars = (
         h["points"] >= 8
@@ -66,15 +61,8 @@ def test_round_5_holds_out_its_registered_points_and_fits_on_all_earlier_ones() 
         and (h["max_error"] or 0.0) <= cal.LIMIT
     )
     assert s["bars_met"] is bars
-    outside = sum(len(c.published) for c in ROUND5_HELD_OUT if c.outside_domain)
+    outside = sum(len(c.published) for c in HELD_OUT if c.outside_domain)
     assert s["held_out_in_domain"]["points"] == h["points"] - outside
-
-
-def test_earlier_rounds_are_kept_as_history() -> None:
-    """Rounds 1-4's result files stay, each with its own calibration and held-out score."""
-    for path, held in HISTORY.items():
-        doc = _load(path)
-        assert doc["summary"]["held_out"]["points"] == held and doc["calibration"]
 
 
 def test_answer_lengths_end_at_the_cap_or_earlier_at_the_published_mean() -> None:

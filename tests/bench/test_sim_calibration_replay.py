@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from bench import sim_calibration as cal
+from bench.sim_calibration_points import HELD_OUT, IB_LONG_IN, IB_SHORT_IN
 from bench.sim_calibration_replay import (
     BLOCK_TOKENS,
     IB_LONG,
@@ -16,7 +17,6 @@ from bench.sim_calibration_replay import (
     IB_WARMUP_ROUNDS,
     PromptSet,
 )
-from bench.sim_calibration_round5 import IB_LONG_IN, IB_SHORT_IN, ROUND5_HELD_OUT
 
 
 def test_a_prompt_sets_blocks_match_exactly_where_its_prompts_do() -> None:
@@ -45,7 +45,7 @@ def test_a_warmed_up_replay_of_repeated_long_prompts_hits_the_prefix_cache() -> 
     """The L4 long run at concurrency 16 replayed with the source's prompts and warm-up has
     a far lower TTFT than with random prompts (the real server's prefix-cache hits), lower
     still after the warm-up, whose requests are outside the measured span."""
-    run = next(c for c in ROUND5_HELD_OUT if c.name == "ib-l4-qwen2.5-7b-long-c16")
+    run = next(c for c in HELD_OUT if c.name == "ib-l4-qwen2.5-7b-long-c16")
     cold = cal.simulate(run)
     listed = cal.simulate(replace(run, prompt_set=IB_LONG))
     warm = cal.simulate(replace(run, prompt_set=IB_LONG, warmup_rounds=IB_WARMUP_ROUNDS))

@@ -1,29 +1,28 @@
-"""Round 5's points: every point of rounds 1-4 is a fit point (all had been seen), and round
-5's held-out points, registered before the frozen model (888c083) ran on any of them.
+"""The published points read after bench/sim_calibration_cases.py's first sources.
 
-Chosen by rule, inside the model's declared domain (docs/sim.md, "Round 5"), from runs used
-in none of rounds 1-4: every figure of them the simulator publishes, except a run that only
-repeats a fitted one (same GPU, model, weights, parallelism and vLLM version and prompts;
-a different ``--max-model-len`` below V0's 32k, where its scheduler is the same, does not
-make it new) and a concurrency-1 row, which declares its host's per-request floor
-(``host_c1_ttft_ms``) and is not scored. Three sources:
+``LATER``: figures from runs that the first sources' points did not use (Lambda's other
+vllm-benchmark files: one H100, other vLLM versions and context limits, multi-step
+scheduling; the ai.wmx.dev L4 sweep's concurrency 2, 4 and 16 rows; Tenstorrent's RTX 4090
+128-in / 1024-out row). They were held out once and have been fit points since.
 
-- Lambda's vllm-benchmark, its ``2xH100-80GB-SXM`` files at de55d46 (vLLM 0.5.4, the fit's
-  Lambda version), the smallest ``--max-model-len`` of each simulated model (tensor
-  parallelism 2: no fit point has it on an H100);
-- vLLM's performance benchmark, build 9523 (A100-SXM4-80GB): ``latency_llama70B_tp4``
-  (its ``latency_llama8B_tp1`` repeats the fitted A100 point);
-- ree2raz/inference-bench (Modal, client and server in one container): vLLM 0.8.5 on one
-  L4 (``results/summary.csv``, median of 3 repeats for the short regime, 1 run for the
-  long) and vLLM 0.20.1 on one A100 40GB (``results/v2_a100_vllm_fp16.jsonl``),
-  Qwen2.5-7B-Instruct in 16-bit, ``--max-num-seqs 64``, its own closed-loop client (a
-  semaphore of C, 100 requests, temperature 0, every answer at ``max_tokens``): throughput,
-  TTFT p50, TPOT p50.
+``HELD_OUT``: figures from runs used by no fit point, chosen by rule inside the model's
+declared domain (docs/sim.md, "Calibration"): every figure of them the simulator
+publishes, except a run that only repeats a fitted one and a concurrency-1 row, which
+declares its host's per-request floor (``host_c1_ttft_ms``) and is not scored. Three
+sources:
+
+- Lambda's vllm-benchmark, its ``2xH100-80GB-SXM`` files at de55d46 (vLLM 0.5.4), the
+  smallest ``--max-model-len`` of each simulated model (tensor parallelism 2);
+- vLLM's performance benchmark, build 9523 (A100-SXM4-80GB): ``latency_llama70B_tp4``;
+- ree2raz/inference-bench (client and server in one container): vLLM 0.8.5 on one L4 and
+  vLLM 0.20.1 on one A100 40GB, Qwen2.5-7B-Instruct in 16-bit, ``--max-num-seqs 64``, its
+  own closed-loop client (a semaphore of C, 100 requests, every answer at ``max_tokens``):
+  throughput, TTFT p50, TPOT p50.
+
+Git history holds the order in which each set was registered and evaluated.
 """
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 from bench.sim_calibration_cases import (
     FIT,
@@ -31,13 +30,134 @@ from bench.sim_calibration_cases import (
     LLAMA_SHAREGPT_10_IN,
     ROUND3,
     SHAREGPT_10_IN,
+    WMX_C1_TTFT_P50,
     Case,
     ci_latency,
     lambda_replay,
+    tt_4090,
+    wmx_l4,
 )
-from bench.sim_calibration_round4 import ROUND4_HELD_OUT
 
-ROUND4 = tuple(replace(c, held_out=False) for c in ROUND4_HELD_OUT)  # seen in round 4
+LAMBDA_MISTRAL_8000 = LAMBDA.format(
+    commit="de55d46ea652cfc8f3edd3121a7a826f47d20611",
+    path="results/prompt_10/1xH100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp1_len8000.json",
+)
+LAMBDA_LLAMA3_8B_4096 = LAMBDA.format(
+    commit="bf5465745a4abd8899fff87a52e780449921425a",
+    path="results/prompt_10/1xH100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_len4096.json",
+)
+LAMBDA_8B_FP8_2048 = LAMBDA.format(
+    commit="a4f9f4371a1ccac781293837fce2bce0cc6d25cc",
+    path="results/prompt_10/1xH100-80GB-SXM/Meta-Llama-3.1-8B-FP8_tp1_len2048.json",
+)
+LAMBDA_70B_FP8_TP1_2048 = LAMBDA.format(
+    commit="a4f9f4371a1ccac781293837fce2bce0cc6d25cc",
+    path="results/prompt_10/1xH100-80GB-SXM/Meta-Llama-3.1-70B-Instruct-FP8_tp1_len2048.json",
+)
+_STEP10 = (
+    "tokens come 10 at a time (mean ITL {itl} ms, 10 steps), so, as for the other "
+    "--num-scheduler-steps 10 runs, only the mean TPOT is scored"
+)
+
+
+def _lambda_step10(
+    name: str,
+    url: str,
+    about: str,
+    model: str,
+    weights: str,
+    tpot: float,
+    itl: str,
+    outputs: tuple[int, ...],
+    max_model_len: int,
+) -> Case:
+    return lambda_replay(
+        name,
+        url,
+        f"{about}, benchmark_serving.py, 10 ShareGPT prompts, --request-rate inf; "
+        + _STEP10.format(itl=itl),
+        model,
+        {"tpot_ms": tpot},
+        LLAMA_SHAREGPT_10_IN,
+        outputs,
+        held_out=False,
+        weights=weights,
+        max_model_len=max_model_len,
+        scheduler_steps=10,  # vLLM 0.6's multi-step scheduling
+    )
+
+
+LATER: tuple[Case, ...] = (
+    lambda_replay(
+        "lambda-h100-mistral-10-len8000",
+        LAMBDA_MISTRAL_8000,
+        "vLLM 0.5.4, Mistral-7B-Instruct-v0.3 BF16, --max-model-len 8000, benchmark_serving.py, "
+        "10 ShareGPT prompts, --request-rate inf: mean TTFT, mean TPOT, output throughput",
+        "mistral-7b",
+        {
+            "ttft_ms": 53.304909297730774,
+            "tpot_ms": 8.466257924850858,
+            "output_tok_s": 328.7230119360912,
+        },
+        SHAREGPT_10_IN,
+        (129, 883, 273, 169, 0, 928, 10, 26, 8, 57),
+        held_out=False,
+        max_model_len=8000,
+    ),
+    _lambda_step10(
+        "lambda-h100-llama3-8b-10-len4096-step10",
+        LAMBDA_LLAMA3_8B_4096,
+        "vLLM 0.6 (2024-09-08), meta-llama/Meta-Llama-3-8B-Instruct BF16 (Llama-3.1-8B's "
+        "shape), --max-model-len 4096",
+        "llama-3.1-8b",
+        "bf16",
+        10.96305801676226,
+        "72.2",
+        outputs=(120, 393, 233, 194, 101, 741, 9, 3, 6, 31),
+        max_model_len=4096,
+    ),
+    _lambda_step10(
+        "lambda-h100-8b-fp8-10-len2048-step10",
+        LAMBDA_8B_FP8_2048,
+        "vLLM 0.6.0, neuralmagic/Meta-Llama-3.1-8B-FP8, --max-model-len 2048",
+        "llama-3.1-8b",
+        "fp8",
+        6.018531635219421,
+        "50.3",
+        outputs=(120, 1, 1, 194, 0, 40, 0, 0, 6, 80),
+        max_model_len=2048,
+    ),
+    _lambda_step10(
+        "lambda-h100-70b-fp8-tp1-10-len2048-step10",
+        LAMBDA_70B_FP8_TP1_2048,
+        "vLLM 0.6.0, neuralmagic/Meta-Llama-3.1-70B-Instruct-FP8 on one H100, --max-model-len 2048",
+        "llama-3.1-70b",
+        "fp8",
+        35.972164704758974,
+        "310.8",
+        outputs=(120, 655, 92, 194, 101, 741, 0, 0, 6, 78),
+        max_model_len=2048,
+    ),
+    *(
+        wmx_l4(c, tok_s, ttft, itl, held_out=False, why="", c1=WMX_C1_TTFT_P50)
+        for c, tok_s, ttft, itl in (
+            (2, 367.0, 37.8, 5.2),
+            (4, 698.0, 50.1, 5.3),
+            (16, 2277.0, 103.8, 6.0),
+        )
+    ),
+    tt_4090(
+        "tt-4090-qwen3-4b-128in-1024out-c1",
+        128,
+        1024,
+        4,
+        24.7,
+        10.4,
+        held_out=False,
+        why="; vLLM V1 assumed",
+    ),
+)
+
 
 _DE55 = "de55d46ea652cfc8f3edd3121a7a826f47d20611"
 LAMBDA_2X = "results/prompt_10/2xH100-80GB-SXM/"
@@ -110,7 +230,7 @@ def _ib(
     )
 
 
-ROUND5_HELD_OUT: tuple[Case, ...] = (
+HELD_OUT: tuple[Case, ...] = (
     _lambda_tp2(
         "lambda-2xh100-mistral-10-len16000",
         "Mistral-7B-Instruct-v0.3_tp2_len16000.json",
@@ -175,4 +295,4 @@ ROUND5_HELD_OUT: tuple[Case, ...] = (
     ),
 )
 
-CASES: tuple[Case, ...] = FIT + ROUND3 + ROUND4 + ROUND5_HELD_OUT
+CASES: tuple[Case, ...] = FIT + ROUND3 + LATER + HELD_OUT
