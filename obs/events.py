@@ -258,6 +258,17 @@ class Event:
         "Requests sent to the serving replica while this request was in flight there (this one "
         "not counted): with `pool_prompt_tokens_during`, how many prefills shared its steps."
     )
+    pool_others_prompt_share: float | None = _f(
+        "Share (0-1) of the serving replica's in-flight prompt tokens not yet prefilled (request "
+        "bytes / 4) that other lanes' requests held from this request's dispatch to its first "
+        "token (its end, without one), averaged over that time: how much of the prefill work "
+        "ahead of and beside it was another lane's. Null when the replica held none, or the "
+        "request reached no replica."
+    )
+    pool_others_running_share: float | None = _f(
+        "Share (0-1) of the sequences decoding on the serving replica (the sidecar's requests "
+        "with a first token) that other lanes held over the same time; null when none decoded."
+    )
     prefix_fingerprint: str | None = _f(
         "Short hash of the prompt's first 512 characters, for cache analysis (no text)."
     )

@@ -41,6 +41,7 @@ from obs.sidecar.outcomes import (
 from obs.sidecar.policy.admission import LaneGate
 from obs.sidecar.policy.auth import Tenants
 from obs.sidecar.policy.recognition import Recognizer
+from obs.sidecar.pools.occupancy import OccupancyCollector
 from obs.sidecar.pools.pools import PoolSet
 from obs.sidecar.pools.upstream import Upstream
 from obs.sidecar.record.engine_join import EngineJoin
@@ -91,6 +92,7 @@ class SidecarApp:
         self.pools.on_models = self.metrics.pool_models
         self.registry.register(PoolStateCollector(self.pools.snapshot))
         self.registry.register(ColdStartCollector(self.pools.cold_starts))
+        self.registry.register(OccupancyCollector(self.pools.occupancies))
         self.config_fingerprint = config_fingerprint(settings.config.model_dump_json())
         self.registry.register(
             ServedCollector(

@@ -18,5 +18,6 @@ from obs.conventions.engines import *  # noqa: F403
 from obs.conventions.genai import *  # noqa: F403
 from obs.conventions.labels import *  # noqa: F403
 from obs.conventions.metrics import *  # noqa: F403
+from obs.conventions.occupancy import *  # noqa: F403
 from obs.conventions.rules import *  # noqa: F403
 from obs.conventions.spans import *  # noqa: F403

@@ -38,6 +38,7 @@ from obs.conventions.labels import (
 from obs.conventions.rules import SLO_LABEL
 
 LP = (LANE, POOL)
+_LPRT = (LANE, POOL, REPLICA, TENANT)
 
 REQUESTS = _m(
     "requests",
@@ -115,6 +116,27 @@ CLIENT_DISCONNECTS = _m(
     "client_disconnects", "counter", "Clients that went away before the response ended.", *LP
 )
 IN_FLIGHT = _m("in_flight_requests", "gauge", "Requests dispatched to the pool, per lane.", LANE)
+# Not ``vllm_obs_pool_*``: across --workers these are summed (each worker holds its own requests).
+OCCUPANCY_REQUESTS: Final = _m(
+    "replica_lane_requests",
+    "gauge",
+    "Requests the sidecar has in flight on a replica, per lane and tenant.",
+    *_LPRT,
+)
+OCCUPANCY_PREFILL_TOKENS: Final = _m(
+    "replica_lane_prefill_tokens",
+    "gauge",
+    "Estimated prompt tokens (request bytes / 4) of the requests in flight on a replica that "
+    "have no first token yet (waiting or prefilling), per lane and tenant.",
+    *_LPRT,
+)
+OCCUPANCY_DECODING: Final = _m(
+    "replica_lane_decoding",
+    "gauge",
+    "Sequences decoding on a replica (in flight, first token seen), per lane and tenant.",
+    *_LPRT,
+)
+OCCUPANCY_METRICS: Final = (OCCUPANCY_REQUESTS, OCCUPANCY_PREFILL_TOKENS, OCCUPANCY_DECODING)
 QUEUED = _m("queued_requests", "gauge", "Requests waiting for admission, per lane.", LANE)
 LANE_INFO = _m(
     "lane_info", "gauge", "Always 1: maps each lane to its pool (join on pool).", LANE, POOL

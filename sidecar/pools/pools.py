@@ -35,9 +35,11 @@ from obs.config import Config
 from obs.engines.adapters import AUTO, unknown_state
 from obs.engines.metrics import EngineState
 from obs.events import Event
+from obs.phases import Clock
 from obs.served import Served
 from obs.sidecar.policy.saturation import ReplicaView
 from obs.sidecar.pools.engine_scrape import ExpositionError, read_state
+from obs.sidecar.pools.occupancy import Held, Occupancy
 from obs.sidecar.pools.served_poll import SettingsPoll
 
 log = structlog.get_logger("vllm_obs.pools")
@@ -80,13 +82,17 @@ class Replica:
     back_since: float | None = None
     cold_starts: int = 0
     cold_start_s: dict[str, float] = field(default_factory=dict)
+    occupancy: Occupancy = field(default_factory=Occupancy)  # who holds it, by lane
 
-    def lease(self, prompt_tokens: int = 0, ev: Event | None = None) -> Lease:
+    def lease(
+        self, prompt_tokens: int = 0, ev: Event | None = None, clock: Clock | None = None
+    ) -> Lease:
         """One request outstanding on this replica while the ``with`` block runs
         (least-outstanding routing reads the count), however the block ends. With ``ev``, the
         prompt tokens sent here meanwhile, and how many requests, go on it
-        (``pool_prompt_tokens_during``, ``pool_requests_during``: others' prefills)."""
-        return Lease(self, prompt_tokens, ev)
+        (``pool_prompt_tokens_during``, ``pool_requests_during``: others' prefills); with its
+        ``clock`` too, it is held by its lane and tenant (``occupancy``)."""
+        return Lease(self, prompt_tokens, ev, clock)
 
     def stamp_dispatch(self, ev: Event) -> None:
         """The replica's state as a request is sent to it, on the request's event (its
@@ -103,10 +109,11 @@ class Lease:
     """``Replica.lease``: a class, not a generator context manager (once a request, on the
     way to the pool: a third of the cost)."""
 
-    __slots__ = ("ev", "replica", "sent", "sent_tokens", "tokens")
+    __slots__ = ("clock", "ev", "held", "replica", "sent", "sent_tokens", "tokens")
 
-    def __init__(self, replica: Replica, tokens: int, ev: Event | None) -> None:
-        self.replica, self.tokens, self.ev = replica, tokens, ev
+    def __init__(self, replica: Replica, tokens: int, ev: Event | None, clock: Clock | None):
+        self.replica, self.tokens, self.ev, self.clock = replica, tokens, ev, clock
+        self.held: Held | None = None
 
     def __enter__(self) -> None:
         r = self.replica
@@ -115,6 +122,9 @@ class Lease:
         r.sent_tokens += self.tokens
         r.sent += 1
         self.sent_tokens, self.sent = r.sent_tokens, r.sent
+        ev = self.ev
+        if ev is not None and self.clock is not None:
+            self.held = r.occupancy.enter(ev.lane, ev.tenant, self.tokens, self.clock, ev)
 
     def __exit__(self, *exc: object) -> None:
         r = self.replica
@@ -123,19 +133,25 @@ class Lease:
         if self.ev is not None:
             self.ev.pool_prompt_tokens_during = r.sent_tokens - self.sent_tokens
             self.ev.pool_requests_during = r.sent - self.sent
+        if self.held is not None:
+            r.occupancy.leave(self.held)
 
 
 class PoolSet:
     def __init__(self, config: Config, poll_interval_s: float = 5.0) -> None:
         self.config = config
         self.poll_interval_s = poll_interval_s
+        tenants = tuple(config.tenants)
         self.replicas: dict[str, list[Replica]] = {
             p.name: [
-                Replica(p.name, u, p.engine, probe=None if p.metrics else p.health.path)
+                Replica(
+                    p.name, u, p.engine, probe=None if p.metrics else p.health.path,
+                    occupancy=Occupancy(tenants),
+                )
                 for u in p.replicas
             ]
             for p in config.pools
-        }
+        }  # fmt: skip
         self._task: asyncio.Task[None] | None = None
         # Told the pool and the model names each replica's /metrics carries (the metrics'
         # model label).
@@ -202,6 +218,10 @@ class PoolSet:
             for r in reps
             if r.cold_starts
         }
+
+    def occupancies(self) -> list[tuple[str, str, Occupancy]]:
+        """(pool, url, who holds it) of every replica: the occupancy gauges."""
+        return [(r.pool, r.url, r.occupancy) for reps in self.replicas.values() for r in reps]
 
     def snapshot(self) -> dict[tuple[str, str], EngineState | None]:
         return {

@@ -279,7 +279,7 @@ class Relay:
             ev.settings_fingerprint = replica.served.fingerprint if replica.served else None
             replica.stamp_dispatch(ev)
             req.clock.dispatched = time.perf_counter_ns()
-            with replica.lease(len(plan.raw) // 4, ev):  # ~4 bytes a token: prefill work
+            with replica.lease(len(plan.raw) // 4, ev, req.clock):  # ~4 bytes a token: prefill
                 try:
                     resp, deadline = await self._post(req, replica, lane, plan, up_headers)
                 except ConnectFailed as err:
