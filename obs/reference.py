@@ -1,7 +1,8 @@
-"""README reference tables generated from the code (event fields, metric names, engines).
+"""The reference tables of docs/reference.md, generated from the code (event fields, metric
+names, engines).
 
-``python -m obs.reference README.md`` rewrites the tables between their
-markers; a test fails when the README and the code disagree.
+``python -m obs.reference docs/reference.md`` rewrites the tables between their
+markers; a test fails when the page and the code disagree.
 """
 
 from __future__ import annotations
@@ -60,7 +61,12 @@ def main(argv: list[str]) -> int:
         description="Rewrite the reference tables (event fields, metrics, engines) between their "
         "markers in a Markdown file, from the code.",
     )
-    ap.add_argument("path", nargs="?", default="README.md", help="the file (default: README.md)")
+    ap.add_argument(
+        "path",
+        nargs="?",
+        default="docs/reference.md",
+        help="the file (default: docs/reference.md)",
+    )
     path = Path(ap.parse_args(argv).path)
     try:
         text = path.read_text()

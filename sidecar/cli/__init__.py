@@ -104,7 +104,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="store_true",
         help="with --upstream: the pool exports its request spans to this sidecar "
         "(vllm serve --otlp-traces-endpoint http://SIDECAR/v1/traces; SGLang and TGI: see "
-        "README); events wait for them",
+        "docs/reference.md); events wait for them",
     )
     p.add_argument(
         "--engine-join-wait",

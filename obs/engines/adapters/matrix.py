@@ -1,4 +1,4 @@
-"""The engine matrix for the README, generated from the adapters (``python -m obs.reference``).
+"""The engine matrix of docs/reference.md, from the adapters (``python -m obs.reference``).
 
 What each engine reports, which panels and alerts apply to its pools, and how it
 fills the event fields that depend on the engine.
