@@ -31,7 +31,7 @@ import httptools
 from obs.sidecar.outcomes import RequestLimit
 from obs.sidecar.server import wire
 from obs.sidecar.server.client import EXTENSION, OBS_EXTENSION, ClientConn
-from obs.sidecar.server.guard import Guard, content_length, plain_get
+from obs.sidecar.server.guard import Guard, body_stalled, content_length, plain_get
 from obs.sidecar.server.intake import BODY_PIECE, PIECE, Intake
 from obs.sidecar.server.limit_timer import LimitTimer
 from obs.sidecar.server.wire import BODY_HIGH_WATER, Clock, Exchange, Flow, http_scope, run_app
@@ -84,6 +84,10 @@ class HttpConnection(asyncio.Protocol):
         self._bodies: deque[int] = deque()  # body bytes held, per request not yet answered
         self.intake = Intake(self._feed_piece, self._piece_size)
         self._body_left = 0  # bytes of a sized body still to parse
+        # The body being read: when its head ended, when its last byte came, bytes so far, and
+        # its whole deadline (``body_timeout_s``), on the loop's clock.
+        self._body_began = self._body_at = self._body_until = 0.0
+        self._body_got = 0
         self.lost = self.reset_by_peer = False  # connection_lost was called (with an error)
 
     # ---- asyncio.Protocol ----------------------------------------------------------------
@@ -111,16 +115,28 @@ class HttpConnection(asyncio.Protocol):
         self._arm(self.limits.idle_timeout_s, "idle_timeout")
 
     def evictable(self) -> int:
-        """2: idle (waits for a request), 1: a request's head trickles in, 0: serving."""
-        cur = self.current  # a lingering answer still serves its request
-        busy = cur is not None and (not cur.response_complete or cur.linger)
-        if busy or self.pipeline or self._in_body or not self._counted:
+        """2: idle (waits for a request), 1: a request's head trickles in, or its body does
+        (``guard.body_stalled``) with nothing answered yet, 0: serving."""
+        if not self._counted or self.pipeline or self.transport.is_closing():
             return 0
-        return 0 if self.transport.is_closing() else 1 if self._in_message else 2
+        cur = self.current  # a lingering answer still serves its request
+        if self._in_body:
+            if cur is not self.reading or cur is None or cur.response_started:
+                return 0
+            now = self.loop.time()
+            return int(body_stalled(self.limits, self._body_began, self._body_at,
+                                    self._body_got, now))  # fmt: skip
+        if cur is not None and (not cur.response_complete or cur.linger):
+            return 0
+        return 1 if self._in_message else 2
 
     def evicted(self) -> None:
         self._counted = False
         self.guard.budgets.disconnect(self.addr)
+        if self._in_body:  # its request's event says what its client got
+            self._refuse(RequestLimit(408, "body_timeout", "the request body stalled while "
+                                      "the sidecar was full"))  # fmt: skip
+            return
         self._disarm()
         self.transport.close()
 
@@ -227,7 +243,11 @@ class HttpConnection(asyncio.Protocol):
         self._bodies.append(0)  # counted as the body's bytes arrive (on_body)
         self._in_body = True
         self._head = 0
-        self._arm(self.limits.body_timeout_s, "body_timeout")
+        now = self.loop.time()
+        self._body_began = self._body_at = now
+        self._body_until = now + self.limits.body_timeout_s
+        self._body_got = 0
+        self._arm(min(self.limits.body_timeout_s, self.limits.body_idle_timeout_s), "body_timeout")
         version = parser.get_http_version()
         ex = self.reading = self._exchange(version != "1.0" and parser.should_keep_alive())
         if self.current is None or self.current.response_complete:
@@ -242,13 +262,16 @@ class HttpConnection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         self._body_left -= len(body)
+        self._body_got += len(body)
+        self._body_at = self.loop.time()  # progress: the idle deadline moves (_expired)
         ex = self.reading
         if ex is None or ex.response_complete:
             return  # answered already (the connection closes): nothing keeps it
         if self._bodies:
             self._hold_body(len(body))
-        if ex.feed(body):
+        if ex.feed(body):  # the app has not read what came: no client's slowness meanwhile
             self.intake.hold()
+            self._disarm()
 
     def on_message_complete(self) -> None:
         self._in_body = self._in_message = False
@@ -325,7 +348,9 @@ class HttpConnection(asyncio.Protocol):
         if ex is not None and ex.body_bytes > BODY_HIGH_WATER:
             return
         if self._in_body and not self._timer.limit:
-            self._arm(self.limits.body_timeout_s, "body_timeout")
+            self._body_at = self.loop.time()  # its time starts now (held for the app till now)
+            self._body_until = max(self._body_until, self._body_at + self.limits.body_timeout_s)
+            self._arm_body()
         self.intake.release()
 
     # ---- limits --------------------------------------------------------------------------
@@ -377,7 +402,19 @@ class HttpConnection(asyncio.Protocol):
     def _disarm(self) -> None:
         self._timer.disarm()
 
+    def _arm_body(self) -> bool:
+        """Arm the body's next deadline: its whole one, or ``body_idle_timeout_s`` after its
+        last byte, whichever comes first; False when that has passed."""
+        now = self.loop.time()
+        at = min(self._body_until, self._body_at + self.limits.body_idle_timeout_s)
+        if at - now <= 0:
+            return False
+        self._arm(at - now, "body_timeout")
+        return True
+
     def _expired(self, limit: str) -> None:
+        if limit == "body_timeout" and self._in_body and self._arm_body():
+            return  # bytes came meanwhile: the idle deadline moved
         if limit == "keep_alive":
             self.transport.close()
         elif limit == "idle_timeout":

@@ -14,6 +14,12 @@ class Limits:
     max_headers: int = 100
     header_timeout_s: float = 10.0
     body_timeout_s: float = 60.0
+    # A body with no new byte for this long is closed (408), as nginx's client_body_timeout
+    # (per read); at the connection cap, one with no byte for ``body_stall_s`` or slower than
+    # ``min_body_rate`` (bytes/s, averaged since its head) is evicted for a newcomer.
+    body_idle_timeout_s: float = 10.0
+    body_stall_s: float = 2.0
+    min_body_rate: int = 1024
     idle_timeout_s: float = 5.0  # as vLLM's server (uvicorn) keeps an idle connection
     max_connections: int = 2048  # lowered at start to what the open-file limit allows
     max_client_connections: int | None = None  # one address's; None: a quarter of the above

@@ -26,6 +26,8 @@ from tests.support.probes import metric
 from tests.support.rawhttp import closed_within
 from tests.support.scripted_upstream import ScriptedUpstream
 
+pytestmark = pytest.mark.inproc
+
 SHORT_S = 0.5  # the in-process health listener's per-connection timeout
 BODY = b'{"model":"tiny","messages":[{"role":"user","content":"hi"}]}'
 
@@ -88,20 +90,20 @@ def test_health_listener_closes_silent_connections() -> None:
     assert probe.status_code == 200
 
 
-def test_liveness_fails_when_the_relay_refuses_everyone() -> None:
+def test_readiness_fails_when_the_relay_refuses_everyone() -> None:
     """A relay whose cap has refused every new connection for over STALL_S answers its
-    liveness probe 503 (relay_full); one accepted connection makes it 200 again."""
+    readiness probe 503 (relay_full); one accepted connection makes it 200 again."""
     guard = Guard(Limits(max_connections=1))
     port = free_port()
     listener = HealthListener("127.0.0.1", port, lambda: {"status": "ok"})
     listener.watch(lambda: guard.full_for() + STALL_S)  # as if refused STALL_S already
     try:
-        assert httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200
+        assert httpx.get(f"http://127.0.0.1:{port}/ready").status_code == 200
         guard.hit("max_connections")
         time.sleep(0.05)
-        full = httpx.get(f"http://127.0.0.1:{port}/health")
+        full = httpx.get(f"http://127.0.0.1:{port}/ready")
         guard.accepted()
-        again = httpx.get(f"http://127.0.0.1:{port}/health")
+        again = httpx.get(f"http://127.0.0.1:{port}/ready")
     finally:
         asyncio.run(listener.stop())
     assert full.status_code == 503 and full.json()["status"] == "relay_full"

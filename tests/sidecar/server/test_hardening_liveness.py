@@ -1,5 +1,6 @@
-"""The relay's liveness from the attacker's side (issue 38): a relay whose every connection
-slot serves a request, refusing every newcomer, is answered 503 by ``--health-address``.
+"""The relay's readiness from the attacker's side (issues 38, 63): a relay whose every
+connection slot serves a request, refusing every newcomer, is answered 503 by
+``--health-address``'s ``/ready``; its ``/health`` (liveness) stays 200.
 
 A real sidecar process with ``--max-connections 4``; four addresses (127.0.0.2-5) each hold
 one chat that the pool never finishes. The pool is ``ScriptedUpstream`` holding its answers
@@ -59,16 +60,17 @@ def _newcomer(port: int) -> int:
         return 0
 
 
-def test_liveness_fails_while_every_slot_serves_and_newcomers_are_refused(
+def test_readiness_fails_while_every_slot_serves_and_newcomers_are_refused(
     sidecar: SidecarFactory, pool: ScriptedUpstream
 ) -> None:
     """Four held chats fill --max-connections 4; newcomers get 503 for over 10 s, and then the
-    liveness listener answers 503 relay_full (it said 200 while refusals were younger); once
-    the chats end, a newcomer is served and the probe is 200 again."""
+    listener's readiness answers 503 relay_full (200 while refusals were younger) while its
+    liveness stays 200; once the chats end, a newcomer is served and the probe is 200 again."""
     health = free_port()
     args = ("--max-connections", "4", "--health-address", f"127.0.0.1:{health}")
     sc = sidecar(pool.url, traces=False, args=args)
-    probe = f"http://127.0.0.1:{health}/health"
+    probe = f"http://127.0.0.1:{health}/ready"  # readiness: overload is never liveness
+    live = f"http://127.0.0.1:{health}/health"
     hold = threading.Event()
     held = []
     try:
@@ -84,6 +86,7 @@ def test_liveness_fails_while_every_slot_serves_and_newcomers_are_refused(
             refused.append(_newcomer(sc.port))
             time.sleep(1)
         late = httpx.get(probe, timeout=5)
+        alive = httpx.get(live, timeout=5).status_code
     finally:
         hold.set()
         for s in held:
@@ -94,5 +97,6 @@ def test_liveness_fails_while_every_slot_serves_and_newcomers_are_refused(
     assert set(refused) == {503}, refused
     assert early == 200
     assert late.status_code == 503 and late.json()["status"] == "relay_full", late.text
+    assert alive == 200  # the pod is taken out of the Service, never restarted
     assert served == 200
     assert again == 200
