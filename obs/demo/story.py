@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ import requests
 
 from obs.demo import results
 from obs.demo.options import LOCAL_POOLS, SIM_POOLS
+from obs.query import incident
 
 PROBE_STREAMS = 16
 PROBE_S = 6.0
@@ -184,37 +185,27 @@ class Burst:
 def closing(
     doc: Mapping[str, Any], events: Sequence[Mapping[str, Any]], burst: Burst | None
 ) -> str:
-    """Two or three lines: the incident and what missed because of it, and the figures that
-    say how much of the run the engine's view and the causes cover."""
+    """A few lines, each within ``incident.WIDTH`` columns: when the burst hit, the incident
+    as ``query incident`` tells it (trigger, the victims ranked by harm with the share of
+    their wait the trigger was ahead, the mechanism and the lever), and the figures that say
+    how much of the run the engine's view and the causes cover."""
     lines = []
     if burst is not None and burst.started_at is not None:
         lines.append(
             f"At {burst.started_at.isoformat(timespec='seconds')} a burst of {burst.n} long "
             "RAG prompts hit the interactive pool."
         )
-    slos = list(doc.get("slos", []))
-    if burst is not None and burst.started_at is not None:
-        # The lanes the burst hurt (not its own): most of their misses around when it hit.
-        hit = burst.started_at.replace(tzinfo=None)
-        others = [s for s in slos if s["lane"] != "rag"]
-        during = [
-            s
-            for s in others
-            if datetime.fromisoformat(s["most_from"]) - timedelta(seconds=30)
-            <= hit
-            <= datetime.fromisoformat(s["most_until"])
-        ]
-        # A burst of prefills is a first-token story: TTFT first, then the budget burned.
-        during.sort(key=lambda s: (s["slo"] != "ttft", -(s["budget_spent"] or 0.0)))
-        slos = during or others or slos
-    if slos:
-        s = slos[0]
-        spent = "" if s["budget_spent"] is None else f" ({s['budget_spent']:.0%} of its budget)"
+    stories = list(doc.get("incidents") or [])
+    # The incident with the most harm done to other lanes leads.
+    stories.sort(key=lambda x: -sum(v["missed"] for v in x["victims"]))
+    if stories:
+        day = str(doc.get("since") or stories[0]["start"])[:10]
+        lines += incident.story_lines(stories[0], day)
+    elif doc.get("slos"):
+        s = doc["slos"][0]
         lines.append(
             f"Lane {s['lane']} missed its {s['slo']} SLO on {s['misses']} of {s['judged']} "
-            f"requests{spent}, most between {s['most_from'][11:]} and {s['most_until'][11:]}: "
-            f"{s['cause_share']:.0%} {s['phase']}/{s['cause']} ({s['means']}); "
-            f"lever: {s['lever']}."
+            f"requests: {s['cause_share']:.0%} {s['phase']}/{s['cause']}."
         )
     else:
         lines.append("No lane missed an SLO.")

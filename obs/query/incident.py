@@ -1,17 +1,22 @@
 """``incident``: the postmortem's first draft, in words, from a window of events.
 
-For each lane and SLO that missed in the window (``obs.query.error_budget``'s spending): from
-when to when (the first and last miss, and the span that holds the middle 90% of them), the
-misses against the requests judged and the share of the window's budget they burned, the
-phase and cause behind most of them (``obs.attribution``'s rule) with what that cause means
-and the lever the runbook names for it (``obs.conventions.CAUSE_WORDS``), and the replica and
-tenant behind most misses. Then the settings and config changes in the window
-(``obs.query.changes``) and, given Prometheus, the alerts that fired in it (its ``ALERTS``
-series). Plain data first (``--format json``), then the words.
+It opens with the story of each incident (``obs.query.harm``): per pool, the trigger (the
+lane whose load rose), the victims ranked by harm with the share of their wait the trigger's
+requests were ahead of them, the mechanism and what was fine, and the lever. Then, for each
+lane and SLO that missed in the window (``obs.query.error_budget``'s spending): from when to
+when (the first and last miss, and the span that holds the middle 90% of them; one time when
+they are the same second), the misses against the requests judged and the share of the
+window's budget they burned, the phase and cause behind most of them (``obs.attribution``'s
+rule) with what that cause means and the lever the runbook names for it
+(``obs.conventions.CAUSE_WORDS``), and the replica and tenant behind most misses. Then the
+settings and config changes in the window (``obs.query.changes``) and, given Prometheus, the
+alerts that fired in it (its ``ALERTS`` series). Plain data first (``--format json``), then
+the words, each line within ``WIDTH`` columns.
 """
 
 from __future__ import annotations
 
+import textwrap
 from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
@@ -19,17 +24,15 @@ from typing import Any
 from obs.config import Config
 from obs.conventions import CAUSE_WORDS
 from obs.prom.api import PrometheusAPI, PrometheusError
+from obs.query import harm
 from obs.query.changes import find_changes
 from obs.query.error_budget import COLUMNS, as_utc, budget, spending
 from obs.query.scan import Source
 from obs.query.table import to_json
 
-ALERT_STEP_S = 15.0
-CHANGE_FIELDS = (
-    "pool",
-    "settings_fingerprint",
-    "config_fingerprint",
-)  # the resolution at which fired alerts are read back
+ALERT_STEP_S = 15.0  # the resolution at which fired alerts are read back
+CHANGE_FIELDS = ("pool", "settings_fingerprint", "config_fingerprint")
+WIDTH = 120  # every line of the words fits this many columns
 
 
 def _iso(t: datetime) -> str:
@@ -46,7 +49,7 @@ def draft(
     scan: Source, config: Config, paths: list[str], prometheus: str | None = None
 ) -> dict[str, Any]:
     """The draft as plain data: the window, each missing SLO, changes, alerts."""
-    scan.materialize((*COLUMNS, *CHANGE_FIELDS))  # once, for every query below
+    scan.materialize((*COLUMNS, *CHANGE_FIELDS, *harm.COLUMNS))  # once, for every query below
     doc = budget(scan, config, paths)
     times: dict[tuple[str, str], list[datetime]] = {}
     for s in spending(scan, config):
@@ -83,6 +86,7 @@ def draft(
     return {
         "since": since,
         "until": until,
+        "incidents": harm.stories(scan, config),
         "slos": slos,
         "changes": changes,
         "alerts": _alerts(prometheus, scan, slos) if prometheus else None,
@@ -128,22 +132,70 @@ def _alerts(url: str, scan: Source, slos: list[dict[str, Any]]) -> list[dict[str
     return sorted(out, key=lambda a: (a["from"], a["alert"]))
 
 
+def _clock(at: str, day: str | None) -> str:
+    """``at`` as HH:MM:SS when it falls on ``day`` (the draft's first date), else in full."""
+    return at[11:19] if day is not None and at[:10] == day else at.replace("T", " ")[:19]
+
+
+def _span(a: str, b: str, day: str | None) -> str:
+    """From ``a`` to ``b``, said once when they are the same second."""
+    x, y = _clock(a, day), _clock(b, day)
+    return f"at {x}" if x == y else f"from {x} to {y}"
+
+
+def _wrap(text: str, indent: str = "  ") -> list[str]:
+    return textwrap.wrap(text, WIDTH, subsequent_indent=indent, break_on_hyphens=False) or [""]
+
+
+def story_lines(inc: dict[str, Any], day: str | None) -> list[str]:
+    """One incident in words: trigger, victims, mechanism, what was fine, lever."""
+    t = inc["trigger"]
+    who = f"lane {t['lane']}" + (f" (tenant {t['tenant']})" if t.get("tenant") else "")
+    when = _span(t["from"], t["until"], day) if t.get("from") else ""
+    lines = _wrap(
+        f"Incident on pool {inc['pool']}, {_span(inc['start'], inc['end'], day)}: {who} sent "
+        f"{t['requests']} requests ({t['prompt_tokens']} prompt tokens) {when}"
+        + (f", {t['missed']} of them missed." if t.get("missed") else ".")
+    )
+    for v in inc["victims"]:
+        small = f" (a small lane: {v['requests']} requests)" if v["small"] else ""
+        lines += _wrap(
+            f"- Victim: lane {v['lane']} missed {v['missed']} of {v['requests']} requests"
+            f"{small}; {t['lane']}'s requests were ahead for {v['trigger_share']:.0%} of their "
+            "wait."
+        )
+    if not inc["victims"]:
+        lines.append(f"- No other lane missed: {t['lane']} missed on its own.")
+    lines += _wrap(f"  Mechanism: {inc['mechanism']}.", "    ")
+    if inc["fine"]:
+        lines += _wrap(f"  Fine: {'; '.join(inc['fine'])}.", "    ")
+    lines += _wrap(f"  Lever: {inc['lever']}.", "    ")
+    return lines
+
+
 def words(doc: dict[str, Any]) -> str:
     """The draft an SRE starts the postmortem from."""
+    day = doc["since"][:10] if doc["since"] else None
     span = f"{doc['since'] or 'the first event'} to {doc['until'] or 'the last event'} (UTC)"
     lines = [f"Incident draft, {span}", ""]
+    for inc in doc.get("incidents", []):
+        lines += [*story_lines(inc, day), ""]
     if not doc["slos"]:
         lines.append("No lane missed an SLO in the window.")
+    elif doc.get("incidents"):
+        lines.append("Each lane's misses:")
     for s in doc["slos"]:
         spent = "" if s["budget_spent"] is None else f", {s['budget_spent']:.0%} of its budget"
-        lines.append(
+        most = _span(s["most_from"], s["most_until"], day)
+        span_ = _span(s["first_miss"], s["last_miss"], day)
+        lines += _wrap(
             f"- Lane {s['lane']} missed its {s['slo']} SLO on {s['misses']} of {s['judged']} "
-            f"requests{spent} for the window, from {s['first_miss']} to {s['last_miss']} "
-            f"(most between {s['most_from']} and {s['most_until']})."
+            f"requests{spent}, {span_}" + ("." if most == span_ else f" (most {most}).")
         )
-        lines.append(
+        lines += _wrap(
             f"  Behind {s['cause_share']:.0%} of it: phase {s['phase']}, cause {s['cause']}: "
-            f"{s['means']}."
+            f"{s['means']}.",
+            "    ",
         )
         who = []
         if s["top_replica"]:
@@ -151,26 +203,27 @@ def words(doc: dict[str, Any]) -> str:
         if s["top_tenant"] and s["top_tenant"]["value"] != "-":
             who.append(f"tenant {s['top_tenant']['value']} ({s['top_tenant']['share']:.0%})")
         if who:
-            lines.append(f"  Most misses: {', '.join(who)}.")
-        lines.append(f"  Lever (docs/runbook.md, Where the budget went): {s['lever']}.")
+            lines += _wrap(f"  Most misses: {', '.join(who)}.", "    ")
+        lines += _wrap(f"  Lever (docs/runbook.md, Where the budget went): {s['lever']}.", "    ")
     lines.append("")
     if doc["changes"]:
         lines.append("Changes in the window:")
-        lines += [f"- {c['at']} pool {c['pool']}: {c['change']}" for c in doc["changes"]]
+        for c in doc["changes"]:
+            lines += _wrap(f"- {_clock(c['at'], day)} pool {c['pool']}: {c['change']}")
     else:
         lines.append("Changes in the window: no replica settings or lanes config changed.")
     alerts = doc["alerts"]
     if alerts is None:
         lines.append("Alerts: not read (give --prometheus URL).")
     elif isinstance(alerts, str):
-        lines.append(f"Alerts: {alerts}.")
+        lines += _wrap(f"Alerts: {alerts}.")
     elif not alerts:
         lines.append("Alerts: none fired in the window.")
     else:
         lines.append("Alerts fired:")
         for a in alerts:
             labels = ", ".join(f"{k}={v}" for k, v in sorted(a["labels"].items()))
-            lines.append(f"- {a['alert']} ({labels}) from {a['from']} to {a['until']}")
+            lines += _wrap(f"- {a['alert']} ({labels}) {_span(a['from'], a['until'], day)}")
     return "\n".join(lines) + "\n"
 
 

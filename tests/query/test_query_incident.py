@@ -14,6 +14,8 @@ from obs.conventions import CAUSE_WORDS
 from obs.procs import free_port
 from obs.query.testing import event, ts, write_jsonl
 
+pytestmark = pytest.mark.inproc  # the query's progress thread; a Prometheus that is down
+
 LANES = {
     "version": 1,
     "pools": [{"name": "p", "replicas": ["http://r1"]}],
@@ -64,7 +66,7 @@ def test_incident_tells_which_lane_when_why_and_the_lever(
     window = ["--since", "2025-06-02T12:00:00Z", "--until", "2025-06-02T12:10:00Z"]
     text = _run(capsys, log, "--config", config, *window)
     assert "Lane chat missed its ttft SLO on 24 of 120 requests, 400% of its budget" in text
-    assert "from 2025-06-02T12:04:00 to 2025-06-02T12:05:55" in text
+    assert "from 12:04:00 to 12:05:55" in text  # the draft's day is said once, in its header
     assert "Behind 100% of it: phase queue, cause engine_queue" in text
     assert CAUSE_WORDS["engine_queue"][1] in text
     assert "replica http://r1 (100%), tenant acme (100%)" in text
@@ -93,3 +95,101 @@ def test_incident_with_nothing_missed_and_prometheus_down(
     text = _run(capsys, log, "--config", config, *window, "--prometheus", url)
     assert "No lane missed an SLO in the window." in text
     assert f"Alerts: not read from {url}" in text
+
+
+def _burst(tmp_path: Path, slots: int = 8, in_flight: int = 2) -> tuple[str, str]:
+    """A minute of chat (good, 2 requests a second) and two small-lane batch requests; at
+    second 30 a burst of 20 long batch prompts lands, and the chat requests in the next
+    five seconds wait behind it (TTFT 900 ms); ``in_flight`` of ``slots`` batch slots taken
+    at their dispatch. Returns (log, config)."""
+    events = []
+    state = {"pool_max_running": slots, "pool_kv_usage": 0.2, "replica": "http://r1"}
+    for i in range(120):
+        t = i * 0.5
+        hit = 30.0 <= t < 35.0
+        kw = {"queue_ms": 900.0 if hit else 5.0, "prefill_ms": 40.0, "decode_ms": 100.0}
+        events.append(
+            event(ts=ts(t), lane="chat", pool="p", prompt_tokens=50,
+                  pool_in_flight=in_flight if hit else 0, engine_view="joined",
+                  engine_queue_ms=kw["queue_ms"], pool_ahead_prompt_tokens=20000 if hit else 0,
+                  **kw, **state)
+        )  # fmt: skip
+    for _ in range(20):
+        events.append(
+            event(ts=ts(30.0), lane="batch", pool="p", prompt_tokens=1500, queue_ms=1.0,
+                  prefill_ms=3000.0, decode_ms=2000.0, pool_in_flight=0, **state)
+        )  # fmt: skip
+    for t in (2.0, 50.0):
+        events.append(event(ts=ts(t), lane="batch", pool="p", prompt_tokens=100, **state))
+    log = str(write_jsonl(tmp_path / "events.jsonl", events))
+    config = tmp_path / "lanes.yaml"
+    config.write_text(yaml.safe_dump(LANES), encoding="utf-8")
+    return log, str(config)
+
+
+def test_incident_names_trigger_victim_share_mechanism_and_lever(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The burst's lane is the trigger with its figures, the lane that missed is the first
+    victim with the share of its wait the burst was ahead, the mechanism tells token-budget-
+    bound queueing (slots free) and says the KV cache was fine, and the lever moves the
+    trigger's lane to its own pool, naming the config keys."""
+    log, config = _burst(tmp_path)
+    doc = json.loads(_run(capsys, log, "--config", config, "--format", "json"))
+    (inc,) = doc["incidents"]
+    assert inc["pool"] == "p"
+    t = inc["trigger"]
+    assert (t["lane"], t["requests"], t["prompt_tokens"]) == ("batch", 20, 30000)
+    (v,) = inc["victims"]
+    assert (v["lane"], v["missed"], v["requests"]) == ("chat", 10, 120)
+    assert v["trigger_share"] >= 0.9 and not v["small"]
+    assert inc["mechanism_kind"] == "token_budget_bound"
+    assert "--max-num-batched-tokens" in inc["mechanism"] and "at most 3 of 8" in inc["mechanism"]
+    assert any(f.startswith("KV cache (at most 20%") for f in inc["fine"])
+    assert inc["lever"].startswith("move lane batch to its own pool (its `pool:`")
+    assert "admission.max_prompt_tokens" in inc["lever"]
+    text = _run(capsys, log, "--config", config)
+    assert "Incident on pool p, from 12:00:30 to 12:00:35: lane batch sent 20 requests" in text
+    assert "- Victim: lane chat missed 10 of 120 requests; batch's requests were ahead" in text
+    assert all(len(line) <= 120 for line in text.splitlines())
+
+
+def test_incident_tells_slot_bound_queueing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every batch slot taken at the misses' dispatch: slot-bound queueing, and the lever
+    names --max-num-seqs beside the trigger's own pool."""
+    log, config = _burst(tmp_path, slots=4, in_flight=4)
+    doc = json.loads(_run(capsys, log, "--config", config, "--format", "json"))
+    (inc,) = doc["incidents"]
+    assert inc["mechanism_kind"] == "slot_bound" and "4 of 4 in flight" in inc["mechanism"]
+    assert "--max-num-seqs" in inc["lever"] and "move lane batch" in inc["lever"]
+
+
+def test_incident_names_one_slow_replica(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two replicas, one answering ten times slower over the same minute: the mechanism is
+    that replica, the lever drains it; a lane with few requests is flagged small."""
+    events = []
+    for i in range(60):
+        slow = i % 2 == 1
+        events.append(
+            event(ts=ts(i * 1.0), lane="chat", pool="p", prompt_tokens=50,
+                  replica="http://r2" if slow else "http://r1", queue_ms=1.0,
+                  prefill_ms=1200.0 if slow else 60.0, decode_ms=50.0, pool_in_flight=0,
+                  pool_max_running=8)
+        )  # fmt: skip
+    for i in range(3):
+        events.append(
+            event(ts=ts(i * 2.0 + 1), lane="batch", pool="p", prompt_tokens=100,
+                  replica="http://r2", prefill_ms=100.0)
+        )  # fmt: skip
+    log = str(write_jsonl(tmp_path / "events.jsonl", events))
+    lanes = {**LANES, "pools": [{"name": "p", "replicas": ["http://r1", "http://r2"]}]}
+    config = tmp_path / "lanes.yaml"
+    config.write_text(yaml.safe_dump(lanes), encoding="utf-8")
+    doc = json.loads(_run(capsys, log, "--config", str(config), "--format", "json"))
+    (inc,) = doc["incidents"]
+    assert inc["mechanism_kind"] == "slow_replica" and inc["slow_replica"] == "http://r2"
+    assert "http://r2" in inc["mechanism"] and inc["lever"].startswith("drain replica http://r2")
