@@ -94,13 +94,7 @@ class PoolGate:
             hold.gate = self.last.gate if self.last is not None else None
         self.held = True
         if len(self.queue) >= self.policy.max_queue:
-            raise Rejected(
-                c.POOL_QUEUE_FULL,
-                f"pool {self.pool!r} is saturated and its queue is full "
-                f"({self.policy.max_queue} waiting)",
-                429,
-                1,
-            )
+            self._make_room(band, (lane, tenant or ""))
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[bool] = loop.create_future()
         w = Waiting(lane, tenant or "", band, self.weight(lane, tenant), loop.time(), fut)
@@ -109,7 +103,7 @@ class PoolGate:
         try:
             return await asyncio.wait_for(asyncio.shield(fut), timeout_s)
         except TimeoutError:
-            if fut.done() and fut.result():
+            if _admitted(fut):
                 return True
             self.queue.remove(w)
             raise Rejected(
@@ -119,11 +113,26 @@ class PoolGate:
                 max(1, math.ceil(timeout_s / 2)),
             ) from None
         except BaseException:
-            if fut.done() and fut.result():
+            if _admitted(fut):
                 self.release()
             else:
                 self.queue.remove(w)
             raise
+
+    def _make_room(self, band: int, flow: tuple[str, str]) -> None:
+        """The queue is full: displace what a newcomer of ``band`` and ``flow`` outranks
+        (``PoolQueue.victim``: that request is refused ``pool_queue_full``), or refuse it."""
+        n = self.policy.max_queue
+        full = f"pool {self.pool!r} is saturated and its queue is full ({n} waiting)"
+        w = self.queue.victim(band, flow)
+        if w is None:
+            raise Rejected(c.POOL_QUEUE_FULL, full, 429, 1)
+        self.queue.remove(w)
+        fut = w.item
+        assert isinstance(fut, asyncio.Future)
+        if not fut.done():
+            why = f"{full}; a request of higher priority or a smaller flow took this one's place"
+            fut.set_exception(Rejected(c.POOL_QUEUE_FULL, why, 429, 1))
 
     def withdraw(self, hold: Hold) -> None:
         """The client left while queued: stop waiting (``admit`` returns False)."""
@@ -168,3 +177,8 @@ class PoolGate:
             self.in_flight += 1
             fut.set_result(True)
         self.held = False
+
+
+def _admitted(fut: asyncio.Future[bool]) -> bool:
+    """The queued request was given room (not withdrawn, displaced or cancelled)."""
+    return fut.done() and not fut.cancelled() and fut.exception() is None and fut.result()

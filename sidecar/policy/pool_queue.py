@@ -14,6 +14,12 @@ weights whatever each offers, and a higher band is always served first: a batch 
 a lower band never delays an interactive request beyond the requests of its own band and
 above. Each request waits at most its lane's ``queue_timeout_s``.
 
+A full queue makes room by priority (``victim``): a newcomer displaces the youngest request
+of the lowest band below its own, so a higher band is never refused while a lower one waits;
+within its own band, it displaces the youngest request of the flow holding the most when
+that flow holds more than the newcomer's, so no flow keeps more than its share of a full
+queue. Otherwise the newcomer is the one refused.
+
 The per-lane and per-tenant views (``waiting_by``) are this queue counted by lane or
 tenant. Pure ordering: the caller owns the futures and the clock.
 """
@@ -101,6 +107,22 @@ class PoolQueue:
                 del self.flows[w.band]
         if not any(w.flow in b for b in self.flows.values()) and len(self.vtime) > 10_000:
             self.vtime.pop(w.flow, None)  # bounded memory; a returning flow rejoins at now_v
+
+    def victim(self, band: int, flow: tuple[str, str]) -> Waiting | None:
+        """What a newcomer of ``band`` and ``flow`` displaces from a full queue (see the
+        module's doc), or None (the newcomer is refused)."""
+        if not self.flows:
+            return None
+        low = min(self.flows)
+        if low > band:
+            return None
+        flows = self.flows[low]
+        big = max(flows, key=lambda f: (len(flows[f]), flows[f][-1].queued_at))
+        if low == band:
+            mine = flows.get(flow)
+            if big == flow or len(flows[big]) <= (len(mine) if mine else 0) + 1:
+                return None
+        return flows[big][-1]  # its youngest
 
     def waiting_by(self, what: str) -> dict[str, int]:
         """Requests waiting per ``lane`` or per ``tenant`` (the per-team and per-lane views),
