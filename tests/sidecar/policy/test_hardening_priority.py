@@ -55,7 +55,7 @@ async def _outcome(gate: PoolGate, lane: str, tenant: str, band: int) -> str:
     try:
         return "admitted" if await gate.admit(lane, tenant, band, 600, Hold()) else "withdrawn"
     except Rejected as err:
-        return err.rejection_reason
+        return str(err.rejection_reason)
 
 
 def test_a_band_0_flood_filling_the_queue_refuses_no_band_7_chat() -> None:
