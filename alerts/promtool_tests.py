@@ -15,6 +15,7 @@ from .promtool_canary import canary_tests
 from .promtool_capacity import capacity_tests
 from .promtool_gpu import gpu_tests
 from .promtool_health import health_tests
+from .promtool_replica import replica_tests
 from .promtool_slo import lane_tests
 from .rules import CANARY_FILE, HEALTH_FILE, RuleFile, RuleIndex, slo_file
 from .timeline import minute
@@ -36,6 +37,7 @@ def promtool_files(
         name = slo_file(lane)
         out[unit_file_name(name)] = _doc(f"{rel}/{name}", lane_tests(model, lane, index))
     health = health_tests(model, index) + capacity_tests(model, index) + gpu_tests(model, index)
+    health += replica_tests(model, index)  # obs.alerts.replica_rules, gpu_fault_rules
     out[unit_file_name(HEALTH_FILE)] = _doc(f"{rel}/{HEALTH_FILE}", health)
     if CANARY_FILE in files:
         out[unit_file_name(CANARY_FILE)] = _doc(f"{rel}/{CANARY_FILE}", canary_tests(model, index))

@@ -8,9 +8,11 @@ from .canary_rules import canary_groups
 from .capacity_rules import capacity_groups
 from .change_rules import change_groups
 from .flow_rules import flow_groups
+from .gpu_fault_rules import gpu_fault_groups
 from .gpu_rules import gpu_groups
 from .health_rules import health_groups
 from .model import AlertModel
+from .replica_rules import replica_groups
 from .slo_rules import lane_groups
 
 RuleFile = dict[str, Any]
@@ -28,6 +30,7 @@ def rule_files(model: AlertModel) -> dict[str, RuleFile]:
     lanes); in a stable order."""
     files = {slo_file(lane): {"groups": lane_groups(model, lane)} for lane in model.slo_lanes}
     groups = health_groups(model) + capacity_groups(model) + flow_groups(model)
+    groups += replica_groups(model) + gpu_fault_groups(model)  # one replica; GPU faults
     files[HEALTH_FILE] = {"groups": groups + change_groups(model) + gpu_groups(model)}
     canary = canary_groups(model)
     if canary:

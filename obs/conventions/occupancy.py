@@ -32,3 +32,5 @@ ALERT_GPU_XID: Final = "VllmObsGPUXidError"
 ALERT_GPU_ECC: Final = "VllmObsGPUMemoryErrors"
 ALERT_GPU_THROTTLED: Final = "VllmObsGPUThrottled"
 GPU_FAULT_ALERTS: Final = (ALERT_GPU_XID, ALERT_GPU_ECC, ALERT_GPU_THROTTLED)
+# Every alert of alerts/replica_rules.py and alerts/gpu_fault_rules.py (part of ALL_ALERTS).
+REPLICA_ALERTS: Final = (ALERT_REPLICA_OUTLIER, *GPU_FAULT_ALERTS)

@@ -51,6 +51,8 @@ def test_every_promql_name_is_defined_in_conventions(files: dict[str, Any]) -> N
     """Each metric an expression reads is a conventions series or a conventions rule name."""
     series = {name for m in c.ALL_METRICS for name in m.series}
     known = series | set(c.VLLM_METRICS) | set(c.DCGM_METRICS) | _conventions_rule_names(files)
+    known |= set(c.DCGM_FAULT_METRICS)  # obs.alerts.gpu_fault_rules
+    known |= {f"{n}_{part}" for n in c.VLLM_METRICS for part in ("sum", "count")}  # histograms
     for rule in _rules(files):
         unknown = metric_names(rule["expr"]) - known
         assert not unknown, f"{rule.get('record') or rule.get('alert')}: {unknown}"
@@ -206,7 +208,11 @@ def test_every_alert_has_severity_summary_description_and_runbook(files: dict[st
         )
         assert set(notes) == {"summary", "description", "runbook_url", *budget}
         process = "{{ $labels.instance }}" if a["alert"] == c.ALERT_EVENT_LOOP_LAG_HIGH else None
-        if a["alert"] in (c.ALERT_GPU_MEMORY_HIGH, c.ALERT_GPU_UTILISATION_OUT_OF_BAND):
+        if a["alert"] in (
+            c.ALERT_GPU_MEMORY_HIGH,
+            c.ALERT_GPU_UTILISATION_OUT_OF_BAND,
+            *c.GPU_FAULT_ALERTS,
+        ):
             process = "{{ $labels.Hostname }}"  # dcgm-exporter's series have no pool
         subject = labels.get("lane") or labels.get("pool") or process or "{{ $labels.exporter }}"
         for text in (notes["summary"], notes["description"]):

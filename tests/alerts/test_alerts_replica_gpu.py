@@ -1,0 +1,131 @@
+"""One replica against its pool and the GPU faults DCGM reports, on rules generated from the
+shipped config and Prometheus' own promtool: fed the series of the dcgm-exporter fault page
+and of vLLM's captured /metrics (tests/data, their names and label sets as written there, the
+``pool``/``instance`` labels as a scrape adds them), each alert fires past its bound and is
+silent inside it."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from obs import conventions as c
+from obs.alerts.model import build_model
+from obs.alerts.rules import HEALTH_FILE, RuleIndex, rule_files
+from obs.alerts.series import expected
+from obs.config import default_config_path, load_config
+from tests.alerts.test_alerts_gpu_change import page_series
+from tests.conftest import require_binary
+
+pytestmark = pytest.mark.stack
+
+DATA = Path(__file__).resolve().parents[2] / "tests" / "data"
+STEPS = 60
+GPU = {"Hostname": "node-a", "gpu": "0"}
+FILES = rule_files(build_model(load_config(default_config_path())))
+INDEX = RuleIndex(FILES)
+
+
+def _run(tmp_path: Path, series: list[dict[str, str]], tests: list[dict[str, Any]]) -> None:
+    rules = tmp_path / HEALTH_FILE
+    rules.write_text(yaml.safe_dump(FILES[HEALTH_FILE], sort_keys=False), encoding="utf-8")
+    doc = {
+        "rule_files": [str(rules)],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": tests}],
+    }
+    path = tmp_path / "case.test.yml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    proc = subprocess.run(
+        [require_binary("promtool"), "test", "rules", str(path)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _firing(
+    alert: str, at: str, labels: dict[str, str] | None, value: float = 0.0, **static: str
+) -> dict[str, Any]:
+    """``alert`` fires at ``at`` with the series' ``labels`` (None: it does not)."""
+    if labels is None:
+        return {"eval_time": at, "alertname": alert, "exp_alerts": []}
+    rule = INDEX.find(alert, **static)
+    return {"eval_time": at, "alertname": alert, "exp_alerts": [expected(rule, labels, value)]}
+
+
+def _fault_page(grow: dict[str, str] | None = None) -> list[dict[str, str]]:
+    """Every series of the fault page as scraped, constant, or growing as ``grow`` says."""
+    out = []
+    for name, (labels, value) in page_series(DATA / "dcgm-exporter-faults.txt").items():
+        values = (grow or {}).get(name) or f"{value:g}+0x{STEPS}"
+        out.append(
+            {"series": f'{name}{{{labels},job="dcgm",instance="node-a:9400"}}', "values": values}
+        )
+    return out
+
+
+def test_the_fault_page_fires_its_xid_and_nothing_else(tmp_path: Path) -> None:
+    """The page as it is (XID 79, old ECC counts that no longer grow, a remap that did not
+    fail, no throttling growth) fires the XID alert only."""
+    _run(
+        tmp_path,
+        _fault_page(),
+        [
+            _firing(c.ALERT_GPU_XID, "5m", GPU, 79),
+            _firing(c.ALERT_GPU_ECC, "30m", None),
+            _firing(c.ALERT_GPU_THROTTLED, "30m", None),
+        ],
+    )
+
+
+def test_growing_ecc_and_throttle_counters_fire(tmp_path: Path) -> None:
+    """A double-bit ECC error 20 minutes in fires the memory alert; 30 s of every minute held
+    by the thermal limit fires the throttle alert (reason thermal, 50%); power stays quiet."""
+    grow = {
+        c.DCGM_ECC_DBE_VOL: f"2+0x20 3+0x{STEPS - 21}",
+        c.DCGM_THERMAL_VIOLATION: f"123456789+30000000x{STEPS}",
+    }
+    _run(
+        tmp_path,
+        _fault_page(grow),
+        [
+            _firing(c.ALERT_GPU_ECC, "15m", None),
+            _firing(c.ALERT_GPU_ECC, "25m", GPU, 1),
+            _firing(c.ALERT_GPU_THROTTLED, "20m", GPU, 0.5, reason="thermal"),
+        ],
+    )
+
+
+def _replicas(times: float) -> list[dict[str, str]]:
+    """Two replicas of pool interactive with vLLM's captured TTFT and ITL label set, 60
+    requests a minute each; the second's TTFT ``times`` the first's."""
+    page = page_series(DATA / "vllm-0.32-cpu-metrics.txt")
+    out = []
+    for inst, slow in (("10.0.0.1:8000", 1.0), ("10.0.0.2:8000", times)):
+        for hist, mean in ((c.VLLM_TTFT, 0.1 * slow), (c.VLLM_ITL, 0.02)):
+            for part, per_min in (("sum", 60 * mean), ("count", 60)):
+                labels, _ = page[f"{hist}_{part}"]
+                scrape = f'{labels},pool="interactive",job="vllm",instance="{inst}"'
+                out.append(
+                    {"series": f"{hist}_{part}{{{scrape}}}", "values": f"0+{per_min:g}x{STEPS}"}
+                )
+    return out
+
+
+def test_replica_outlier_fires_on_the_slow_replica_only(tmp_path: Path) -> None:
+    """A replica at 10x its pool's fastest TTFT fires, pending first, with its instance; at 2x
+    it is silent."""
+    slow = {"instance": "10.0.0.2:8000"}
+    _run(
+        tmp_path,
+        _replicas(10.0),
+        [
+            _firing(c.ALERT_REPLICA_OUTLIER, "4m", None),
+            _firing(c.ALERT_REPLICA_OUTLIER, "10m", slow, 10.0, pool="interactive"),
+        ],
+    )
+    _run(tmp_path, _replicas(2.0), [_firing(c.ALERT_REPLICA_OUTLIER, "10m", None)])
