@@ -10,6 +10,7 @@ from obs.config import Config
 from . import expr as e
 from . import links, sli
 from . import variables as v
+from .occupancy import occupancy_row
 from .panels import Grid, Query, dashboard, stat, timeseries
 
 UID = links.OVERVIEW_UID
@@ -218,6 +219,7 @@ def build(config: Config) -> Dashboard:
     _slo_status(grid, config)
     _traffic(grid, config)
     _latency(grid)
+    occupancy_row(grid, config)  # beside each pool's queue: who holds it
     _errors(grid)
     return dashboard(
         UID,

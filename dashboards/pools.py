@@ -13,6 +13,7 @@ from . import links
 from . import variables as v
 from .cold_starts import cold_start_row
 from .models import gpus_row, models_row
+from .occupancy import outlier_row
 from .panels import Grid, Query, Steps, dashboard, stat, timeseries
 
 UID = links.POOLS_UID
@@ -267,6 +268,7 @@ def build(config: Config) -> Dashboard:
     _engine_state(grid, config)
     _per_lane(grid, config)
     _engine_timings(grid)
+    outlier_row(grid)
     models_row(grid)
     gpus_row(grid)
     cold_start_row(grid)
