@@ -3,9 +3,9 @@
 #   docker build -t vllm-obs .
 #   docker run -p 8000:8000 -v $PWD/lanes.yaml:/etc/vllm-obs/lanes.yaml:ro vllm-obs
 #
-# Port 8000: the OpenAI-compatible API and /metrics. Port 4318: the OTLP/HTTP
-# receiver for vLLM's llm_request spans (point `vllm serve
-# --otlp-traces-endpoint` at http://<sidecar>:4318/v1/traces).
+# Port 8000, the only one: the OpenAI-compatible API, /metrics, /health and the
+# OTLP/HTTP receiver for vLLM's llm_request spans (point `vllm serve
+# --otlp-traces-endpoint` at http://<sidecar>:8000/v1/traces).
 
 FROM python:3.12-slim AS build
 WORKDIR /src
@@ -23,5 +23,5 @@ RUN pip install --no-cache-dir /wheels/*.whl \
     && mkdir -p /etc/vllm-obs /var/log/vllm-obs \
     && chown vllm-obs /var/log/vllm-obs
 USER vllm-obs
-EXPOSE 8000 4318
+EXPOSE 8000
 CMD ["vllm-obs", "sidecar", "--config", "/etc/vllm-obs/lanes.yaml", "--host", "0.0.0.0", "--port", "8000", "--events", "/var/log/vllm-obs/events.jsonl"]

@@ -24,6 +24,7 @@ COMMANDS = {
     "alerts": "obs.alerts.cli",
     "dashboards": "obs.dashboards.cli",
     "k8s": "obs.kube.cli",
+    "deploy": "obs.deploy.cli",
     "query": "obs.query.cli",
     "clickhouse": "obs.clickhouse.cli",
     "engine": "obs.engines.cli",

@@ -7,7 +7,8 @@ the pool's name, labels, vLLM flags and its own lanes config) and ``monitoring/`
 ``kustomization.yaml`` that renders them all. What follows from the config is generated here
 and checked in: each overlay's ``lanes.yaml`` and ``vllm.yaml`` (the ``vllm serve`` arguments,
 from the pool's ``engine:`` block, so what the pod runs and what its record declares are one),
-``monitoring/prometheusrule.yaml`` and ``monitoring/dashboards.yaml``. ``vllm-obs k8s --out
+``monitoring/prometheusrule.yaml``, ``monitoring/dashboards.yaml`` and ``autoscaling/hpa.yaml``
+(each pool's autoscaler, :mod:`~obs.kube.autoscale`). ``vllm-obs k8s --out
 deploy/k8s`` rewrites them; ``--check`` lists the stale ones (a test runs it). The rest is
 hand-written and stays.
 
@@ -29,9 +30,12 @@ from obs.alerts.writer import dump as dump_rules
 from obs.config import Config, parse_config
 from obs.dashboards.build import render as render_dashboards
 from obs.errors import ConfigError
+from obs.kube import autoscale
 
 # In the pod, vLLM listens here and the sidecar reaches it on localhost.
 ENGINE_URL: Final = "http://127.0.0.1:8001"
+# The sidecar's one port (base/pool.yaml): the API, /metrics and vLLM's spans (POST /v1/traces).
+SIDECAR_URL: Final = "http://127.0.0.1:8000"
 # The vLLM container's arguments around the pool's declared flags (base/pool.yaml has the same
 # model and port): the model served, the port, and what every pool needs (cached-token counts
 # in usage, spans to the sidecar beside it).
@@ -40,7 +44,7 @@ SERVE_HEAD: Final = ("--model", MODEL, "--port", "8001")
 SERVE_TAIL: Final = (
     "--enable-prompt-tokens-details",
     "--otlp-traces-endpoint",
-    "http://127.0.0.1:4318/v1/traces",
+    f"{SIDECAR_URL}/v1/traces",
 )
 VLLM_KINDS: Final = ("vllm", "auto")
 RULE_NAME: Final = "vllm-obs"
@@ -146,6 +150,7 @@ def files(config: Config, source: str) -> dict[str, str]:
     out["monitoring/dashboards.yaml"] = header + yaml.safe_dump_all(
         dashboard_maps(config), sort_keys=False, width=10_000
     )
+    out[f"{autoscale.DIR}/hpa.yaml"] = autoscale.hpa_file(config, header)
     return out
 
 

@@ -154,7 +154,7 @@ def test_services_listen_on_the_ports_they_expose() -> None:
     """Each service's own settings put it on the ports it declares, and only those."""
     for name in ("vllm-interactive", "vllm-bulk", "sidecar"):
         assert {int(_flag(_command(name), "--port") or 0)} <= _exposed(name), name
-    assert 4318 in _exposed("sidecar")  # the sidecar's OTLP receiver for vLLM's spans
+    assert _exposed("sidecar") == {8000}  # one port: the API, /metrics and vLLM's spans
     tempo = {TEMPO["server"]["http_listen_port"]}
     for proto in TEMPO["distributor"]["receivers"]["otlp"]["protocols"].values():
         host, port = proto["endpoint"].rsplit(":", 1)
@@ -262,10 +262,15 @@ def test_exemplars_are_stored_and_link_to_tempo() -> None:
 
 
 def test_traces_flow_vllm_to_sidecar_to_tempo() -> None:
-    """vLLM sends spans to the sidecar's OTLP port; the sidecar exports to Tempo's OTLP/HTTP."""
+    """vLLM sends spans to the sidecar's own port (POST /v1/traces), to a pool whose
+    engine_traces is on; the sidecar exports to Tempo's OTLP/HTTP."""
+    sidecar_port = int(_flag(_command("sidecar"), "--port") or 0)
+    assert all(pool.engine_traces for pool in LANES.pools)
     for name in ("vllm-interactive", "vllm-bulk"):
-        ((host, port),) = URL_RE.findall(_flag(_command(name), "--otlp-traces-endpoint") or "")
-        assert (host, int(port)) == ("sidecar", 4318), name
+        endpoint = _flag(_command(name), "--otlp-traces-endpoint") or ""
+        ((host, port),) = URL_RE.findall(endpoint)
+        assert (host, int(port)) == ("sidecar", sidecar_port), name
+        assert endpoint.endswith("/v1/traces"), name
         assert (
             SERVICES[name]["environment"]["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
         )

@@ -67,9 +67,10 @@ def test_sidecar_listens_where_the_pod_says() -> None:
     assert POD["metadata"]["annotations"]["prometheus.io/port"] == str(port)
 
 
-def test_vllm_sends_spans_to_the_sidecar_otlp_port() -> None:
-    """vLLM's --otlp-traces-endpoint is the sidecar's OTLP port on localhost, and its port the
-    declared one, in the base and in each overlay's flags (which replace the base's)."""
+def test_vllm_sends_spans_to_the_sidecar_port() -> None:
+    """vLLM's --otlp-traces-endpoint is the sidecar's one port on localhost (POST /v1/traces),
+    and its port the declared one, in the base and in each overlay's flags (which replace the
+    base's)."""
     patches = [
         yaml.safe_load((o / "vllm.yaml").read_text("utf-8"))["spec"]["template"]["spec"]
         for o in OVERLAYS
@@ -78,7 +79,8 @@ def test_vllm_sends_spans_to_the_sidecar_otlp_port() -> None:
         args = _args(vllm)
         endpoint = urlsplit(_flag(args, "--otlp-traces-endpoint"))
         assert endpoint.hostname == "127.0.0.1"
-        assert endpoint.port == _ports(CONTAINERS["sidecar"])["otlp"]
+        assert endpoint.port == _ports(CONTAINERS["sidecar"])["http"]
+        assert endpoint.path == "/v1/traces"
         assert int(_flag(args, "--port")) == _ports(CONTAINERS["vllm"])["engine"]
         assert "--enable-prefix-caching" in args and "--enable-prompt-tokens-details" in args
 
