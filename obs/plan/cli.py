@@ -73,6 +73,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "bench/results/sim_calibration.json)",
     )
     p.add_argument(
+        "--k8s",
+        type=Path,
+        metavar="DIR",
+        help="also write DIR/autoscaling/bounds.yaml (DIR: the kustomize package, deploy/k8s): "
+        "each pool's autoscaler from the replicas for the recorded traffic (minReplicas) to "
+        "those for the traffic grown by --growth (maxReplicas); docs/kubernetes.md",
+    )
+    p.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -96,5 +104,6 @@ def run(args: argparse.Namespace) -> int:
         max_requests=args.max_requests,
         margin=args.margin,
         progress=args.progress,
+        k8s=args.k8s,
     )
     return plan(request)

@@ -41,6 +41,7 @@ class PlanRequest:
     max_requests: int = 200_000
     margin: float | None = None
     progress: bool | None = None
+    k8s: Path | None = None  # the kustomize package: write its autoscalers' bounds
 
 
 def per_pool(values: list[str], pools: list[str], option: str) -> tuple[str | None, dict[str, str]]:
@@ -123,6 +124,21 @@ class _Progress:
         return update if self.line.enabled else None
 
 
+def autoscaler_bounds(
+    package: Path, recorded: list[PoolPlan], grown: list[PoolPlan], say: Any
+) -> Path:
+    """``package/autoscaling/bounds.yaml``: each pool planned at both loads, recorded to grown."""
+    from obs.kube.autoscale import write_bounds
+
+    bounds = {}
+    for low, high in zip(recorded, grown, strict=True):
+        if low.replicas is None or high.replicas is None:
+            say(f"[plan] pool {low.pool.name}: no size met every SLO; its bounds are not written")
+            continue
+        bounds[low.pool.name] = (low.replicas, high.replicas)
+    return write_bounds(package, bounds, "vllm-obs plan")
+
+
 def plan(req: PlanRequest, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
 
@@ -194,6 +210,16 @@ def plan(req: PlanRequest, stdout: TextIO | None = None, stderr: TextIO | None =
         f"# (plan.json beside this file says how each was found)\n"
     )
     written = report.write(req.out, doc, report.lanes_yaml(data, plans), header)
+    if req.k8s is not None:
+        recorded = plans
+        if req.growth != 1:
+            say("[plan] planning each pool for the recorded traffic too (--k8s: minReplicas)")
+            recorded = [
+                PoolPlanner(config, m, traffic, 1.0, margin, seed=req.seed,
+                            max_requests=req.max_requests, say=say, progress=progress).run()
+                for m in models.values()
+            ]  # fmt: skip
+        written.append(autoscaler_bounds(req.k8s, recorded, plans, say))
     print(report.text(doc), file=stdout, end="")
     say(f"[plan] wrote {', '.join(str(p) for p in written)}")
     return 0 if doc["check"]["met"] else 1
