@@ -67,9 +67,18 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "fits is replayed (default 200000)",
     )
     p.add_argument(
+        "--calibration",
+        type=Path,
+        metavar="FILE",
+        help="this host's calibration (`vllm-obs engine sim check --fit`): the simulator runs "
+        "with its corrections and the margin is its largest error on the benchmarks it was "
+        "checked on",
+    )
+    p.add_argument(
         "--margin",
         type=float,
-        help="latency margin, a fraction (default: the simulator's calibration error from "
+        help="latency margin, a fraction (default: with --calibration, that file's checked "
+        "error; else the built-in model's held-out error from "
         "bench/results/sim_calibration.json)",
     )
     p.add_argument(
@@ -104,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         max_requests=args.max_requests,
         margin=args.margin,
         progress=args.progress,
+        calibration=args.calibration,
         k8s=args.k8s,
     )
     return plan(request)

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from obs.config import Config, load_config, read_yaml
-from obs.engines.sim.hardware import perf_model
+from obs.engines.sim.calibration import HostCalibration, load_calibration
+from obs.engines.sim.hardware import Calibration, perf_model, with_calibration
 from obs.engines.sim.scheduler import SchedulerConfig
 from obs.errors import ConfigError, InputError
 from obs.plan import report
@@ -41,6 +42,7 @@ class PlanRequest:
     max_requests: int = 200_000
     margin: float | None = None
     progress: bool | None = None
+    calibration: Path | None = None  # a host calibration (engine sim check --fit)
     k8s: Path | None = None  # the kustomize package: write its autoscalers' bounds
 
 
@@ -74,7 +76,11 @@ def load(path: Path) -> tuple[Config, dict[str, Any], dict[str, Any]]:
 
 
 def pool_models(
-    config: Config, gpus: dict[str, Any], gpu: list[str], model: list[str]
+    config: Config,
+    gpus: dict[str, Any],
+    gpu: list[str],
+    model: list[str],
+    cal: Calibration | None = None,
 ) -> dict[str, PoolModel]:
     """Each pool's simulated replica: --gpu/--model, else the profile's gpu: block, else
     H100 and llama-3.1-8b; scheduler flags from the profile or the pool's engine block."""
@@ -98,8 +104,19 @@ def pool_models(
             long_prefill_token_threshold=flag("long_prefill_token_threshold", 0),
         )
         kv = getattr(flags, "kv_blocks", None) if flags is not None else None
-        out[pool.name] = PoolModel(pool.name, g, m, perf_model(g, m), sched, kv)
+        perf = perf_model(g, m)
+        perf = perf if cal is None else with_calibration(perf, cal)
+        out[pool.name] = PoolModel(pool.name, g, m, perf, sched, kv)
     return out
+
+
+def host_margin(host: HostCalibration) -> tuple[float, str]:
+    """The margin a host calibration gives: the corrected simulator's largest error on the
+    benchmark files it was checked on (their median beside it)."""
+    return host.max_abs_error, (
+        f"largest error of the host calibration {host.path} on the {host.points} figures of "
+        f"this host's own benchmarks it was checked on, median {host.median_abs_error:.1%}"
+    )
 
 
 class _Progress:
@@ -158,9 +175,14 @@ def plan(req: PlanRequest, stdout: TextIO | None = None, stderr: TextIO | None =
                 f"{req.config}: lane {lane.name!r} has a traffic split or fallback pool, which "
                 "the plan's replay does not replay (yet)"
             )
-    models = pool_models(config, gpus, req.gpu or [], req.model or [])
+    host = load_calibration(req.calibration) if req.calibration is not None else None
+    models = pool_models(
+        config, gpus, req.gpu or [], req.model or [], host.cal if host is not None else None
+    )
     if req.margin is not None:
         margin, margin_source = req.margin, "--margin"
+    elif host is not None:
+        margin, margin_source = host_margin(host)
     else:
         margin, margin_source = calibration_margin(CALIBRATION)
     window_s = window_seconds(req.window)

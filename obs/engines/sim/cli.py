@@ -6,11 +6,24 @@ import argparse
 import contextlib
 import signal
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from obs.engines.sim.calibration import load_calibration
 from obs.engines.sim.engine import EngineConfig, SimEngine
-from obs.engines.sim.hardware import GPUS, MODELS, perf_model, with_calibration
+from obs.engines.sim.hardware import (
+    CALIBRATION,
+    GPUS,
+    MODELS,
+    Calibration,
+    PerfModel,
+    find_gpu,
+    find_model,
+    perf_model,
+    with_calibration,
+)
 from obs.engines.sim.scheduler import SchedulerConfig
+from obs.engines.sim.specs import looks_like_path
 from obs.errors import ConfigError, ObsError
 
 if TYPE_CHECKING:  # the web server is imported by the handler: `vllm-obs --help` skips it
@@ -39,6 +52,7 @@ class SimOptions:
     tp: int = 1
     weights: str = "bf16"
     kv_cache_dtype: str = "auto"
+    perf: PerfModel | None = None  # the resolved GPU, model and calibration
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -48,30 +62,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--gpu", default="H100", help=f"one of {', '.join(GPUS)} (default H100)")
-    p.add_argument(
-        "--model", default="llama-3.1-8b", help=f"one of {', '.join(MODELS)} (default %(default)s)"
-    )
-    p.add_argument(
-        "--tensor-parallel-size",
-        "-tp",
-        type=int,
-        default=1,
-        metavar="N",
-        help="GPUs the model is split over, with their all-reduces (1, 2, 4 or 8; default 1)",
-    )
-    p.add_argument(
-        "--quantization",
-        "-q",
-        choices=("fp8",),
-        help="fp8: FP8 weights (half the bytes, FP8 tensor cores where the GPU has them)",
-    )
-    p.add_argument(
-        "--kv-cache-dtype",
-        choices=("auto", "fp8"),
-        default="auto",
-        help="fp8: one byte per KV element (default auto: BF16)",
-    )
+    add_hardware_flags(p)
     p.add_argument(
         "--served-model-name", metavar="NAME", help="model name in requests (default: --model)"
     )
@@ -145,6 +136,75 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run the modelled clock X times faster than real time (default 1)",
     )
     p.set_defaults(handler=run)
+    from obs.engines.sim import check_command
+
+    sub = p.add_subparsers(dest="sim_command", metavar="COMMAND", required=False)
+    check_command.add_parser(sub)
+
+
+def add_hardware_flags(p: argparse.ArgumentParser) -> None:
+    """The GPU, model, parallelism, weights, KV cache and calibration flags (engine sim and its
+    check)."""
+    p.add_argument(
+        "--gpu",
+        default="H100",
+        metavar="NAME|FILE",
+        help=f"one of {', '.join(GPUS)}, or a GPU spec file (YAML/JSON: bf16_tflops, "
+        "fp8_tflops, memory_bandwidth_tbps, memory_gib, interconnect_gbps; docs/sim.md) "
+        "(default H100)",
+    )
+    p.add_argument(
+        "--model",
+        default="llama-3.1-8b",
+        help=f"one of {', '.join(MODELS)} (default %(default)s)",
+    )
+    p.add_argument(
+        "--model-config",
+        metavar="PATH",
+        help="the model's Hugging Face config.json (any decoder, MoE included) instead of --model",
+    )
+    p.add_argument(
+        "--calibration",
+        metavar="FILE",
+        help="a host calibration written by `engine sim check --fit` (docs/sim.md)",
+    )
+    p.add_argument(
+        "--tensor-parallel-size",
+        "-tp",
+        type=int,
+        default=1,
+        metavar="N",
+        help="GPUs the model is split over, with their all-reduces (1, 2, 4 or 8; default 1)",
+    )
+    p.add_argument(
+        "--quantization",
+        "-q",
+        choices=("fp8",),
+        help="fp8: FP8 weights (half the bytes, FP8 tensor cores where the GPU has them)",
+    )
+    p.add_argument(
+        "--kv-cache-dtype",
+        choices=("auto", "fp8"),
+        default="auto",
+        help="fp8: one byte per KV element (default auto: BF16)",
+    )
+
+
+def hardware(args: argparse.Namespace) -> tuple[str, str, Calibration]:
+    """The GPU and model (a preset's name or a file's path) and the calibration the flags
+    name; files are read here, so a bad one is an error before anything starts."""
+    model = args.model if args.model_config is None else load_model_path(args.model_config)
+    find_model(model)
+    find_gpu(args.gpu)
+    cal = CALIBRATION if args.calibration is None else load_calibration(args.calibration).cal
+    return args.gpu, model, cal
+
+
+def load_model_path(path: str) -> str:
+    """A --model-config value as perf_model takes it (a path, never a preset's name)."""
+    if not Path(path).is_file():
+        raise ConfigError(f"--model-config {path}: no such file")
+    return str(Path(path)) if looks_like_path(path) else f"./{path}"
 
 
 def _positive(name: str, value: float | None) -> None:
@@ -175,8 +235,9 @@ def options(args: argparse.Namespace) -> SimOptions:
             f"--max-num-seqs ({args.max_num_seqs})"
         )
     weights = "fp8" if args.quantization == "fp8" else "bf16"
+    gpu, model, cal = hardware(args)
     perf = perf_model(  # names checked here, with their message
-        args.gpu, args.model, args.tensor_parallel_size, weights, args.kv_cache_dtype
+        gpu, model, args.tensor_parallel_size, weights, args.kv_cache_dtype
     )
     if args.num_gpu_blocks_override is None:
         perf.kv_blocks(args.block_size, args.gpu_memory_utilization)  # fits, or says why
@@ -187,7 +248,7 @@ def options(args: argparse.Namespace) -> SimOptions:
             long_prefill_token_threshold=args.long_prefill_token_threshold,
             chunked_prefill=args.enable_chunked_prefill,
         ),
-        model_name=args.served_model_name or args.model,
+        model_name=args.served_model_name or perf.model.name,
         max_model_len=args.max_model_len or 32768,
         block_size=args.block_size,
         num_blocks=args.num_gpu_blocks_override,
@@ -203,7 +264,9 @@ def options(args: argparse.Namespace) -> SimOptions:
             f"--otlp-traces-endpoint {endpoint!r}: give an http:// or https:// URL "
             "(the simulator sends OTLP/HTTP protobuf)"
         )
-    server = ServerConfig(args.gpu, args.model.lower(), args.default_output_tokens, endpoint)
+    server = ServerConfig(
+        perf.gpu.name, perf.model.name.lower(), args.default_output_tokens, endpoint
+    )
     return SimOptions(
         args.host,
         args.port,
@@ -213,6 +276,7 @@ def options(args: argparse.Namespace) -> SimOptions:
         args.tensor_parallel_size,
         weights,
         args.kv_cache_dtype,
+        replace(perf, cal=cal),
     )
 
 
@@ -220,7 +284,7 @@ def build(opts: SimOptions) -> web.Application:
     """The replica's app for ``opts`` (tests run it in process)."""
     from obs.engines.sim.server import create_app
 
-    base = perf_model(
+    base = opts.perf or perf_model(
         opts.server.gpu, opts.server.model, opts.tp, opts.weights, opts.kv_cache_dtype
     )
     perf = with_calibration(base, replace(base.cal, memory_utilization=opts.memory_utilization))

@@ -1,15 +1,18 @@
 """The API server's CPU: one Python process that takes requests in and streams every token out.
 
 vLLM's OpenAI server runs in one process on one CPU (vLLM issue #12705), apart from the
-engine core's process (PR #6883), so its work overlaps the GPU's steps but is done in
-order: a new request is parsed, templated and tokenised before the engine sees it, and
-after every step each sampled token is detokenised and framed as an SSE chunk before its
-client gets it. A busy front end therefore delays a request twice: on the way in, behind
-the tokens of the step before, and on the way out, behind the other tokens of its step.
+engine core's process (PR #6883), so its work overlaps the GPU's steps. Its event loop
+does its work in order: parsing each new request and building the engine's request, and,
+after every step, detokenising each sampled token and framing it as an SSE chunk. The
+prompt's tokenisation runs beside the loop, on the renderer's worker thread (vLLM 0.32,
+``vllm/renderers/base.py``), one prompt after another. So a burst of requests is taken in
+concurrently with the streaming: each waits for the loop's per-request work of those
+before it and for the tokeniser's work on the prompts before it, not for their sum; and a
+busy loop delays a token on its way out, behind the other tokens of its step.
 
-:class:`FrontEndCost` holds the two costs (docs/sim.md, "The API server", has their
-sources); :class:`FrontEnd` is the one CPU's queue: when it is free, and when the work
-just handed to it is done. Pure and clock-free: callers pass the times.
+:class:`FrontEndCost` holds the costs (docs/sim.md, "The API server", has their sources);
+:class:`FrontEnd` is the loop's and the tokeniser's queues: when each is free, and when
+the work just handed to it is done. Pure and clock-free: callers pass the times.
 """
 
 from __future__ import annotations
@@ -21,9 +24,16 @@ from typing import Final
 # carried 14,791 output tokens/s (73.65 requests/s), so a token costs it at most 1/14,791 s,
 # intake included.
 TOKEN_S: Final = 1 / 14791
-# tenstorrent/tt-inference-server #2173: a Hugging Face tokenizer's encode of a short chat
-# prompt, template applied, measured at 10-21 us per token; the low end.
-PROMPT_TOKEN_S: Final = 10e-6
+# A prompt is tokenised on the renderer's worker thread (vLLM 0.32 vllm/renderers/base.py:
+# ``make_async(self._tokenize_prompt, executor=self._executor)``, a ThreadPoolExecutor of
+# ``--renderer-num-workers`` = 1), not on the server's event loop: Hugging Face's Rust
+# tokenizer releases the GIL, so a burst's prompts are tokenised one after another on that
+# thread while the loop takes in the next requests and streams tokens. Its speed: "less than
+# 20 seconds to tokenize a GB of text on a server's CPU" (huggingface/tokenizers README),
+# about 12 M tokens/s over a server's cores; 2 us per token on one thread. (The 10-21 us per
+# token tenstorrent/tt-inference-server #2173 measured for short chat prompts is mostly the
+# chat template's fixed cost, here part of ``request_s``.)
+PROMPT_TOKEN_S: Final = 2e-6
 
 
 REQUESTS_S: Final = 73.65  # the same run's requests per second
@@ -52,19 +62,25 @@ class FrontEndCost:
 
 
 class FrontEnd:
-    """One API server process: its work is done in the order it arrives."""
+    """One API server process: its event loop's work is done in the order it arrives, and
+    its tokeniser thread's (the prompts) likewise, beside it."""
 
     def __init__(self, cost: FrontEndCost | None = None) -> None:
         self.cost = cost or FrontEndCost()
-        self.free_at = 0.0
+        self.free_at = 0.0  # the event loop
+        self.tokenizer_free_at = 0.0  # the renderer's worker thread
         self.busy_s = 0.0  # CPU seconds of work done (for utilisation)
 
     def intake(self, now: float, prompt_tokens: int) -> float:
-        """A request reached the server at ``now``: when the engine gets it."""
-        work = self.cost.intake_seconds(prompt_tokens)
-        self.busy_s += work
-        self.free_at = max(now, self.free_at) + work
-        return self.free_at + self.cost.fixed_s
+        """A request reached the server at ``now``: when the engine gets it. The loop
+        parses it (``request_s``), the tokeniser thread tokenises its prompt after that and
+        after the prompts before it; the loop is free for other work meanwhile."""
+        loop_work = self.cost.request_s
+        tokens_work = self.cost.prompt_token_s * prompt_tokens
+        self.busy_s += loop_work + tokens_work
+        self.free_at = max(now, self.free_at) + loop_work
+        self.tokenizer_free_at = max(self.free_at, self.tokenizer_free_at) + tokens_work
+        return self.tokenizer_free_at + self.cost.fixed_s
 
     def stream(self, start: float, step_s: float, steps: int, tokens_per_step: int) -> float:
         """``steps`` steps of ``step_s`` from ``start`` each sampled ``tokens_per_step``

@@ -5,10 +5,12 @@ sources). One step runs the model once over every token scheduled in it (prefill
 chunks and one token per decoding sequence), split over ``tp`` GPUs (tensor
 parallelism). Its time is the sum of
 
-- the linear layers: the larger of their compute, ``2 x params`` FLOPs per token at
-  ``mfu`` of the GPU's dense peak (FP8 peak for FP8 weights where the GPU has one),
-  and reading the weights once (``params x bytes per weight``) at ``mbu`` of the memory
-  bandwidth; all tokens of the step share that read;
+- the linear layers: their compute, ``2 x active params`` FLOPs per token at ``mfu`` of
+  the GPU's dense peak (FP8 peak for FP8 weights where the GPU has one), and reading the
+  weights once (``params x bytes per weight``; of a mixture of experts' routed experts the
+  share the step's tokens reach) at ``mbu`` of the memory bandwidth, combined by
+  :func:`ridge`: the larger, or with ``roofline_p`` their p-norm, slower than the bound
+  near the ridge point where a decode batch's GEMMs sit; all tokens share the read;
 - prefill attention: the larger of ``4 x layers x hidden`` FLOPs per (query token,
   context token) pair at ``mfu``, and reading the chunks' context keys and values;
 - decode attention: reading each decoding sequence's keys and values (``kv bytes per
@@ -20,8 +22,8 @@ parallelism). Its time is the sum of
 - the CPU's share: ``step_s`` per step plus ``seq_s`` per sequence and ``token_s`` per
   token in the batch (scheduling, input preparation, sampling, the kernel launches);
 - a floor of ``layer_s`` per layer per step: the small kernels of every layer (norms,
-  rotary embedding, activation quantisation) that run whatever the batch (round 4);
-- FP8 weights are read at ``fp8_mbu`` of the bandwidth, not ``mbu`` (round 4: vLLM's FP8
+  rotary embedding, activation quantisation) that run whatever the batch;
+- FP8 weights are read at ``fp8_mbu`` of the bandwidth, not ``mbu`` (vLLM's FP8
   scaled-mm kernels at decode batch sizes reach less of it than BF16 GEMMs).
 
 The efficiencies and CPU costs are the fitted numbers (``Calibration``), fitted on the
@@ -31,6 +33,7 @@ points bench/sim_calibration.py names as fit points and scored on the others. Pu
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Final
 
 from obs.errors import ConfigError
@@ -55,7 +58,11 @@ class Gpu:
 
 @dataclass(frozen=True, slots=True)
 class Model:
-    """A decoder-only transformer's shape, from its published config.json."""
+    """A decoder-only transformer's shape, from its published config.json. A mixture of
+    experts (``experts`` > 0) holds ``expert_params`` of its ``params`` in its routed
+    experts, of which each token uses ``experts_per_token``; ``kv_per_layer`` is the
+    elements of keys and values one token keeps per layer where it is not
+    ``2 x kv_heads x head_dim`` (multi-head latent attention's compressed cache)."""
 
     name: str
     params: float
@@ -64,16 +71,42 @@ class Model:
     kv_heads: int
     head_dim: int
     context: int
+    experts: int = 0
+    experts_per_token: int = 0
+    expert_params: float = 0.0
+    kv_per_layer: int = 0
+
+    @property
+    def active_params(self) -> float:
+        """Parameters one token's forward pass multiplies (all of a dense model's)."""
+        if not self.experts:
+            return self.params
+        dense = self.params - self.expert_params
+        return dense + self.expert_params * self.experts_per_token / self.experts
+
+    def read_params(self, tokens: int) -> float:
+        """Parameters a step of ``tokens`` tokens reads: every dense weight, and of the
+        routed experts the share the tokens reach, ``1 - (1 - k/E)^tokens`` under uniform
+        routing (each token picks ``k`` of ``E``)."""
+        if not self.experts:
+            return self.params
+        miss = (1 - self.experts_per_token / self.experts) ** max(1, tokens)
+        return self.params - self.expert_params * miss
 
 
-# NVIDIA datasheets (dense, no sparsity); memory as nvidia-smi reports it (MiB, here in
-# GiB); links: NVLink 4 (H100/H200 SXM) 450 GB/s and NVLink 3 (A100 SXM) 300 GB/s each
-# way, PCIe 4.0 x16 32 GB/s otherwise. See docs/sim.md for the links.
+# NVIDIA's and AMD's datasheets (dense, no sparsity); memory as nvidia-smi / rocm-smi
+# report it (MiB, here in GiB); links: NVLink 5 (B200) 900 GB/s, NVLink 4 (H100/H200 SXM)
+# 450 GB/s and NVLink 3 (A100 SXM) 300 GB/s each way, MI300X's seven Infinity Fabric links
+# 64 GB/s each way each, PCIe 4.0 x16 32 GB/s otherwise. docs/sim.md links each sheet. A
+# GPU not listed is given as a spec file (obs/engines/sim/specs.py).
 GPUS: Final = {
     g.name: g
     for g in (
         Gpu("H100", 989e12, 3.35e12, 81559 / 1024 * GIB, 1979e12, 450e9),  # H100 SXM5 80 GB
-        Gpu("H200", 989e12, 4.8e12, 143771 / 1024 * GIB, 1979e12, 450e9),
+        Gpu("H200", 989e12, 4.8e12, 143771 / 1024 * GIB, 1979e12, 450e9),  # H200 SXM 141 GB
+        Gpu("B200", 2250e12, 8.0e12, 183359 / 1024 * GIB, 4500e12, 900e9),  # HGX B200, NVLink 5
+        Gpu("L40S", 362e12, 0.864e12, 46068 / 1024 * GIB, 733e12),  # PCIe 4.0 x16
+        Gpu("MI300X", 1307e12, 5.3e12, 192 * GIB, 2615e12, 448e9),  # 7 Infinity Fabric links
         Gpu("A100", 312e12, 2.039e12, 81920 / 1024 * GIB, 0.0, 300e9),  # A100 SXM4 80 GB
         Gpu("A100-40GB", 312e12, 1.555e12, 40960 / 1024 * GIB, 0.0, 300e9),
         Gpu("L4", 121e12, 0.3e12, 23034 / 1024 * GIB, 242e12),
@@ -117,13 +150,16 @@ class Calibration:
     v0_step_s: float = 0.002
     v0_seq_s: float = 80e-6
     v0_token_s: float = 2e-6
-    # Round 4 (docs/sim.md): what rounds 1-3 lacked.
     layer_s: float = 0.0  # GPU time per layer per step that no roofline covers (small kernels)
     fp8_mbu: float = 0.65  # share of HBM bandwidth FP8 weight reads reach (scaled-mm kernels)
     request_s: float = 0.003  # API server CPU per request (parse, template, set-up), in its queue
     # per-request latency outside any queue (HTTP, IPC, first detokenize); a host whose own
-    # figure is known declares it instead (round 5: bench/sim_calibration.py's host_floor)
+    # figure is known declares it instead (bench/sim_calibration.py's host_floor)
     first_token_s: float = 0.010
+    # How the linear layers' compute and weight reads combine: 0 takes the larger (the
+    # roofline's bound), p > 0 the p-norm (c^p + m^p)^(1/p), slower than the bound where the
+    # two are alike (a GEMM near the ridge point reaches neither ceiling; docs/sim.md).
+    roofline_p: float = 0.0
 
     def engine(self, name: str) -> Calibration:
         """These numbers for vLLM's ``"v1"`` engine (as they are) or ``"v0"``."""
@@ -166,7 +202,8 @@ class PerfModel:
     def kv_bytes_per_token(self) -> float:
         """Keys and values of every layer for one token, on all GPUs together."""
         m = self.model
-        return 2 * m.layers * m.kv_heads * m.head_dim * KV_DTYPES[self.kv_dtype]
+        per_layer = m.kv_per_layer or 2 * m.kv_heads * m.head_dim
+        return m.layers * per_layer * KV_DTYPES[self.kv_dtype]
 
     @property
     def peak_flops(self) -> float:
@@ -183,8 +220,11 @@ class PerfModel:
         bandwidth = g.bandwidth * cal.mbu * tp
         weight_bandwidth = g.bandwidth * (cal.fp8_mbu if self.weights == "fp8" else cal.mbu) * tp
         kv = self.kv_bytes_per_token
-        linear = max(
-            2.0 * m.params * work.tokens / linear_flops, self.weight_bytes / weight_bandwidth
+        weight_bytes = m.read_params(work.tokens) * WEIGHT_DTYPES[self.weights]
+        linear = ridge(
+            2.0 * m.active_params * work.tokens / linear_flops,
+            weight_bytes / weight_bandwidth,
+            cal.roofline_p,
         )
         decode_kv = min(work.decode_kv_tokens, work.kv_read_tokens)
         prefill_pairs = max(0.0, work.attention_pairs - decode_kv)
@@ -237,16 +277,60 @@ class PerfModel:
         return blocks
 
 
-def perf_model(
-    gpu: str, model: str, tp: int = 1, weights: str = "bf16", kv_dtype: str = "auto"
-) -> PerfModel:
-    """The performance model of a named GPU and model; names are case-insensitive."""
+def ridge(compute: float, memory: float, p: float) -> float:
+    """A kernel's time from its compute and memory times: the larger (``p`` 0), else their
+    p-norm, which is the larger far from the ridge point and up to 2^(1/p) times it on it."""
+    if p <= 0:
+        return max(compute, memory)
+    big = max(compute, memory)
+    if big <= 0:
+        return 0.0
+    return big * ((compute / big) ** p + (memory / big) ** p) ** (1 / p)
+
+
+def find_gpu(gpu: str | Gpu) -> Gpu:
+    """A preset GPU by name (case-insensitive) or the one a spec file describes."""
+    if isinstance(gpu, Gpu):
+        return gpu
     g = {k.lower(): v for k, v in GPUS.items()}.get(gpu.lower())
-    if g is None:
-        raise ConfigError(f"--gpu {gpu!r}: choose one of {', '.join(GPUS)}")
+    if g is not None:
+        return g
+    from obs.engines.sim import specs  # a file: the only I/O, on request
+
+    if specs.looks_like_path(gpu):
+        return specs.load_gpu(Path(gpu))
+    raise ConfigError(
+        f"--gpu {gpu!r}: choose one of {', '.join(GPUS)}, or give a spec file (docs/sim.md)"
+    )
+
+
+def find_model(model: str | Model) -> Model:
+    """A preset model by name (case-insensitive) or the one a config.json describes."""
+    if isinstance(model, Model):
+        return model
     m = MODELS.get(model.lower())
-    if m is None:
-        raise ConfigError(f"--model {model!r}: choose one of {', '.join(MODELS)}")
+    if m is not None:
+        return m
+    from obs.engines.sim import specs
+
+    if specs.looks_like_path(model):
+        return specs.load_model(Path(model))
+    raise ConfigError(
+        f"--model {model!r}: choose one of {', '.join(MODELS)}, or give a Hugging Face "
+        "config.json (--model-config PATH)"
+    )
+
+
+def perf_model(
+    gpu: str | Gpu,
+    model: str | Model,
+    tp: int = 1,
+    weights: str = "bf16",
+    kv_dtype: str = "auto",
+) -> PerfModel:
+    """The performance model of a GPU and model, each a preset's name or a file (a GPU
+    spec, a Hugging Face config.json: obs.engines.sim.specs)."""
+    g, m = find_gpu(gpu), find_model(model)
     if tp not in (1, 2, 4, 8):
         raise ConfigError(f"--tensor-parallel-size {tp}: choose 1, 2, 4 or 8")
     if m.kv_heads % tp and tp % m.kv_heads:
