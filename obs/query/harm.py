@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from obs.config import Config
+from obs.conventions import CAUSE_WORDS
 from obs.query.error_budget import as_utc, spending
 from obs.query.scan import Source
 
@@ -156,34 +157,37 @@ def _trigger(
     span = max(1.0, (end - lo).total_seconds())
     first, last = pool_reqs[0].t, pool_reqs[-1].t
     outside_s = max(0.0, (last - first).total_seconds() - span)
-    tokens_in: Counter[tuple[str, str]] = Counter()
-    count_in: Counter[tuple[str, str]] = Counter()
-    tokens_all: Counter[tuple[str, str]] = Counter()
+    tokens_in: Counter[str] = Counter()
+    tokens_all: Counter[str] = Counter()
     for q in pool_reqs:
-        key = (str(q.row["lane"]), str(q.row["tenant"] or "-"))
-        tokens_all[key] += q.row["prompt_tokens"] or 0
+        tokens_all[str(q.row["lane"])] += q.row["prompt_tokens"] or 0
     for q in inside:
-        key = (str(q.row["lane"]), str(q.row["tenant"] or "-"))
-        tokens_in[key] += q.row["prompt_tokens"] or 0
-        count_in[key] += 1
+        tokens_in[str(q.row["lane"])] += q.row["prompt_tokens"] or 0
 
-    def excess(key: tuple[str, str]) -> float:
-        outside = tokens_all[key] - tokens_in[key]
+    def excess(lane: str) -> float:
+        outside = tokens_all[lane] - tokens_in[lane]
         rate = outside / outside_s if outside_s > 0 else 0.0
-        return tokens_in[key] - rate * span
+        return tokens_in[lane] - rate * span
 
-    if not tokens_in:
+    if not inside:
         return {"lane": None, "tenant": None, "requests": 0, "prompt_tokens": 0}
-    lane, tenant = max(tokens_in, key=lambda k: (excess(k), k))
-    mine = [q for q in inside if q.row["lane"] == lane and str(q.row["tenant"] or "-") == tenant]
+    lane = max(tokens_in, key=lambda k: (excess(k), k))
+    mine = [q for q in inside if q.row["lane"] == lane]
+    # The tenant, when one sent most of the lane's prompt tokens in the window.
+    weights: Counter[str] = Counter()
+    for q in mine:
+        if q.row["tenant"]:
+            weights[str(q.row["tenant"])] += q.row["prompt_tokens"] or 1
+    tenant, top = weights.most_common(1)[0] if weights else (None, 0)
+    total = sum(q.row["prompt_tokens"] or 1 for q in mine)
     return {
         "lane": lane,
-        "tenant": None if tenant == "-" else tenant,
-        "requests": count_in[(lane, tenant)],
-        "prompt_tokens": tokens_in[(lane, tenant)],
+        "tenant": tenant if 2 * top > total else None,
+        "requests": len(mine),
+        "prompt_tokens": tokens_in[lane],
         "from": _iso(mine[0].t),
         "until": _iso(mine[-1].t),
-        "excess_prompt_tokens": round(excess((lane, tenant))),
+        "excess_prompt_tokens": round(excess(lane)),
     }
 
 
@@ -304,7 +308,7 @@ def _mechanism(
             "line": f"long prefills ahead: up to {ahead} prompt tokens in flight ahead",
         }
     return {"kind": cause, "cause": cause, "fine": fine,
-            "line": f"{cause.replace('_', ' ')} (the attribution's cause)"}  # fmt: skip
+            "line": f"{cause.replace('_', ' ')}: {CAUSE_WORDS[cause][0]}"}  # fmt: skip
 
 
 def _slow_replica(missed: list[Req], window: list[Req]) -> dict[str, Any] | None:
@@ -356,5 +360,5 @@ def _lever(
             "(--max-num-batched-tokens, --long-prefill-token-threshold)"
         )
     else:
-        tail = f"see the attribution's lever for {kind.replace('_', ' ')}"
+        tail = CAUSE_WORDS.get(kind, CAUSE_WORDS["other"])[1]
     return f"{own}; or {tail}" if own else tail

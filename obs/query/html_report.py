@@ -1,5 +1,9 @@
 """``report``: one self-contained HTML file with tables and plots, plus the PNGs.
 
+It opens with what happened: each incident of ``vllm-obs query incident`` (trigger, victims
+ranked by harm, mechanism, what was fine, lever) and, for the first, every request's TTFT
+zoomed to its window; then the summary, the figures, the whole draft and the budget.
+
 ``OUT/report.html`` embeds every figure as a base64 PNG (it opens anywhere,
 offline, and can be attached to an incident ticket); the same figures are
 written beside it as ``OUT/*.png``.
@@ -9,7 +13,7 @@ from __future__ import annotations
 
 import base64
 import html
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +22,8 @@ from obs.query import plots
 from obs.query.aggregate import METRICS, latency_condition, summary
 from obs.query.error_budget import COLUMNS as BUDGET_COLUMNS
 from obs.query.error_budget import budget, tables
-from obs.query.incident import CHANGE_FIELDS, draft, words
+from obs.query.incident import NEEDED as INCIDENT_COLUMNS
+from obs.query.incident import draft, words
 from obs.query.intervals import timeline
 from obs.query.requests import SLOWEST_COLUMNS, slowest
 from obs.query.scan import SRC, Source
@@ -62,7 +67,7 @@ _NEEDED = (
     "schema_version",
     "summarized",
     *BUDGET_COLUMNS,
-    *CHANGE_FIELDS,
+    *INCIDENT_COLUMNS,
 )
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1200px;
@@ -76,7 +81,10 @@ border-bottom:1px solid #e5e5e5;text-align:right} th:first-child,td:first-child{
 th{background:#f6f6f6} td.no{color:#b00020;font-weight:600} td.yes{color:#1b7f3b}
 img{max-width:100%;border:1px solid #eee;margin:.5em 0} .note{color:#555;font-size:.85em}
 .wide{overflow-x:auto} td{white-space:nowrap}
+pre{white-space:pre-wrap;overflow-wrap:anywhere} .story td{white-space:normal}
+.story p{margin:.3em 0}
 """
+ZOOM_PAD = timedelta(seconds=30)  # shown either side of the incident's window
 
 
 def _distribution(
@@ -201,10 +209,79 @@ def _engine_queue_means(scan: Source) -> dict[str, float]:
     return {str(lane): float(q or 0.0) for lane, q in rows}
 
 
-def _incident_section(scan: Source, config: Config) -> str:
+def _incident_section(doc: dict[str, Any]) -> str:
     """The postmortem's first draft (``vllm-obs query incident``) over the report's window."""
-    text = words(draft(scan, config, list(scan.inputs.files)))
-    return f"<h2>Incident draft</h2><pre>{html.escape(text)}</pre>"
+    return f"<h2>Incident draft</h2><pre>{html.escape(words(doc))}</pre>"
+
+
+def _story_section(doc: dict[str, Any], zoom: bytes | None) -> str:
+    """What happened, first: each incident's trigger, victims, mechanism and lever."""
+    parts = ['<h2>What happened</h2><div class="story">']
+    if not doc["incidents"]:
+        parts.append("<p>No lane missed an SLO in the window.</p>")
+    for inc in doc["incidents"]:
+        t = inc["trigger"]
+        who = f"lane <b>{html.escape(str(t['lane']))}</b>"
+        if t.get("tenant"):
+            who += f" (tenant {html.escape(t['tenant'])})"
+        when = f"from {inc['start']} to {inc['end']}" if inc["start"] != inc["end"] else ""
+        parts.append(
+            f"<p><b>Pool {html.escape(inc['pool'])}</b>, {html.escape(when)} UTC. Trigger: "
+            f"{who} sent {t['requests']} requests ({t['prompt_tokens']} prompt tokens)"
+            + (f", {t['missed']} of them missed" if t.get("missed") else "")
+            + ".</p>"
+        )
+        rows = "".join(
+            f"<tr><td>{html.escape(v['lane'])}</td><td>{v['missed']}</td><td>{v['requests']}"
+            f"</td><td>{v['trigger_share']:.0%}</td><td>{'yes' if v['small'] else ''}</td></tr>"
+            for v in inc["victims"]
+        )
+        if not rows:
+            parts.append(f"<p>No other lane missed: {html.escape(str(t['lane']))} alone.</p>")
+        else:
+            parts.append(
+                "<table><tr><th>victim lane</th><th>missed</th><th>requests</th>"
+                f"<th>{html.escape(str(t['lane']))} ahead (share of wait)</th>"
+                f"<th>small lane</th></tr>{rows}</table>"
+            )
+        parts.append(f"<p>Mechanism: {html.escape(inc['mechanism'])}.</p>")
+        if inc["fine"]:
+            parts.append(f"<p>Fine: {html.escape('; '.join(inc['fine']))}.</p>")
+        parts.append(f"<p>Lever: {html.escape(inc['lever'])}.</p>")
+    parts.append("</div>")
+    if zoom is not None:
+        b64 = base64.b64encode(zoom).decode()
+        parts.append(f'<img alt="TTFT around the incident" src="data:image/png;base64,{b64}">')
+    return "".join(parts)
+
+
+def _zoom(scan: Source, config: Config, doc: dict[str, Any]) -> bytes | None:
+    """Every request's TTFT around the first incident's window (None: no incident)."""
+    if not doc["incidents"]:
+        return None
+    inc = doc["incidents"][0]
+    start, end = (datetime.fromisoformat(inc[k]) for k in ("start", "end"))
+    lo, hi = start - ZOOM_PAD, end + ZOOM_PAD
+    d, col = scan.dialect, scan.dialect.ts_column
+    rows = scan.run(
+        f"SELECT lane, {col} AS _t, ttft_ms FROM {SRC} WHERE request_id IS NOT NULL AND "
+        f"{col} >= {d.ts_literal(lo)} AND {col} <= {d.ts_literal(hi)} ORDER BY _t"
+    ).rows
+    points: dict[str, tuple[list[datetime], list[float]]] = {}
+    arrivals: list[datetime] = []
+    for lane, t, ttft in rows:
+        if lane == inc["trigger"]["lane"]:
+            arrivals.append(t)
+        if ttft is not None:
+            xs, ys = points.setdefault(str(lane), ([], []))
+            xs.append(t)
+            ys.append(max(float(ttft), 0.1))
+    thresholds = {
+        lane.name: lane.slo.ttft.threshold_ms for lane in config.lanes if lane.slo.ttft is not None
+    }
+    palette = plots.colors(sorted(points))
+    trigger = (str(inc["trigger"]["lane"]), arrivals) if arrivals else None
+    return plots.incident_ttft(points, thresholds, palette, (start, end), trigger)
 
 
 def _budget_section(scan: Source, config: Config) -> str:
@@ -249,6 +326,11 @@ def report(scan: Source, config: Config, out: str | Path, title: str | None = No
     ]
     if problems:
         parts.append(f'<div class="warn"><ul>{problems}</ul></div>')
+    story = draft(scan, config, list(scan.inputs.files))
+    zoom = _zoom(scan, config, story)
+    if zoom is not None:
+        (out / "incident.png").write_bytes(zoom)
+    parts.append(_story_section(story, zoom))
     parts.append("<h2>Summary per lane</h2>")
     parts.append(_transposed_html(summ, SUMMARY_COLUMNS) if len(summ) else "<p>No events.</p>")
     parts.append(
@@ -261,7 +343,7 @@ def report(scan: Source, config: Config, out: str | Path, title: str | None = No
         b64 = base64.b64encode(png).decode()
         parts.append(f"<h2>{html.escape(caption)}</h2>")
         parts.append(f'<img alt="{html.escape(caption)}" src="data:image/png;base64,{b64}">')
-    parts.append(_incident_section(scan, config))
+    parts.append(_incident_section(story))
     parts.append(_budget_section(scan, config))
     parts.append("<h2>Slowest requests (end-to-end)</h2>" + _html_table(slow, SLOW_COLUMNS))
     parts.append("<h2>Slowest first tokens (TTFT)</h2>" + _html_table(slow_ttft, SLOW_COLUMNS))

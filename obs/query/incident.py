@@ -33,6 +33,7 @@ from obs.query.table import to_json
 ALERT_STEP_S = 15.0  # the resolution at which fired alerts are read back
 CHANGE_FIELDS = ("pool", "settings_fingerprint", "config_fingerprint")
 WIDTH = 120  # every line of the words fits this many columns
+NEEDED = (*COLUMNS, *CHANGE_FIELDS, *harm.COLUMNS)  # what a draft reads (a report materializes it)
 
 
 def _iso(t: datetime) -> str:
@@ -49,7 +50,7 @@ def draft(
     scan: Source, config: Config, paths: list[str], prometheus: str | None = None
 ) -> dict[str, Any]:
     """The draft as plain data: the window, each missing SLO, changes, alerts."""
-    scan.materialize((*COLUMNS, *CHANGE_FIELDS, *harm.COLUMNS))  # once, for every query below
+    scan.materialize(NEEDED)  # once, for every query below
     doc = budget(scan, config, paths)
     times: dict[tuple[str, str], list[datetime]] = {}
     for s in spending(scan, config):
@@ -152,9 +153,10 @@ def story_lines(inc: dict[str, Any], day: str | None) -> list[str]:
     t = inc["trigger"]
     who = f"lane {t['lane']}" + (f" (tenant {t['tenant']})" if t.get("tenant") else "")
     when = _span(t["from"], t["until"], day) if t.get("from") else ""
+    n = t["requests"]
     lines = _wrap(
         f"Incident on pool {inc['pool']}, {_span(inc['start'], inc['end'], day)}: {who} sent "
-        f"{t['requests']} requests ({t['prompt_tokens']} prompt tokens) {when}"
+        f"{n} request{'s' if n != 1 else ''} ({t['prompt_tokens']} prompt tokens) {when}"
         + (f", {t['missed']} of them missed." if t.get("missed") else ".")
     )
     for v in inc["victims"]:

@@ -157,6 +157,36 @@ def timeline(
     return _png(fig)
 
 
+def incident_ttft(
+    points: dict[str, tuple[list[datetime], list[float]]],
+    thresholds: dict[str, float],
+    palette: dict[str, str],
+    window: tuple[datetime, datetime],
+    trigger: tuple[str, list[datetime]] | None,
+) -> bytes:
+    """Each request's TTFT over the incident's window, per lane, its SLO threshold dashed; the
+    trigger lane's arrivals as ticks along the bottom."""
+    fig = _figure(11, 4.5)
+    ax = fig.add_subplot()
+    for lane, (ts, ys) in points.items():
+        ax.scatter(ts, ys, s=12, label=lane, color=palette.get(lane, "#777777"))
+        if lane in thresholds:
+            ax.axhline(thresholds[lane], color=palette.get(lane), linestyle="--", linewidth=0.8)
+    if trigger is not None:
+        lane, arrivals = trigger
+        ax.plot(arrivals, [0.02] * len(arrivals), "|", markersize=14, color="black",
+                transform=ax.get_xaxis_transform(), label=f"{lane} arrivals (trigger)")  # fmt: skip
+    ax.axvspan(*window, color="#f0a030", alpha=0.12)
+    ax.set_yscale("log")
+    _plain_log_ticks(ax.yaxis)
+    ax.set_ylabel("TTFT (ms, log)")
+    ax.set_title("TTFT per request around the incident (UTC; shaded: its window)")
+    ax.legend(loc="upper left", fontsize="small", ncols=4)
+    ax.grid(True, which="both", alpha=0.3)
+    fig.autofmt_xdate()
+    return _png(fig)
+
+
 def attainment(
     lanes: list[str],
     values: dict[str, list[float | None]],
@@ -174,12 +204,20 @@ def attainment(
     for k, kind in enumerate(kinds):
         xs = [i + (k - (len(kinds) - 1) / 2) * width for i in range(len(lanes))]
         ys = [floor if v is None else max(100 * v, floor) for v in values[kind]]
-        bars = ax.bar(
-            xs, [y - floor for y in ys], width, bottom=floor, label=kind, color=PALETTE[k]
-        )
-        for bar, v in zip(bars, values[kind], strict=True):
+        # A bar at the axis' floor (0% attained) still shows: a sliver, hatched, its value on it.
+        sliver = (100.5 - floor) * 0.015
+        heights = [max(y - floor, sliver) for y in ys]
+        bars = ax.bar(xs, heights, width, bottom=floor, label=kind, color=PALETTE[k])
+        for bar, v, y in zip(bars, values[kind], ys, strict=True):
             if v is None:
                 bar.set_alpha(0)
+            elif y - floor < sliver:
+                bar.set_hatch("///")
+                bar.set_edgecolor("black")
+                ax.annotate(
+                    f"{100 * v:.0f}%", (bar.get_x() + bar.get_width() / 2, floor + sliver),
+                    ha="center", va="bottom", fontsize="small",
+                )  # fmt: skip
         for x, obj in zip(xs, objectives.get(kind, []), strict=False):
             if obj is not None:
                 ax.plot([x - width / 2, x + width / 2], [100 * obj] * 2, color="black", linewidth=2)
