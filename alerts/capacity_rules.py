@@ -11,7 +11,7 @@ from __future__ import annotations
 from obs import conventions as c
 
 from . import expr as e
-from .health_rules import DURATION, PCT, PER_S, REPLICA, _alert
+from .health_rules import DURATION, PCT, REPLICA, _alert
 from .model import HEALTH_POLICY, AlertModel, LaneHealth, PoolHealth
 from .slo_rules import Group, Rule
 
@@ -22,15 +22,30 @@ SETTING = "{{ $labels.setting }}"
 def capacity_groups(model: AlertModel) -> list[Group]:
     """One group: each pool's queue, throughput and drift alerts, then each lane's p99."""
     rules = [r for p in model.pools for r in _pool_alerts(model, p)]
-    rules += [
-        r for lane in model.lanes for r in (_e2e_alert(model, lane), _json_alert(model, lane))
-    ]
+    rules += [_e2e_alert(model, lane) for lane in model.lanes]
+    # Only lanes whose requests ask for JSON have answers to judge.
+    rules += [_json_alert(model, lane) for lane in model.lanes if lane.asks_json]
     return [{"name": "vllm-obs-capacity", "rules": rules}]
 
 
 def throughput(pool: str, window: str, offset: str | None = None) -> str:
     """Generated tokens/s of ``pool`` over ``window`` (``offset`` back in time)."""
-    sel = e.selector(c.COMPLETION_TOKENS.series[0], e.eq(c.POOL, pool))
+    return _pool_rate(c.COMPLETION_TOKENS.series[0], pool, window, offset)
+
+
+def offered(pool: str, window: str, offset: str | None = None) -> str:
+    """Requests/s the sidecar finished for ``pool`` (every outcome: what was asked of it)."""
+    return _pool_rate(c.REQUESTS.series[0], pool, window, offset)
+
+
+def per_request(pool: str, window: str, offset: str | None = None) -> str:
+    """Generated tokens per request asked of ``pool``: demand cancels out."""
+    tokens, requests = throughput(pool, window, offset), offered(pool, window, offset)
+    return f"(\n  {tokens}\n  /\n  {e.positive(requests)}\n)"
+
+
+def _pool_rate(name: str, pool: str, window: str, offset: str | None) -> str:
+    sel = e.selector(name, e.eq(c.POOL, pool))
     rate = f"rate({sel}[{window}]{f' offset {offset}' if offset else ''})"
     return e.agg("sum", rate, c.POOL)
 
@@ -71,19 +86,26 @@ def _pool_alerts(model: AlertModel, p: PoolHealth) -> list[Rule]:
                 "runs, so each waits longer for its first token.",
             )
         )
-    now, before = throughput(p.pool, w), throughput(p.pool, w, p.throughput_baseline)
+    # Tokens per request asked, not tokens/s: fewer requests (an evening, a drained pool)
+    # cut both alike and stay silent; a pool that serves each request less (errors,
+    # timeouts, cut answers) does not.
+    now, before = per_request(p.pool, w), per_request(p.pool, w, p.throughput_baseline)
     ratio = e.num(p.throughput_drop_ratio)
+    served = e.agg("sum", e.increase(e.selector(c.REQUESTS.series[0], pool), w), c.POOL)
+    per = '{{ printf "%.3g" $value }}'
     rules.append(
         _alert(
             model,
             c.ALERT_THROUGHPUT_DROP,
-            f"{now}\n< {ratio} * {before}",
+            f"{now}\n< {ratio} * {before}\n{e.enough(c.POOL, served, p.min_requests)}",
             labels,
-            f"Pool {p.pool} generates {PER_S} tokens, under {ratio} of {p.throughput_baseline} ago",
-            f"Pool {p.pool} generated {PER_S} output tokens over the last {w}, less than "
-            f"{e.num(p.throughput_drop_ratio * 100)}% of its rate {p.throughput_baseline} "
-            f"before, for {HEALTH_POLICY[c.ALERT_THROUGHPUT_DROP].for_}: fewer requests, "
-            "or each one slower.",
+            f"Pool {p.pool} generates {per} tokens per request, under {ratio} of "
+            f"{p.throughput_baseline} ago",
+            f"Pool {p.pool} generated {per} output tokens per request asked of it over the last "
+            f"{w} (at least {p.min_requests} requests), less than "
+            f"{e.num(p.throughput_drop_ratio * 100)}% of its tokens per request "
+            f"{p.throughput_baseline} before, for {HEALTH_POLICY[c.ALERT_THROUGHPUT_DROP].for_}: "
+            "requests fail, time out or end early, not fewer requests.",
         )
     )
     drift = e.selector(c.POOL_SETTINGS_DRIFT.name, pool)
@@ -121,10 +143,13 @@ def _e2e_alert(model: AlertModel, lane: LaneHealth) -> Rule:
 def _json_alert(model: AlertModel, lane: LaneHealth) -> Rule:
     w = model.thresholds.rate_window
     limit = e.num(lane.invalid_json_ratio_max)
+    sel = e.selector(c.JSON_ANSWERS.series[0], e.eq(c.LANE, lane.lane))
+    answers = e.agg("sum", e.increase(sel, w), c.LANE, c.MODEL)
     return _alert(
         model,
         c.ALERT_INVALID_JSON_HIGH,
-        f"{invalid_json_ratio(lane.lane, w)}\n> {limit}",
+        f"{invalid_json_ratio(lane.lane, w)}\n> {limit}\n"
+        + e.enough(f"{c.LANE}, {c.MODEL}", answers, lane.alert_min_requests),
         {c.LANE: lane.lane, c.POOL: lane.pool},
         f"Lane {lane.lane} model {{{{ $labels.model }}}}: {PCT} of JSON answers do not parse",
         f"Of the answers of lane {lane.lane} (pool {lane.pool}) that asked for JSON "

@@ -48,11 +48,13 @@ def recent_change(model: AlertModel, pool: str) -> str:
 
 
 def change_rules(model: AlertModel, lane: LaneHealth) -> list[Rule]:
-    """The lane's two rules (TTFT and TPOT)."""
+    """The lane's rules: one per latency SLO it declares (TTFT, TPOT)."""
     th = model.thresholds
     policy = HEALTH_POLICY[c.ALERT_SETTINGS_CHANGE_REGRESSION]
     out: list[Rule] = []
-    for kind, margin in (("ttft", lane.ttft_p95_margin), ("tpot", lane.tpot_p95_margin)):
+    margins = {"ttft": lane.ttft_p95_margin, "tpot": lane.tpot_p95_margin}
+    # Only the latency the lane has an SLO on: a lane without one (batch) has no regression.
+    for kind, margin in ((k, margins[k]) for k in lane.latency_slos):
         count = e.selector(
             LATENCY[kind].series[2], e.eq(c.LANE, lane.lane), e.eq(c.POOL, lane.pool)
         )

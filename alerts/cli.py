@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,9 @@ error budget, multi-window burn-rate alerts) and health.rules.yml (KV cache,
 prefix cache, admission, queue wait, pool health, exporters), and, for lanes
 with a split, canary.rules.yml (VllmObsCanaryRollback). With --tests,
 also write promtool unit tests for every alert (run: promtool test rules
-DIR/*.test.yml). Files generated before that a new run no longer produces
+DIR/*.test.yml); --out and --tests may name the same directory. With
+--alertmanager FILE, also write the Alertmanager routing (one page per pool
+incident). Generated files of the same kind that a new run no longer produces
 are removed; other files in the directories are left alone.
 
 For staging and end-to-end tests, --max-for and --max-interval cap every
@@ -21,6 +24,10 @@ alert's hold and every rule group's evaluation interval, so an alert fires
 seconds after its condition holds instead of minutes; expressions, windows
 and names stay as in production. Never use them for production rules.
 """
+
+
+RULES_KIND = "*.rules.yml"  # what a run may remove as stale: its own kind of file only
+TESTS_KIND = "*.test.yml"
 
 
 def add_parser(subparsers: Any) -> None:
@@ -53,8 +60,18 @@ def add_parser(subparsers: Any) -> None:
         default=None,
         metavar="URL",
         help="URL of docs/runbook.md as your responders open it, e.g. "
-        "https://github.com/ORG/REPO/blob/main/docs/runbook.md "
-        "(default: the repository-relative path docs/runbook.md)",
+        "https://github.com/ORG/REPO/blob/main/docs/runbook.md; overrides the lanes "
+        "config's alerts.runbook_base_url (with neither: the relative path docs/runbook.md, "
+        "which a pager cannot open, and a warning)",
+    )
+    p.add_argument(
+        "--alertmanager",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="also write the Alertmanager config for these alerts to FILE: pages grouped "
+        "by pool, tickets inhibited by pages, lane alerts by their pool's down and "
+        "saturation alerts (check: amtool check-config FILE)",
     )
     p.add_argument(
         "--max-for",
@@ -90,10 +107,10 @@ def run(args: argparse.Namespace) -> int:
     from obs.errors import ConfigError
 
     from .holds import HoldCaps, cap
-    from .model import RUNBOOK_PATH, build_model
+    from .model import RUNBOOK_PATH, build_model, runbook_base
     from .promtool_tests import promtool_files
     from .rules import rule_files
-    from .writer import write
+    from .writer import write, write_alertmanager
 
     try:
         caps = HoldCaps(args.max_for, args.max_interval)
@@ -105,17 +122,27 @@ def run(args: argparse.Namespace) -> int:
             "--max-for/--max-interval"
         )
     config_path: Path = args.config or default_config_path()
-    model = build_model(load_config(config_path), runbook_url=args.runbook_url or RUNBOOK_PATH)
+    config = load_config(config_path)
+    base = runbook_base(config, args.runbook_url)
+    if base is None:
+        print(
+            "vllm-obs alerts: warning: no runbook URL (alerts.runbook_base_url in the lanes "
+            f"config, or --runbook-url): alerts link to the relative {RUNBOOK_PATH}, which "
+            "Alertmanager and pagers cannot open",
+            file=sys.stderr,
+        )
+    model = build_model(config, runbook_url=base or RUNBOOK_PATH)
     files = rule_files(model)
     source = config_path.name
     if caps.active:
         files = cap(files, caps)
         source = f"{source} with {caps.describe()} (staging holds)"
-    written = write(args.out, files, source)
+    written = write(args.out, files, source, RULES_KIND)
     if args.tests is not None:
-        written += write(
-            args.tests, promtool_files(model, files, args.out, args.tests), config_path.name
-        )
+        tests = promtool_files(model, files, args.out, args.tests)
+        written += write(args.tests, tests, config_path.name, TESTS_KIND)
+    if args.alertmanager is not None:
+        written.append(write_alertmanager(args.alertmanager, config_path.name))
     for path in written:
         print(path)
     return 0

@@ -52,3 +52,25 @@ def _availability_error(sli: SLI, window: str) -> str:
     total = agg("sum", rate(selector(requests, lane, counted), window), c.LANE)
     # A lane with no failures yet has no error series: count it as zero, not as no data.
     return f"(\n  {bad}\n  or\n  0 * {total}\n)\n/\n{positive(total)}"
+
+
+def requests_in(sli: SLI, window: str) -> str:
+    """How many of the lane's requests the SLI counted over ``window`` (its denominator)."""
+    lane = eq(c.LANE, sli.lane)
+    if sli.kind == "availability":
+        (requests,) = c.REQUESTS.series
+        counted = one_of(c.OUTCOME, c.AVAILABILITY_EXCLUDED_OUTCOMES, negate=True)
+        return agg("sum", increase(selector(requests, lane, counted), window), c.LANE)
+    count = LATENCY_HISTOGRAMS[sli.kind].series[2]
+    return agg("sum", increase(selector(count, lane), window), c.LANE)
+
+
+def lane_requests(lane: str, window: str) -> str:
+    """Every request of the lane over ``window``, whatever its outcome."""
+    sel = selector(c.REQUESTS.series[0], eq(c.LANE, lane))
+    return agg("sum", increase(sel, window), c.LANE)
+
+
+def enough(by: str, count: str, floor: int) -> str:
+    """``and on (by)`` the request count ``count`` is at least ``floor``: an alert's evidence."""
+    return f"and on ({by})\n{count} >= {floor}"

@@ -6,7 +6,11 @@
 * ``VllmObsPoolHeldAtSaturation``: some sidecar process has held a pool at its saturation
   target (``vllm_obs_flow_saturation_held``) for 10 minutes: the pool is short of capacity
   for what is offered, and requests wait or are refused in the sidecars instead of the
-  engine.
+  engine;
+* ``VllmObsRateLimitStoreDown``: the shared rate-limit store (Redis) did not answer
+  (``vllm_obs_rate_limit_store_errors_total`` rises) for 5 minutes: every tenant limit is
+  lifted (``on_store_error: open``, a ticket) or every limited request refused 503
+  (``closed``, a page).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ def flow_groups(model: AlertModel) -> list[Group]:
     """One group with the tenants' and the saturated pools' alerts (none: no group)."""
     rules = [_tenant(model, t) for t in model.limited_tenants]
     rules += [_pool(model, p) for p in model.saturated_pools]
+    if model.rate_limit_store:
+        rules.append(_store(model))
     return [{"name": "vllm-obs-flow", "rules": rules}] if rules else []
 
 
@@ -73,3 +79,27 @@ def _pool(model: AlertModel, pool: str) -> Rule:
         f"for {HEALTH_POLICY[c.ALERT_POOL_HELD_AT_SATURATION].for_}: its engines' queues are "
         "full, and requests wait or are refused in the sidecars' pool queue.",
     )
+
+
+def _store(model: AlertModel) -> Rule:
+    w = model.thresholds.rate_window
+    errors = e.agg("sum", e.rate(c.RATE_LIMIT_STORE_ERRORS.series[0], w))
+    closed = model.store_fails_closed
+    effect = (
+        "every request of a rate-limited tenant is refused 503 (on_store_error: closed)"
+        if closed
+        else "requests are admitted uncounted: no tenant limit holds (on_store_error: open)"
+    )
+    rule = _rule(
+        model,
+        c.ALERT_RATE_LIMIT_STORE_DOWN,
+        f"{errors} > 0",
+        {},
+        f"The rate-limit store does not answer ({PER_S} requests)",
+        f"The sidecars could not reach the shared rate-limit store (Redis) for {PER_S} "
+        f"requests over the last {w}, for {HEALTH_POLICY[c.ALERT_RATE_LIMIT_STORE_DOWN].for_}: "
+        f"{effect}.",
+    )
+    if closed:
+        rule["labels"][c.SEVERITY] = "page"
+    return rule

@@ -165,12 +165,14 @@ def _lane_alerts(model: AlertModel, lane: LaneHealth) -> list[Rule]:
     wait = f"histogram_quantile({q}, {e.agg('sum', e.rate(queue, th.rate_window), c.LANE, 'le')})"
     reject_max = e.num(th.rejection_ratio_max)
     reject_pct = e.num(th.rejection_ratio_max * 100)
+    floor = lane.alert_min_requests
     rules = [
         _alert(
             model,
             c.ALERT_ADMISSION_REJECTIONS_HIGH,
             # pool_unavailable is the pool-down alert's to page on, not this one's.
-            f"{e.selector(c.LANE_REJECTION_RATIO_RULE, sel, NOT_POOL_DOWN)} > {reject_max}",
+            f"{e.selector(c.LANE_REJECTION_RATIO_RULE, sel, NOT_POOL_DOWN)} > {reject_max}\n"
+            + e.enough(c.LANE, e.lane_requests(lane.lane, th.rate_window), floor),
             labels,
             f"Lane {lane.lane} rejects {PCT} of requests ({REASON})",
             f"The admission policy of lane {lane.lane} refused {PCT} of its requests for reason "
@@ -191,18 +193,27 @@ def _lane_alerts(model: AlertModel, lane: LaneHealth) -> list[Rule]:
         ),
     ]
     if lane.cache_hit_ratio_min is not None:
-        info = e.agg("max", e.selector(c.LANE_INFO.name, sel), c.LANE, c.POOL)
-        floor = e.num(lane.cache_hit_ratio_min)
+        # The lane's own requests: its prompt tokens the pool found cached (the sidecar's
+        # cached_tokens per lane), not the pool's ratio, which other lanes move.
+        cached = e.agg(
+            "sum", e.rate(e.selector(c.CACHED_TOKENS.series[0], sel), th.rate_window), c.LANE
+        )
+        prompt = e.agg(
+            "sum", e.rate(e.selector(c.PROMPT_TOKENS.series[0], sel), th.rate_window), c.LANE
+        )
+        ratio = f"{cached}\n/\n{e.positive(prompt)}"
+        pct = e.num(lane.cache_hit_ratio_min * 100)
         rules.append(
             _alert(
                 model,
                 c.ALERT_PREFIX_CACHE_HIT_RATIO_LOW,
-                f"{info}\n* on ({c.POOL}) group_left ()\n{c.POOL_PREFIX_HIT_RATIO_RULE}\n< {floor}",
+                f"{ratio}\n< {e.num(lane.cache_hit_ratio_min)}\n"
+                + e.enough(c.LANE, e.lane_requests(lane.lane, th.rate_window), floor),
                 labels,
-                f"Prefix cache hit ratio of pool {lane.pool} is {PCT} for lane {lane.lane}",
-                f"Pool {lane.pool}, which serves lane {lane.lane}, found {PCT} of prompt tokens "
-                f"in its prefix cache over the last {th.rate_window}, below the lane's floor "
-                f"of {e.num(lane.cache_hit_ratio_min * 100)}%, for "
+                f"Lane {lane.lane} finds {PCT} of its prompt tokens in the prefix cache",
+                f"Of the prompt tokens of lane {lane.lane} (pool {lane.pool}), the pool found "
+                f"{PCT} in its prefix cache over the last {th.rate_window}, below the lane's "
+                f"floor of {pct}% (at least {floor} requests), for "
                 f"{HEALTH_POLICY[c.ALERT_PREFIX_CACHE_HIT_RATIO_LOW].for_}.",
             )
         )

@@ -6,7 +6,8 @@ Burn windows and health thresholds are data here, never code in the generators.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 from obs import conventions as c
@@ -17,8 +18,12 @@ from obs.engines.metrics import STATE_FIELDS
 from obs.errors import ConfigError
 from obs.slo import Objective, objectives
 
-# Where the runbook lives in the repository; alerts link to its sections.
+# Where the runbook lives in the repository; alerts link to its sections. Without a base URL
+# (the lanes config's alerts.runbook_base_url, or --runbook-url) the links are this relative
+# path, which a pager cannot open: `vllm-obs alerts` warns.
 RUNBOOK_PATH: Final = "docs/runbook.md"
+# Requests a burn-rate or ratio alert needs in its window (lanes config: alerts.min_requests).
+DEFAULT_MIN_REQUESTS: Final = 20
 # What the alerts' `vllm-obs query budget` command reads: the responder puts in the
 # sidecar's event log (its --events JSONL) or its clickhouse://HOST:8123/DB.TABLE.
 EVENTS_PLACEHOLDER: Final = "EVENTS"
@@ -40,6 +45,16 @@ class SLI(Objective):
     """One declared SLO of one lane, with the burn windows that alert on it."""
 
     windows: tuple[Window, ...]
+    # Requests the long window of each burn-rate alert needs (the short window: the same
+    # rate), so a handful of requests is never evidence (the lane's alerts.min_requests).
+    min_requests: int = DEFAULT_MIN_REQUESTS
+
+    def floor(self, w: Window, window: str) -> int:
+        """Requests ``window`` (``w.long`` or ``w.short``) needs: ``min_requests`` in the
+        long window, the same rate in the short one (at least 1)."""
+        if window == w.long:
+            return self.min_requests
+        return max(1, math.ceil(self.min_requests * seconds(window) / seconds(w.long)))
 
     @property
     def rule_windows(self) -> tuple[str, ...]:
@@ -67,6 +82,12 @@ class LaneHealth:
     ttft_p95_margin: float = 0.15
     tpot_p95_margin: float = 0.15
     min_requests: int = 100
+    # Requests a ratio alert of the lane needs in its window (alerts.min_requests).
+    alert_min_requests: int = DEFAULT_MIN_REQUESTS
+    # The latency SLOs the lane declares (a settings change is judged only on those), and
+    # whether its requests ask for JSON (its match rules, or its own invalid_json_ratio_max).
+    latency_slos: tuple[str, ...] = ("ttft", "tpot")
+    asks_json: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +104,7 @@ class PoolHealth:
     engine_waiting_max: float = 100
     throughput_drop_ratio: float = 0.5
     throughput_baseline: str = "1h"
+    min_requests: int = DEFAULT_MIN_REQUESTS  # the least of its lanes' alerts.min_requests
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +131,9 @@ HEALTH_POLICY: Final = {
     c.ALERT_CANARY_ROLLBACK: Policy("ticket", "10m"),
     c.ALERT_TENANT_AT_RATE_LIMIT: Policy("ticket", "10m"),
     c.ALERT_POOL_HELD_AT_SATURATION: Policy("ticket", "10m"),
+    # A ticket when the store fails open (limits lifted); a page when it fails closed
+    # (every limited request refused 503): obs.alerts.flow_rules.
+    c.ALERT_RATE_LIMIT_STORE_DOWN: Policy("ticket", "5m"),
     c.ALERT_ENGINE_QUEUE_DEEP: Policy("ticket", "5m"),
     c.ALERT_E2E_LATENCY_HIGH: Policy("ticket", "10m"),
     c.ALERT_THROUGHPUT_DROP: Policy("ticket", "15m"),
@@ -186,6 +211,9 @@ class AlertModel:
     # Flow control (obs.alerts.flow_rules): rate-limited tenants and saturated pools.
     limited_tenants: tuple[str, ...] = ()
     saturated_pools: tuple[str, ...] = ()
+    # The shared rate-limit store (Redis), if any, and what a request gets when it fails.
+    rate_limit_store: bool = False
+    store_fails_closed: bool = False
 
     def lane_slis(self, lane: str) -> tuple[SLI, ...]:
         """The SLIs of one lane, in ``SLO_KINDS`` order."""
@@ -223,6 +251,7 @@ def build_model(
         )
         for p in config.pools
     )
+    pools = tuple(replace(p, min_requests=_pool_floor(config, p.pool)) for p in pools)
     hits = {p.pool for p in pools if "prefix_hits" in p.reports}
     lanes = tuple(
         LaneHealth(
@@ -236,6 +265,9 @@ def build_model(
             ttft_p95_margin=lane.canary_policy.ttft_p95_margin,
             tpot_p95_margin=lane.canary_policy.tpot_p95_margin,
             min_requests=lane.canary_policy.min_requests,
+            alert_min_requests=lane.alerts.min_requests,
+            latency_slos=tuple(k for k in ("ttft", "tpot") if getattr(lane.slo, k) is not None),
+            asks_json=_asks_json(lane),
         )
         for lane in config.lanes
     )
@@ -252,7 +284,30 @@ def build_model(
             if t.requests_per_minute or t.tokens_per_minute
         ),
         saturated_pools=tuple(p.name for p in config.pools if p.saturation is not None),
+        rate_limit_store=config.rate_limits.store is not None,
+        store_fails_closed=config.rate_limits.on_store_error == "closed",
     )
+
+
+def runbook_base(config: Config, override: str | None) -> str | None:
+    """The runbook's URL: ``--runbook-url``, else the config's ``alerts.runbook_base_url``."""
+    return override or config.alerts.runbook_base_url
+
+
+def _pool_floor(config: Config, pool: str) -> int:
+    floors = [lane.alerts.min_requests for lane in config.lanes if pool in lane.pools]
+    return min(floors, default=DEFAULT_MIN_REQUESTS)
+
+
+JSON_FORMATS: Final = frozenset({"json_object", "json_schema"})
+
+
+def _asks_json(lane: Lane) -> bool:
+    """Whether the lane's requests ask for JSON: a match rule on tools or a JSON
+    ``response_format``, or the lane sets its own ``alerts.invalid_json_ratio_max``."""
+    if "invalid_json_ratio_max" in lane.alerts.model_fields_set:
+        return True
+    return any(m.tools or JSON_FORMATS & set(m.response_format or ()) for m in lane.match)
 
 
 def _engine_waiting_max(pool: Pool) -> int:
@@ -291,7 +346,9 @@ def _slis(lane: Lane) -> list[SLI]:
     )
     out = []
     for o in objectives(lane):
-        sli = SLI(o.lane, o.pool, o.kind, o.objective, o.threshold_ms, windows)
+        sli = SLI(
+            o.lane, o.pool, o.kind, o.objective, o.threshold_ms, windows, lane.alerts.min_requests
+        )
         _check(sli)
         out.append(sli)
     return out

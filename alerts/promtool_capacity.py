@@ -13,11 +13,20 @@ from . import series as s
 from . import timeline as tl
 from .capacity_rules import E2E_QUANTILE
 from .model import HEALTH_POLICY, AlertModel, LaneHealth, PoolHealth
-from .promtool_health import GAUGE_S, RATE_S, N, _pair, _phase_buckets, _pool_series
+from .promtool_health import (
+    GAUGE_S,
+    RATE_S,
+    N,
+    _few_requests,
+    _pair,
+    _phase_buckets,
+    _pool_series,
+)
 from .rules import RuleIndex
 
 Group = dict[str, Any]
 TOKENS_PER_STEP = 1000
+REQUESTS_PER_STEP = 100
 
 
 def capacity_tests(model: AlertModel, index: RuleIndex) -> list[Group]:
@@ -26,7 +35,8 @@ def capacity_tests(model: AlertModel, index: RuleIndex) -> list[Group]:
     for p in model.pools:
         out += _queue_cases(p, index) + _throughput_cases(p, index) + _drift_cases(p, index)
     for lane in model.lanes:
-        out += _e2e_cases(model, lane, index) + _json_cases(lane, index)
+        out += _e2e_cases(model, lane, index)
+        out += _json_cases(lane, index) if lane.asks_json else []
     return out
 
 
@@ -72,7 +82,9 @@ def _drift_cases(p: PoolHealth, index: RuleIndex) -> list[Group]:
 
 
 def _throughput_cases(p: PoolHealth, index: RuleIndex) -> list[Group]:
-    """Tokens at a steady rate for the baseline and 10 minutes more, then at a lower one."""
+    """Tokens and requests at a steady rate for the baseline and 10 minutes more, then
+    either tokens fall while requests hold (fires; silent when they fall only a little),
+    or both fall alike: demand fell, the pool did not (silent)."""
     drop_at = int(seconds(p.throughput_baseline)) // tl.STEP_S + 10
     for_ = HEALTH_POLICY[c.ALERT_THROUGHPUT_DROP].for_
     fire_at = (drop_at + 5) * tl.STEP_S + int(seconds(for_)) + 2 * tl.STEP_S
@@ -80,33 +92,48 @@ def _throughput_cases(p: PoolHealth, index: RuleIndex) -> list[Group]:
     labels = {c.LANE: "any", c.POOL: p.pool}
     rule = index.find(c.ALERT_THROUGHPUT_DROP, pool=p.pool)
 
-    def tokens(after: int) -> list[s.Series]:
-        top = drop_at * TOKENS_PER_STEP
+    def step_down(name: str, extra: dict[str, str], before: int, after: int) -> s.Series:
+        top = drop_at * before
         values = (
-            f"{s.counter(TOKENS_PER_STEP, drop_at)} "
+            f"{s.counter(before, drop_at)} "
             f"{s.counter(after, steps - drop_at - 1, start=top + after)}"
         )
-        return [s.series(c.COMPLETION_TOKENS.series[0], labels, values)]
+        return s.series(name, {**labels, **extra}, values)
+
+    def traffic(tokens_after: int, requests_after: int) -> list[s.Series]:
+        ok = {c.MODEL: s.MODEL, c.OUTCOME: c.OK, c.FINISH_REASON: "stop"}
+        return [
+            step_down(c.COMPLETION_TOKENS.series[0], {}, TOKENS_PER_STEP, tokens_after),
+            step_down(c.REQUESTS.series[0], ok, REQUESTS_PER_STEP, requests_after),
+        ]
 
     low = round(TOKENS_PER_STEP * p.throughput_drop_ratio / 2)
     near = round(TOKENS_PER_STEP * (p.throughput_drop_ratio + 1) / 2)
+    fewer = round(REQUESTS_PER_STEP * low / TOKENS_PER_STEP)
     name = f"{c.ALERT_THROUGHPUT_DROP} pool {p.pool}"
     return [
         tl.group(
-            f"{name}: tokens/s falls to {low / TOKENS_PER_STEP:g} of the baseline, fires",
-            tokens(low),
+            f"{name}: tokens/s falls to {low / TOKENS_PER_STEP:g} of the baseline while "
+            "requests hold, fires",
+            traffic(low, REQUESTS_PER_STEP),
             [
                 tl.alert_test(c.ALERT_THROUGHPUT_DROP, drop_at * tl.STEP_S, []),
                 tl.alert_test(
                     c.ALERT_THROUGHPUT_DROP,
                     fire_at,
-                    [s.expected(rule, {c.POOL: p.pool}, low / tl.STEP_S)],
+                    [s.expected(rule, {c.POOL: p.pool}, low / REQUESTS_PER_STEP)],
                 ),
             ],
         ),
         tl.group(
             f"{name}: silent at {near / TOKENS_PER_STEP:g} of the baseline",
-            tokens(near),
+            traffic(near, REQUESTS_PER_STEP),
+            [tl.alert_test(c.ALERT_THROUGHPUT_DROP, fire_at, [])],
+        ),
+        tl.group(
+            f"{name}: silent when tokens fall to {low / TOKENS_PER_STEP:g} because requests "
+            "fell as much (demand, not the pool)",
+            traffic(low, fewer),
             [tl.alert_test(c.ALERT_THROUGHPUT_DROP, fire_at, [])],
         ),
     ]
@@ -148,7 +175,11 @@ def _json_cases(lane: LaneHealth, index: RuleIndex) -> list[Group]:
         ]
 
     rule = index.find(c.ALERT_INVALID_JSON_HIGH, lane=lane.lane)
-    return _pair(
+    where = f"lane {lane.lane}"
+    few = _few_requests(
+        c.ALERT_INVALID_JSON_HIGH, where, lane, answers(high), lane.alert_min_requests
+    )
+    return few + _pair(
         c.ALERT_INVALID_JSON_HIGH,
         f"lane {lane.lane} with {high / N:g} invalid",
         RATE_S,

@@ -191,7 +191,8 @@ def _change_cases(model: AlertModel, index: RuleIndex) -> list[Group]:
     alert = c.ALERT_SETTINGS_CHANGE_REGRESSION
     fired = []
     for lane in model.lanes:
-        for kind in kinds:
+        # A lane without that latency SLO has no rule: its shifted series stay silent.
+        for kind in lane.latency_slos:
             low, high = bounds(kind)
             rule = index.find(alert, lane=lane.lane, slo=kind)
             lp = {c.LANE: lane.lane, c.POOL: lane.pool}

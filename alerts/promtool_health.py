@@ -262,19 +262,84 @@ def _lane_cases(model: AlertModel, lane: LaneHealth, index: RuleIndex) -> list[G
             f"requests queue {fast:g}s (and prefill is slow)",
         ),
     ]
+    cases += _few_requests(
+        c.ALERT_ADMISSION_REJECTIONS_HIGH, where, lane, rejections(hi), lane.alert_min_requests
+    )
     if lane.cache_hit_ratio_min is not None:
-        floor = lane.cache_hit_ratio_min
-        low, high = floor / 2, (floor + 1) / 2
-        cases += _pair(
-            c.ALERT_PREFIX_CACHE_HIT_RATIO_LOW,
-            f"{where} pool {lane.pool} hitting {low:g}",
-            RATE_S,
-            _prefix(model, lane.pool, low),
-            _prefix_expected(model, lane.pool, low, index),
-            _prefix(model, lane.pool, high),
-            f"the pool hits {high:g}",
-        )
+        cases += _cache_cases(model, lane, index)
     return cases
+
+
+def _few_requests(
+    alert: str, where: str, lane: LaneHealth, firing: Inputs, floor: int
+) -> list[Group]:
+    """The firing case's ratio from half the floor's requests over the rate window (5
+    minutes): silent. The counters are scaled down alike."""
+    fire = tl.firing_time(RATE_S, HEALTH_POLICY[alert].for_)
+    steps = fire // tl.STEP_S + 1
+    few = floor // 2
+    scale = few / 5 / N
+    series = [_scaled(x, scale) for x in firing(steps)]
+    return [
+        tl.group(
+            f"{alert} {where}: silent with {few} requests in 5m (the floor is {floor})",
+            series,
+            [tl.alert_test(alert, fire, [])],
+        )
+    ]
+
+
+def _scaled(x: s.Series, scale: float) -> s.Series:
+    """A counter series ``a+bxn`` with ``b`` times ``scale``."""
+    start, rest = x["values"].split("+", 1)
+    step, n = rest.split("x", 1)
+    return {**x, "values": f"{start}+{s.number(round(float(step) * scale, 6))}x{n}"}
+
+
+def _cache_cases(model: AlertModel, lane: LaneHealth, index: RuleIndex) -> list[Group]:
+    """The lane's own cached prompt tokens below its floor fire; above it they do not, even
+    while its pool's ratio (other lanes') is low; an idle lane never fires."""
+    floor = lane.cache_hit_ratio_min
+    assert floor is not None
+    low, high = floor / 2, (floor + 1) / 2
+    where = f"lane {lane.lane}"
+    alert = c.ALERT_PREFIX_CACHE_HIT_RATIO_LOW
+    lp = {c.LANE: lane.lane, c.POOL: lane.pool}
+
+    def tokens(ratio: float, requests: int = N) -> Inputs:
+        def make(n: int) -> list[s.Series]:
+            pool_low = _prefix(model, lane.pool, low)(n)  # the pool's own ratio: ignored
+            return [
+                *pool_low,
+                *_requests(lane, requests, 0, n),
+                s.series(c.PROMPT_TOKENS.series[0], lp, s.counter(100 * requests, n)),
+                s.series(
+                    c.CACHED_TOKENS.series[0], lp, s.counter(round(100 * requests * ratio), n)
+                ),
+            ]
+
+        return make
+
+    value = round(100 * N * low) / (100 * N)
+    rule = index.find(alert, lane=lane.lane)
+    fire = tl.firing_time(RATE_S, HEALTH_POLICY[alert].for_)
+    steps = fire // tl.STEP_S + 1
+    return [
+        *_pair(
+            alert,
+            f"{where} finding {low:g} of its prompt tokens cached",
+            RATE_S,
+            tokens(low),
+            [s.expected(rule, {}, value)],
+            tokens(high),
+            f"the lane finds {high:g} cached while its pool finds {low:g}",
+        ),
+        tl.group(
+            f"{alert} {where}: silent with no requests (the pool hits {low:g})",
+            _prefix(model, lane.pool, low)(steps),
+            [tl.alert_test(alert, fire, [])],
+        ),
+    ]
 
 
 def _phase_buckets(model: AlertModel) -> tuple[float, ...]:
@@ -308,24 +373,6 @@ def _prefix(model: AlertModel, pool: str, ratio: float) -> Inputs:
         return out
 
     return make
-
-
-def _prefix_expected(
-    model: AlertModel, pool: str, ratio: float, index: RuleIndex
-) -> list[dict[str, Any]]:
-    """Every lane on ``pool`` whose floor is above ``ratio`` fires."""
-    value = round(ratio * N) / N
-    return [
-        s.expected(
-            index.find(c.ALERT_PREFIX_CACHE_HIT_RATIO_LOW, lane=lane.lane),
-            {c.LANE: lane.lane, c.POOL: pool},
-            value,
-        )
-        for lane in model.lanes
-        if lane.pool == pool
-        and lane.cache_hit_ratio_min is not None
-        and value < lane.cache_hit_ratio_min
-    ]
 
 
 def _sidecar_cases(model: AlertModel, index: RuleIndex) -> list[Group]:

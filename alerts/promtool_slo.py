@@ -18,6 +18,7 @@ from obs import conventions as c
 from . import series as s
 from . import timeline as tl
 from .model import SLI, AlertModel
+from .promtool_evidence import evidence_tests
 from .rules import RuleIndex
 
 REQUESTS_PER_STEP = 10_000
@@ -35,6 +36,7 @@ def lane_tests(model: AlertModel, lane: str, index: RuleIndex) -> list[dict[str,
             groups.append(_just_below(sli, index, (f + below) / 2, f))
         if sli.kind == "availability":
             groups.append(_no_failures(sli, index))
+        groups += evidence_tests(sli, index)
     return groups
 
 

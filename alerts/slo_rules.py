@@ -103,13 +103,17 @@ def _burn_alert(model: AlertModel, sli: SLI, w: Window) -> Rule:
         f"{e.selector(c.burn_rate_rule(win), *_series(sli))} > {factor}"
         for win in (w.long, w.short)
     ]
+    # Evidence: enough requests in each window, so one slow request of two never pages.
+    enough = [
+        e.enough(c.LANE, e.requests_in(sli, win), sli.floor(w, win)) for win in (w.long, w.short)
+    ]
     title = _TITLE[sli.kind]
     value = '{{ printf "%.1f" $value }}'
     days = seconds(c.SLO_PERIOD) / 86400 / w.factor
     pace = f" At {factor}x the {c.SLO_PERIOD} budget is gone in {days:.1f} days."
     return {
         "alert": sli.alert,
-        "expr": "\n".join([cond[0], "and", cond[1]]),
+        "expr": "\n".join([cond[0], "and", cond[1], *enough]),
         "for": w.for_,
         "labels": {
             c.SEVERITY: w.severity,
@@ -128,7 +132,8 @@ def _burn_alert(model: AlertModel, sli: SLI, w: Window) -> Rule:
                 f"Lane {sli.lane} (pool {sli.pool}) spent its {title} error budget at "
                 f"{value}x the sustainable rate over the last {w.long}, and still above "
                 f"{factor}x over the last {w.short}. SLO: {describe(sli)} over "
-                f"{c.SLO_PERIOD} (error budget {e.num(sli.budget * 100)}% of requests).{pace}"
+                f"{c.SLO_PERIOD} (error budget {e.num(sli.budget * 100)}% of requests), "
+                f"with at least {sli.min_requests} requests over {w.long}.{pace}"
             ),
             "runbook_url": model.runbook(sli.alert),
             **alert_annotations(model, sli, w.long),

@@ -2,8 +2,8 @@
 
 Multi-line PromQL is written as literal blocks so the files read like
 hand-written rules. Every file starts with a header that marks it generated;
-files with that header that a new run no longer produces are removed, and
-nothing else in the directory is touched.
+files of the same kind (rules, tests) with that header that a new run no
+longer produces are removed, and nothing else in the directory is touched.
 """
 
 from __future__ import annotations
@@ -41,8 +41,10 @@ def dump(data: Any, source: str) -> str:
     return header + body
 
 
-def write(out: Path, files: Mapping[str, Any], source: str) -> list[Path]:
-    """Write each file under ``out``; remove stale generated files there. Returns paths."""
+def write(out: Path, files: Mapping[str, Any], source: str, kind: str = "*.yml") -> list[Path]:
+    """Write each file under ``out``; remove stale generated files of the same ``kind`` (a
+    glob: rule files and their tests may share a directory, and neither run removes the
+    other's). Returns paths."""
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -52,7 +54,7 @@ def write(out: Path, files: Mapping[str, Any], source: str) -> list[Path]:
         path = out / name
         path.write_text(dump(data, source), encoding="utf-8")
         written.append(path)
-    for stale in sorted(out.glob("*.yml")):
+    for stale in sorted(out.glob(kind)):
         if stale.name not in files and _generated(stale):
             stale.unlink()
     return written
@@ -64,3 +66,16 @@ def _generated(path: Path) -> bool:
             return f.readline().startswith(MARKER)
     except (OSError, UnicodeDecodeError):
         return False
+
+
+def write_alertmanager(path: Path, source: str) -> Path:
+    """Write the Alertmanager config (``obs.alerts.routing``) to ``path``."""
+    from .routing import alertmanager_config, header
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        marker, advice, body = dump(alertmanager_config(), source).split("\n", 2)
+        path.write_text(f"{marker}\n{advice}\n{header()}{body}", encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot write: {e.strerror or e}") from e
+    return path

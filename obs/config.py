@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from obs.config_blocks import (
+    AlertSettings,
     Auth,
     ClickHouseExport,
     EngineKind,
@@ -253,6 +254,7 @@ class Config(_Model):
     # Per-tenant rate limits and fair-share weights, by the tenant auth resolves.
     tenants: dict[Name, Tenant] = Field(default_factory=dict)
     rate_limits: RateLimits = RateLimits()
+    alerts: AlertSettings = AlertSettings()  # the generated alerts' (obs.alerts)
 
     @model_validator(mode="after")
     def _references(self) -> Config:

@@ -125,6 +125,9 @@ class LaneAlerts(_Model):
     e2e_p99_max_s: PositiveFloat = 30.0  # p99 end-to-end latency, every lane (batch too)
     # Share of the answers asked to be JSON (json_object/json_schema, tools) that do not parse.
     invalid_json_ratio_max: Ratio = 0.05
+    # Requests a burn-rate or ratio alert needs in its window before it may fire (the short
+    # window of a burn-rate alert: the same rate); fewer is not evidence (obs.alerts.model).
+    min_requests: PositiveInt = 20
 
 
 class PoolAlerts(_Model):
@@ -237,6 +240,14 @@ class RateLimits(_Model):
     store: Annotated[str, Field(pattern=r"^rediss?://")] | None = None
     on_store_error: Literal["open", "closed"] = "open"
     timeout_s: PositiveFloat = 0.25
+
+
+class AlertSettings(_Model):
+    """The generated alerts' settings for the whole config (``vllm-obs alerts``)."""
+
+    # The runbook as responders open it (https://.../docs/runbook.md): alerts link to
+    # ``URL#<alertname lower-cased>``; ``vllm-obs alerts --runbook-url`` overrides it.
+    runbook_base_url: Annotated[str, Field(pattern=r"^https?://")] | None = None
 
 
 class ClickHouseExport(_Model):

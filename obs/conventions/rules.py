@@ -96,7 +96,13 @@ SPLIT_ALERTS: Final = (ALERT_CANARY_ROLLBACK,)
 # Generated only for configs with rate-limited tenants or saturated pools (docs/flow.md).
 ALERT_TENANT_AT_RATE_LIMIT: Final = "VllmObsTenantAtRateLimit"
 ALERT_POOL_HELD_AT_SATURATION: Final = "VllmObsPoolHeldAtSaturation"
-FLOW_ALERTS: Final = (ALERT_TENANT_AT_RATE_LIMIT, ALERT_POOL_HELD_AT_SATURATION)
+# Only for a config whose rate limits live in a shared store (rate_limits.store: Redis).
+ALERT_RATE_LIMIT_STORE_DOWN: Final = "VllmObsRateLimitStoreDown"
+FLOW_ALERTS: Final = (
+    ALERT_TENANT_AT_RATE_LIMIT,
+    ALERT_POOL_HELD_AT_SATURATION,
+    ALERT_RATE_LIMIT_STORE_DOWN,
+)
 ALL_ALERTS: Final = (
     *BUDGET_BURN_ALERTS.values(),
     ALERT_KV_CACHE_USAGE_HIGH,

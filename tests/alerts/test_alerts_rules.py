@@ -121,7 +121,8 @@ def test_availability_sli_counts_only_server_errors_among_judged_requests(
 
 
 def test_burn_alerts_follow_the_lane_windows(files: dict[str, Any]) -> None:
-    """One alert per SLO and burn window, both windows compared with the window's factor."""
+    """One alert per SLO and burn window, both windows compared with the window's factor,
+    each with its evidence floor: 20 requests in the long window, the same rate in the short."""
     chat_ttft = [
         a
         for a in alerts(files)
@@ -136,7 +137,11 @@ def test_burn_alerts_follow_the_lane_windows(files: dict[str, Any]) -> None:
     assert chat_ttft[0]["expr"] == (
         'vllm_obs:burn_rate:ratio_rate1h{lane="chat",slo="ttft"} > 14.4\n'
         "and\n"
-        'vllm_obs:burn_rate:ratio_rate5m{lane="chat",slo="ttft"} > 14.4'
+        'vllm_obs:burn_rate:ratio_rate5m{lane="chat",slo="ttft"} > 14.4\n'
+        "and on (lane)\n"
+        'sum by (lane) (increase(vllm_obs_ttft_seconds_count{lane="chat"}[1h])) >= 20\n'
+        "and on (lane)\n"
+        'sum by (lane) (increase(vllm_obs_ttft_seconds_count{lane="chat"}[5m])) >= 2'
     )
 
 
@@ -233,16 +238,22 @@ def test_runbook_has_a_section_for_every_alert(files: dict[str, Any]) -> None:
         assert text.count(part) == len(c.ALL_ALERTS), part
 
 
-def test_prefix_cache_alert_joins_lanes_to_pools_through_lane_info(files: dict[str, Any]) -> None:
-    """The cache floor of a lane applies to its pool's ratio via vllm_obs_lane_info."""
+def test_prefix_cache_alert_reads_the_lanes_own_tokens(files: dict[str, Any]) -> None:
+    """The cache floor of a lane judges its own cached over prompt tokens (the sidecar's
+    per-lane counters), not its pool's ratio, and only with 20 requests in the window."""
     (rag,) = [
         a
         for a in alerts(files)
         if a["alert"] == c.ALERT_PREFIX_CACHE_HIT_RATIO_LOW and a["labels"]["lane"] == "rag"
     ]
-    assert 'vllm_obs_lane_info{lane="rag"}' in rag["expr"]
-    assert "* on (pool) group_left ()" in rag["expr"]
-    assert rag["expr"].endswith("< 0.3")
+    assert rag["expr"].startswith(
+        'sum by (lane) (rate(vllm_obs_cached_tokens_total{lane="rag"}[5m]))\n/\n'
+        '(sum by (lane) (rate(vllm_obs_prompt_tokens_total{lane="rag"}[5m])) > 0)\n< 0.3\n'
+    )
+    assert "lane_info" not in rag["expr"] and "pool_prefix" not in rag["expr"]
+    assert rag["expr"].endswith(
+        'sum by (lane) (increase(vllm_obs_requests_total{lane="rag"}[5m])) >= 20'
+    )
     lanes = {
         a["labels"]["lane"]
         for a in alerts(files)
