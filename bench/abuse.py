@@ -40,7 +40,7 @@ from typing import Any
 
 import httpx
 
-from bench.abuse_server import measure_server
+from bench.abuse_server import measure_server, sidecar_command
 from bench.procs import FakeVllm, ProcStat, Server
 from obs.procs import free_port
 from obs.sidecar.testing import llm_request_export
@@ -172,8 +172,9 @@ def trace_abuse(run: Run) -> None:
     with httpx.Client(base_url=run.url, timeout=60) as client:
         for _ in range(5):
             with contextlib.suppress(httpx.HTTPError):
-                client.post("/v1/traces", content=bomb, headers={**PROTOBUF,
-                            "content-encoding": "gzip"})  # fmt: skip
+                client.post(
+                    "/v1/traces", content=bomb, headers={**PROTOBUF, "content-encoding": "gzip"}
+                )
         for i in range(300):
             with contextlib.suppress(httpx.HTTPError):
                 body = llm_request_export(i.to_bytes(16, "big"), **{"gen_ai.request.id": big})
@@ -235,8 +236,11 @@ def silent_flood(run: Run, n: int = 2048, source: str = "127.0.0.2") -> None:
         held = alive
         while len(held) < n and run.running():
             try:
-                held.append(socket.create_connection(("127.0.0.1", run.port), timeout=5,
-                                                     source_address=(source, 0)))  # fmt: skip
+                held.append(
+                    socket.create_connection(
+                        ("127.0.0.1", run.port), timeout=5, source_address=(source, 0)
+                    )
+                )
             except OSError:
                 break
         time.sleep(1.0)
@@ -254,9 +258,9 @@ def measure_flood(seconds: float, work: Path, flood: bool = True) -> dict[str, A
     fake = FakeVllm(work, ttft_ms=20, itl_ms=5)
     fake.start()
     port, health_port = free_port(), free_port()
-    cmd = [sys.executable, "-m", "obs.cli", "sidecar", "--upstream", fake.url, "--model", "tiny",
-           "--port", str(port), "--events", str(work / "events.jsonl"),
-           "--health-address", f"127.0.0.1:{health_port}"]  # fmt: skip
+    cmd = sidecar_command(
+        fake.url, port, work / "events.jsonl", "--health-address", f"127.0.0.1:{health_port}"
+    )
     sidecar = Server("sidecar", cmd, work / "sidecar.log", f"http://127.0.0.1:{port}/health")
     sidecar.start()
     run = Run(port, seconds)
@@ -300,8 +304,9 @@ def measure_flood(seconds: float, work: Path, flood: bool = True) -> dict[str, A
             "max_ms": round(ms[-1], 1) if ms else None,
         }
     out["legit_answered"], out["legit_failed"] = run.legit_ok, run.legit_failed
-    out["limits"] = [x for x in metrics.splitlines() if x.startswith(COUNTERS[0]) and
-                     not x.endswith(" 0.0")]  # fmt: skip
+    out["limits"] = [
+        x for x in metrics.splitlines() if x.startswith(COUNTERS[0]) and not x.endswith(" 0.0")
+    ]
     return out
 
 
@@ -317,9 +322,7 @@ def measure(seconds: float, work: Path, attacks: bool = True) -> dict[str, Any]:
     fake.start()
     port = free_port()
     events = work / "events.jsonl"
-    cmd = [sys.executable, "-m", "obs.cli", "sidecar", "--upstream", fake.url, "--model", "tiny",
-           "--port", str(port), "--events", str(events), "--engine-traces",
-           "--engine-join-wait", "0.5"]  # fmt: skip
+    cmd = sidecar_command(fake.url, port, events, "--engine-traces", "--engine-join-wait", "0.5")
     sidecar = Server("sidecar", cmd, work / "sidecar.log", f"http://127.0.0.1:{port}/health")
     sidecar.start()
     stat = ProcStat(sidecar.pid)
@@ -375,10 +378,12 @@ def main(argv: list[str] | None = None) -> int:
         "--baseline", action="store_true", help="legitimate load and the probe only, no attack"
     )
     ap.add_argument(
-        "--scenario", choices=["all", "flood", "server"], default="all",
+        "--scenario",
+        choices=["all", "flood", "server"],
+        default="all",
         help="all: every attack at once; flood: 2,048 silent sockets from one address, /health "
         "probed from another on the relay port and on --health-address (default: all)",
-    )  # fmt: skip
+    )
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="vllm-obs-abuse-") as tmp:
         if args.scenario == "server":

@@ -26,6 +26,13 @@ import httpx
 from bench.procs import FakeVllm, ProcStat, Server
 from obs.procs import free_port
 
+
+def sidecar_command(upstream: str, port: int, events: Path, *extra: str) -> list[str]:
+    """The sidecar in front of the fake vLLM, as the abuse benchmarks start it."""
+    head = [sys.executable, "-m", "obs.cli", "sidecar", "--upstream", upstream, "--model", "tiny"]
+    return [*head, "--port", str(port), "--events", str(events), *extra]
+
+
 CHAT = json.dumps(
     {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
 ).encode()
@@ -45,13 +52,17 @@ def _sock(addr: str, port: int, timeout_s: float = 30) -> socket.socket:
 def _chats(url: str, addr: str, n: int) -> list[tuple[int, float]]:
     """``n`` chats from ``addr``, one after another: (status, seconds) each."""
     out = []
-    with httpx.Client(base_url=url, timeout=60,
-                      transport=httpx.HTTPTransport(local_address=addr)) as c:  # fmt: skip
+    with httpx.Client(
+        base_url=url, timeout=60, transport=httpx.HTTPTransport(local_address=addr)
+    ) as c:
         for _ in range(n):
             t0 = time.monotonic()
             try:
-                code = c.post("/v1/chat/completions", content=CHAT,
-                              headers={"content-type": "application/json"}).status_code  # fmt: skip
+                code = c.post(
+                    "/v1/chat/completions",
+                    content=CHAT,
+                    headers={"content-type": "application/json"},
+                ).status_code
             except httpx.HTTPError:
                 code = 0
             out.append((code, round(time.monotonic() - t0, 3)))
@@ -78,8 +89,13 @@ def pipelining(url: str, port: int, pid: int, sockets: int) -> dict[str, Any]:
     stop.set()
     for s in held:
         s.close()
-    return {"sockets": sockets, "requests_each": 6000, "high_water_mib": round(peak, 1),
-            "chat_status": [c for c, _ in chats], "chat_s": [s for _, s in chats]}  # fmt: skip
+    return {
+        "sockets": sockets,
+        "requests_each": 6000,
+        "high_water_mib": round(peak, 1),
+        "chat_status": [c for c, _ in chats],
+        "chat_s": [s for _, s in chats],
+    }
 
 
 def reserved_bodies(url: str, port: int) -> dict[str, Any]:
@@ -101,14 +117,18 @@ def silent(url: str, port: int) -> dict[str, Any]:
         with contextlib.suppress(OSError):
             held.append(_sock(f"127.0.0.{2 + i % 4}", port))
     time.sleep(0.5)
-    with httpx.Client(base_url=url, timeout=30,
-                      transport=httpx.HTTPTransport(local_address="127.0.0.9")) as c:  # fmt: skip
+    with httpx.Client(
+        base_url=url, timeout=30, transport=httpx.HTTPTransport(local_address="127.0.0.9")
+    ) as c:
         health = [c.get("/health").status_code for _ in range(20)]
     chats = _chats(url, "127.0.0.9", 10)
     for s in held:
         s.close()
-    return {"silent_sockets": len(held), "health_status_not_200": sum(h != 200 for h in health),
-            "chat_status_not_200": sum(c != 200 for c, _ in chats)}  # fmt: skip
+    return {
+        "silent_sockets": len(held),
+        "health_status_not_200": sum(h != 200 for h in health),
+        "chat_status_not_200": sum(c != 200 for c, _ in chats),
+    }
 
 
 def measure_server(work: Path, sockets: int = 50) -> dict[str, Any]:
@@ -122,9 +142,7 @@ def measure_server(work: Path, sockets: int = 50) -> dict[str, Any]:
     try:
         for name in ("pipelining", "reserved_bodies", "silent"):
             port = free_port()  # a fresh sidecar each: each high-water mark is its own
-            cmd = [sys.executable, "-m", "obs.cli", "sidecar", "--upstream", fake.url,
-                   "--model", "tiny", "--port", str(port), "--events", str(work / f"{name}.jsonl"),
-                   "--idle-timeout", "60"]  # fmt: skip
+            cmd = sidecar_command(fake.url, port, work / f"{name}.jsonl", "--idle-timeout", "60")
             url = f"http://127.0.0.1:{port}"
             sidecar = Server("sidecar", cmd, work / f"{name}.log", url + "/health")
             sidecar.start()
@@ -136,9 +154,12 @@ def measure_server(work: Path, sockets: int = 50) -> dict[str, Any]:
                 else:
                     out[name] = silent(url, port)
                     metrics = httpx.get(url + "/metrics", timeout=30).text
-                    out[name]["limits"] = [x for x in metrics.splitlines()
-                                           if x.startswith("vllm_obs_connection_limits_total")
-                                           and not x.endswith(" 0.0")]  # fmt: skip
+                    out[name]["limits"] = [
+                        x
+                        for x in metrics.splitlines()
+                        if x.startswith("vllm_obs_connection_limits_total")
+                        and not x.endswith(" 0.0")
+                    ]
             finally:
                 sidecar.stop()
     finally:

@@ -69,13 +69,41 @@ def main(argv: list[str] | None = None) -> int:
         vo = [sys.executable, "-m", "obs.cli"]
         log: list[str] = []
         demo = args.out / "demo"
-        _run([*vo, "demo", "--config", str(config), "--out", str(demo), "--no-prometheus",
-              "--duration", f"{args.duration:g}", "--rate", f"{args.rate:g}"], [])  # fmt: skip
-        log.append(f"# chat split interactive {weights[0]} / bulk {weights[1]}, "
-                   f"{args.duration:g} s of the demo mix at {args.rate:g} sessions/s")  # fmt: skip
+        _run(
+            [
+                *vo,
+                "demo",
+                "--config",
+                str(config),
+                "--out",
+                str(demo),
+                "--no-prometheus",
+                "--duration",
+                f"{args.duration:g}",
+                "--rate",
+                f"{args.rate:g}",
+            ],
+            [],
+        )
+        log.append(
+            f"# chat split interactive {weights[0]} / bulk {weights[1]}, "
+            f"{args.duration:g} s of the demo mix at {args.rate:g} sessions/s"
+        )
         events = str(demo / "events.jsonl")
-        _run([*vo, "query", "canary", events, "--lane", "chat", "--config", str(config),
-              "--no-progress"], log)  # fmt: skip
+        _run(
+            [
+                *vo,
+                "query",
+                "canary",
+                events,
+                "--lane",
+                "chat",
+                "--config",
+                str(config),
+                "--no-progress",
+            ],
+            log,
+        )
         text = "\n".join(log) + "\n"
         RESULT.write_text(text, encoding="utf-8")
         print(text)

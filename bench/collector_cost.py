@@ -137,8 +137,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--requests", type=int, default=6000, help="short streams per run")
     ap.add_argument("--concurrency", type=int, default=64, help="streams at once")
     ap.add_argument("--rounds", type=int, default=3, help="alternations of the targets")
-    ap.add_argument("--extra-sidecar", action="append", default=[], metavar="NAME=PATH",
-                    help="another checkout's sidecar (an importable obs tree at PATH)")  # fmt: skip
+    ap.add_argument(
+        "--extra-sidecar",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="another checkout's sidecar (an importable obs tree at PATH)",
+    )
     ap.add_argument("--out", type=Path, help="write the runs as JSON here")
     args = ap.parse_args(argv)
     for spec in args.extra_sidecar:
@@ -169,9 +174,12 @@ def main(argv: list[str] | None = None) -> int:
             env.update({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.url, STATS_ENV: str(stats)})
             env["PYTHONPATH"] = os.pathsep.join([tree, str(hook_dir)])
             sc = SidecarProcess(
-                upstream=fake.url, events=work / f"{name}-events.jsonl", env=env,
-                log_path=work / f"{name}.log", args=["--log-level", "warning"],
-            )  # fmt: skip
+                upstream=fake.url,
+                events=work / f"{name}-events.jsonl",
+                env=env,
+                log_path=work / f"{name}.log",
+                args=["--log-level", "warning"],
+            )
             with contextlib.chdir(tree):  # `python -m` puts the working directory first
                 sc.start()
             targets.append(Target(name, sc, stats))

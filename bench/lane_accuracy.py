@@ -96,11 +96,27 @@ def main(argv: list[str] | None = None) -> int:
         ).start()
         try:
             cmd = [
-                sys.executable, "-m", "obs.cli", "load", "--url", sc.url,
-                "--mix", str(mix), "--no-class-header", "--clients", str(args.clients),
-                "--rate", str(args.rate), "--duration", str(args.duration),
-                "--seed", str(args.seed), "--out", str(records), "--no-progress",
-            ]  # fmt: skip
+                sys.executable,
+                "-m",
+                "obs.cli",
+                "load",
+                "--url",
+                sc.url,
+                "--mix",
+                str(mix),
+                "--no-class-header",
+                "--clients",
+                str(args.clients),
+                "--rate",
+                str(args.rate),
+                "--duration",
+                str(args.duration),
+                "--seed",
+                str(args.seed),
+                "--out",
+                str(records),
+                "--no-progress",
+            ]
             print("$", " ".join(cmd[2:]), flush=True)
             subprocess.run(cmd, check=False)
             report = check_files(records, events, wait_s=15)

@@ -209,8 +209,10 @@ def main() -> int:
                     r = run_arm(sc, arm, conc, args)
                     results.setdefault(str(conc), {}).setdefault(arm, []).append(r)
                     print(f"[tpot-truth] c{conc} round {rnd} {arm}: {r}", flush=True)
-    print("| concurrency | arm | joined | events' TPOT / engine's | sidecar's clock / engine's "
-          "| per-request p90 | max | sidecar CPU s / 1k tokens |")  # fmt: skip
+    print(
+        "| concurrency | arm | joined | events' TPOT / engine's | sidecar's clock / engine's "
+        "| per-request p90 | max | sidecar CPU s / 1k tokens |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for conc, arms in results.items():
         for arm, rounds in arms.items():

@@ -222,8 +222,17 @@ def _stat(box: Axes, p: PanelSnapshot, width_in: float, height_in: float) -> Non
         cx = (i % cols + 0.5) / cols
         cy = 0.86 - (i // cols + 0.55) * 0.84 / lines
         colour = step_colour(p.steps, v)
-        box.text(cx, cy, fmt_value(v, p.unit), ha="center", va="bottom", fontsize=size,
-                 weight="bold", color=colour, **PLAIN)  # fmt: skip
+        box.text(
+            cx,
+            cy,
+            fmt_value(v, p.unit),
+            ha="center",
+            va="bottom",
+            fontsize=size,
+            weight="bold",
+            color=colour,
+            **PLAIN,
+        )
         box.text(cx, cy, label, ha="center", va="top", fontsize=size * 0.5, color="#444", **PLAIN)
 
 

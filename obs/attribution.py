@@ -127,13 +127,34 @@ class Facts:
     def of(cls, ev: Any) -> Facts:
         """From an ``obs.events.Event`` (or anything with its attributes)."""
         return cls(
-            ev.lane, ev.status, bool(ev.stream), ev.e2e_ms, _PHASES_MS(ev), ev.ttft_ms, ev.tpot_ms,
-            ev.error_class, ev.error_phase, ev.rejection_reason, ev.prompt_tokens, ev.cache_hit,
-            ev.engine_queue_ms, ev.stream_blocked_ms or 0.0, ev.engine_view, ev.engine_prefill_ms,
-            ev.pool_in_flight, ev.pool_max_running, ev.pool_waiting, ev.pool_kv_usage,
-            ev.pool_preempting, ev.pool_ahead_prompt_tokens, ev.pool_prompt_tokens_during,
-            ev.pool_requests_during, ev.engine_decode_ms, ev.completion_tokens, ev.cached_tokens,
-        )  # fmt: skip
+            ev.lane,
+            ev.status,
+            bool(ev.stream),
+            ev.e2e_ms,
+            _PHASES_MS(ev),
+            ev.ttft_ms,
+            ev.tpot_ms,
+            ev.error_class,
+            ev.error_phase,
+            ev.rejection_reason,
+            ev.prompt_tokens,
+            ev.cache_hit,
+            ev.engine_queue_ms,
+            ev.stream_blocked_ms or 0.0,
+            ev.engine_view,
+            ev.engine_prefill_ms,
+            ev.pool_in_flight,
+            ev.pool_max_running,
+            ev.pool_waiting,
+            ev.pool_kv_usage,
+            ev.pool_preempting,
+            ev.pool_ahead_prompt_tokens,
+            ev.pool_prompt_tokens_during,
+            ev.pool_requests_during,
+            ev.engine_decode_ms,
+            ev.completion_tokens,
+            ev.cached_tokens,
+        )
 
     @classmethod
     def of_row(cls, row: Mapping[str, Any]) -> Facts:

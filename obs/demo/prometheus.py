@@ -161,6 +161,8 @@ class PrometheusProcess(ServiceProcess):
             up, targets = self.targets_up()
         except PrometheusError as e:
             return None, [f"could not read Prometheus: {e}"]
-        notes = [f"{rules} rules loaded, {len(failing)} failing evaluation; "
-                 f"scrape targets up: {up}/{targets}"]  # fmt: skip
+        notes = [
+            f"{rules} rules loaded, {len(failing)} failing evaluation; "
+            f"scrape targets up: {up}/{targets}"
+        ]
         return alerts, notes + [f"rule error: {f}" for f in failing[:5]]
