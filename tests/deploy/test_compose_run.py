@@ -79,7 +79,7 @@ def served(stack: Stack) -> dict[str, Any]:
         if not events_path.is_file():
             return []
         rows = [json.loads(line) for line in events_path.read_text().splitlines() if line]
-        rows = [r for r in rows if r.get("record", "request") == "request" and "lane" in r]
+        rows = [r for r in rows if "lane" in r and not r["request_id"].startswith("summary")]
         return rows if len(rows) >= REQUESTS else []
 
     return {"events": _poll(events, f"{REQUESTS} events in {events_path}")}

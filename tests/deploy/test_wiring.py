@@ -99,3 +99,18 @@ def test_deploy_check_cli_prints_each_address_and_fails_on_a_dead_one(
     assert "clickhouse-init -> http://clickhouse:8124: clickhouse: nothing listens on 8124" in (
         capsys.readouterr().err
     )
+
+
+def test_deploy_run_refuses_bad_input_before_starting_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`vllm-obs deploy run` exits 2 with a message, nothing started, for a network that is
+    not loopback, one too small for the units, or a file that is not a compose file."""
+    compose = str(ROOT / "docker-compose.yml")
+    assert main(["deploy", "run", "compose", "--file", compose, "--network", "10.0.0.0/24"]) == 2
+    assert "give a loopback range" in capsys.readouterr().err
+    assert main(["deploy", "run", "compose", "--file", compose, "--network", "127.0.5.0/30"]) == 2
+    assert "11 units need as many addresses" in capsys.readouterr().err
+    (tmp_path / "x.yml").write_text("a: 1\n")
+    assert main(["deploy", "run", "compose", "--file", str(tmp_path / "x.yml")]) == 2
+    assert "no services: not a compose file" in capsys.readouterr().err
