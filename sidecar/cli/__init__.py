@@ -103,7 +103,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--engine-traces",
         action="store_true",
         help="with --upstream: the pool exports its request spans to this sidecar "
-        "(vllm serve --otlp-traces-endpoint http://SIDECAR/v1/traces; SGLang and TGI: see "
+        "(vllm serve --otlp-traces-endpoint http://SIDECAR:8000/v1/traces; SGLang and TGI: see "
         "docs/reference.md); events wait for them",
     )
     p.add_argument(

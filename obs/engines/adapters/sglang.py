@@ -42,7 +42,7 @@ SGLANG = Adapter(
         c.SGLANG_CACHED_TOKENS,
     ),
     serve_flags="--enable-metrics; spans: --enable-trace --otlp-traces-endpoint "
-    "http://SIDECAR/v1/traces with OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf",
+    "http://SIDECAR:8000/v1/traces with OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf",
     events={
         "error_message": "the error body's first 200 bytes (no `error.message` object)",
         "engine_view": "joined when the pool traces to the sidecar (`engine_traces: true`): "

@@ -25,7 +25,7 @@ SIM = replace(
     name="sim",
     read=_read,
     serve_flags="`vllm-obs engine sim` with the pool's vLLM flags; spans: "
-    "--otlp-traces-endpoint http://SIDECAR/v1/traces",
+    "--otlp-traces-endpoint http://SIDECAR:8000/v1/traces",
     events={
         "engine_view": "joined when the pool traces to the sidecar (`engine_traces: true`)",
         "cached_tokens": "null (no prompt tokens details)",

@@ -33,7 +33,7 @@ TGI = Adapter(
         c.TGI_QUEUE_SIZE,
     ),
     serve_flags="none (/metrics is always on); spans: --otlp-endpoint COLLECTOR:4317 "
-    "(OTLP/gRPC only: an OpenTelemetry Collector forwards them to SIDECAR/v1/traces)",
+    "(OTLP/gRPC only: an OpenTelemetry Collector forwards them to http://SIDECAR:8000/v1/traces)",
     events={
         "error_message": "the error body's first 200 bytes (no `error.message` object)",
         "engine_view": "joined when the pool traces to the sidecar through a collector "

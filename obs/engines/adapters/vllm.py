@@ -34,7 +34,7 @@ VLLM = Adapter(
         c.VLLM_PREEMPTIONS,
     ),
     serve_flags="none (prefix caching is on by default in V1); spans: "
-    "--otlp-traces-endpoint http://SIDECAR/v1/traces",
+    "--otlp-traces-endpoint http://SIDECAR:8000/v1/traces",
     events={
         "engine_view": "joined when the pool traces to the sidecar (`engine_traces: true`)",
         "cached_tokens": "with `--enable-prompt-tokens-details`",
