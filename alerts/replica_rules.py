@@ -22,7 +22,7 @@ from .slo_rules import Group, Rule
 WINDOW = "5m"
 RATIO = 3.0  # a replica this many times its pool's fastest replica's TTFT or ITL
 BY = (c.POOL, "instance")  # one replica as Prometheus scrapes it
-VLLM_KINDS = ("vllm", "auto")
+VLLM_KINDS = ("vllm", "sim", "auto")  # the simulated vLLM serves vLLM's histograms too
 INSTANCE = "{{ $labels.instance }}"
 
 
