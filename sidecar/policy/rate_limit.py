@@ -4,7 +4,8 @@ Each limited counter (a tenant's or a key's requests, or its tokens) is a slidin
 60 one-second buckets: a request is admitted when, for every counter it is charged to, what
 the last 60 seconds hold plus its cost stays within the limit; then its cost is added to the
 current second of each (all or none). Tokens are charged as the prompt's estimate plus
-``max_tokens`` on admission, and corrected to the tokens the request really used when it
+``max_tokens`` on admission (``output_estimate``: without a cap, the context left; a cost is
+never below zero), and corrected to the tokens the request really used when it
 finishes (``Charge.correction``), in the bucket it was charged to. So in any 60 seconds, at
 one-second grain, a counter admits at most its limit.
 
@@ -28,6 +29,7 @@ from obs.config import Config
 from obs.sidecar.outcomes import RateLimited
 
 WINDOW_S = 60
+ABSENT_CONTEXT = 4096  # a request without an output cap, on pools that declare no max_model_len
 REQUESTS = "requests"
 TOKENS = "tokens"
 KINDS = (REQUESTS, TOKENS)
@@ -61,17 +63,32 @@ class Decision:
     retry_after_s: int = 0
 
 
+def output_estimate(config: Config, prompt_tokens: int, max_tokens: int | None) -> int:
+    """The output tokens a request is charged for: its cap, or without one (None, a
+    generating route) what the engine would let it generate, the context left after its
+    prompt (the pools' largest declared ``max_model_len``, else ``ABSENT_CONTEXT``). Never
+    below zero."""
+    if max_tokens is not None:
+        return max(0, max_tokens)
+    lens = [p.declared.max_model_len for p in config.pools if p.declared is not None]
+    context = max((n for n in lens if n is not None), default=ABSENT_CONTEXT)
+    return max(1, context - max(0, prompt_tokens))
+
+
 def limits_for(
     config: Config,
     tenant: str | None,
     key_hash: str | None,
     prompt_tokens: int,
-    max_tokens: int,
+    max_tokens: int | None,
 ) -> tuple[Limit, ...]:
     """The counters a request is charged to: its tenant's and its API key's configured
-    limits (none when neither is limited)."""
+    limits (none when neither is limited). The token cost is the prompt's estimate plus
+    ``output_estimate``, never below zero. Without a cap, an estimate past a counter's whole
+    limit is charged as the limit (the request waits for an empty window, and is corrected to
+    what it used: it is not refused for what it might generate)."""
     out: list[Limit] = []
-    tokens = prompt_tokens + max_tokens
+    tokens = max(0, prompt_tokens) + output_estimate(config, prompt_tokens, max_tokens)
     scopes: list[tuple[str, object]] = []
     if tenant is not None and tenant in config.tenants:
         scopes.append((f"tenant:{tenant}", config.tenants[tenant]))
@@ -85,7 +102,8 @@ def limits_for(
         if rpm is not None:
             out.append(Limit(scope, REQUESTS, rpm, 1))
         if tpm is not None:
-            out.append(Limit(scope, TOKENS, tpm, tokens))
+            cost = tokens if max_tokens is not None else min(tokens, tpm)
+            out.append(Limit(scope, TOKENS, tpm, cost))
     return tuple(out)
 
 
@@ -166,10 +184,11 @@ class Charge:
 
     def corrections(self, used_tokens: int) -> list[tuple[str, int]]:
         """(counter, delta) for each token counter: the tokens used minus those charged."""
+        used = max(0, used_tokens)
         return [
-            (lim.counter, used_tokens - lim.cost)
+            (lim.counter, used - lim.cost)
             for lim in self.limits
-            if lim.kind == TOKENS and used_tokens != lim.cost
+            if lim.kind == TOKENS and used != lim.cost
         ]
 
 

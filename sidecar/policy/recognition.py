@@ -39,7 +39,8 @@ from prometheus_client.registry import Collector
 from obs import conventions as c
 from obs import openai_api
 from obs.events import Event
-from obs.lanes import Classifier, RequestAttrs, prompt_shape, response_format
+from obs.lanes import CHARS_PER_TOKEN, Classifier, RequestAttrs, prompt_shape, response_format
+from obs.lanes import _json_chars as json_chars
 from obs.matching import Recognition
 
 PREFIX_CHARS = 4096
@@ -160,6 +161,22 @@ class SlowReaders(Collector):
         yield g
 
 
+# Routes whose prompt sits in fields the chat/completion estimate does not read (the Responses
+# API's ``input`` and ``instructions``, the Messages API's ``system``, a batch's conversations,
+# Cohere's ``texts``, generative scoring's query and items): their estimate is the whole
+# body's JSON characters, so a lane's prompt cap and a rate limit see what the engine reads.
+WHOLE_BODY_ROUTES = frozenset({"/v1/responses", "/v1/messages", "/v1/chat/completions/batch",
+                               "/generative_scoring", "/v2/embed"})  # fmt: skip
+
+
+def prompt_tokens(route: str, body: Mapping[str, Any], shape_tokens: int) -> int:
+    """The prompt's estimate on ``route``: the messages' (``shape_tokens``), or on
+    ``WHOLE_BODY_ROUTES`` the whole body's, whichever is larger."""
+    if route not in WHOLE_BODY_ROUTES:
+        return shape_tokens
+    return max(shape_tokens, json_chars(body) // CHARS_PER_TOKEN)
+
+
 class Recognizer:
     """The relay's memory for recognition, and the counter of its decisions."""
 
@@ -213,7 +230,7 @@ class Recognizer:
             headers=headers,
             tenant=ev.tenant,
             max_tokens=ev.max_tokens,
-            prompt_tokens=shape.tokens if shape else None,
+            prompt_tokens=prompt_tokens(ev.route, b, shape.tokens) if shape else None,
             tools=shape.tools if shape else False,
             context_in=shape.context_in if shape else "last",
             prefix_seen=self.prefixes.has(key),

@@ -23,6 +23,7 @@ from obs.sidecar.policy.admission import Ticket
 from obs.sidecar.policy.pool_gate import Hold, PoolGate
 from obs.sidecar.policy.rate_limit import TOKENS
 from obs.sidecar.pools.pools import PoolSet
+from obs.sidecar.relay.payloads import charged_output
 from obs.sidecar.relay.rate_store import RateLimiter
 from obs.sidecar.relay.request import Plan, Request
 
@@ -84,8 +85,8 @@ class FlowControl:
             return
         ev = req.event
         try:
-            max_tokens = ev.max_tokens or 0
-            prompt = max(0, plan.cost - max_tokens)  # the lane gate's estimate
+            max_tokens = charged_output(ev.route, ev.max_tokens)  # None: no cap (payloads)
+            prompt = max(0, plan.cost - (ev.max_tokens or 0))  # the lane gate's estimate
             req.charge = await self.limiter.charge(ev.tenant, key_hash, prompt, max_tokens)
         except Rejected:
             ev.admission_gate = RATE_LIMIT_GATE

@@ -54,6 +54,10 @@ PASSTHROUGH_ROUTES = {
 }
 
 
+# The routes that generate text: a request without an output cap may use the context left.
+GENERATING = frozenset({*ENDED_STREAMS, "/v1/chat/completions/batch", "/cohere/v2/chat"})
+
+
 # Headers a request may carry once: two would let the sidecar and a proxy in front
 # of it read different values (one key checked, another forwarded).
 SINGLE_HEADERS = frozenset({"authorization", "x-request-id", "traceparent"})
@@ -105,9 +109,28 @@ def read_fields(route: str, body: dict[str, Any] | None, model_chars: int) -> Re
         )
     except BadField as err:
         raise e.BadRequest(f"invalid request field {err}") from err
-    mt = read.max_tokens  # an event holds 32 bits: any cap past them exceeds every model's length
-    mt = mt if mt is None else max(-MAX_TOKENS_CAP, min(MAX_TOKENS_CAP, mt))
+    mt, name = read.max_tokens, "max_tokens"
+    if route == RESPONSES and body and "max_output_tokens" in body:  # the Responses API's cap
+        mt, name = output_cap(body["max_output_tokens"]), "max_output_tokens"
+    if mt is not None and mt < 1:  # vLLM refuses it too: never charged as a negative cost
+        raise e.BadRequest(f"invalid request field {name}: must be at least 1, got {mt}")
+    # an event holds 32 bits: any cap past them exceeds every model's length
+    mt = mt if mt is None else min(MAX_TOKENS_CAP, mt)
     return Reading(event_text(read.model, model_chars), read.stream, mt)
+
+
+def output_cap(value: object) -> int | None:
+    """An output cap read with pydantic's lax rules, as ``max_tokens`` is (None: not one)."""
+    return read_request({"max_tokens": value}, chat=False, strict=False).max_tokens
+
+
+def charged_output(route: str, max_tokens: int | None) -> int | None:
+    """The output cap a rate limit charges: the request's; None when a generating route has
+    none (charged as the context left: ``obs.sidecar.policy.rate_limit.output_estimate``);
+    0 on a route that generates nothing."""
+    if max_tokens is None and route not in GENERATING:
+        return 0
+    return max_tokens
 
 
 def fingerprint(body: dict[str, Any]) -> str | None:

@@ -195,7 +195,11 @@ class RateLimiter:
         self.calibration = PromptCalibration()
 
     async def charge(
-        self, tenant: str | None, key_hash: str | None, prompt_tokens: int, max_tokens: int
+        self,
+        tenant: str | None,
+        key_hash: str | None,
+        prompt_tokens: int,
+        max_tokens: int | None,
     ) -> Charge | None:
         """Charge the request (None: nothing limits it, or the store failed open); raises
         ``RateLimited`` (429) or ``Rejected`` ``rate_limit_store`` (503, failing closed)."""
