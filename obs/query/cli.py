@@ -203,7 +203,21 @@ def _config(args: argparse.Namespace) -> Any:
 def _scan(args: argparse.Namespace, paths: list[str] | None = None, filters: Any = None) -> Any:
     from obs.query.api import open_any
 
-    return open_any(paths or args.paths, filters or _filters(args), _progress(args))
+    items = paths or args.paths
+    if filters is None:  # the command's own filters: refuse a name nothing knows
+        filters = _known(args, items, _filters(args))
+    return open_any(items, filters, _progress(args))
+
+
+def _known(args: argparse.Namespace, paths: list[str], filters: Any, con: Any = None) -> Any:
+    """``filters``, once every lane, pool, model and tenant in them is one the logs or the
+    config (commands with --config) knows; else exit 2 naming the known ones."""
+    from obs.query.api import open_any
+    from obs.query.known import check
+
+    config = _config(args) if hasattr(args, "config") else None
+    check(filters, lambda f: open_any(paths, f, False, con), config)
+    return filters
 
 
 def _progress(args: argparse.Namespace) -> bool | None:
@@ -216,7 +230,13 @@ def _warn(*scans: Any) -> None:
             print(f"vllm-obs query: warning: {msg}", file=sys.stderr)
 
 
-def _emit(text: str) -> None:
+def _emit(text: str, args: argparse.Namespace | None = None) -> None:
+    """Write an answer; in words (table or text), its lines wrapped to the terminal's width
+    (tables are fitted when rendered; this wraps prose: headings, verdicts, sentences)."""
+    if args is not None and getattr(args, "format", "table") == "table":
+        from obs.query.terminal import wrap
+
+        text = wrap(text)
     sys.stdout.write(_printable(text, keep="\n\t"))  # no client string drives the terminal
     sys.stdout.flush()
 
@@ -228,7 +248,7 @@ def _summary(args: argparse.Namespace) -> int:
     config = _config(args)
     scan = _scan(args)
     table = summary(scan, config, args.by)
-    return _out(render(table, args.format, transpose=True), scan)
+    return _out(args, render(table, args.format, transpose=True), scan)
 
 
 def _slowest(args: argparse.Namespace) -> int:
@@ -236,7 +256,7 @@ def _slowest(args: argparse.Namespace) -> int:
     from obs.query.table import render
 
     scan = _scan(args)
-    return _out(render(slowest(scan, args.by, args.n), args.format), scan)
+    return _out(args, render(slowest(scan, args.by, args.n), args.format), scan)
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -245,7 +265,7 @@ def _show(args: argparse.Namespace) -> int:
 
     scan = _scan(args)
     event = find(scan, args.request_id)
-    return _out(to_json(as_json(event)) if args.format == "json" else describe(event), scan)
+    return _out(args, to_json(as_json(event)) if args.format == "json" else describe(event), scan)
 
 
 def _timeline(args: argparse.Namespace) -> int:
@@ -254,7 +274,7 @@ def _timeline(args: argparse.Namespace) -> int:
 
     config = _config(args)
     scan = _scan(args)
-    return _out(render(timeline(scan, config, args.interval, args.by), args.format), scan)
+    return _out(args, render(timeline(scan, config, args.interval, args.by), args.format), scan)
 
 
 def _window(text: str | None) -> tuple[Any, Any] | None:
@@ -286,16 +306,16 @@ def _compare(args: argparse.Namespace) -> int:
     before_w, after_w = _window(args.before), _window(args.after)
     if len(args.logs) == 1 and not (before_w and after_w):
         raise InputError("with one log, give both windows: --before START..END --after START..END")
-    base = _filters(args)
+    con = connect()
+    base = _known(args, args.logs, _filters(args), con)
     fb: Filters = base.with_window(*before_w) if before_w else base
     fa: Filters = base.with_window(*after_w) if after_w else base
-    con = connect()
     progress = _progress(args)
     before = open_any([args.logs[0]], fb, progress, con)
     after = open_any([args.logs[-1]], fa, progress, con)
     table = compare(before, after, _config(args), args.alpha)
     shown = for_display(table) if args.format in ("table", "markdown") else table
-    return _out(render(shown, args.format), before, after)
+    return _out(args, render(shown, args.format), before, after)
 
 
 def _around_changes(args: argparse.Namespace) -> int:
@@ -317,7 +337,7 @@ def _around_changes(args: argparse.Namespace) -> int:
         describe = describer(args.prometheus, time.time())
     con = connect()
     progress = _progress(args)
-    scan = open_any(args.logs, _filters(args), progress, con)
+    scan = open_any(args.logs, _known(args, args.logs, _filters(args), con), progress, con)
     config = _config(args)
     table = around_changes(
         scan, lambda f: open_any(args.logs, f, progress, con), _filters(args), config,
@@ -333,7 +353,7 @@ def _around_changes(args: argparse.Namespace) -> int:
         heads = [tuple(map(str, r[:n])) for r in table.rows]
         table = Table(table.columns, [h + r for h, r in zip(heads, shown.rows, strict=True)])
     out = render(table, args.format)
-    return _out(out + "\n" + text if text else out, scan)
+    return _out(args, out + "\n" + text if text else out, scan)
 
 
 def _canary(args: argparse.Namespace) -> int:
@@ -343,10 +363,10 @@ def _canary(args: argparse.Namespace) -> int:
     from obs.query.error_budget import window_filters
     from obs.query.scan import connect
 
-    lanes = _filters(args).lanes
+    con = connect()
+    lanes = _known(args, args.paths, _filters(args), con).lanes
     if len(lanes) != 1:
         raise InputError("canary: name one split lane with --lane LANE")
-    con = connect()
     progress = _progress(args)
 
     def scan(f: Any) -> Any:
@@ -355,7 +375,10 @@ def _canary(args: argparse.Namespace) -> int:
     filters = _filters(args)
     if args.window:
         filters = window_filters(scan(filters), args.window)  # ClickHouse's ts_ms too
-    _emit(render_verdicts(canary(scan, filters, _config(args), lanes[0], args.alpha), args.format))
+    _emit(
+        render_verdicts(canary(scan, filters, _config(args), lanes[0], args.alpha), args.format),
+        args,
+    )
     return 0
 
 
@@ -368,8 +391,10 @@ def _budget(args: argparse.Namespace) -> int:  # budget, and incident (its first
         scan = _scan(args, filters=windowed)
     config, paths = _config(args), list(args.paths)
     if args.query_command == "incident":
-        return _out(incident.text(scan, config, paths, args.prometheus, args.format), scan)
-    return _out(error_budget.render(error_budget.budget(scan, config, paths), args.format), scan)
+        return _out(args, incident.text(scan, config, paths, args.prometheus, args.format), scan)
+    return _out(
+        args, error_budget.render(error_budget.budget(scan, config, paths), args.format), scan
+    )
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -393,8 +418,8 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _out(text: str, *scans: Any) -> int:
+def _out(args: argparse.Namespace, text: str, *scans: Any) -> int:
     """Print a command's answer, then the scans' warnings; the exit status."""
-    _emit(text)
+    _emit(text, args)
     _warn(*scans)
     return 0

@@ -31,8 +31,9 @@ from obs.errors import InputError
 from obs.query import slo
 from obs.query.filters import Filters, sql_str
 from obs.query.scan import SRC, Source
-from obs.query.table import Table, to_json
+from obs.query.table import Table, informative, to_json
 from obs.query.table import render as render_table
+from obs.query.terminal import wrap
 
 TOP = 5  # replicas, tenants, models listed per lane and SLO
 WORST = 5  # worst misses listed per lane and SLO
@@ -305,8 +306,32 @@ def tables(doc: dict[str, Any]) -> dict[str, Table]:
     }
 
 
+SPENT, WHO = (
+    "Error budget spent per lane and SLO",
+    "Behind the misses: top replicas, tenants, models",
+)
+
+
 def render(doc: dict[str, Any], fmt: str) -> str:
-    """The document as JSON, or its tables (table or markdown), each under its title."""
+    """The document as JSON, or its tables (table or markdown), each under its title. In
+    words, an SLO without a miss is one line under the first table, not a row of zeros; a
+    row of an unknown tenant or model is left out, and so is a table that then says
+    nothing (no row, one value, only zeros)."""
     if fmt == "json":
         return to_json(doc)
-    return "\n".join(f"{t}\n\n{render_table(table, fmt)}" for t, table in tables(doc).items())
+    parts = []
+    for title, table in tables(doc).items():
+        note = ""
+        if title == SPENT:
+            missed = Table(table.columns, [r for r in table.rows if r[4]])
+            clean = [f"{r[0]} {r[1]}" for r in table.rows if not r[4]]
+            note = f"No misses: {', '.join(clean)}.\n" if clean else ""
+            table = missed
+        elif title == WHO:
+            table = Table(table.columns, [r for r in table.rows if r[3] not in (None, "", "-")])
+        if not informative(table):
+            if note:
+                parts.append(f"{title}\n\n{wrap(note)}")
+            continue
+        parts.append(f"{title}\n\n{render_table(table, fmt)}{wrap(note)}")
+    return "\n".join(parts) or "No SLO judged any request.\n"

@@ -11,7 +11,7 @@ import csv
 import io
 import math
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
@@ -110,22 +110,52 @@ def human(column: str, value: Any) -> str:
     return printable(str(value))
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def column_format(column: str, values: Sequence[Any]) -> Callable[[Any], str]:
+    """One number format for every value of a column (``human`` for the rest): decimals
+    from the column's largest magnitude, as ``human`` would write that one (so 0.10 / 2.10 /
+    0.24 line up, not 0.1 / 2.10 / 0.235); whole numbers with thousands separators when
+    some value reaches 10,000; ratios as percentages, two decimals (none past 1,000%)."""
+    floats = [abs(v) for v in values if isinstance(v, float) and not math.isnan(v)]
+    ints = [abs(v) for v in values if _number(v) and not isinstance(v, float)]
+    top = max(floats + ints, default=0.0)
+    if not floats:
+        sep = "," if top >= 10000 else ""
+        return lambda v: format(v, f"{sep}d") if _number(v) else human(column, v)
+    if _is_ratio(column):
+        decimals = 0 if top * 100 >= 1000 else 2
+        return lambda v: f"{v * 100:,.{decimals}f}%" if _number(v) else human(column, v)
+    decimals = 0 if top >= 10000 else 1 if top >= 100 else 2 if top >= 1 or top == 0 else 3
+    sep = "," if top >= 10000 else ""
+
+    def fmt(v: Any) -> str:
+        if not _number(v) or (isinstance(v, float) and math.isnan(v)):
+            return human(column, v)
+        return format(float(v), f"{sep}.{decimals}f")
+
+    return fmt
+
+
 def _transposed(table: Table) -> tuple[list[str], list[list[str]]]:
     """One row per column of ``table``; the first column's values become the headers."""
     key = table.columns[0]
     header = [key, *(human(key, r[0]) for r in table.rows)]
-    body = [
-        [col, *(human(col, r[i]) for r in table.rows)]
-        for i, col in enumerate(table.columns)
-        if i > 0
-    ]
+    body = []
+    for i, col in enumerate(table.columns):
+        if i > 0:
+            fmt = column_format(col, [r[i] for r in table.rows])
+            body.append([col, *(fmt(r[i]) for r in table.rows)])
     return header, body
 
 
 def _cells(table: Table, transpose: bool) -> tuple[list[str], list[list[str]]]:
     if transpose:
         return _transposed(table)
-    body = [[human(c, v) for c, v in zip(table.columns, r, strict=True)] for r in table.rows]
+    fmts = [column_format(c, table.values(c)) for c in table.columns]
+    body = [[f(v) for f, v in zip(fmts, r, strict=True)] for r in table.rows]
     return list(table.columns), body
 
 
@@ -139,6 +169,65 @@ def _text(header: list[str], body: list[list[str]]) -> str:
 
     rule = "  ".join("-" * w for w in widths)
     return "\n".join([line(header), rule, *(line(r) for r in body)]) + "\n"
+
+
+def _empty(cell: str) -> bool:
+    """A cell that says nothing: a dash, "no", or a zero however it is written."""
+    text = cell.strip().rstrip("%").replace(",", "")
+    if text in ("-", "no", ""):
+        return True
+    try:
+        return float(text) == 0
+    except ValueError:
+        return False
+
+
+def _fitted(header: list[str], body: list[list[str]], width: int) -> str:
+    """The table in blocks of columns, each at most ``width`` wide, the first column
+    repeated in each; columns with nothing but zeros or dashes left out and named below."""
+    widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
+    if sum(widths) + 2 * (len(widths) - 1) <= width:
+        return _text(header, body)
+    empty = [i for i in range(1, len(header)) if body and all(_empty(r[i]) for r in body)]
+    note = ""
+    if empty and len(empty) < len(header) - 1:
+        note = f"(0 or - in every row: {', '.join(header[i] for i in empty)})\n"
+        keep = [i for i in range(len(header)) if i not in empty]
+        header = [header[i] for i in keep]
+        body = [[r[i] for i in keep] for r in body]
+    widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
+    cap = max(width - widths[0] - 2, 8)
+    blocks: list[list[int]] = [[]]
+    used = widths[0]
+    for i in range(1, len(header)):
+        w = min(widths[i], cap) + 2
+        if blocks[-1] and used + w > width:
+            blocks.append([])
+            used = widths[0]
+        blocks[-1].append(i)
+        used += w
+    out = []
+    for cols in blocks:
+        pick = [0, *cols]
+        cells = [[_clip(r[i], cap if i else width) for i in pick] for r in body]
+        out.append(_text([_clip(header[i], cap) for i in pick], cells))
+    return "\n".join(out) + note
+
+
+def _clip(cell: str, width: int) -> str:
+    return cell if len(cell) <= width else cell[: width - 1] + "…"
+
+
+def informative(table: Table) -> bool:
+    """Whether a table of a multi-table answer says something: some row, more than one
+    value, and a number that is not 0 (a table of zeros, or of one value, is left out)."""
+    if not table.rows:
+        return False
+    cells = [v for r in table.rows for v in r[1:]]
+    if len(cells) <= 1:
+        return False
+    numbers = [v for v in cells if _number(v) and not (isinstance(v, float) and math.isnan(v))]
+    return not numbers or any(v != 0 for v in numbers)
 
 
 def _markdown(header: list[str], body: list[list[str]]) -> str:
@@ -173,8 +262,13 @@ def to_json(data: Any) -> str:
     )
 
 
-def render(table: Table, fmt: str = "table", transpose: bool = False) -> str:
-    """``table`` as text in one of ``FORMATS``; ``transpose`` applies to table and markdown."""
+def render(
+    table: Table, fmt: str = "table", transpose: bool = False, width: int | None = None
+) -> str:
+    """``table`` as text in one of ``FORMATS``; ``transpose`` applies to table and markdown.
+    A ``table`` fits ``width`` columns (default: the terminal's, ``obs.query.terminal``):
+    too wide, its all-zero columns are named instead of shown and the rest split into
+    blocks of columns, each with the first column again."""
     if fmt == "json":
         return to_json([{k: _plain(v) for k, v in rec.items()} for rec in table.records()])
     if fmt == "csv":
@@ -190,5 +284,7 @@ def render(table: Table, fmt: str = "table", transpose: bool = False) -> str:
     if fmt == "markdown":
         return _markdown(header, body)
     if fmt == "table":
-        return _text(header, body)
+        from obs.query.terminal import width as terminal_width
+
+        return _fitted(header, body, width or terminal_width())
     raise ValueError(f"unknown format {fmt!r}")
