@@ -29,7 +29,12 @@ from obs.events import Event
 from obs.procs import free_port
 from obs.query.testing import mixed_events, write_jsonl
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
+from tests.support import tiers
 from tests.support.redis_server import RedisServer
+from tests.support.tiers import pytest_runtest_call, pytest_runtest_setup
+
+__all__ = ["pytest_runtest_call", "pytest_runtest_setup"]  # the tier guard's hooks
+tiers.install()
 
 IN_CI = os.environ.get("CI") == "true"
 
@@ -55,16 +60,14 @@ def _ends_main_engine(item: pytest.Item) -> bool:
     return marker is not None and "vllm" in marker.args
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that use the session's ``clickhouse`` server are marked ``clickhouse``
-    (``scripts/check --fast`` starts no server; a test that starts its own is marked where it
-    is written). Tests marked ``ends_engine`` stop or kill a session engine: they
-    run after all others, in their collection order, so no other test finds that engine gone
-    (or starts it again); one that ends the main engine (``ends_engine("vllm")``) after those,
-    which may use it."""
-    for item in items:
-        if "clickhouse" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.clickhouse)
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by the tiers given here
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test gets its tier (``tests.support.tiers``: its mark, or its fixtures', or
+    ``unit``); one with none or two fails the collection. Tests marked ``ends_engine`` stop or
+    kill a session engine: they run after all others, in their collection order, so no other
+    test finds that engine gone (or starts it again); one that ends the main engine
+    (``ends_engine("vllm")``) after those, which may use it."""
+    tiers.collect(items)
     ending = [item for item in items if item.get_closest_marker("ends_engine")]
     if ending:
         ending.sort(key=_ends_main_engine)  # stable: collection order otherwise

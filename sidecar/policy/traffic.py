@@ -12,10 +12,7 @@ before anything was sent to the client.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING
-
-import structlog
+from collections.abc import Mapping
 
 from obs import conventions as c
 from obs import splits
@@ -26,11 +23,6 @@ from obs.sidecar import outcomes as e
 from obs.sidecar.outcomes import FallBack
 from obs.sidecar.policy import priority
 from obs.sidecar.types import Scope
-
-if TYPE_CHECKING:  # the relay's request, only named here (policy imports nothing above it)
-    from obs.sidecar.relay.request import Request
-
-log = structlog.get_logger("vllm_obs.relay")
 
 
 def identity(
@@ -89,34 +81,27 @@ def unavailable(pool: str, last: Exception | None, may_fall_back: bool) -> Excep
     )
 
 
-async def with_fallback(
-    req: Request, lane: Lane, route: Callable[[str, bool], Awaitable[None]]
-) -> None:
-    """``route(pool, may_fall_back)`` to the request's pool; if it falls back (a refusal, a
-    5xx, or a timeout before anything reached the client), once to the lane's fallback."""
-    ev = req.event
-    fallback = fallback_pool(lane, ev.pool)
-    try:
-        await route(ev.pool, fallback is not None)
-        return
-    except FallBack as fb:
-        reason = fb.reason
-    except e.UpstreamTimeout as err:
-        if not (ev.stream or req.started):
-            # A non-streamed answer's first byte comes with its last token, so its timeout
-            # says the pool was still generating, not that it never started: the lane's
-            # deadline, never sent to a second pool to do the work twice.
-            raise e.AnswerDeadline(
-                f"the pool's answer was not whole within the lane's first_token_s "
-                f"({lane.timeouts.first_token_s:g} s): a non-streamed answer comes with its last "
-                "token (stream it, or give the lane a longer first_token_s)"
-            ) from err
-        if fallback is None or req.started or req.disconnected:
-            raise  # streaming began (or nobody waits): never a second answer
-        reason = c.FALLBACK_TIMEOUT
-    assert fallback is not None  # a FallBack, or a timeout that may fall back, needs one
-    log.info("lane_fallback", lane=ev.lane, pool=ev.pool, to=fallback, reason=reason)
-    req.clock.dispatched = 0  # the time on the refusing pool counts as queueing
-    req.response = None
-    ev.fallback_from, ev.fallback_reason, ev.pool = ev.pool, reason, fallback
-    await route(fallback, False)
+def fallback_reason(
+    err: Exception, lane: Lane, fallback: str | None, *, stream: bool, started: bool, gone: bool
+) -> str:
+    """Whether a request that failed with ``err`` on its pool goes once to ``fallback``: the
+    reason it does (the event's ``fallback_reason``), or what the client gets instead, raised.
+
+    A decision only: the relay owns the loop that routes the request again (policy never
+    calls the relay). ``started``: the client has the response head; ``gone``: it left."""
+    if isinstance(err, FallBack):
+        return err.reason
+    if not isinstance(err, e.UpstreamTimeout):
+        raise err
+    if not (stream or started):
+        # A non-streamed answer's first byte comes with its last token, so its timeout
+        # says the pool was still generating, not that it never started: the lane's
+        # deadline, never sent to a second pool to do the work twice.
+        raise e.AnswerDeadline(
+            f"the pool's answer was not whole within the lane's first_token_s "
+            f"({lane.timeouts.first_token_s:g} s): a non-streamed answer comes with its last "
+            "token (stream it, or give the lane a longer first_token_s)"
+        ) from err
+    if fallback is None or started or gone:
+        raise err  # streaming began (or nobody waits): never a second answer
+    return c.FALLBACK_TIMEOUT

@@ -31,7 +31,7 @@ from obs.sidecar.policy import traffic
 from obs.sidecar.policy.admission import LaneGate, Ticket
 from obs.sidecar.policy.auth import Tenants
 from obs.sidecar.policy.recognition import Recognizer
-from obs.sidecar.pools.homes import ResponseHomes
+from obs.sidecar.pools.homes import ResponseHomes, owner_of
 from obs.sidecar.pools.pools import PoolSet, Replica
 from obs.sidecar.pools.upstream import Response, Upstream
 from obs.sidecar.record.capture import TextCapture
@@ -208,7 +208,11 @@ class Relay:
         lane, ev.class_source = cl.decide(attrs)
         ev.lane = lane.name
         traffic.place(ev, lane, headers, scope, attrs, self.split_salt)  # pool (arm), priority
-        req.stored = stored.plan(ev, scope, body, self.homes)  # the Responses API's state
+        if ev.route in stored.PLANNED:  # the Responses API's state, and who owns it
+            owner = owner_of(self.tenants.key_hash(headers), ev.tenant)
+            req.stored = stored.plan(ev, scope, body, self.homes, owner, req.client_id)
+            if req.stored is not None and req.stored.rewrite:
+                raw = dump_body(body or {})
         ev.model = ev.model or self.pools.default_model(ev.pool or lane.pool)  # as the engine
         pools = (ev.pool, lane.fallback) if lane.fallback else (ev.pool,)
         req.placed = Start(ev, req.ids, pools)  # the record begins as it is sent (_sent)
@@ -255,7 +259,22 @@ class Relay:
         if req.stored is not None and req.stored.lookup:  # every replica is tried already
             await self._route_pool(req, plan, send, req.event.pool or plan.lane.pool, False)
             return
-        await traffic.with_fallback(req, plan.lane, partial(self._route_pool, req, plan, send))
+        ev = req.event
+        fallback = traffic.fallback_pool(plan.lane, ev.pool)
+        try:
+            await self._route_pool(req, plan, send, ev.pool, fallback is not None)
+            return
+        except (FallBack, e.UpstreamTimeout) as err:
+            started, gone = req.started, req.disconnected
+            reason = traffic.fallback_reason(
+                err, plan.lane, fallback, stream=ev.stream, started=started, gone=gone
+            )
+        assert fallback is not None  # policy raised otherwise
+        log.info("lane_fallback", lane=ev.lane, pool=ev.pool, to=fallback, reason=reason)
+        req.clock.dispatched = 0  # the time on the refusing pool counts as queueing
+        req.response = None
+        ev.fallback_from, ev.fallback_reason, ev.pool = ev.pool, reason, fallback
+        await self._route_pool(req, plan, send, fallback, False)
 
     async def _route_pool(
         self, req: Request, plan: Plan, send: Send, pool: str, may_fall_back: bool

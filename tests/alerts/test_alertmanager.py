@@ -15,7 +15,7 @@ from obs.procs import free_port
 from tests.conftest import require_binary
 from tests.support.alertmanager import AlertmanagerProcess, WebhookReceiver, write_config
 
-pytestmark = pytest.mark.prometheus
+pytestmark = pytest.mark.stack
 
 
 @pytest.fixture

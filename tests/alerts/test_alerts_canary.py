@@ -70,7 +70,7 @@ def test_split_for_puts_the_p95_where_a_case_wants_it() -> None:
         assert abs(got - target) / target < 0.01, (target, got)
 
 
-@pytest.mark.prometheus
+@pytest.mark.stack
 def test_canary_rules_pass_promtool_and_a_moved_margin_fails_them(tmp_path: Path) -> None:
     """promtool accepts the canary rules and passes every case on both sides of each margin;
     rules whose TTFT margin drifted from the config fail them."""

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from obs import conventions as c
@@ -63,6 +64,7 @@ def test_flow_alerts_only_where_configured() -> None:
     assert not [a for a in alerts(default) if a["alert"] in c.FLOW_ALERTS]
 
 
+@pytest.mark.stack
 def test_flow_alerts_fire_after_ten_minutes_on_promtool(tmp_path: Path) -> None:
     """A tenant refused every minute and a pool held by one process fire at 10 minutes, not
     at 9; a tenant never refused and a pool never held stay silent."""

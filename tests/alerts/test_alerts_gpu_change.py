@@ -19,7 +19,7 @@ from obs.alerts.rules import RuleIndex
 from obs.alerts.series import expected
 from tests.conftest import require_binary
 
-pytestmark = pytest.mark.prometheus
+pytestmark = pytest.mark.stack
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "rules" / "health.rules.yml"

@@ -57,7 +57,7 @@ def test_caps_refuse_bad_durations() -> None:
         HoldCaps(max_interval="0s")
 
 
-@pytest.mark.prometheus
+@pytest.mark.stack
 def test_cli_writes_capped_rules_that_promtool_accepts(tmp_path: Path) -> None:
     """The CLI writes capped rules, says so in each file's header, and promtool accepts them."""
     promtool = require_binary("promtool")

@@ -16,7 +16,7 @@ from obs.cli import main
 from obs.config import load_config
 from tests.conftest import require_binary
 
-pytestmark = pytest.mark.prometheus
+pytestmark = pytest.mark.stack
 
 LANES = """\
 pools:

@@ -19,7 +19,7 @@ from obs.alerts.writer import write
 from obs.config import parse_config
 from tests.conftest import require_binary
 
-pytestmark = pytest.mark.prometheus
+pytestmark = pytest.mark.stack
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_DIR = ROOT / "deploy" / "prometheus" / "rules"

@@ -6,7 +6,11 @@ import os
 import socket
 import time
 
+import pytest
+
 from bench.procs import AcceptQueue
+
+pytestmark = pytest.mark.inproc
 
 
 def test_counts_the_connections_waiting_to_be_accepted() -> None:

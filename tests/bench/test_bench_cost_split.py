@@ -64,6 +64,7 @@ class _Answer(BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.process
 def test_pyforward_relays_requests_and_answers_as_they_are() -> None:
     """The floor target forwards bytes both ways on a kept-alive connection."""
     upstream = ThreadingHTTPServer(("127.0.0.1", 0), _Answer)
@@ -88,6 +89,7 @@ def test_pyforward_relays_requests_and_answers_as_they_are() -> None:
         upstream.server_close()
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("bad", [["--port", "1"], []])
 def test_pyforward_says_what_it_needs(bad: list[str]) -> None:
     """Missing ports are a usage error, not a traceback."""

@@ -14,6 +14,8 @@ import pytest
 from bench.procs import FAKE_POOLS, ROOT
 from obs.procs import free_port, wait_http
 
+pytestmark = pytest.mark.process
+
 
 @pytest.fixture(scope="module")
 def pool() -> Iterator[str]:

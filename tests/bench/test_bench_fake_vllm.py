@@ -90,6 +90,7 @@ def _request(kind: str, stream: bool, usage: bool) -> tuple[str, dict[str, objec
     return ("/v1/chat/completions" if kind == "chat" else "/v1/completions"), body
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("kind", ["chat", "completions"])
 @pytest.mark.parametrize("usage", [False, True])
 def test_stream_is_vllms_frames_one_chunk_each(fake: int, kind: str, usage: bool) -> None:
@@ -103,6 +104,7 @@ def test_stream_is_vllms_frames_one_chunk_each(fake: int, kind: str, usage: bool
     assert _normalise(b"".join(chunks)).rstrip(b"\n") == _normalise(_sections()[section])
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("kind", ["chat", "completions"])
 def test_whole_answer_is_vllms_json(fake: int, kind: str) -> None:
     """Non-streamed answers have vLLM's JSON body, key for key, with a content-length."""
@@ -112,6 +114,7 @@ def test_whole_answer_is_vllms_json(fake: int, kind: str) -> None:
     assert _normalise(data) == _normalise(_sections()[f"{kind}, non-stream"])
 
 
+@pytest.mark.process
 def test_unknown_model_is_vllms_404(fake: int) -> None:
     """An unknown model gets vLLM's NotFoundError body, byte for byte."""
     path, body = _request("chat", False, False)
@@ -120,6 +123,7 @@ def test_unknown_model_is_vllms_404(fake: int) -> None:
     assert data == _sections()["error: unknown model"]
 
 
+@pytest.mark.process
 def test_every_request_gets_max_tokens_paced(fake: int) -> None:
     """A request gets exactly max_tokens tokens; fake_ttft_ms/fake_itl_ms pace them."""
     path, body = _request("completions", True, True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from bench import relay
@@ -28,6 +29,7 @@ def test_peer_requirements_are_pinned() -> None:
         assert peer.requirements and all("==" in r for r in peer.requirements)
 
 
+@pytest.mark.inproc
 def test_litellm_forwards_the_bench_model_to_the_fake(tmp_path: Path) -> None:
     """LiteLLM's config maps the model the client sends to the fake's /v1, one worker."""
     server = LiteLlm(tmp_path, Path("/peer/bin"), "http://127.0.0.1:9")
@@ -39,6 +41,7 @@ def test_litellm_forwards_the_bench_model_to_the_fake(tmp_path: Path) -> None:
     assert server.env is not None and server.env["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
 
 
+@pytest.mark.inproc
 def test_vllm_router_has_the_fake_as_its_one_worker(tmp_path: Path) -> None:
     """The router's worker list is the fake alone, and it listens on loopback."""
     server = VllmRouter(tmp_path, Path("/peer/bin"), "http://127.0.0.1:9")

@@ -47,7 +47,6 @@ def test_rows_compare_each_round_with_its_direct_run() -> None:
     assert "| c64 | sidecar | +0.50 / +0.50 |" in report.markdown([direct, sidecar])
 
 
-@pytest.mark.slow
 @pytest.mark.engine
 def test_driver_runs_every_path_and_writes_results(tmp_path: Path) -> None:
     """A tiny run: direct, sidecar (all exporters) and nginx; table on stdout, JSON written."""

@@ -11,6 +11,7 @@ import pytest
 from bench import collector_cost
 
 
+@pytest.mark.process
 def test_a_sidecar_process_leaves_its_short_streams_to_reference_counting(tmp_path: Path) -> None:
     """1,500 short streams at 64 streams (every exporter on): the hook saw the run, and the
     collector freed well under one object a request (cycles per request would be ~30)."""

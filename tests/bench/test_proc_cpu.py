@@ -6,7 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench.procs import ProcStat, process_cpu_s, stat_cpu_s
+
+pytestmark = pytest.mark.process
 
 
 def test_process_cpu_reads_a_child_finer_than_ticks_and_agrees_with_proc() -> None:

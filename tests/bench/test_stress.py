@@ -16,7 +16,7 @@ from obs.sweep.profile import SHIPPED, resolve
 REQUESTS = 2000
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_small_stress_accounts_for_every_request_and_names_the_best_profile(
     tmp_path: Path,
 ) -> None:
@@ -47,7 +47,7 @@ def test_small_stress_accounts_for_every_request_and_names_the_best_profile(
                 assert 0 < e["itl_p50_ms"] <= e["itl_p95_ms"] <= e["itl_max_ms"]
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_load_sweep_runs_each_profile_at_each_load_and_pairs_it_with_the_baseline(
     tmp_path: Path,
 ) -> None:

@@ -23,7 +23,7 @@ def test_a_process_threads_are_read_with_the_main_thread_as_loop() -> None:
     assert "loop" in first and again["loop"] >= first["loop"]
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_a_run_prints_each_round_with_the_span_thread_and_its_posts() -> None:
     """A real fake pool, OTLP receiver and sidecar with spans on: a line a round with the loop's
     CPU and the span POSTs, full ones (300 requests and the 64 that open the streams: 4 of 85)."""
@@ -40,6 +40,7 @@ def test_a_run_prints_each_round_with_the_span_thread_and_its_posts() -> None:
     assert "on: median" in proc.stdout
 
 
+@pytest.mark.process
 def test_a_path_without_obs_is_refused_with_a_clear_error(tmp_path: Path) -> None:
     """NAME=PATH naming a folder with no ``obs`` package: usage error, no traceback."""
     cmd = [sys.executable, "-m", "bench.thread_cpu", f"x={tmp_path}"]

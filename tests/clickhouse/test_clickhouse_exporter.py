@@ -168,6 +168,7 @@ def test_config_file_section_enables_the_exporter(
     assert rows == [{"status": "error", "lane": "chat"}]
 
 
+@pytest.mark.process
 def test_clickhouse_flags_need_a_url() -> None:
     """--clickhouse-table without a URL, or a URL that is not http(s): one-line errors."""
     cmd = [sys.executable, "-m", "obs.cli", "sidecar", "--upstream", "http://127.0.0.1:9"]

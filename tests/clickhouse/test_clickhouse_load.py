@@ -98,7 +98,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[ClickHous
             s.stop()
 
 
-@pytest.mark.clickhouse  # its own two servers, not the session's
+@pytest.mark.stack  # its own two servers, not the session's
 def test_two_shards_behind_a_distributed_table(
     cluster: list[ClickHouseServer], tmp_path: Path
 ) -> None:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 HEAVY = (
     "aiohttp", "fastapi", "uvicorn", "starlette", "pandas", "duckdb", "matplotlib",
     "grafanalib", "opentelemetry", "httpx", "numpy", "clickhouse_connect",
 )  # fmt: skip
 
 
+@pytest.mark.process
 def test_building_every_commands_parser_imports_no_heavy_library() -> None:
     """`vllm-obs --help` (every subcommand's parser built) imports no web server, client,
     dataframe, plotting, tracing or dashboard library: each handler imports its own."""
@@ -22,6 +25,7 @@ def test_building_every_commands_parser_imports_no_heavy_library() -> None:
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.process
 def test_the_probe_sees_a_heavy_import() -> None:
     """The same probe names a heavy library once something imports it (it can fail)."""
     code = (
@@ -32,6 +36,7 @@ def test_the_probe_sees_a_heavy_import() -> None:
     assert "aiohttp" in out.stdout
 
 
+@pytest.mark.process
 def test_a_command_builds_only_its_own_parser() -> None:
     """`vllm-obs query ...` imports the query command's module and no other command's (the
     engine command's parser alone took 0.6 s of a 600k-event summary's start)."""

@@ -69,6 +69,7 @@ def test_broken_config_names_file_field_and_problem(
     assert expected in str(exc.value)
 
 
+@pytest.mark.process
 def test_config_check_cli_reports_errors_without_traceback(tmp_path: Path) -> None:
     """`vllm-obs config check` exits 2 with the error and no Python traceback."""
     data = yaml.safe_load(yaml.safe_dump(GOOD))
@@ -84,6 +85,7 @@ def test_config_check_cli_reports_errors_without_traceback(tmp_path: Path) -> No
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.process
 def test_config_check_cli_prints_resolved_lanes() -> None:
     """`vllm-obs config check` on the default prints pools, lanes, rules and SLOs."""
     r = subprocess.run(
@@ -102,6 +104,7 @@ def test_not_yaml_is_a_config_error(tmp_path: Path) -> None:
         load_config(p)
 
 
+@pytest.mark.process
 def test_config_check_warns_when_clients_may_set_their_priority(tmp_path: Path) -> None:
     """A lane naming priority.header is accepted with a warning that any client can use it;
     the shipped config (no header) gets none."""

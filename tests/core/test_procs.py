@@ -21,6 +21,8 @@ from obs.procs import (
     wait_http,
 )
 
+pytestmark = pytest.mark.process
+
 # A leader that leaves a child of its own in its group.
 SPAWNER = (
     "import subprocess, time; subprocess.Popen(['sleep', '60']); "

@@ -19,7 +19,7 @@ from obs.sidecar.testing import SidecarProcess
 from tests.conftest import require_binary
 from tests.support import probes
 
-pytestmark = [pytest.mark.prometheus]
+pytestmark = pytest.mark.stack
 
 
 def _config(path: Path, upstream: str, max_queue: int) -> Path:

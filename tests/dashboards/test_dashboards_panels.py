@@ -132,7 +132,7 @@ def test_substitute_forms_and_unknownvariables() -> None:
         substitute('x{t="$tenant"}')
 
 
-@pytest.mark.prometheus
+@pytest.mark.stack
 def test_every_panel_query_parses_in_promtool(tmp_path: Path) -> None:
     """Each query all_queries returns is valid PromQL to Prometheus's own parser."""
     promtool = require_binary("promtool")
@@ -146,6 +146,7 @@ def test_every_panel_query_parses_in_promtool(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.process
 def test_cli_module_does_not_import_grafanalib() -> None:
     """Building the vllm-obs parser does not load grafanalib (it loads in the handler)."""
     code = "import sys, obs.dashboards.cli; print('grafanalib' in sys.modules)"

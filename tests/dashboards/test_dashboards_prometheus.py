@@ -29,7 +29,7 @@ from obs.dashboards.sli import objectives
 from obs.procs import free_port
 from tests.conftest import require_binary
 
-pytestmark = pytest.mark.prometheus
+pytestmark = pytest.mark.stack
 
 STEP_S = 15
 SAMPLES = 41  # ten minutes

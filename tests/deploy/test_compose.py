@@ -123,12 +123,14 @@ def _check_jsonschema(path: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.process
 def test_compose_file_follows_the_compose_specification() -> None:
     """docker-compose.yml validates against the compose-spec JSON schema."""
     result = _check_jsonschema(COMPOSE)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.process
 def test_compose_schema_check_rejects_a_broken_file(tmp_path: Path) -> None:
     """The schema check is live: an unknown service key fails it."""
     broken = tmp_path / "docker-compose.yml"
@@ -372,7 +374,7 @@ def test_dockerfile_runs_the_sidecar_as_compose_does() -> None:
     assert not needed & ignored, sorted(needed & ignored)
 
 
-@pytest.mark.prometheus
+@pytest.mark.stack
 def test_promtool_accepts_the_prometheus_config(tmp_path: Path) -> None:
     """promtool checks prometheus.yml, with the rules read from deploy/prometheus/rules."""
     promtool = require_binary("promtool")
@@ -385,7 +387,7 @@ def test_promtool_accepts_the_prometheus_config(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.prometheus
+@pytest.mark.stack
 def test_amtool_accepts_the_alertmanager_config() -> None:
     """amtool checks alertmanager.yml."""
     amtool = require_binary("amtool")

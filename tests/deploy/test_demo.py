@@ -117,6 +117,7 @@ def test_local_pools_declare_the_flags_they_are_started_with(tmp_path: Path) -> 
         assert pool.declared.max_num_seqs is not None
 
 
+@pytest.mark.stack
 def test_prometheus_config_passes_promtool(tmp_path: Path) -> None:
     """The scrape config with the generated rules is valid for promtool."""
     promtool = require_binary("promtool")
@@ -221,6 +222,7 @@ def test_live_view_redraws_one_line_on_a_terminal() -> None:
     assert "draining" in text
 
 
+@pytest.mark.process
 def test_descendants_sees_a_child_until_it_is_reaped() -> None:
     """The survivor check finds a live child process and not a stopped one."""
     child = subprocess.Popen(["sleep", "30"])
@@ -232,6 +234,7 @@ def test_descendants_sees_a_child_until_it_is_reaped() -> None:
     assert child.pid not in descendants(os.getpid())
 
 
+@pytest.mark.process
 def test_bad_duration_is_refused_before_anything_starts(tmp_path: Path) -> None:
     """A non-positive --duration exits 2 naming the flag, and creates no output folder."""
     out = tmp_path / "out"
@@ -266,7 +269,6 @@ def short_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path,
 
 
 @pytest.mark.engine
-@pytest.mark.slow
 def test_short_demo_leaves_every_artefact_and_no_process(short_demo: tuple[Path, str]) -> None:
     """A 15 s demo writes events for every lane, each served or shed by its lane's admission,
     valid rules and dashboards, a report with images and the summary, and stops every process
@@ -336,7 +338,6 @@ def _read_until(stream: IO[str], prefix: str) -> str:
 
 
 @pytest.mark.engine
-@pytest.mark.slow
 def test_sigterm_while_pools_start_stops_everything(tmp_path: Path) -> None:
     """SIGTERM while the vLLM pools are starting stops them and exits 143, leaving nothing."""
     out = tmp_path / "out"
@@ -360,7 +361,6 @@ def test_sigterm_while_pools_start_stops_everything(tmp_path: Path) -> None:
 
 
 @pytest.mark.engine
-@pytest.mark.slow
 def test_ctrl_c_during_the_load_still_reports(vllm: VllmServer, tmp_path: Path) -> None:
     """With --upstream, one Ctrl-C during the load stops it early, the incident not yet sent
     included (it is due 24 s in); results are still written."""

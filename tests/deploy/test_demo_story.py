@@ -119,6 +119,10 @@ def test_sim_demo_tells_the_story(tmp_path: Path) -> None:
     done = [e for e in events if e["status"] == "ok"]
     viewed = [e for e in done if e["engine_view"] == "joined"]
     assert len(viewed) >= 0.95 * len(done), (len(viewed), len(done))
+    # Occupancy by lane on every event that reached a replica (#59): chat waited behind rag.
+    assert all(e["pool_others_prompt_share"] is not None for e in done)
+    chat_missed = [e for e in events if e["lane"] == "chat" and e["miss_slo"]]
+    assert chat_missed and max(e["pool_others_prompt_share"] for e in chat_missed) >= 0.5
     misses = [e for e in events if e["miss_cause"]]
     other = [e for e in misses if e["miss_cause"] == "other"]
     assert misses and len(other) <= 0.10 * len(misses), [e["miss_cause"] for e in misses]

@@ -26,6 +26,9 @@ from obs.config import default_config_path, load_config, parse_config
 from obs.dashboards.build import render as render_dashboards
 from tests.conftest import IN_CI
 
+# kustomize and the schema validator run once per module (cached): whichever test asks first.
+pytestmark = pytest.mark.process
+
 K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
 DATA = Path(__file__).resolve().parents[1] / "data" / "k8s"
 KUBERNETES_VERSION = "1.32.0"  # the schemas the core resources are checked against

@@ -59,7 +59,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 def live(test: F) -> F:
     """Marks of a test that needs the live stack: real engines, Prometheus, and time; it ends
     the session's traced engine (the bulk pool), so it runs after every test that uses that."""
-    marked: F = pytest.mark.engine(pytest.mark.prometheus(pytest.mark.slow(test)))
+    marked: F = pytest.mark.engine(test)
     ending: F = pytest.mark.ends_engine("traced")(marked)
     return ending
 

@@ -154,6 +154,7 @@ def vllm_verdicts(engine: EnginePaths, lines: list[list[str]]) -> list[str | Non
     return verdicts
 
 
+@pytest.mark.inproc
 def test_the_collector_finds_every_shipped_line() -> None:
     """The collector finds the compose and k8s pools, the lanes comments, the README's table and
     every pool of every shipped sweep profile."""

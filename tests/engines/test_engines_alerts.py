@@ -80,7 +80,7 @@ def test_engine_panels_say_not_reported_and_name_the_pools() -> None:
     assert "tgi (tgi)" in panels["Prefix-cache hit ratio by pool"]["description"]
 
 
-@pytest.mark.prometheus
+@pytest.mark.stack
 def test_mixed_config_rules_pass_promtool(tmp_path: Path) -> None:
     """promtool: the mixed rules check, and a pool without KV usage never fires the KV alert."""
     promtool = require_binary("promtool")

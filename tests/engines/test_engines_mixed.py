@@ -30,7 +30,7 @@ from tests.conftest import SidecarFactory, require_binary
 from tests.engines.test_llamacpp import write_mixed_config
 from tests.support import chat_body, probes
 
-pytestmark = [pytest.mark.engine, pytest.mark.prometheus]
+pytestmark = pytest.mark.engine
 
 CHAT = "/v1/chat/completions"
 LOCAL = {"x-lane": "local"}

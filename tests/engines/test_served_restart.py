@@ -40,7 +40,7 @@ def _binary() -> str:
     return find_prometheus() or require_binary("prometheus")
 
 
-pytestmark = [pytest.mark.engine, pytest.mark.prometheus]
+pytestmark = pytest.mark.engine
 
 CHAT = "/v1/chat/completions"
 PROMPT = "You are a careful assistant. " * 40 + "Write a haiku about caches."

@@ -26,6 +26,8 @@ from obs.engines.sim.process import SimServer
 from tests.conftest import SidecarFactory
 from tests.support import probes
 
+pytestmark = pytest.mark.process
+
 MODEL = "llama-3.1-8b"
 PROMPT = "Summarise the following notes about queueing in inference servers. " * 40
 

@@ -21,6 +21,8 @@ from obs.procs import free_port
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
 from tests.support import probes
 
+pytestmark = pytest.mark.process
+
 MODEL = "llama-3.1-8b"
 CAPTURE = Path(__file__).parents[1] / "data" / "vllm-0.32-llm_request-span.json"
 

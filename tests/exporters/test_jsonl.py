@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
 
 from obs.events import Event
 from obs.exporters.jsonl import JsonlExporter
@@ -16,6 +17,8 @@ from obs.phases import Clock
 from obs.record import Finished
 from obs.tracecontext import new_ids
 from tests.support.probes import EventCounts
+
+pytestmark = pytest.mark.inproc
 
 
 def _finished(i: int) -> Finished:
@@ -129,6 +132,7 @@ exp.shutdown()
 """
 
 
+@pytest.mark.process
 def test_a_short_write_leaves_no_torn_line(tmp_path: Path) -> None:
     """A disk that takes half a line (file size limit): cut back, later events whole (item 14).
 
@@ -168,6 +172,7 @@ exp.shutdown()
 """
 
 
+@pytest.mark.process
 def test_a_short_write_keeps_the_lines_that_fit_and_spools_the_rest(tmp_path: Path) -> None:
     """150 events in one batch where 50 fit: those 50 are kept at once, the other 100 are
     written, in order, once the disk takes them again (issue 25)."""

@@ -23,6 +23,8 @@ from obs.sidecar.testing import OtlpReceiver
 from obs.tracecontext import new_ids
 from tests.support.probes import EventCounts
 
+pytestmark = pytest.mark.inproc
+
 
 @pytest.fixture
 def receiver() -> Iterator[OtlpReceiver]:

@@ -15,6 +15,8 @@ from obs.procs import free_port
 from obs.sidecar.testing import OtlpReceiver
 from tests.support.faults_support import wait_until
 
+pytestmark = pytest.mark.inproc
+
 BODY = export_request({"service.name": "direct"}, [])
 
 

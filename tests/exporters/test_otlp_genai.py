@@ -23,6 +23,8 @@ from obs.sidecar.testing import OtlpReceiver, ReceivedPoint
 from obs.tracecontext import TraceIds
 from tests.support.probes import EventCounts
 
+pytestmark = pytest.mark.inproc
+
 REPLICA = "http://127.0.0.1:8001"
 CONFIG: Config = parse_config(
     {

@@ -31,6 +31,8 @@ from obs.loadgen.plan import Arrivals, plan
 from obs.loadgen.prompts import CharEstimate, PromptBuilder
 from obs.loadgen.records import Record, read_records
 
+pytestmark = pytest.mark.inproc
+
 # Every class but chat off unless a test turns it on; small shapes.
 QUIET = [f"{c}.weight=0" for c in ("rag", "long-prefill", "agent", "batch", "slow-stream")]
 SMALL = ["chat.prompt_tokens=[8,16]", "chat.max_tokens=[3,5]"]

@@ -38,6 +38,7 @@ def plan(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
 
 
+@pytest.mark.process
 def test_the_plan_meets_every_slo_and_one_replica_fewer_misses(
     events: Path, tmp_path: Path
 ) -> None:
@@ -71,6 +72,7 @@ def test_the_plan_meets_every_slo_and_one_replica_fewer_misses(
     assert curve[pool["replicas"] + 1] is True  # more replicas keep meeting the SLOs
 
 
+@pytest.mark.process
 def test_more_growth_needs_at_least_as_many_replicas(events: Path, tmp_path: Path) -> None:
     """Planning for 6x the traffic never asks for fewer replicas than for 1x."""
     sizes = []
@@ -91,6 +93,7 @@ def test_more_growth_needs_at_least_as_many_replicas(events: Path, tmp_path: Pat
         (["--window", "soon"], "--window 'soon'"),
     ],
 )
+@pytest.mark.process
 def test_bad_options_are_one_line_errors(
     events: Path, tmp_path: Path, args: list[str], message: str
 ) -> None:
@@ -99,6 +102,7 @@ def test_bad_options_are_one_line_errors(
     assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.process
 def test_events_of_no_configured_lane_are_refused(tmp_path: Path) -> None:
     """A log whose lanes the config does not know has nothing to plan: exit 2, said so."""
     log = tmp_path / "e.jsonl"

@@ -9,12 +9,15 @@ import sys
 from pathlib import Path
 
 import duckdb
+import pytest
 
 from obs.config import load_config
 from obs.plan.source import bin_seconds, read_traffic
 from obs.query.parquet import copy_dataset
 from obs.query.scan import Scan
 from obs.query.testing import event, ts, write_jsonl
+
+pytestmark = pytest.mark.inproc
 
 CONFIG = Path(__file__).resolve().parents[2] / "obs" / "data" / "lanes.yaml"
 
@@ -92,6 +95,7 @@ def test_intervals_grow_so_a_long_window_holds_at_most_two_thousand() -> None:
     assert bin_seconds(60) == 10 and bin_seconds(7 * 86400) == 303
 
 
+@pytest.mark.process
 def test_a_window_is_read_in_utc_whatever_the_local_zone(tmp_path: Path) -> None:
     """DuckDB hands back naive UTC times: under TZ=America/New_York the window still keeps
     the same events (a naive time read as local would move it by five hours)."""

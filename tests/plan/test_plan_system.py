@@ -16,7 +16,7 @@ from tests.support import QUICK_DRAIN
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_plan_at_growth_8_meets_every_slo_and_one_fewer_misses(tmp_path: Path) -> None:
     """plan.json names the pool's replicas and each lane's max_concurrency, max_queue and
     expected attainment; every lane meets its SLO at the plan, a lane misses with one

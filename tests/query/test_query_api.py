@@ -13,6 +13,8 @@ from obs.config import default_config_path, load_config
 from obs.errors import InputError
 from obs.query.testing import mixed_events, write_jsonl
 
+pytestmark = pytest.mark.inproc
+
 
 def test_summary_returns_a_dataframe_per_lane(mixed_log_path):
     """obs.query.summary(paths) -> DataFrame indexed by position, one row per lane."""

@@ -24,6 +24,8 @@ from obs.query.scan import SRC
 from obs.query.slo import judged_rows
 from obs.query.testing import event, ts, write_jsonl
 
+pytestmark = pytest.mark.inproc
+
 CONFIG = load_config(default_config_path())
 SLO_LANES = [lane for lane in CONFIG.lanes if lane.slo.ttft is not None]
 

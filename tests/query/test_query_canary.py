@@ -17,6 +17,8 @@ from obs.query.testing import event, ts, write_jsonl
 from tests.support.canary_support import arm_events as _arm
 from tests.support.canary_support import write_config
 
+pytestmark = pytest.mark.inproc
+
 
 def _verdict(
     tmp_path: Path,

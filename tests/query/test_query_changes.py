@@ -15,6 +15,8 @@ from obs.query.filters import Filters
 from obs.query.scan import Scan, connect
 from obs.query.testing import T0, event, ts, write_jsonl
 
+pytestmark = pytest.mark.inproc
+
 CONFIG = load_config(default_config_path())
 R = "http://10.0.0.1:8000"
 

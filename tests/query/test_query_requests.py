@@ -10,6 +10,8 @@ from obs.query.requests import describe, find, phase_spans, slowest, waterfall
 from obs.query.scan import Scan
 from obs.query.testing import event
 
+pytestmark = pytest.mark.inproc
+
 
 @pytest.mark.parametrize(
     "by, column",

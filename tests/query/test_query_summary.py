@@ -15,6 +15,8 @@ from obs.query.scan import Scan
 from obs.query.testing import T0, write_jsonl
 from tests.support import pct
 
+pytestmark = pytest.mark.inproc
+
 CONFIG = load_config(default_config_path())
 PHASES = ("queue", "prefill", "first_token", "decode", "stream")
 

@@ -20,6 +20,8 @@ from obs.query.scan import Scan
 from obs.query.testing import event, ts, write_jsonl
 from obs.query.throughput import COST_COLUMNS, RATE_COLUMNS
 
+pytestmark = pytest.mark.inproc
+
 LANES = [{"name": "chat", "pool": "gpu"}, {"name": "batch", "pool": "gpu"}]
 
 
@@ -96,6 +98,7 @@ def test_rates_times_span_give_back_the_token_sums(pairs: list[tuple[int, int]])
     )
 
 
+@pytest.mark.process
 def test_summary_cli_prints_the_columns(tmp_path: Path) -> None:
     """`vllm-obs query summary --config` with a price prints tokens/s and cost columns."""
     config = tmp_path / "lanes.yaml"

@@ -27,8 +27,6 @@ from obs.sidecar.process import SidecarProcess
 from tests.support import probes
 from tests.support.redis_server import RedisServer
 
-pytestmark = pytest.mark.slow
-
 MODEL = "llama-3.1-8b"
 MAX_NUM_SEQS = 16
 TARGET = 2  # saturation.max_waiting
@@ -140,6 +138,7 @@ async def _offer(
         await asyncio.gather(*tasks)
 
 
+@pytest.mark.process
 def test_two_sidecars_hold_the_pool_at_its_target(sim: SimServer, tmp_path: Path) -> None:
     """Three times the pool's capacity offered through two sidecars that never talk: the
     engine's waiting queue stays within target + 2 on 95% of busy polls, the excess waits

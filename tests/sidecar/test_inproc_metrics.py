@@ -9,6 +9,7 @@ test_sidecar_vllm.py.
 from __future__ import annotations
 
 import orjson
+import pytest
 
 from obs import conventions as c
 from obs.config import parse_config
@@ -17,6 +18,8 @@ from tests.support import chat_body
 from tests.support.inproc import request_id
 from tests.support.probes import CHAT, DONE_FRAME
 from tests.support.scripted_upstream import Script, ScriptedUpstream, token_frame
+
+pytestmark = pytest.mark.inproc
 
 SERIES = (c.TTFT, c.TPOT, c.REQUEST_DURATION)
 

@@ -17,6 +17,8 @@ from obs.procs import free_port
 from tests.conftest import SidecarFactory
 from tests.support import probes
 
+pytestmark = pytest.mark.process
+
 
 @pytest.fixture
 def dead_pool() -> Iterator[str]:

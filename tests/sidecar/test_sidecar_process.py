@@ -9,6 +9,8 @@ import pytest
 
 from obs.sidecar.process import SidecarProcess
 
+pytestmark = pytest.mark.process
+
 
 def test_a_given_port_in_use_fails_the_start_and_is_never_moved(tmp_path: Path) -> None:
     """A port the caller gave, held by another socket: the start fails naming it in use,

@@ -67,7 +67,6 @@ def short_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path
 
 
 @pytest.mark.engine
-@pytest.mark.slow
 def test_short_sweep_has_a_row_per_lane_for_every_profile(short_sweep: tuple[Path, Any]) -> None:
     """Every profile on real pools ran and has a matrix row for every lane it serves, with its
     gate verdict; each other profile is tested against the baseline per lane."""
@@ -95,7 +94,6 @@ def test_short_sweep_has_a_row_per_lane_for_every_profile(short_sweep: tuple[Pat
 
 
 @pytest.mark.engine
-@pytest.mark.slow
 def test_short_sweep_sends_the_same_seeded_plan_to_every_profile(
     short_sweep: tuple[Path, Any],
 ) -> None:
@@ -118,7 +116,6 @@ def test_short_sweep_sends_the_same_seeded_plan_to_every_profile(
 
 
 @pytest.mark.engine
-@pytest.mark.slow
 def test_a_pool_that_fails_is_reported_and_the_sweep_goes_on(
     short_sweep: tuple[Path, Any],
 ) -> None:
@@ -151,7 +148,6 @@ def _read_until(stream: Any, text: str) -> str:
 
 
 @pytest.mark.engine
-@pytest.mark.slow
 def test_ctrl_c_keeps_the_finished_runs_of_an_external_sweep(vllm: Any, tmp_path: Path) -> None:
     """With --external (the sidecar only, in front of a running vLLM), Ctrl-C in the third run
     stops it cleanly: no fourth run, and the matrix covers both profiles' finished rounds."""

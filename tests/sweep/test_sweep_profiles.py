@@ -123,6 +123,7 @@ def test_a_bad_profile_fails_with_the_field_named(change: dict[str, Any], named:
     assert str(err.value).startswith("p.yaml")
 
 
+@pytest.mark.process
 def test_config_check_validates_a_profile_file(tmp_path: Path) -> None:
     """`vllm-obs config check` takes a profile: ok prints its engines, a typo exits 2 naming it."""
     good = tmp_path / "good.yaml"
@@ -138,6 +139,7 @@ def test_config_check_validates_a_profile_file(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.process
 def test_sweep_refuses_a_bad_profile_before_starting_anything(tmp_path: Path) -> None:
     """`vllm-obs sweep --profile BAD` exits 2 naming the field and creates no output folder."""
     bad = tmp_path / "bad.yaml"
@@ -151,6 +153,7 @@ def test_sweep_refuses_a_bad_profile_before_starting_anything(tmp_path: Path) ->
     assert not out.exists()
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("flag", ["--rounds", "--duration", "--rate", "--sessions"])
 def test_sweep_refuses_non_positive_numbers(flag: str, tmp_path: Path) -> None:
     """Zero rounds, duration, rate or sessions is refused with the flag named."""

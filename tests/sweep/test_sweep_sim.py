@@ -17,7 +17,7 @@ from tests.support import QUICK_DRAIN
 PROFILES = ("single-balanced", "class-aware")
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_sim_sweep_writes_whole_system_rows_and_marks_pools_simulated(tmp_path: Path) -> None:
     """Each profile gets a whole-system row (offered, accepted share, good), the best profile
     overall is named, the pools ran as ``engine: sim`` at their GPU-scale sizes, the per-lane

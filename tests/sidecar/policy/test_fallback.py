@@ -1,18 +1,17 @@
-"""The lane's fallback (``traffic.with_fallback``) against a scripted route: which pools are
-tried, in which order, and what the event says; no server, no pool."""
+"""The lane's fallback decision (``traffic.fallback_reason``): which failures send a request
+once to the lane's fallback pool, with which reason, and what the client gets otherwise. Pure:
+the relay owns the loop (tests/sidecar/relay/test_inproc_failover.py runs it end to end)."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from obs import conventions as c
 from obs.config import parse_config
 from obs.sidecar import outcomes as e
 from obs.sidecar.policy import traffic
-from obs.sidecar.relay.request import Request
-from tests.support.probes import CHAT
 
 CONFIG = parse_config(
     {
@@ -28,48 +27,78 @@ CONFIG = parse_config(
 LANE = CONFIG.lanes[0]
 
 
-def _run(first: BaseException | None, started: bool = False) -> tuple[Request, list[str]]:
-    """Route a request whose first pool does ``first`` (None: answers); the pools tried."""
-    req = Request(CHAT)
-    req.event.pool, req.started = "main", started
-    req.event.stream = True  # a non-streamed request's timeout never falls back (traffic.py)
-    tried: list[str] = []
-
-    async def route(pool: str, may_fall_back: bool) -> None:
-        tried.append(f"{pool}:{may_fall_back}")
-        if pool == "main" and first is not None:
-            raise first
-
-    asyncio.run(traffic.with_fallback(req, LANE, route))
-    return req, tried
+def _reason(
+    err: Exception, *, stream: bool = True, started: bool = False, gone: bool = False
+) -> str:
+    """The decision for ``err`` on the main pool of a lane that falls back to ``spare``."""
+    fallback = traffic.fallback_pool(LANE, "main")
+    return traffic.fallback_reason(err, LANE, fallback, stream=stream, started=started, gone=gone)
 
 
-def test_an_answering_pool_is_the_only_one_tried() -> None:
-    """A pool that answers: no fallback, no fallback fields on the event."""
-    req, tried = _run(None)
-    assert tried == ["main:True"] and req.event.fallback_from is None
+def test_the_fallback_is_another_pool_never_the_same() -> None:
+    """A lane's fallback is its fallback pool, and none for a request already on that pool (a
+    split lane's arm may be it)."""
+    assert traffic.fallback_pool(LANE, "main") == "spare"
+    assert traffic.fallback_pool(LANE, "spare") is None
 
 
 @pytest.mark.parametrize(
-    ("first", "reason"),
+    ("err", "reason"),
     [
         (e.FallBack(c.FALLBACK_SERVER_ERROR), c.FALLBACK_SERVER_ERROR),
+        (e.FallBack(c.FALLBACK_UNAVAILABLE), c.FALLBACK_UNAVAILABLE),
         (e.UpstreamTimeout("no first token"), c.FALLBACK_TIMEOUT),
     ],
-    ids=["refused", "timeout"],
+    ids=["refused", "unavailable", "timeout"],
 )
-def test_a_refusal_or_an_early_timeout_goes_once_to_the_fallback(
-    first: BaseException, reason: str
+def test_a_refusal_or_an_early_timeout_falls_back_with_its_reason(
+    err: Exception, reason: str
 ) -> None:
-    """The first pool's refusal or timeout before the first byte: once to the fallback pool
-    (which may not fall back again), the event naming where it came from and why."""
-    req, tried = _run(first)
-    assert tried == ["main:True", "spare:False"]
-    ev = req.event
-    assert (ev.pool, ev.fallback_from, ev.fallback_reason) == ("spare", "main", reason)
+    """The pool's refusal, or a streamed request's timeout before the first byte: the fallback,
+    the event's reason naming why."""
+    assert _reason(err) == reason
 
 
 def test_a_timeout_after_the_stream_began_is_not_answered_twice() -> None:
     """Once the client has the response head, a timeout is the outcome: no second pool."""
+    err = e.UpstreamTimeout("idle")
+    with pytest.raises(e.UpstreamTimeout) as raised:
+        _reason(err, started=True)
+    assert raised.value is err
+
+
+def test_a_client_that_left_is_not_sent_to_a_second_pool() -> None:
+    """Nobody waits for the answer: the timeout stands, no work on the fallback pool."""
     with pytest.raises(e.UpstreamTimeout):
-        _run(e.UpstreamTimeout("idle"), started=True)
+        _reason(e.UpstreamTimeout("no first token"), gone=True)
+
+
+def test_a_non_streamed_timeout_is_the_lanes_answer_deadline() -> None:
+    """A whole answer's first byte is its last token: its timeout is the lane's deadline
+    (the generation was under way), never sent to a second pool to be done twice."""
+    with pytest.raises(e.AnswerDeadline, match="first_token_s"):
+        _reason(e.UpstreamTimeout("no answer"), stream=False)
+
+
+def test_other_failures_are_raised_as_they_are() -> None:
+    """A failure that is neither a refusal nor a timeout (the pool cut the stream) is the
+    outcome itself: the policy re-raises it unchanged."""
+    err = e.UpstreamError("cut mid-stream")
+    with pytest.raises(e.UpstreamError) as raised:
+        _reason(err)
+    assert raised.value is err
+
+
+@given(stream=st.booleans(), started=st.booleans(), gone=st.booleans())
+def test_a_timeout_falls_back_only_before_the_client_has_anything(
+    stream: bool, started: bool, gone: bool
+) -> None:
+    """For every state a timeout can find the request in, it falls back exactly when the
+    request streams, nothing reached the client and the client still waits."""
+    try:
+        reason: str | None = _reason(
+            e.UpstreamTimeout("t"), stream=stream, started=started, gone=gone
+        )
+    except (e.UpstreamTimeout, e.AnswerDeadline):
+        reason = None
+    assert (reason is not None) == (stream and not started and not gone)

@@ -10,9 +10,12 @@ from __future__ import annotations
 import socket
 import threading
 
+import pytest
 import uvloop
 
 from obs.sidecar.pools.upstream import Upstream, UpstreamError
+
+pytestmark = pytest.mark.inproc
 
 FRAMES = [b'data: {"n":%d}\n\n' % i for i in range(4)]
 

@@ -14,11 +14,14 @@ import threading
 from collections.abc import Callable
 
 import httpx
+import pytest
 import uvloop
 
 from obs.sidecar.pools.upstream import Upstream, UpstreamError
 from tests.sidecar.conftest import InprocFactory
 from tests.support.inproc import lane_config, request_id
+
+pytestmark = pytest.mark.inproc
 
 ANSWER = b'{"ok":true}'
 

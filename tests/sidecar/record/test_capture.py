@@ -139,6 +139,7 @@ def test_custom_hook_and_cap_apply_and_a_failing_hook_drops_only_the_text(
         ("none", "--redact-hook is only used with --capture-text"),
     ],
 )
+@pytest.mark.process
 def test_bad_redact_hook_is_a_clear_error_at_start(capture: str, message: str) -> None:
     """A hook that cannot be imported, or one given without capture, stops the start in a line."""
     cmd = [

@@ -101,7 +101,7 @@ def test_a_decompression_bomb_is_refused_without_stalling_or_swelling(
     assert metric(traced.url, REFUSED, reason="too_large") == 3
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_many_early_spans_with_huge_attributes_are_not_kept(traced: SidecarProcess) -> None:
     """300 spans with 1 MB attributes for unknown requests leave no memory behind (item 3)."""
     before = rss_bytes(traced.pid)
@@ -127,7 +127,7 @@ _BODIES = st.one_of(
 )
 
 
-@pytest.mark.slow
+@pytest.mark.process
 @settings(max_examples=80, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
 @given(body=_BODIES, encoding=st.sampled_from(["", "gzip", "identity", "deflate"]))

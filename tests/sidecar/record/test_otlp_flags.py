@@ -8,12 +8,15 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from obs import conventions as c
 from obs.procs import free_port
 from obs.sidecar.testing import OtlpReceiver
 from tests.conftest import SidecarFactory
 from tests.support.probes import wait_for
+
+pytestmark = pytest.mark.process
 
 
 def test_flags_send_genai_metrics_and_event_log_records(

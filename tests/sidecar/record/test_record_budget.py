@@ -160,7 +160,7 @@ def _connect_and_close(port: int, until: float) -> int:
     return n
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_connect_and_close_for_seconds_stays_within_the_event_budget(
     sidecar: SidecarFactory,
 ) -> None:

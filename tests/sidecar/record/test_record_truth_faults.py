@@ -24,6 +24,8 @@ from tests.support.inproc import InProcessSidecar, lane_config
 from tests.support.probes import DONE_FRAME, frame_json, metric, sse_frames
 from tests.support.scripted_upstream import Script, ScriptedUpstream
 
+pytestmark = pytest.mark.inproc
+
 CHAT = "/v1/chat/completions"
 FP = "vllm-0.32.0-ce866d06"
 

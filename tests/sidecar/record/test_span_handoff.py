@@ -8,6 +8,7 @@ import asyncio
 from pathlib import Path
 
 import aiohttp
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
@@ -41,6 +42,7 @@ def test_spans_survive_the_wire() -> None:
     assert decode(encode(spans)) == spans
 
 
+@pytest.mark.inproc
 def test_a_sibling_receives_its_spans(tmp_path: Path) -> None:
     """Worker 0 keeps the spans whose parent it made and posts worker 1's to worker 1's
     private server, where they join on worker 1's loop."""

@@ -24,6 +24,8 @@ from obs.sidecar.testing import SidecarProcess
 from tests.support import chat_body, event_of
 from tests.support.scripted_upstream import ScriptedUpstream
 
+pytestmark = pytest.mark.process
+
 CHAT = "/v1/chat/completions"
 LONG_PROMPT = "word " * 200  # about 250 tokens by the sidecar's estimate: over lane a's 100
 

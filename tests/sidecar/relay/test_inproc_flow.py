@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import hashlib
 
+import pytest
+
 from obs import conventions as c
 from obs.config import parse_config
 from tests.sidecar.conftest import InprocFactory
 from tests.support.inproc import request_id
 from tests.support.probes import sample_sum
 from tests.support.scripted_upstream import Script, ScriptedUpstream, token_frame, usage_frame
+
+pytestmark = pytest.mark.inproc
 
 LIMIT = 300
 

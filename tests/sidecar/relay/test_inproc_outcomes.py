@@ -23,6 +23,8 @@ from tests.support.probes import CHAT, DONE_FRAME, metric, stream_error
 from tests.support.quick_ack import quick_ack_client
 from tests.support.scripted_upstream import Script, ScriptedUpstream, sse_frame, token_frame
 
+pytestmark = pytest.mark.inproc
+
 MAX_BODY = 4096
 JSON = "application/json"
 

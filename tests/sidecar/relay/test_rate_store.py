@@ -85,6 +85,7 @@ def test_two_limiters_share_one_window(redis_server: RedisServer) -> None:
     asyncio.run(go())
 
 
+@pytest.mark.inproc
 @pytest.mark.parametrize("policy", ["open", "closed"])
 def test_unreachable_store(policy: str) -> None:
     """Redis not answering: ``open`` admits uncounted and counts the store error, ``closed``

@@ -105,16 +105,16 @@ def test_a_follow_up_goes_to_the_pool_and_replica_of_the_response_it_continues()
     assert homes.home("resp_next") is c
 
 
-def test_a_follow_up_of_an_unknown_response_looks_on_its_lanes_pool_first() -> None:
+def test_a_follow_up_of_an_unknown_response_looks_on_its_lanes_pool_only() -> None:
     """``previous_response_id`` this sidecar did not see made (another sidecar's): every
-    replica once, the lane's pool's first (the batch pool's here), a 404 moving on."""
+    replica of the lane's pool once (the batch pool's here), a 404 moving on; never the
+    other pools' (a client cannot make every replica look)."""
     pools, homes = _pools(), ResponseHomes()
-    a, b = pools.replicas["chat"]
     (c,) = pools.replicas["batch"]
     ev = Event(route="/v1/responses", pool="batch")
     plan = stored.plan(ev, _scope("/v1/responses"), {"previous_response_id": ID}, homes)
     assert plan is not None and plan.lookup and plan.home is None and ev.pool == "batch"
-    assert stored.candidates(plan, pools, "batch", None) == [c, a, b]
+    assert stored.candidates(plan, pools, "batch", None) == [c]
     assert stored.next_replica(plan, 404)
 
 
@@ -142,17 +142,16 @@ def test_the_home_replica_comes_first_even_when_others_hold_fewer_requests() -> 
     assert stored.candidates(None, pools, "chat", None) == [b, a]
 
 
-def test_an_unknown_response_is_looked_for_on_every_replica_healthy_first() -> None:
-    """A retrieval this sidecar did not see created: every replica of every pool, once each,
-    the healthy ones first; a 404 moves on to the next one, any other answer stops."""
+def test_an_unknown_response_is_looked_for_on_its_pools_replicas_healthy_first() -> None:
+    """A retrieval this sidecar did not see created: every replica of the lane's pool, once
+    each, the healthy ones first; a 404 moves on to the next one, any other answer stops."""
     pools, homes = _pools(), ResponseHomes()
     a, b = pools.replicas["chat"]
-    (c,) = pools.replicas["batch"]
     pools.mark_failed(a)
     ev = Event(route=stored.STORED_ROUTE, pool="chat")
     plan = stored.plan(ev, _scope(f"/v1/responses/{ID}", b"stream=true"), None, homes)
     assert plan is not None and plan.lookup and plan.home is None and ev.stream
-    assert stored.candidates(plan, pools, "chat", None) == [b, c, a]
+    assert stored.candidates(plan, pools, "chat", None) == [b, a]
     assert stored.next_replica(plan, 404) and stored.next_replica(plan, 503)
     assert not stored.next_replica(plan, 200) and not stored.next_replica(plan, 400)
     assert not stored.next_replica(None, 404)

@@ -21,6 +21,8 @@ from obs.sidecar.server.limits import Limits
 from obs.sidecar.types import Receive, Scope, Send
 from tests.support.rawhttp import read_response
 
+pytestmark = pytest.mark.inproc
+
 
 async def _echo_received(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["type"] != "http":

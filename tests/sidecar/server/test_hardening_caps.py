@@ -44,6 +44,7 @@ def _from(addr: str, port: int) -> socket.socket:
     return s
 
 
+@pytest.mark.process
 def test_silent_sockets_from_four_addresses_cannot_fill_the_cap(
     sidecar: SidecarFactory, pool: ScriptedUpstream
 ) -> None:

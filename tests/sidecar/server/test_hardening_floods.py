@@ -122,6 +122,7 @@ def test_bodies_held_by_one_address_are_bounded_and_others_still_post(
     assert metric(sc.url, LIMITS, limit="body_memory") == 1
 
 
+@pytest.mark.process
 def test_the_open_file_soft_limit_is_raised_at_start(
     pool: ScriptedUpstream, tmp_path: Path
 ) -> None:

@@ -27,7 +27,7 @@ from tests.support import chat_body
 from tests.support.rawhttp import read_all, status
 from tests.support.scripted_upstream import Script, ScriptedUpstream, token_frame
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.process
 
 
 @pytest.fixture

@@ -221,7 +221,7 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SidecarProcess]
     sc.stop()
 
 
-@pytest.mark.slow
+@pytest.mark.process
 @settings(max_examples=50, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
 @given(body=_BODIES, route=st.sampled_from(["/v1/chat/completions", "/v1/completions",

@@ -19,6 +19,8 @@ from tests.support.probes import metric
 from tests.support.rawhttp import connect, exchange, read_all, status
 from tests.support.scripted_upstream import ScriptedUpstream
 
+pytestmark = pytest.mark.process
+
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
 

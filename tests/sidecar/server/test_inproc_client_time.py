@@ -31,6 +31,8 @@ from tests.support.probes import CHAT, DONE_FRAME
 from tests.support.scripted_upstream import Script, ScriptedUpstream, token_frame, usage_frame
 from tests.support.small_window import KINDS, raw_post, read_paced, small_socket
 
+pytestmark = pytest.mark.inproc
+
 FRAMES = 160  # of ~420 bytes: a ~67 KB stream, far more than the client's window
 RATE = 12_000  # bytes/s the slow clients read: about 5.6 s for the stream
 STOPPED_WAIT_S = 1.0  # record_wait_s of the lane whose clients stop reading

@@ -24,6 +24,8 @@ from tests.support.probes import CHAT, metric, stream_error, wait_for
 from tests.support.rawhttp import connect, exchange, read_all, status
 from tests.support.scripted_upstream import Script, ScriptedUpstream, token_frame
 
+pytestmark = pytest.mark.inproc
+
 
 @pytest.fixture(scope="module")
 def sidecar(scripted: ScriptedUpstream, inproc: InprocFactory) -> InProcessSidecar:
