@@ -11,10 +11,15 @@ Three requests name one:
   response's events) and ``POST /v1/responses/{id}/cancel``: sent to its replica.
 
 A response this sidecar did not see made (another sidecar's: behind a load balancer the next
-turn often reaches another one; or from before a restart) is looked for: each replica in
-turn, the lane's pool's first, until one answers other than 404 (vLLM answers a follow-up
-whose previous response it does not hold 404 before generating anything; the last 404 is the
-client's).
+turn often reaches another one; or from before a restart) is looked for: each replica of the
+lane's pool in turn, until one answers other than 404 (vLLM answers a follow-up whose previous
+response it does not hold 404 before generating anything; the last 404 is the client's), at
+most ``homes.MAX_LOOKUPS`` a minute per client (then the sidecar's own 404).
+
+Stored responses have owners (``homes.owner_of``): a request naming one that another key or
+tenant made is answered 404 by the sidecar, as if it did not exist. A client's ``request_id``
+on ``POST /v1/responses`` (vLLM makes it the stored response's id) is dropped from the body
+(``Stored.rewrite``): a client cannot choose an id, so cannot overwrite another's response.
 
 A response's replica is learned from its answer: the id of a 2xx whole answer, or of a
 stream's first event (``response.created``), unless the request said ``store: false``; and
@@ -30,6 +35,7 @@ from typing import Any, Final
 from urllib.parse import parse_qs
 
 from obs.events import Event
+from obs.sidecar import outcomes as e
 from obs.sidecar.pools.homes import ResponseHomes
 from obs.sidecar.pools.pools import PoolSet, Replica
 from obs.sidecar.types import Scope
@@ -38,6 +44,7 @@ RESPONSES: Final = "/v1/responses"
 STORED_ROUTE: Final = "/v1/responses/{response_id}"
 CANCEL_ROUTE: Final = "/v1/responses/{response_id}/cancel"
 STORED_ROUTES: Final = {STORED_ROUTE: "retrieve_response", CANCEL_ROUTE: "cancel_response"}
+PLANNED: Final = frozenset({RESPONSES, *STORED_ROUTES})  # the routes ``plan`` reads
 # vLLM's ids are ``resp_`` and hex; OpenAI's ``resp_`` and base62. Any other path under
 # /v1/responses/ is not relayed (the sidecar's own 404), so no path the pool would read
 # otherwise (``..``, encoded slashes) reaches it.
@@ -76,38 +83,58 @@ def streams(query: bytes) -> bool:
 class Stored:
     """What the relay knows of the stored response a request names, and learns of its own."""
 
-    __slots__ = ("home", "lookup", "named", "store")
+    __slots__ = ("home", "lookup", "named", "owner", "rewrite", "store")
 
-    def __init__(self, named: str | None, home: Replica | None, lookup: bool, store: bool) -> None:
+    def __init__(
+        self,
+        named: str | None,
+        home: Replica | None,
+        lookup: bool,
+        store: bool,
+        owner: str | None = None,
+    ) -> None:
         self.named = named  # the id of the stored response it names
         self.home = home  # the replica holding the response it names (None: not known here)
         self.lookup = lookup  # not known here: look for it on each replica (404: the next)
         self.store = store  # its own answer may be stored: learn where (POST /v1/responses)
+        self.owner = owner  # who makes the request (homes.owner_of): owns what it stores
+        self.rewrite = False  # the body lost the client's request_id: send it re-encoded
 
 
 def plan(
-    ev: Event, scope: Scope, body: dict[str, Any] | None, homes: ResponseHomes
+    ev: Event,
+    scope: Scope,
+    body: dict[str, Any] | None,
+    homes: ResponseHomes,
+    owner: str | None = None,
+    client: str | None = None,
 ) -> Stored | None:
     """What a request of ``ev.route`` needs (None for any other route), once its lane placed
     it: the event's pool becomes the named response's replica's, and a retrieval's event says
-    whether it asked for a stream."""
+    whether it asked for a stream. ``owner``: who makes the request (``homes.owner_of``);
+    ``client``: whom its lookups are counted against. Raises ``NotFound`` for a response
+    another owner made, or a lookup past the client's."""
     route = ev.route
     if route == RESPONSES:
         value = body.get("previous_response_id") if body is not None else None
         named = value if type(value) is str else None
-        home = homes.home(named) if named is not None else None
+        home = _home(homes, named, owner, client) if named is not None else None
         lookup = named is not None and home is None
-        found = Stored(named, home, lookup, body is None or body.get("store") is not False)
+        store = body is None or body.get("store") is not False
+        found = Stored(named, home, lookup, store, owner)
+        if body is not None and "request_id" in body:  # vLLM's stored id: never the client's
+            del body["request_id"]
+            found.rewrite = True
     elif route in STORED_ROUTES:
         # The path matched its route (route_of): the id lies after the prefix, before a
         # cancellation's suffix.
         path: str = scope["path"]
         end = len(path) - len(_CANCEL) if route == CANCEL_ROUTE else len(path)
         named = path[len(_PREFIX) : end]
-        home = homes.home(named)
+        home = _home(homes, named, owner, client)
         if route == STORED_ROUTE:
             ev.stream = streams(scope.get("query_string", b""))
-        found = Stored(named, home, home is None, False)
+        found = Stored(named, home, home is None, False, owner)
     else:
         return None
     if home is not None:  # its state is there, nowhere else
@@ -115,19 +142,34 @@ def plan(
     return found
 
 
+def _home(
+    homes: ResponseHomes, named: str, owner: str | None, client: str | None
+) -> Replica | None:
+    """The replica of ``named`` when ``owner`` may use it; None to look it up; ``NotFound``
+    when another owns it or the client has looked up too many unknown ids."""
+    known, made_by = homes.owner(named)
+    if known and made_by != owner:
+        raise e.NotFound(f"no stored response {named!r}")
+    home = homes.home(named)
+    if home is None and not homes.may_look_up(client or owner or ""):
+        raise e.NotFound(
+            f"no stored response {named!r} here (this client looked up too many unknown ids; "
+            "retry in a minute)"
+        )
+    return home
+
+
 def candidates(
     stored: Stored | None, pools: PoolSet, pool: str, affinity: str | None
 ) -> list[Replica]:
     """The replicas to try, in order: up to two of ``pool`` (``PoolSet.candidates``), the
-    response's replica first when it has one there; for a lookup, every replica once, the
-    healthy ones first, ``pool``'s before the other pools'."""
+    response's replica first when it has one there; for a lookup, every replica of ``pool``
+    once, the healthy ones first."""
     found = pools.candidates(pool, affinity)
     if stored is None:
         return found[:2]
-    if stored.lookup:
-        others = (r for name in pools.replicas if name != pool for r in pools.candidates(name))
-        every = list({r.url: r for r in (*found, *others)}.values())
-        return [r for r in every if r.healthy] + [r for r in every if not r.healthy]
+    if stored.lookup:  # the lane's pool only: a client cannot make every pool look
+        return [r for r in found if r.healthy] + [r for r in found if not r.healthy]
     home = stored.home
     if home is not None and home.pool == pool:
         found = [home, *(r for r in found if r is not home)]
@@ -149,6 +191,6 @@ def learn(
     if stored is None or status >= 300:
         return
     if stored.lookup and stored.named is not None:
-        homes.remember(stored.named, replica)
+        homes.remember(stored.named, replica, stored.owner)
     if stored.store and answer_id is not None:
-        homes.remember(answer_id, replica)
+        homes.remember(answer_id, replica, stored.owner)
