@@ -109,6 +109,7 @@ def start_replicas(n: int, work: Path, t0: float) -> list[VllmServer]:
             python=paths.python,
             launcher=paths.launcher,
             startup_timeout_s=STARTUP_TIMEOUT_S,
+            in_process_model=True,  # its restart under load is ready sooner
         )
         for i in range(n)
     ]

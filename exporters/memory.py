@@ -46,7 +46,7 @@ class InMemoryExporter:
                 self._changed.wait(left)
             return list(self._by_id[request_id])
 
-    def event(self, request_id: str, timeout_s: float = 3.0) -> dict[str, Any]:
+    def event(self, request_id: str, timeout_s: float = 15.0) -> dict[str, Any]:
         """The one event of ``request_id`` as JSON reads it; fails unless exactly one came."""
         mine = self.records(request_id, timeout_s)
         assert mine, f"no event for request {request_id}"

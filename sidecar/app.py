@@ -281,7 +281,8 @@ class SidecarApp:
 
     def _own_routes(self) -> dict[str, Callable[[Scope], Awaitable[Answer]]]:
         """The sidecar's own GET routes (not relayed), by exact path."""
-        self.models_cache, rendered = models_cache(), Kept[bytes](0.0, rest=4.0)  # /metrics
+        rendered = Kept[bytes](0.0, rest=4.0, clock=self.clock)  # /metrics
+        self.models_cache = models_cache(self.clock)
 
         async def health(_: Scope) -> Answer:
             return Answer(orjson.dumps(self.health()))
@@ -390,5 +391,6 @@ def create_app(
     """The sidecar, built from ``settings``: the one place its parts are composed. A caller
     (a test, an embedding program) may bring its own metrics ``registry``, more
     ``exporters`` (beside those the settings ask for: ``obs.exporters.memory`` to read each
-    record directly) and the monotonic ``clock`` the event budget runs on."""
+    record directly) and the monotonic ``clock`` the event budget and the kept answers
+    (``/v1/models``, ``/metrics``) run on."""
     return SidecarApp(settings, registry=registry, exporters=exporters, clock=clock)

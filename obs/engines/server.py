@@ -47,6 +47,22 @@ _FIXED_FLAGS = (
 )
 
 
+# vLLM's CPU platform runs the model in a worker process of its own (the ``mp`` executor): a
+# third interpreter, spawned after the API server and the engine core, that imports torch and
+# vLLM once more and is pinned to core 0. With ``--distributed-executor-backend uni`` and this
+# variable off (vLLM keeps ``uni`` on CPU only then) the engine core runs the model itself, as
+# vLLM does by default for one GPU; ``vllm serve`` still runs its engine core in a process of
+# its own. Ready in 16.9 s twice against 24.1 and 37.6 s on this project's 2-core machine
+# (``VllmServer(in_process_model=True)``: the soak's replicas, which restart under load, and the
+# restart test's). It changes what the engine does under load, so the demo's and the sweep's
+# pools keep the worker process: their API server falls behind the engine more often and merges
+# several tokens into one stream frame (vLLM's output collector does when its reader is
+# behind), so two identical greedy streams may be framed differently (the tests comparing
+# streams byte for byte failed 4 times in 8); and the short demo, which drives load at a share
+# of the capacity it probes, sent 10 requests in its 5 s, none of two of its six classes.
+IN_PROCESS_MODEL_FLAGS = ("--distributed-executor-backend", "uni")
+IN_PROCESS_MODEL_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
 # vLLM's cache of its model-class inspection, under VLLM_CACHE_ROOT (see ``cache_root``).
 MODELINFOS = "modelinfos"
 
@@ -82,8 +98,10 @@ class VllmServer:
 
     Use as a context manager (``with VllmServer(dir) as server: ...``) or call
     :meth:`start` / :meth:`stop`. The engine runs with ``--enforce-eager``: ready in
-    20-30 s on an idle 2-core machine, instead of ~40 s with torch.compile. ``env`` adds
-    variables to this server's environment only (e.g. ``OTEL_BSP_SCHEDULE_DELAY``).
+    20-30 s on an idle 2-core machine, instead of ~40 s with torch.compile; about 17 s with
+    ``in_process_model`` (the model run in the engine core: ``IN_PROCESS_MODEL_FLAGS``, which
+    changes how streams are framed under load). ``env`` adds variables to this server's environment
+    only (e.g. ``OTEL_BSP_SCHEDULE_DELAY``).
     """
 
     LABEL = "vllm serve"
@@ -104,6 +122,7 @@ class VllmServer:
         launcher: Path | None = None,
         startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
         stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
+        in_process_model: bool = False,
     ) -> None:
         if max_model_len <= 0:
             raise ValueError(f"max_model_len must be positive, got {max_model_len}")
@@ -122,6 +141,7 @@ class VllmServer:
         self._launcher = launcher_path() if launcher is None else launcher
         self._startup_timeout_s = startup_timeout_s
         self._stop_timeout_s = stop_timeout_s
+        self._in_process_model = in_process_model  # IN_PROCESS_MODEL_FLAGS
 
         self._process: ManagedProcess | None = None
         self._log_path: Path | None = None
@@ -181,6 +201,8 @@ class VllmServer:
             cmd += ["--kv-cache-memory-bytes", str(self._kv_cache_bytes)]
         if self._otlp_traces_endpoint is not None:
             cmd += ["--otlp-traces-endpoint", self._otlp_traces_endpoint]
+        if self._in_process_model:
+            cmd += IN_PROCESS_MODEL_FLAGS
         return cmd + list(self._extra_args)
 
     # --- lifecycle --------------------------------------------------------------
@@ -317,6 +339,8 @@ class VllmServer:
                 "NO_PROXY": no_proxy,
             }
         )
+        if self._in_process_model:
+            env.update(IN_PROCESS_MODEL_ENV)
         env.update(self._env)
         if self._kv_cache_bytes is None:
             env["VLLM_CPU_KVCACHE_SPACE"] = "1"  # GiB; it would override --kv-cache-memory-bytes

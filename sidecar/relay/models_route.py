@@ -13,7 +13,8 @@ not one per request.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -28,9 +29,9 @@ CACHE_S = 5.0
 CACHE_KEYS = 64  # header sets kept (one per client key when client keys are forwarded)
 
 
-def models_cache() -> Kept[list[dict[str, Any]]]:
-    """Where the unions are kept (see the module's doc)."""
-    return Kept(CACHE_S, CACHE_KEYS)
+def models_cache(clock: Callable[[], float] = time.monotonic) -> Kept[list[dict[str, Any]]]:
+    """Where the unions are kept (see the module's doc), their age read on ``clock``."""
+    return Kept(CACHE_S, CACHE_KEYS, clock=clock)
 
 
 def upstream_headers(

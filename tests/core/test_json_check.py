@@ -150,13 +150,16 @@ def test_commas_inside_a_long_text_are_not_values() -> None:
 
 
 def _fed_s(data: bytes, piece: int) -> float:
-    """The quickest of five counts of ``data`` fed in pieces of ``piece`` bytes, in seconds."""
+    """The quickest of five counts of ``data`` fed in pieces of ``piece`` bytes, in seconds of
+    this thread's CPU: a run preempted by other work (the heavy tier beside the fast one,
+    ``scripts/check``) is not charged for the time it waited, which a wall clock would charge
+    to the longer run only (0.171 s for 16 MiB against 0.0029 s for 2 MiB once)."""
     best = float("inf")
     for _ in range(5):
-        count, t0 = ValueCount(), time.perf_counter()
+        count, t0 = ValueCount(), time.thread_time()
         for at in range(0, len(data), piece):
             count.feed(data[at : at + piece])
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, time.thread_time() - t0)
     return best
 
 

@@ -80,6 +80,7 @@ def _vllm(engine_paths: EnginePaths, port: int, log: Path, *args: str) -> VllmSe
         log_path=log,
         python=engine_paths.python,
         launcher=engine_paths.launcher,
+        in_process_model=True,  # ready sooner (obs.engines.server.IN_PROCESS_MODEL_FLAGS)
     ).start()
 
 

@@ -107,8 +107,10 @@ def _saturation_config(sim: SimServer) -> dict[str, Any]:
 
 async def _offer(
     urls: list[str], rate: float, seconds: float, lane: str, results: list[int]
-) -> None:
-    """Open-loop load: ``rate`` requests/s for ``seconds``, spread over the sidecars."""
+) -> list[str]:
+    """Open-loop load: ``rate`` requests/s for ``seconds``, spread over the sidecars; returns
+    the ``x-request-id`` of each request answered 200 (``LANE-I``: its event names it)."""
+    answered: list[str] = []
     async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=None)) as h:
 
         async def one(i: int) -> None:
@@ -122,9 +124,11 @@ async def _offer(
                 r = await h.post(
                     urls[i % len(urls)] + "/v1/chat/completions",
                     json=body,
-                    headers={"x-lane": lane},
+                    headers={"x-lane": lane, "x-request-id": f"{lane}-{i}"},
                 )
                 results.append(r.status_code)
+                if r.status_code == 200:
+                    answered.append(f"{lane}-{i}")
             except httpx.HTTPError:
                 results.append(0)
 
@@ -136,6 +140,7 @@ async def _offer(
             i += 1
             await asyncio.sleep(random.expovariate(rate))
         await asyncio.gather(*tasks)
+    return answered
 
 
 @pytest.mark.process
@@ -148,6 +153,7 @@ def test_two_sidecars_hold_the_pool_at_its_target(sim: SimServer, tmp_path: Path
     poller = EnginePoller(sim.url)
     batch: list[int] = []
     chat: list[int] = []
+    answered: list[str] = []
     try:
         for p in procs:
             p.start()
@@ -155,9 +161,10 @@ def test_two_sidecars_hold_the_pool_at_its_target(sim: SimServer, tmp_path: Path
         urls = [p.url for p in procs]
 
         async def load() -> None:
-            await asyncio.gather(
+            for ids in await asyncio.gather(
                 _offer(urls, 13.0, 30, "batch", batch), _offer(urls, 1.0, 30, "chat", chat)
-            )
+            ):
+                answered.extend(ids)
 
         asyncio.run(load())
     finally:
@@ -176,6 +183,11 @@ def test_two_sidecars_hold_the_pool_at_its_target(sim: SimServer, tmp_path: Path
         f"{max((w for w, _ in busy), default=0)}; batch statuses "
         f"{ {s: batch.count(s) for s in set(batch)} }, chat {len(good)}/{len(chat)} good; "
         f"held {len(held)}, refused {len(refused)}"
+    )
+    # Every request answered 200 has its event (a lost one is named, with the sidecars' logs).
+    missing = sorted(set(answered) - {e["request_id"] for e in events})
+    assert not missing, f"{report}; no event for {missing}:\n" + "\n".join(
+        p.log_tail(3000) for p in procs
     )
     print(report)
     assert len(busy) >= 50, report

@@ -44,7 +44,7 @@ class EventLog:
                 return self.events
             time.sleep(0.005)
 
-    def one(self, request_id: str, timeout_s: float = 3.0) -> dict[str, Any]:
+    def one(self, request_id: str, timeout_s: float = 15.0) -> dict[str, Any]:
         """The event of ``request_id``; fails unless exactly one is written."""
         deadline = time.monotonic() + timeout_s
         while True:

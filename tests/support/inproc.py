@@ -67,10 +67,18 @@ class InProcessSidecar:
     """``vllm-obs sidecar`` for ``config`` in a thread of this process; ``stop()`` ends it.
 
     ``settings``: more ``Settings`` fields (``max_body_bytes``, ``limits``, ...). Pools are
-    polled once a minute: a test decides when a replica is down, not the poll.
+    polled once a minute: a test decides when a replica is down, not the poll. ``clock``: the
+    monotonic clock ``create_app`` gives the sidecar's injected timers (the event budget, the
+    kept answers), e.g. a ``tests.support.clock.ManualClock`` the test moves.
     """
 
-    def __init__(self, config: Config, events_path: Path | None = None, **settings: Any) -> None:
+    def __init__(
+        self,
+        config: Config,
+        events_path: Path | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        **settings: Any,
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         fields: dict[str, Any] = {"pool_poll_interval_s": 60.0, "shutdown_grace_s": 1.0}
@@ -82,7 +90,9 @@ class InProcessSidecar:
             **{**fields, **settings},
         )
         self.memory = InMemoryExporter()  # every finished request's record, read directly
-        self._app = create_app(self.settings, registry=CollectorRegistry(), exporters=[self.memory])
+        self._app = create_app(
+            self.settings, registry=CollectorRegistry(), exporters=[self.memory], clock=clock
+        )
         self._server = relay_server(self.settings, self._app)
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="inproc-sidecar", daemon=True)

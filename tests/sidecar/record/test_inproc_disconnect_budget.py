@@ -2,10 +2,12 @@
 events/s escaped the event budget): past ``--client-events-per-s`` their events become
 summary records whose counts are exact, and a legitimate client's events are all written.
 
-Real sockets against the in-process sidecar. The pool is ``ScriptedUpstream``, holding each
-attacker's stream open with no output until the sidecar hangs up: the test must know that
-every attacker's request reached the pool before its client left, and no real vLLM holds
-back its first token on cue (the tiny model's comes within milliseconds, a race).
+Real sockets against the in-process sidecar, whose clock the test holds still
+(``tests.support.clock.ManualClock``): the budget is spent in the sidecar's time, so the count
+written one by one is exact whatever the machine's speed. The pool is ``ScriptedUpstream``,
+holding each attacker's stream open with no output until the sidecar hangs up: the test must
+know that every attacker's request reached the pool before its client left, and no real vLLM
+holds back its first token on cue (the tiny model's comes within milliseconds, a race).
 """
 
 from __future__ import annotations
@@ -14,17 +16,21 @@ import contextlib
 import json
 import socket
 import threading
-import time
 from typing import Any
+
+import pytest
 
 from obs import conventions as c
 from obs.sidecar.record.record_rate import SUMMARY_PREFIX
 from tests.sidecar.conftest import InprocFactory
 from tests.support import chat_body
+from tests.support.clock import ManualClock
 from tests.support.inproc import InProcessSidecar, lane_config, request_id
 from tests.support.probes import CHAT, DONE_FRAME, metric, wait_for
 from tests.support.rawhttp import connect
 from tests.support.scripted_upstream import Script, ScriptedUpstream, token_frame
+
+pytestmark = pytest.mark.inproc
 
 BUDGET = 2.0  # --client-events-per-s (bursts of as many)
 ATTACKERS = 60  # connections that send a stream request and leave before its first token
@@ -63,10 +69,12 @@ def test_disconnects_after_dispatch_past_the_budget_are_summarized_exactly(
     scripted: ScriptedUpstream, inproc: InprocFactory
 ) -> None:
     """60 clients send a stream and leave once the pool has it, before any output (budget 2
-    a second): at most the budget's events are written one by one, the rest are summary
-    records that count them exactly, the skipped counter equals what they stand for, and a
-    legitimate client's 20 streams around the flood each have their event."""
-    sc = inproc(lane_config({"main": [scripted.url]}), rejected_events_per_s=BUDGET)
+    a second, the sidecar's clock standing still): exactly the budget's events are written one
+    by one, the rest are summary records that count them exactly, the skipped counter equals
+    what they stand for, and a legitimate client's 10 streams around the flood each have
+    their event."""
+    clock = ManualClock()
+    sc = inproc(lane_config({"main": [scripted.url]}), rejected_events_per_s=BUDGET, clock=clock)
     hold = threading.Event()  # never set: the pool sends no output until the sidecar hangs up
     attackers = [request_id() for _ in range(ATTACKERS)]
     for rid in attackers:
@@ -81,7 +89,6 @@ def test_disconnects_after_dispatch_past_the_budget_are_summarized_exactly(
             0.01,
         )
     finally:
-        t0 = time.monotonic()
         for s in socks:
             with contextlib.suppress(OSError):
                 s.close()
@@ -91,8 +98,8 @@ def test_disconnects_after_dispatch_past_the_budget_are_summarized_exactly(
         events = sc.memory.events()
         return events if _disconnects(events) >= ATTACKERS else []
 
-    events = wait_for("the flood's summaries", counted, 10, 0.05)  # written each second
-    elapsed = time.monotonic() - t0
+    # Summaries are written a wall second after the first event they hold: a wait for them.
+    events = wait_for("the flood's summaries", counted, 30, 0.05)
     mine = set(attackers)
     one_by_one = [e for e in events if e["request_id"] in mine]
     summaries = [e for e in events if e.get("summarized")]
@@ -102,11 +109,8 @@ def test_disconnects_after_dispatch_past_the_budget_are_summarized_exactly(
     assert all(e["request_id"].startswith(SUMMARY_PREFIX) for e in summaries)
     assert all(e["status"] == c.DISCONNECTED for e in summaries), summaries
     skipped = sum(e["summarized"] for e in summaries)
-    print(f"{ATTACKERS} disconnects: {len(one_by_one)} events one by one, {skipped} in "
-          f"{len(summaries)} summary records, {elapsed:.2f} s")  # fmt: skip
     assert len(one_by_one) + skipped == ATTACKERS  # exact: every attacker counted once
-    assert 1 <= len(one_by_one) <= BUDGET * (elapsed + 1), (len(one_by_one), elapsed)
-    assert skipped >= ATTACKERS - BUDGET * (elapsed + 1)
+    assert len(one_by_one) == BUDGET  # the burst the budget holds, and no token more
     assert metric(sc.url, c.REJECTED_EVENTS_SKIPPED.name + "_total") == skipped
     assert metric(sc.url, c.REFUSED_SUMMARIES.name + "_total") == len(summaries)
     assert metric(sc.url, "vllm_obs_requests_total", outcome=c.DISCONNECTED) == ATTACKERS

@@ -89,7 +89,7 @@ def test_upgrade_on_a_get_without_a_body_is_served_as_http11(relay: SidecarProce
         b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: Upgrade, HTTP2-Settings\r\n"
         b"upgrade: h2c\r\nhttp2-settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n"
     )
-    with connect(relay.port, timeout_s=3) as s:
+    with connect(relay.port) as s:
         s.sendall(req)
         answer = s.recv(65536)  # the connection stays open (keep-alive): one read
     assert status(answer) == 200
@@ -105,7 +105,7 @@ def test_a_get_with_upgrade_and_a_body_is_refused(
         b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: upgrade\r\nupgrade: h2c\r\n"
         b"content-length: %d\r\n\r\n" % len(inner)
     )
-    assert status(exchange(relay.port, head + inner, timeout_s=3)) == 400
+    assert status(exchange(relay.port, head + inner)) == 400
     time.sleep(0.5)
     assert pool.received[received:] == []
 
@@ -118,7 +118,6 @@ def test_trailing_slash_never_redirects_to_the_clients_host(
     answer = exchange(
         relay.port,
         b"GET %b HTTP/1.1\r\nhost: evil.example\r\nconnection: close\r\n\r\n" % path.encode(),
-        timeout_s=3,
     )
     assert b"evil.example" not in answer
     assert status(answer) == 404

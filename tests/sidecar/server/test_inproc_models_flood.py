@@ -2,16 +2,16 @@
 answered from the union kept ``CACHE_S``, so each pool is asked at most once per keep
 interval, and every answer is a pool's whole current list or the one kept before it.
 
-Many connections against the in-process sidecar. The pools are two ``ScriptedUpstream``s:
-the test counts every ``/v1/models`` each pool receives and changes one pool's list in the
-middle of the flood, to see the kept copy replaced after its interval; a real vLLM serves
-one fixed list and has no per-request count of that route.
+Many connections against the in-process sidecar, whose clock the test moves
+(``tests.support.clock.ManualClock``): the keep interval is judged in the sidecar's time,
+exactly, whatever the machine's speed. The pools are two ``ScriptedUpstream``s: the test
+counts every ``/v1/models`` each pool receives and changes one pool's list, to see the kept
+copy replaced when its interval is over; a real vLLM serves one fixed list and has no
+per-request count of that route.
 """
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -20,11 +20,15 @@ import pytest
 
 from obs.sidecar.relay.models_route import CACHE_S
 from tests.sidecar.conftest import InprocFactory
+from tests.support.clock import ManualClock
 from tests.support.inproc import lane_config
 from tests.support.scripted_upstream import ScriptedUpstream
 
+pytestmark = pytest.mark.inproc
+
 CONNECTIONS = 16
-MAX_FLOOD_S = 4 * CACHE_S  # the flood ends once an answer shows the change, or then
+EACH = 8  # requests per connection in each round
+TICK = 2**-10  # about a millisecond, exact in binary: the clock's sums are exact
 BEFORE, AFTER = ("tiny", "tiny-b"), ("tiny", "tiny-b2")  # the union, before and after the change
 
 
@@ -38,41 +42,33 @@ def second() -> Iterator[ScriptedUpstream]:
 def test_a_models_flood_asks_each_pool_once_per_keep_interval(
     scripted: ScriptedUpstream, second: ScriptedUpstream, inproc: InprocFactory
 ) -> None:
-    """16 connections ask /v1/models back to back; once the first answer is in, one pool's
-    list changes, and the flood goes on until an answer shows the change: each pool is asked
-    at most once per keep interval of the flood (and twice at least: the copy is replaced),
-    every answer is the whole union before or after the change, and no connection sees the
-    old list again once it has seen the new one."""
-    sc = inproc(lane_config({"a": [scripted.url], "b": [second.url]}))
+    """16 connections ask /v1/models 8 times each, the sidecar's clock standing still: each pool
+    is asked once. One pool's list changes: a flood a millisecond before the keep interval
+    is over still gets the kept union and asks no pool; one at the interval's end gets the
+    new union, each pool asked once more. Every answer is a whole union."""
+    clock = ManualClock()
+    sc = inproc(lane_config({"a": [scripted.url], "b": [second.url]}), clock=clock)
     asked = {p: p.gets.count("/v1/models") for p in (scripted, second)}
-    first, changed = threading.Event(), threading.Event()
 
     def flood(_: int) -> list[tuple[str, ...]]:
         seen: list[tuple[str, ...]] = []
-        with httpx.Client(base_url=sc.url, timeout=10) as client:  # one connection each
-            while not changed.is_set() and time.monotonic() - t0 < MAX_FLOOD_S:
+        with httpx.Client(base_url=sc.url, timeout=30) as client:  # one connection each
+            for _ in range(EACH):
                 r = client.get("/v1/models")
                 assert r.status_code == 200, r.text
                 seen.append(tuple(m["id"] for m in r.json()["data"]))
-                first.set()
-                if seen[-1] == AFTER:
-                    changed.set()
         return seen
 
-    t0 = time.monotonic()
-    with ThreadPoolExecutor(CONNECTIONS) as ex:
-        runs = ex.map(flood, range(CONNECTIONS))
-        assert first.wait(10), "no answer"
-        second.models = ["tiny-b2"]
-        answers = list(runs)
-    elapsed = time.monotonic() - t0
-    fetched = [p.gets.count("/v1/models") - n for p, n in asked.items()]
-    total = sum(len(a) for a in answers)
-    print(f"/v1/models flood: {total} answers in {elapsed:.1f} s, each pool asked {fetched}")
-    assert changed.is_set(), f"the kept copy was not replaced within {MAX_FLOOD_S} s"
-    assert total > 10 * CONNECTIONS  # a flood, not a trickle
-    for seen in answers:
-        assert set(seen) <= {BEFORE, AFTER}, set(seen)
-        assert seen == sorted(seen, key=lambda a: a == AFTER)  # old, then new, never back
-    for n in fetched:  # at most one fetch per keep interval; at least two (one replaced)
-        assert 2 <= n <= 1 + elapsed / CACHE_S, (fetched, elapsed)
+    def round_() -> tuple[set[tuple[str, ...]], list[int]]:
+        """The answers of one flood, and how often each pool has been asked so far."""
+        with ThreadPoolExecutor(CONNECTIONS) as ex:
+            answers = [a for run in ex.map(flood, range(CONNECTIONS)) for a in run]
+        assert len(answers) == CONNECTIONS * EACH
+        return set(answers), [p.gets.count("/v1/models") - n for p, n in asked.items()]
+
+    assert round_() == ({BEFORE}, [1, 1])
+    second.models = ["tiny-b2"]
+    clock.advance(CACHE_S - TICK)
+    assert round_() == ({BEFORE}, [1, 1])  # kept: its interval is not over
+    clock.advance(TICK)
+    assert round_() == ({AFTER}, [2, 2])  # over: one fetch per pool for the whole flood

@@ -24,12 +24,13 @@ from tests.support.scripted_upstream import Script, ScriptedUpstream
 
 ANSWER = b'{"id":"cmpl-1","object":"chat.completion","choices":[]}'
 HEALTH = b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n"
+IDLE_S = 0.5  # the sidecar's idle timeout
 
 
 @pytest.fixture(scope="module")
 def sidecar(scripted: ScriptedUpstream, inproc: InprocFactory) -> InProcessSidecar:
-    """An in-process sidecar whose idle connections close after 0.5 s."""
-    return inproc(lane_config({"main": [scripted.url]}), limits=Limits(idle_timeout_s=0.5))
+    """An in-process sidecar whose idle connections close after ``IDLE_S``."""
+    return inproc(lane_config({"main": [scripted.url]}), limits=Limits(idle_timeout_s=IDLE_S))
 
 
 def _post(rid: str, body: bytes, *more: bytes, version: bytes = b"1.1") -> bytes:
@@ -91,15 +92,18 @@ def test_keep_alive_connection_serves_requests_then_closes_when_idle(
     sidecar: InProcessSidecar,
 ) -> None:
     """Two requests one after the other on one connection; then closed after the idle
-    timeout, not counted as a limit hit (that is for a connection that never sent one)."""
+    timeout, not counted as a limit hit (that is for a connection that never sent one). The
+    close comes no sooner than the idle timeout after the last request was sent (its timer
+    cannot start before the request arrives), whatever the machine's speed."""
     before = metric(sidecar.url, c.CONNECTION_LIMITS.name + "_total", limit="idle_timeout")
     with connect(sidecar.port) as s:
         for _ in range(2):
+            sent = time.monotonic()
             s.sendall(HEALTH)
             time.sleep(0.05)
             assert status(s.recv(65536)) == 200
-        took = closed_within(s, 5)
-    assert took is not None and 0.3 < took < 3
+        assert closed_within(s, 30) is not None, "the idle connection was not closed"
+        assert time.monotonic() - sent >= IDLE_S
     after = metric(sidecar.url, c.CONNECTION_LIMITS.name + "_total", limit="idle_timeout")
     assert after == before
 
