@@ -37,11 +37,13 @@ def occupancy_row(grid: Grid, config: Config) -> None:
                 f"Pool {pool.name}: who holds it",
                 [
                     Query(
-                        e.sum_by(e.selector(c.OCCUPANCY_PREFILL_TOKENS.name, at), c.LANE),
+                        e.sum_by(
+                            e.selector(c.OCCUPANCY_PREFILL_TOKENS.name, at, e.LANE_VAR), c.LANE
+                        ),
                         "{{lane}} prompt tokens waiting or prefilling",
                     ),
                     Query(
-                        e.sum_by(e.selector(c.OCCUPANCY_DECODING.name, at), c.LANE),
+                        e.sum_by(e.selector(c.OCCUPANCY_DECODING.name, at, e.LANE_VAR), c.LANE),
                         "{{lane}} sequences decoding",
                     ),
                 ],
@@ -61,7 +63,9 @@ def occupancy_row(grid: Grid, config: Config) -> None:
                 f"Pool {pool.name}: prompt tokens/s by lane",
                 [
                     Query(
-                        e.sum_by(e.rate(e.selector(e.total(c.PROMPT_TOKENS), at)), c.LANE),
+                        e.sum_by(
+                            e.rate(e.selector(e.total(c.PROMPT_TOKENS), at, e.LANE_VAR)), c.LANE
+                        ),
                         "{{lane}}",
                     )
                 ],
