@@ -234,6 +234,8 @@ class HttpConnection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         parser, headers = self.parser, self._headers
         method = parser.get_method()
+        if not self._url.startswith(b"/") and not _absolute(self._url):  # CONNECT's, ``*``
+            raise self._refused(400, "request_target", "the request target must be a path")
         if parser.should_upgrade() and not plain_get(method, headers):
             # httptools skips the body of a request that asks to switch protocols and parses
             # what follows as a new request: a body would be smuggled past a proxy in front.
@@ -424,3 +426,8 @@ class HttpConnection(asyncio.Protocol):
             self._refuse(
                 RequestLimit(408, limit, f"the client was too slow sending the request ({limit})")
             )
+
+
+def _absolute(target: bytes) -> bool:
+    """An absolute-form target (``http://host/path``, as sent to a proxy)."""
+    return target[:8].lower().startswith((b"http://", b"https://"))

@@ -27,7 +27,7 @@ log = structlog.get_logger("vllm_obs.guard")
 LIMITS = (
     "request_line", "header_bytes", "header_count", "header_timeout", "body_timeout",
     "idle_timeout", "max_connections", "client_connections", "body_memory", "upgrade",
-    "evicted",
+    "evicted", "request_target",
 )  # fmt: skip
 LOG_EVERY_S = 60.0
 

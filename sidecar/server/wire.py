@@ -341,8 +341,11 @@ def http_scope(
     server: tuple[str, int] | None,
 ) -> Scope:
     """A request's ASGI scope from its parsed request line and headers."""
-    parsed = httptools.parse_url(url)
-    raw_path = parsed.path
+    try:
+        parsed = httptools.parse_url(url)
+        raw_path, query = parsed.path or b"", parsed.query or b""
+    except httptools.HttpParserInvalidURLError:  # CONNECT's host:port: refused (connection.py)
+        raw_path = query = b""
     path = raw_path.decode("ascii")
     if "%" in path:
         path = urllib.parse.unquote(path)
@@ -354,7 +357,7 @@ def http_scope(
         "scheme": "http",
         "path": path,
         "raw_path": raw_path,
-        "query_string": parsed.query or b"",
+        "query_string": query,
         "root_path": "",
         "headers": headers,
         "client": client,
