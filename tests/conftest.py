@@ -29,7 +29,7 @@ from obs.events import Event
 from obs.procs import free_port
 from obs.query.testing import mixed_events, write_jsonl
 from obs.sidecar.testing import OtlpReceiver, SidecarProcess
-from tests.support import tiers
+from tests.support import tiers, workers
 from tests.support.redis_server import RedisServer
 from tests.support.tiers import pytest_runtest_call, pytest_runtest_setup
 
@@ -60,6 +60,20 @@ def _ends_main_engine(item: pytest.Item) -> bool:
     return marker is not None and "vllm" in marker.args
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    workers.configure(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    workers.unconfigure(config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Tests sharing a costly session resource go to one worker (``tests.support.workers``)."""
+    return workers.make_scheduler(config, log)
+
+
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by the tiers given here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each test gets its tier (``tests.support.tiers``: its mark, or its fixtures', or
@@ -68,6 +82,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     test finds that engine gone (or starts it again); one that ends the main engine
     (``ends_engine("vllm")``) after those, which may use it."""
     tiers.collect(items)
+    workers.record(config, items)
     ending = [item for item in items if item.get_closest_marker("ends_engine")]
     if ending:
         ending.sort(key=_ends_main_engine)  # stable: collection order otherwise
@@ -92,7 +107,9 @@ class SessionEngines:
     """The session's shared vLLM engines (``vllm``, ``vllm_b``, ``traced``, ``two_slots``,
     ``spare``), built once. The first one a test asks for starts, concurrently, every one the
     collected tests use: a start is ~22 s of mostly one core here, and they wait on imports, so
-    three together take less than two one after the other. Stopped by PID at the session's end.
+    three together take less than two one after the other (under pytest-xdist each worker
+    starts only what its own tests ask for, one at a time: tests.support.workers). Stopped
+    by PID at the session's end.
     ``span_ports``: where the traced engines send their spans."""
 
     def __init__(
@@ -195,6 +212,10 @@ def session_engines(
     }
     used = {f for item in request.session.items for f in getattr(item, "fixturenames", ())}
     wanted = [n for n, f in _ENGINE_FIXTURES.items() if f in used]
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # A worker gets only some of the collected tests (tests.support.workers): it starts
+        # each engine when one of its own asks for it.
+        wanted = []
     engines = SessionEngines(servers, wanted, span_ports)
     yield engines
     engines.stop()
