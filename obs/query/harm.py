@@ -44,7 +44,7 @@ COLUMNS = (
     "request_id", "lane", "tenant", "pool", "replica", "status", "prompt_tokens", "upload_ms",
     "queue_ms", "prefill_ms", "first_token_ms", "ttft_ms", "e2e_ms", "summarized",
     "pool_in_flight", "pool_max_running", "pool_kv_usage", "pool_preempting",
-    "pool_ahead_prompt_tokens", "pool_others_prompt_share",
+    "pool_ahead_prompt_tokens", "pool_others_prompt_share", "miss_cause",
 )  # fmt: skip
 ms = timedelta(milliseconds=1)
 
@@ -127,8 +127,10 @@ def _story(
     mech = _mechanism(pool, [q for q in missed if q.row["lane"] != t_lane] or missed, pool_reqs,
                       every, start, end)  # fmt: skip
     lever = _lever(mech["kind"], pool, t_lane, victims, mech)
-    if mech["kind"] != mech["cause"]:  # the attribution's cause, as budget, show and alerts say
-        mech["line"] += f" (cause {mech['cause']})"
+    if mech["kind"] != mech["cause"]:  # the cause show and the alerts name, and budget's
+        said, other = mech["cause"], mech["budget_cause"]
+        also = "" if other == said else f"; budget, on the window's baseline: {other}"
+        mech["line"] += f" (cause {said}, as show and the alerts say{also})"
     return {
         "pool": pool,
         "start": _iso(start),
@@ -138,6 +140,7 @@ def _story(
         "mechanism": mech["line"],
         "mechanism_kind": mech["kind"],
         "cause": mech["cause"],
+        "budget_cause": mech["budget_cause"],
         "fine": mech["fine"],
         "slow_replica": mech.get("replica"),
         "lever": lever,
@@ -253,8 +256,12 @@ def _mechanism(
     pool: str, missed: list[Req], pool_reqs: list[Req], every: list[Req], start: datetime,
     end: datetime,
 ) -> dict[str, Any]:  # fmt: skip
+    # The cause the sidecar stamped on the events (what `show` and the alerts' burn by cause
+    # say), else the window's attribution (what `budget` says).
     causes = Counter(cause for q in missed for _, _, cause in q.misses[:1])
-    cause = causes.most_common(1)[0][0] if causes else "other"
+    stamped = Counter(str(q.row["miss_cause"]) for q in missed if q.row["miss_cause"])
+    budget_cause = causes.most_common(1)[0][0] if causes else "other"
+    cause = stamped.most_common(1)[0][0] if stamped else budget_cause
     window = [q for q in pool_reqs if start <= q.t <= end]
     kv = [float(q.row["pool_kv_usage"]) for q in window if q.row["pool_kv_usage"] is not None]
     preempted = sum(1 for q in missed if q.row["pool_preempting"])
@@ -273,16 +280,17 @@ def _mechanism(
         for p, (n, m) in sorted(others.items())
         if not m
     ]
+    base: dict[str, Any] = {"cause": cause, "budget_cause": budget_cause, "fine": fine}
     slow = _slow_replica(missed, window)
     if slow is not None:
         return {
-            "kind": "slow_replica", "cause": cause, "fine": fine, "replica": slow["replica"],
+            "kind": "slow_replica", **base, "replica": slow["replica"],
             "line": f"one slow replica: {slow['replica']} took TTFT p50 {slow['p50_ms']:.0f} ms "
             f"against {slow['pool_p50_ms']:.0f} ms on the pool's others, {slow['share']:.0%} "
             "of the misses",
         }  # fmt: skip
     if preempted * 2 >= len(missed) or ((kv_max or 0.0) >= KV_HIGH and cause == "kv_pressure"):
-        return {"kind": "kv_preemption", "cause": cause, "fine": fine,
+        return {"kind": "kv_preemption", **base,
                 "line": f"KV preemption: the KV cache was short (at most {kv_max or 0:.0%}, "
                 f"{preempted} misses sent while preempting)"}  # fmt: skip
     slots = [q for q in missed if q.row["pool_max_running"] and q.row["pool_in_flight"] is not None]
@@ -290,24 +298,23 @@ def _mechanism(
     top = max((q.row["pool_in_flight"] + 1 for q in slots), default=None)
     cap = max((q.row["pool_max_running"] for q in slots), default=None)
     ahead = max((q.row["pool_ahead_prompt_tokens"] or 0 for q in missed), default=0)
-    queued = cause in ("engine_queue", "prefills_ahead", "admission_queue")
+    queued = {cause, budget_cause} & {"engine_queue", "prefills_ahead", "admission_queue"}
     if queued and slots and len(full) * 2 > len(slots):
-        return {"kind": "slot_bound", "cause": cause, "fine": fine,
+        return {"kind": "slot_bound", **base,
                 "line": f"slot-bound queueing: every batch slot was taken ({len(full)} of "
                 f"{len(slots)} misses sent with {cap} of {cap} in flight)"}  # fmt: skip
     if queued and slots:
-        return {"kind": "token_budget_bound", "cause": cause, "fine": fine,
+        return {"kind": "token_budget_bound", **base,
                 "line": f"token-budget-bound queueing: slots were free (at most {top} of {cap} "
                 f"in flight) but up to {ahead} prompt tokens ahead waited on the per-step "
                 "token budget (--max-num-batched-tokens)"}  # fmt: skip
     if queued:
         return {
+            **base,
             "kind": "long_prefills",
-            "cause": cause,
-            "fine": fine,
             "line": f"long prefills ahead: up to {ahead} prompt tokens in flight ahead",
         }
-    return {"kind": cause, "cause": cause, "fine": fine,
+    return {"kind": cause, **base,
             "line": f"{cause.replace('_', ' ')}: {CAUSE_WORDS[cause][0]}"}  # fmt: skip
 
 

@@ -97,11 +97,14 @@ def test_incident_with_nothing_missed_and_prometheus_down(
     assert f"Alerts: not read from {url}" in text
 
 
-def _burst(tmp_path: Path, slots: int = 8, in_flight: int = 2) -> tuple[str, str]:
+def _burst(
+    tmp_path: Path, slots: int = 8, in_flight: int = 2, stamp: str | None = None
+) -> tuple[str, str]:
     """A minute of chat (good, 2 requests a second) and two small-lane batch requests; at
     second 30 a burst of 20 long batch prompts lands, and the chat requests in the next
     five seconds wait behind it (TTFT 900 ms); ``in_flight`` of ``slots`` batch slots taken
-    at their dispatch. Returns (log, config)."""
+    at their dispatch; ``stamp``: the cause the sidecar stamped on those misses. Returns (log,
+    config)."""
     events = []
     state = {"pool_max_running": slots, "pool_kv_usage": 0.2, "replica": "http://r1"}
     for i in range(120):
@@ -111,6 +114,7 @@ def _burst(tmp_path: Path, slots: int = 8, in_flight: int = 2) -> tuple[str, str
         events.append(
             event(ts=ts(t), lane="chat", pool="p", prompt_tokens=50,
                   pool_in_flight=in_flight if hit else 0, engine_view="joined",
+                  miss_cause=stamp if hit else None,
                   engine_queue_ms=kw["queue_ms"], pool_ahead_prompt_tokens=20000 if hit else 0,
                   **kw, **state)
         )  # fmt: skip
@@ -193,3 +197,19 @@ def test_incident_names_one_slow_replica(
     (inc,) = doc["incidents"]
     assert inc["mechanism_kind"] == "slow_replica" and inc["slow_replica"] == "http://r2"
     assert "http://r2" in inc["mechanism"] and inc["lever"].startswith("drain replica http://r2")
+
+
+def test_incident_names_the_cause_show_and_the_alerts_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The misses' stamped cause (what `show` prints and the alerts' burn by cause counts) is
+    the incident's cause; where the window's re-attribution (`budget`) differs, the line
+    names both."""
+    log, config = _burst(tmp_path, slots=4, in_flight=4, stamp="engine_queue")
+    doc = json.loads(_run(capsys, log, "--config", config, "--format", "json"))
+    (inc,) = doc["incidents"]
+    assert (inc["cause"], inc["budget_cause"]) == ("engine_queue", "prefills_ahead")
+    assert (
+        "(cause engine_queue, as show and the alerts say; budget, on the window's "
+        in (inc["mechanism"])
+    )
