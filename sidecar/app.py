@@ -181,7 +181,13 @@ class SidecarApp:
         self.span_handoff = (
             None
             if worker is None or not self.traced_pools
-            else SpanHandoff(worker.index, worker.metric_ports, self.session, self.join.on_span)
+            else SpanHandoff(
+                worker.index,
+                worker.metric_ports,
+                self.session,
+                self.join.on_span,
+                worker.handoff_headers(),
+            )
         )
         return TraceReceiver(
             self.join,

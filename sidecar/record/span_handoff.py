@@ -11,12 +11,17 @@ private loopback ports (the ones their metrics are served on:
 hand-off that fails (a worker restarting) loses that span: its request is written after
 the join wait without the engine view (``engine_view: absent``), as for a span that never
 came.
+
+The private ports are on loopback, where any local process can reach them: a hand-off
+carries the supervisor's per-start secret (``headers``: ``WorkerSlot.handoff_headers``, made
+with ``secrets`` at each start and never written anywhere), and the receiving server
+refuses a post without it (403), so no other process can forge a worker's spans.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 
 import aiohttp
@@ -49,8 +54,10 @@ class SpanHandoff:
         ports: Sequence[int],
         session: Callable[[], aiohttp.ClientSession],
         on_span: Callable[[ReceivedSpan], None],
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.index = index
+        self.headers = dict(headers or {})  # the secret siblings check
         self.ports = tuple(ports)
         self.session = session
         self.on_span = on_span
@@ -74,7 +81,10 @@ class SpanHandoff:
         url = f"http://127.0.0.1:{self.ports[owner]}{PATH}"
         try:
             timeout = aiohttp.ClientTimeout(total=TIMEOUT_S)
-            async with self.session().post(url, data=encode(spans), timeout=timeout) as resp:
+            post = self.session().post(
+                url, data=encode(spans), headers=self.headers, timeout=timeout
+            )
+            async with post as resp:
                 if resp.status != 204:
                     raise aiohttp.ClientResponseError(
                         resp.request_info, (), status=resp.status, message="refused"

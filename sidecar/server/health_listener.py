@@ -102,14 +102,14 @@ class Slots:
             self._busy.discard(conn)
 
 
-class _Bounded(ThreadingHTTPServer):
+class BoundedServer(ThreadingHTTPServer):
     """A thread per connection, within ``Slots``: a silent one is shut for a newcomer."""
 
     daemon_threads = True
     request_queue_size = MAX_HANDLERS  # socketserver's 5 drops a burst's SYNs (1 s retries)
 
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.slots = Slots()
 
     def process_request(self, request: Any, client_address: Any) -> None:
@@ -168,7 +168,7 @@ class HealthListener:
                 return None
 
         try:
-            server = self._server = _Bounded((host, port), Handler)
+            server = self._server = BoundedServer((host, port), Handler)
         except OSError as err:
             raise ConfigError(f"--health-address {host}:{port}: {err.strerror}") from err
         self._thread = threading.Thread(

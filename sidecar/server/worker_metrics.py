@@ -7,12 +7,13 @@ merge: a bucket's merged exemplar is the most recent of the workers' for that bu
 from __future__ import annotations
 
 import contextlib
+import hmac
 import os
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from prometheus_client.samples import Exemplar
 
 from obs import conventions as c
 from obs.procs import loopback_session
+from obs.sidecar.server.health_listener import BoundedServer
 
 FETCH_TIMEOUT_S = 2.0
 # Families every worker reads the same (pool polling, the config): taken once, not summed.
@@ -40,6 +42,7 @@ TAKEN_ONCE_PREFIXES = (
 )
 COUNTING = ("counter", "histogram")  # what a dead worker's saved page still contributes
 SAVE_EVERY_S = 1.0
+SECRET_HEADER = "x-vllm-obs-worker-secret"
 # One page generated and saved at a time in this process, so the saved file never goes back
 # to an older page than one already saved or served.
 _SAVE_LOCK = threading.Lock()
@@ -53,6 +56,11 @@ class WorkerSlot:
     count: int
     metric_ports: tuple[int, ...]
     rundir: str  # saved pages: worker-I.prom, retired-*.prom
+    secret: str = field(default="", repr=False)  # this start's: span hand-offs carry it
+
+    def handoff_headers(self) -> dict[str, str]:
+        """What a span hand-off to a sibling carries (``serve_private_metrics`` checks it)."""
+        return {SECRET_HEADER: self.secret}
 
     @property
     def ids(self) -> tuple[int, int]:
@@ -163,6 +171,7 @@ def merged_registry(own: CollectorRegistry, slot: WorkerSlot) -> CollectorRegist
 
 
 MAX_HANDOFF_BYTES = 8 << 20
+PRIVATE_TIMEOUT_S = 5.0  # for a sibling to send its request
 
 
 def serve_private_metrics(
@@ -173,7 +182,9 @@ def serve_private_metrics(
 ) -> ThreadingHTTPServer:
     """This worker's own page, for its siblings, on its pre-bound loopback socket; saved too.
     With ``spans``, ``POST /engine-spans`` takes the engine spans a sibling received for this
-    worker's requests (obs.sidecar.record.span_handoff)."""
+    worker's requests (obs.sidecar.record.span_handoff), only with ``slot.secret`` (403
+    without). Bounded as the health listener is: each connection has ``PRIVATE_TIMEOUT_S``
+    to send its request, and silent ones are shut for newcomers past its caps."""
 
     def save_often() -> None:
         while True:
@@ -182,6 +193,8 @@ def serve_private_metrics(
                 slot.own_page(registry)
 
     class Handler(BaseHTTPRequestHandler):
+        timeout = PRIVATE_TIMEOUT_S
+
         def do_GET(self) -> None:
             body = slot.own_page(registry)
             self.send_response(200)
@@ -191,6 +204,13 @@ def serve_private_metrics(
             self.wfile.write(body)
 
         def do_POST(self) -> None:
+            given = self.headers.get(SECRET_HEADER, "").encode()
+            if not slot.secret or not hmac.compare_digest(given, slot.secret.encode()):
+                self.close_connection = True
+                self.send_response(403)
+                self.send_header("content-length", "0")
+                self.end_headers()
+                return
             n = int(self.headers.get("content-length") or 0)
             ok = (
                 spans is not None
@@ -205,10 +225,9 @@ def serve_private_metrics(
         def log_message(self, *args: object) -> None:
             return None
 
-    server = ThreadingHTTPServer(sock.getsockname(), Handler, bind_and_activate=False)
+    server = BoundedServer(sock.getsockname(), Handler, bind_and_activate=False)
     server.socket.close()
     server.socket = sock
-    server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True, name="worker-metrics").start()
     threading.Thread(target=save_often, daemon=True, name="worker-metrics-save").start()
     return server

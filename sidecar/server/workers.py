@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -129,7 +130,8 @@ class Supervisor:
         self.metric_socks = [listen("127.0.0.1", 0, "worker metrics") for _ in range(count)]
         ports = tuple(s.getsockname()[1] for s in self.metric_socks)
         self.rundir = tempfile.mkdtemp(prefix="vllm-obs-workers-")
-        self.slots = [WorkerSlot(i, count, ports, self.rundir) for i in range(count)]
+        secret = secrets.token_urlsafe(32)  # span hand-offs between workers carry it
+        self.slots = [WorkerSlot(i, count, ports, self.rundir, secret) for i in range(count)]
         self.retired = 0
         self.pids: dict[int, int] = {}  # pid -> worker index
         self.stopping = False

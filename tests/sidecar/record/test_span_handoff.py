@@ -48,7 +48,7 @@ def test_a_sibling_receives_its_spans(tmp_path: Path) -> None:
     private server, where they join on worker 1's loop."""
     socks = [listen("127.0.0.1", 0, "worker metrics") for _ in range(2)]
     ports = tuple(s.getsockname()[1] for s in socks)
-    slot1 = WorkerSlot(1, 2, ports, str(tmp_path))
+    slot1 = WorkerSlot(1, 2, ports, str(tmp_path), "this-start")
 
     async def go() -> None:
         got: list[ReceivedSpan] = []
@@ -57,7 +57,8 @@ def test_a_sibling_receives_its_spans(tmp_path: Path) -> None:
             one.bind(asyncio.get_running_loop())
             server = serve_private_metrics(socks[1], CollectorRegistry(), slot1, one.receive)
             try:
-                zero = SpanHandoff(0, ports, lambda: session, lambda s: None)
+                zero = SpanHandoff(0, ports, lambda: session, lambda s: None,
+                                   slot1.handoff_headers())  # fmt: skip
                 mine, theirs = (
                     _span(f"{new_span_id((0, 2)):016x}"),
                     _span(f"{new_span_id((1, 2)):016x}"),
