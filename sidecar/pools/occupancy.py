@@ -50,7 +50,9 @@ class _Integral:
             self.at = t
 
     def read(self, t: int) -> tuple[int, int]:
-        dt = max(0, t - self.at)
+        dt = t - self.at
+        if dt <= 0:
+            return self.tokens_ns, self.seqs_ns
         return self.tokens_ns + self.tokens * dt, self.seqs_ns + self.seqs * dt
 
 
@@ -110,6 +112,8 @@ class Occupancy:
         """Move each request whose first token came since the last change to decoding, at the
         time its clock says, in time order; the time now."""
         t = self.now()
+        if not self._prefilling:
+            return t
         firsts = [h for h in self._prefilling.values() if h.clock.first_up]
         if firsts:
             firsts.sort(key=lambda h: h.clock.first_up)
@@ -155,12 +159,12 @@ def _shares(
 ) -> tuple[float | None, float | None]:
     """The others' share of the replica's prompt tokens and decoding sequences between two
     snapshots (None where the replica held none)."""
-    out: list[float | None] = []
-    for total, own in ((0, 2), (1, 3)):
-        grew = end[total] - start[total]
-        others = grew - (end[own] - start[own])
-        out.append(round(max(0.0, others / grew), 4) if grew > 0 else None)
-    return out[0], out[1]
+    tokens = end[0] - start[0]
+    seqs = end[1] - start[1]
+    return (
+        round((tokens - end[2] + start[2]) / tokens, 4) if tokens > 0 else None,
+        round((seqs - end[3] + start[3]) / seqs, 4) if seqs > 0 else None,
+    )
 
 
 class OccupancyCollector(Collector):
