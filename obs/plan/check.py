@@ -272,3 +272,19 @@ def fit(
         if not improved:
             break
     return best, best_loss
+
+
+def held_out_rows(
+    runs: Sequence[BenchRun], setup: Setup, *, fresh: bool = False
+) -> list[dict[str, Any]]:
+    """Each run compared under corrections fitted on the other runs only (leave one out):
+    the fitted simulator's error on figures it was not fitted to. Empty for one run."""
+    if len(runs) < 2:
+        return []
+    rows: list[dict[str, Any]] = []
+    for i, run in enumerate(runs):
+        others = [r for k, r in enumerate(runs) if k != i]
+        cal, _ = fit(others, setup, fresh=fresh)
+        corrected = replace(setup, perf=replace(setup.perf, cal=cal))
+        rows += compare([run], replay([run], corrected))
+    return rows

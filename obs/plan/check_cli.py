@@ -89,7 +89,15 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None:
         _write(args.json, doc)
     if args.fit is not None:
-        checked = {"files": [str(p) for p in args.results], **summary}
+        checked: dict[str, Any] = {"files": [str(p) for p in args.results], **summary}
+        held = check.held_out_rows(runs, setup(args), fresh=args.fresh)
+        if held:
+            checked["held_out"] = check.summary(held)
+            print(
+                f"held out (each run under corrections fitted on the others): "
+                f"median |error| {checked['held_out']['median_abs_error']:.1%}, worst ratio "
+                f"{checked['held_out']['worst_ratio']:.2f}"
+            )
         _write(args.fit, calibration_doc(where.perf.cal, describe(where), checked))
         print(f"wrote the fitted calibration to {args.fit} (use it with --calibration)")
     return 0

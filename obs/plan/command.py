@@ -111,11 +111,13 @@ def pool_models(
 
 
 def host_margin(host: HostCalibration) -> tuple[float, str]:
-    """The margin a host calibration gives: the corrected simulator's largest error on the
-    benchmark files it was checked on (their median beside it)."""
+    """The margin a host calibration gives: the corrected simulator's largest error on this
+    host's benchmark figures it was not fitted to (each run under corrections fitted on the
+    others), or, from one run, on the figures it was fitted on; their median beside it."""
+    how = "held-out (each run under a fit on the others)" if host.held_out else "fitted"
     return host.max_abs_error, (
-        f"largest error of the host calibration {host.path} on the {host.points} figures of "
-        f"this host's own benchmarks it was checked on, median {host.median_abs_error:.1%}"
+        f"largest {how} error of the host calibration {host.path} on {host.points} figures "
+        f"of this host's own benchmarks (checked), median {host.median_abs_error:.1%}"
     )
 
 

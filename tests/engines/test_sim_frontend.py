@@ -1,4 +1,5 @@
-"""The simulated API server's CPU (obs.engines.sim.frontend): one queue, in arrival order."""
+"""The simulated API server's CPU (obs.engines.sim.frontend): its event loop's queue and its
+tokeniser thread's, each in arrival order."""
 
 from __future__ import annotations
 
@@ -63,5 +64,18 @@ def test_a_request_costs_its_set_up_in_the_queue_and_its_latency_outside_it() ->
     assert fe.intake(1.0, 100) == pytest.approx(1.013)
     assert fe.intake(1.0, 100) == pytest.approx(1.016)  # behind the first's 3 ms, not its 10
     split = FrontEndCost.split(0.003, 0.012)
-    assert 73.65 * split.request_s + 14791 * split.token_s == pytest.approx(1.0)
+    per_request = split.request_s + split.render_s
+    assert 73.65 * per_request + 14791 * split.token_s == pytest.approx(1.0)
     assert split.fixed_s == 0.012 and split.token_s < FrontEndCost().token_s
+
+
+def test_prompts_are_tokenised_beside_the_loop_not_on_it() -> None:
+    """A burst of long prompts queues on the tokeniser thread, not on the event loop: the
+    loop is free after each request's own set-up, so a step's tokens are streamed while
+    the prompts are still being tokenised."""
+    cost = FrontEndCost(prompt_token_s=1e-5, token_s=1e-4, request_s=0.001, render_s=0.0)
+    fe = FrontEnd(cost)
+    ready = [fe.intake(0.0, 1000) for _ in range(3)]
+    assert ready == pytest.approx([0.011, 0.021, 0.031])  # 10 ms of tokens each, in turn
+    assert fe.free_at == pytest.approx(0.003)  # the loop: three set-ups
+    assert fe.stream(0.0, 0.005, 1, 10) == pytest.approx(0.006)  # not behind the prompts

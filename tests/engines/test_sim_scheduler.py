@@ -283,8 +283,8 @@ def test_fp8_weights_are_read_at_their_own_bandwidth_share_and_the_layer_floor_a
 def test_multi_step_scheduling_runs_every_sequence_n_steps_and_pays_the_cpu_once() -> None:
     """With --num-scheduler-steps 4 (vLLM 0.6, V0) a prompt's step stays single, a decode
     batch runs 4 steps from one schedule, a sequence with 2 tokens left runs them all and
-    finishes at the run's end with its own count; the run costs 4 GPU steps and one CPU
-    share."""
+    finishes at the run's end with its own count; the run costs 4 GPU steps, one CPU share
+    and the model runner's launch for each step after the first."""
     s = Scheduler(
         SchedulerConfig(2048, 256, chunked_prefill=False, mixed_steps=False, num_scheduler_steps=4),
         KvCache(10_000, 16),
@@ -303,5 +303,20 @@ def test_multi_step_scheduling_runs_every_sequence_n_steps_and_pays_the_cpu_once
     assert s.generation_tokens == 2 + 4 + 2
     work = s.run_work(batch, steps)
     cpu, one = H100.cpu_seconds(work), H100.step_seconds(work)
-    assert H100.lockstep_seconds(work, 4) == pytest.approx(cpu + 4 * (one - cpu))
+    launch = H100.cal.multistep_s
+    assert launch > 0
+    assert H100.lockstep_seconds(work, 4) == pytest.approx(cpu + 4 * (one - cpu) + 3 * launch)
     assert vllm_defaults("H100", 80 << 30, v1=False, scheduler_steps=4).num_scheduler_steps == 4
+
+
+def test_tensor_parallel_steps_pay_the_workers_hand_over_per_doubling() -> None:
+    """With tp_step_s set, a TP step pays it once per doubling of the workers (log2 tp) on
+    top of its all-reduces; one GPU pays none."""
+    cal = replace(H100.cal, tp_step_s=1e-3)
+    work = StepWork(tokens=8, attention_pairs=8 * 100, kv_read_tokens=8 * 100, seqs=8)
+    for tp in (2, 4, 8):
+        base = perf_model("H100", "llama-3.1-70b", tp=tp, weights="fp8")
+        with_hand_over = replace(base, cal=replace(base.cal, tp_step_s=cal.tp_step_s))
+        extra = with_hand_over.step_seconds(work) - base.step_seconds(work)
+        assert extra == pytest.approx(1e-3 * {2: 1, 4: 2, 8: 3}[tp])
+    assert replace(H100, cal=cal).comm_seconds(8) == 0.0

@@ -145,9 +145,9 @@ def test_fitting_two_rates_lowers_the_third_rates_error() -> None:
 
 @pytest.mark.process
 def test_fit_writes_a_calibration_that_check_and_plan_take(tmp_path: Path) -> None:
-    """--fit writes a host calibration; `check --calibration` on another rate reports a
-    lower median error than without it, and the plan's margin from the file is its
-    checked error, saying where it came from."""
+    """--fit writes a host calibration with its error on runs left out of the fit;
+    `check --calibration` on another rate reports a lower median error than without it,
+    and the plan's margin from the file is that held-out error, saying where it came from."""
     cal_path = tmp_path / "host.json"
     r = _cli(str(SIM_RATES[0]), str(SIM_RATES[2]), *SIM_HOST, "--fit", str(cal_path))
     assert r.returncode == 0, r.stderr
@@ -158,9 +158,12 @@ def test_fit_writes_a_calibration_that_check_and_plan_take(tmp_path: Path) -> No
     assert r.returncode == 0, r.stderr
     err = [json.loads(p.read_text())["summary"]["median_abs_error"] for p in (before, after)]
     assert err[1] < err[0]
+    doc = json.loads(cal_path.read_text(encoding="utf-8"))
+    held = doc["checked"]["held_out"]  # each rate under a fit on the other one
+    assert held["points"] > 0
     margin, source = host_margin(host)
-    assert margin == host.max_abs_error > 0
-    assert str(cal_path) in source and "checked" in source
+    assert host.held_out and margin == held["max_abs_error"] > 0
+    assert str(cal_path) in source and "held-out" in source
 
 
 @pytest.mark.process

@@ -8,11 +8,15 @@ serve`` results (obs.engines.sim.check); ``engine sim``, ``sweep`` and ``plan`` 
      "gpu": "H100", "model": "llama-3.1-8b", "tensor_parallel_size": 1,
      "calibration": {"mbu": 0.8, "step_s": 0.002, ...},   # hardware.Calibration fields
      "checked": {"files": [...], "points": 24, "median_abs_error": 0.06,
-                 "max_abs_error": 0.21, "within_25": 24}}
+                 "max_abs_error": 0.21, "within_25": 0.9, ...,
+                 "held_out": {"points": 24, "median_abs_error": 0.08,
+                              "max_abs_error": 0.3, ...}}}
 
 ``calibration`` holds only the fields the fit moved (the rest keep the built-in values);
-``checked`` is the corrected simulator's error on the files it was fitted on, the figure
-``plan`` takes as its margin with this file.
+``checked`` is the corrected simulator's error on the files it was fitted on, and, given
+two or more runs, ``checked.held_out`` its error on each run under corrections fitted on
+the others only (leave one out). ``plan`` takes the held-out error as its margin with this
+file (the fitted error when there is none).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ class HostCalibration:
     median_abs_error: float
     points: int
     setup: dict[str, Any]
+    held_out: bool = False  # the errors are on runs the fit did not see
 
 
 def load_calibration(path: str | Path) -> HostCalibration:
@@ -64,8 +69,10 @@ def load_calibration(path: str | Path) -> HostCalibration:
     for key, value in values.items():
         if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
             raise ConfigError(f"{where}: calibration.{key} must be a number >= 0")
-    error = checked.get("max_abs_error")
-    median = checked.get("median_abs_error")
+    held = checked.get("held_out")
+    source = held if isinstance(held, dict) and held.get("points") else checked
+    error = source.get("max_abs_error")
+    median = source.get("median_abs_error")
     if not all(isinstance(v, int | float) and v >= 0 for v in (error, median)):
         raise ConfigError(f"{where}: checked.max_abs_error and median_abs_error must be numbers")
     assert isinstance(error, int | float) and isinstance(median, int | float)
@@ -75,8 +82,9 @@ def load_calibration(path: str | Path) -> HostCalibration:
         str(path),
         float(error),
         float(median),
-        int(checked.get("points") or 0),
+        int(source.get("points") or 0),
         setup,
+        source is not checked,
     )
 
 

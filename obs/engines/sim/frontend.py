@@ -34,6 +34,11 @@ TOKEN_S: Final = 1 / 14791
 # token tenstorrent/tt-inference-server #2173 measured for short chat prompts is mostly the
 # chat template's fixed cost, here part of ``request_s``.)
 PROMPT_TOKEN_S: Final = 2e-6
+# The chat template is rendered on the same thread (vllm/renderers/hf.py:
+# ``make_async(safe_apply_chat_template, executor=self._executor)``): about half a
+# millisecond, what tenstorrent/tt-inference-server #2173's 10-21 us per token come to for
+# its short (30-50 token) chat prompts, template and encode together.
+RENDER_S: Final = 0.5e-3
 
 
 REQUESTS_S: Final = 73.65  # the same run's requests per second
@@ -49,13 +54,14 @@ class FrontEndCost:
     token_s: float = TOKEN_S
     request_s: float = 0.0
     fixed_s: float = 0.0
+    render_s: float = 0.0  # the chat template, on the tokeniser's thread
 
     @classmethod
     def split(cls, request_s: float, fixed_s: float = 0.0) -> FrontEndCost:
         """PR #15137's one-process budget (73.65 requests and 14,791 tokens in one second)
         split: ``request_s`` per request, the rest of the second over its tokens."""
-        left = max(0.0, 1.0 - REQUESTS_S * request_s)
-        return cls(token_s=left / 14791, request_s=request_s, fixed_s=fixed_s)
+        left = max(0.0, 1.0 - REQUESTS_S * (request_s + RENDER_S))
+        return cls(token_s=left / 14791, request_s=request_s, fixed_s=fixed_s, render_s=RENDER_S)
 
     def intake_seconds(self, prompt_tokens: int) -> float:
         return self.request_s + self.prompt_token_s * prompt_tokens
@@ -73,10 +79,11 @@ class FrontEnd:
 
     def intake(self, now: float, prompt_tokens: int) -> float:
         """A request reached the server at ``now``: when the engine gets it. The loop
-        parses it (``request_s``), the tokeniser thread tokenises its prompt after that and
-        after the prompts before it; the loop is free for other work meanwhile."""
+        parses it (``request_s``), the tokeniser thread renders and tokenises its prompt
+        after that and after the prompts before it; the loop is free for other work
+        meanwhile."""
         loop_work = self.cost.request_s
-        tokens_work = self.cost.prompt_token_s * prompt_tokens
+        tokens_work = self.cost.render_s + self.cost.prompt_token_s * prompt_tokens
         self.busy_s += loop_work + tokens_work
         self.free_at = max(now, self.free_at) + loop_work
         self.tokenizer_free_at = max(self.free_at, self.tokenizer_free_at) + tokens_work

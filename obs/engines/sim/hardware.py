@@ -32,6 +32,7 @@ points bench/sim_calibration.py names as fit points and scored on the others. Pu
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
@@ -136,7 +137,7 @@ class Calibration:
     """The fitted efficiencies and CPU costs (docs/sim.md, "Calibration")."""
 
     # python -m bench.sim_calibration --fit (the fit points only; docs/sim.md)
-    mfu: float = 0.45  # share of peak FLOP/s reached by prefill matmuls and attention
+    mfu: float = 0.55  # share of peak FLOP/s reached by prefill matmuls and attention
     mbu: float = 0.875  # share of HBM bandwidth reached by weight and KV reads
     step_s: float = 0.00125  # per step: scheduler, launches, output
     seq_s: float = 40e-6  # per sequence in the step: input preparation, sampling, output
@@ -149,10 +150,12 @@ class Calibration:
     # simulator itself is V1 (the fields above).
     v0_step_s: float = 0.002
     v0_seq_s: float = 80e-6
-    v0_token_s: float = 2e-6
+    v0_token_s: float = 15e-6
     layer_s: float = 0.0  # GPU time per layer per step that no roofline covers (small kernels)
-    fp8_mbu: float = 0.65  # share of HBM bandwidth FP8 weight reads reach (scaled-mm kernels)
-    request_s: float = 0.003  # API server CPU per request (parse, template, set-up), in its queue
+    fp8_mbu: float = 0.7  # share of HBM bandwidth FP8 weight reads reach (scaled-mm kernels)
+    # API server event loop's CPU per request (parse the body, build and send the engine's
+    # request; the template and tokens are on the tokeniser's thread: frontend.py)
+    request_s: float = 0.0005  # chosen from vLLM's source, not fitted (docs/sim.md)
     # per-request latency outside any queue (HTTP, IPC, first detokenize); a host whose own
     # figure is known declares it instead (bench/sim_calibration.py's host_floor)
     first_token_s: float = 0.010
@@ -160,6 +163,13 @@ class Calibration:
     # roofline's bound), p > 0 the p-norm (c^p + m^p)^(1/p), slower than the bound where the
     # two are alike (a GEMM near the ridge point reaches neither ceiling; docs/sim.md).
     roofline_p: float = 0.0
+    # Per step after the first of a multi-step schedule: the model runner's launch of the
+    # forward pass, sampler and advance_step (vLLM 0.6, PR #7000's MultiStepModelRunner).
+    multistep_s: float = 0.001
+    # Per step with tensor parallelism, x log2(tp): the scheduler's output handed to the TP
+    # workers and their start in step (V1's MultiprocExecutor broadcasts it over a shared-
+    # memory MessageQueue each step, V0's driver broadcast_tensor_dict; a tree of log2(tp)).
+    tp_step_s: float = 0.0
 
     def engine(self, name: str) -> Calibration:
         """These numbers for vLLM's ``"v1"`` engine (as they are) or ``"v0"``."""
@@ -245,17 +255,22 @@ class PerfModel:
 
     def lockstep_seconds(self, work: StepWork, steps: int) -> float:
         """Seconds of ``steps`` steps like ``work`` run from one schedule (vLLM 0.6's
-        multi-step scheduling): the GPU's work every step, the CPU's once."""
+        multi-step scheduling): the GPU's work every step, the scheduler's and the inputs'
+        preparation once, and every step after the first the model runner's own launch
+        (``multistep_s``: vLLM 0.6's ``MultiStepModelRunner`` runs the forward pass, the
+        sampler and ``advance_step`` from Python for each of the N steps)."""
         cpu = self.cpu_seconds(work)
-        return cpu + steps * (self.step_seconds(work) - cpu)
+        return cpu + steps * (self.step_seconds(work) - cpu) + (steps - 1) * self.cal.multistep_s
 
     def comm_seconds(self, tokens: int) -> float:
-        """Two ring all-reduces per layer of ``tokens`` activations (0 without TP)."""
+        """Two ring all-reduces per layer of ``tokens`` activations, and the step's hand-over
+        to the TP workers (0 without TP)."""
         if self.tp <= 1:
             return 0.0
         size = tokens * self.model.hidden * 2  # BF16 activations
         ring = 2 * (self.tp - 1) / self.tp * size / self.gpu.link_bandwidth
-        return 2 * self.model.layers * (self.cal.allreduce_s + ring)
+        workers = self.cal.tp_step_s * math.log2(self.tp)
+        return 2 * self.model.layers * (self.cal.allreduce_s + ring) + workers
 
     def kv_blocks(self, block_size: int, memory_utilization: float | None = None) -> int:
         """Blocks of KV cache the GPUs hold after the weights, as vLLM sizes it: each GPU
