@@ -5,7 +5,8 @@ the client's key itself. A tenant named by a header is only as good as what set 
 a client reaching the sidecar directly can name a new tenant on every request and
 take a share for each. So one client address may bring at most
 ``max_tenants_per_client`` tenants within ``TENANT_WINDOW_S``; its other tenants
-share one key, ``client ADDRESS``.
+share one key, ``client ADDRESS``. The header names one tenant: a repeated one, or one a
+gateway appended to (``a, b``), is a 400, never a tenant of its own that no limit names.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ class Tenants:
             return tenant
         if self.header:
             value = headers.get(self.header)
+            if value and "," in value:  # repeated, or joined by a gateway that appends
+                raise e.BadRequest(f"the {self.header} header must name one tenant")
             return value[:64] if value else None
         return None
 

@@ -65,16 +65,18 @@ SINGLE_HEADERS = frozenset({"authorization", "x-request-id", "traceparent"})
 
 def request_headers(scope: Scope) -> dict[str, str]:
     """The request's headers by name (lower case, as ASGI and the server give them; a repeated
-    one keeps its last value); 400 when a ``SINGLE_HEADERS`` one repeats."""
+    one's values joined with ``, ``, as HTTP reads them: a repeated tenant header then names
+    no one tenant, ``obs.sidecar.policy.auth``); 400 when a ``SINGLE_HEADERS`` one repeats."""
     raw = scope["headers"]
     out = {k.decode("latin-1"): v.decode("latin-1") for k, v in raw}
     if len(out) < len(raw):  # a name repeats: a single one must not
-        seen: set[str] = set()
-        for k, _ in raw:
+        joined: dict[str, list[str]] = {}
+        for k, v in raw:
             name = k.decode("latin-1")
-            if name in seen and name in SINGLE_HEADERS:
+            if name in joined and name in SINGLE_HEADERS:
                 raise e.BadRequest(f"the request has more than one {name} header")
-            seen.add(name)
+            joined.setdefault(name, []).append(v.decode("latin-1"))
+        out = {name: ", ".join(values) for name, values in joined.items()}
     return out
 
 

@@ -9,6 +9,7 @@ generate a set number of tokens). The rule's pure part is pinned on ``limits_for
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -156,3 +157,20 @@ def test_whole_body_routes_estimate_every_field() -> None:
     body = {"model": "m", "input": "hi", "instructions": "x" * 4000}
     assert prompt_tokens("/v1/responses", body, 1) >= 1000
     assert prompt_tokens("/v1/chat/completions", body, 1) == 1
+
+
+@pytest.mark.inproc
+@pytest.mark.parametrize(
+    "tenant_headers",
+    [[("x-tenant", "free"), ("x-tenant", "acme")], [("x-tenant", "acme, gold")]],
+)
+def test_one_tenant_header_names_one_tenant(
+    budgeted: InProcessSidecar, tenant_headers: list[tuple[str, str]]
+) -> None:
+    """A repeated ``X-Tenant``, or one a gateway appended to, is a 400 naming the header
+    (before: ``acme, gold`` was a tenant of its own that no limit named: unlimited)."""
+    rid = request_id()
+    headers = [("x-request-id", rid), ("content-type", "application/json"), *tenant_headers]
+    body = json.dumps(CHAT | {"max_tokens": 4})
+    r = budgeted.client.post("/v1/chat/completions", content=body, headers=headers)
+    assert r.status_code == 400 and "x-tenant" in r.json()["error"]["message"]
