@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from obs.sidecar import outcomes as e
 from obs.sidecar.pools.upstream import Response
@@ -28,11 +29,15 @@ CLIENT_CLOSE_AFTER_S = 1.0  # after a stalled stream ends: time for its error to
 
 
 class Deadline:
-    """Watch ``resp`` from ``started_ns`` (perf_counter_ns of dispatch) until ``cancel``."""
+    """Watch ``resp`` from ``started_ns`` (``now_ns`` of dispatch) until ``cancel``.
+
+    ``now_ns``: the clock of ``started_ns`` and of the reads' ``last_ns`` (the relay's
+    ``perf_counter_ns``; a test gives its event loop's time, to run the deadlines in
+    virtual time). Its timer runs on the event loop's own clock, which must run with it."""
 
     __slots__ = (
         "_blocked_ns", "_blocked_s", "_client", "_first_ns", "_first_s", "_handle", "_idle_ns",
-        "_idle_s", "_loop", "_resp", "_sending_since", "expired", "last_ns",
+        "_idle_s", "_loop", "_now_ns", "_resp", "_sending_since", "expired", "last_ns",
     )  # fmt: skip
 
     def __init__(
@@ -43,8 +48,10 @@ class Deadline:
         idle_s: float,
         max_blocked_s: float = float("inf"),
         client: ClientConn | None = None,
+        now_ns: Callable[[], int] = time.perf_counter_ns,
     ) -> None:
         self._loop = asyncio.get_running_loop()
+        self._now_ns = now_ns
         self._resp = resp
         self._first_s, self._idle_s = first_token_s, idle_s
         self._first_ns = started_ns + int(first_token_s * NS)
@@ -55,7 +62,7 @@ class Deadline:
         self._blocked_ns = int(min(max_blocked_s, 1e9) * NS)
         self._client = client
         self.expired: e.RelayError | None = None
-        self._handle = self._arm(self._first_ns, time.perf_counter_ns())
+        self._handle = self._arm(self._first_ns, self._now_ns())
 
     def _arm(self, due_ns: int, now_ns: int) -> asyncio.TimerHandle:
         return self._loop.call_later(max(0, due_ns - now_ns) / NS, self._check)
@@ -70,7 +77,7 @@ class Deadline:
         if not waiting:
             self._sending_since = 0
             return
-        now = time.perf_counter_ns()
+        now = self._now_ns()
         self._sending_since = now
         stall_at = self._loop.time() + self._blocked_ns / NS
         if self._handle.when() > stall_at:  # wake in time to end a stalled stream
@@ -78,7 +85,7 @@ class Deadline:
             self._handle = self._arm(now + self._blocked_ns, now)
 
     def _check(self) -> None:
-        now = time.perf_counter_ns()
+        now = self._now_ns()
         due = self.last_ns + self._idle_ns if self.last_ns else self._first_ns
         if self._sending_since:
             stalled_at = self._sending_since + self._blocked_ns

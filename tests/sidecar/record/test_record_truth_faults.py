@@ -152,7 +152,7 @@ def test_a_request_sent_slowly_is_upload_not_queue(
     # The request was complete 0.4 s after its first bytes (on a busy machine the read of
     # those bytes can itself come a little late, hence 350).
     assert ev["upload_ms"] >= 350
-    assert ev["queue_ms"] < 350 and ev["e2e_ms"] < ev["upload_ms"]
+    assert ev["queue_ms"] <= ev["e2e_ms"] < ev["upload_ms"]  # the upload is in neither
     assert metric(sc.url, c.EVENT_LOOP_LAG.series[2]) > 0  # the loop's lag is sampled too
 
 

@@ -1,16 +1,25 @@
-"""The deadline watchdog alone against a fake pool response, on a real event loop with short
-deadlines: which outcome each silence becomes, and that the response is closed."""
+"""The deadline watchdog alone against a fake pool response, in virtual time: which outcome
+each silence becomes, exactly when, and that the response is closed.
+
+The watchdog runs on ``obs.sweep.virtual.VirtualLoop`` (the clock jumps to the next timer
+instead of waiting) and reads that loop's time (``Deadline(now_ns=...)``), so each deadline
+is judged to the tick: not expired a tick before it, expired at it, on any machine.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import time
-from typing import Any, cast
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar, cast
 
 from obs.sidecar import outcomes as e
-from obs.sidecar.relay.deadline import Deadline
+from obs.sidecar.relay.deadline import NS, Deadline
+from obs.sweep.virtual import VirtualLoop
 
-SHORT_S = 0.05
+T = TypeVar("T")
+TICK = 2**-10  # about a millisecond, exact in binary: the virtual clock's sums are exact
+FIRST_S, IDLE_S, BLOCKED_S = 0.5, 0.25, 2.0
+START_S = 1.0  # the virtual clock's start (0 ns is the watchdog's "no read yet")
 
 
 class FakeResponse:
@@ -21,57 +30,91 @@ class FakeResponse:
         self.closed = True
 
 
-def _watch(**kw: float) -> tuple[Deadline, FakeResponse]:
+def _virtual(main: Callable[[VirtualLoop], Coroutine[Any, Any, T]]) -> T:
+    """``main(loop)`` run to its end on a virtual loop."""
+    loop = VirtualLoop()
+    loop.now = START_S
+    try:
+        return loop.run_until_complete(main(loop))
+    finally:
+        loop.close()
+
+
+def _watch(loop: VirtualLoop) -> tuple[Deadline, FakeResponse, Callable[[], int]]:
+    """A deadline watching a fake response from now, on ``loop``'s clock."""
+
+    def now_ns() -> int:
+        return round(loop.time() * NS)
+
     resp = FakeResponse()
-    first, idle = kw.get("first_token_s", SHORT_S), kw.get("idle_s", SHORT_S)
-    deadline = Deadline(cast(Any, resp), time.perf_counter_ns(), first, idle, kw.get("blocked", 9))
-    return deadline, resp
+    deadline = Deadline(cast(Any, resp), now_ns(), FIRST_S, IDLE_S, BLOCKED_S, now_ns=now_ns)
+    return deadline, resp, now_ns
 
 
-def test_no_first_token_is_a_first_token_timeout() -> None:
-    """Silence from dispatch past first_token_s: a 504 naming the first token, response closed."""
+async def _until(loop: VirtualLoop, at_s: float) -> None:
+    """Sleep to ``at_s`` of virtual time after the start, and let the timers due then run."""
+    await asyncio.sleep(START_S + at_s - loop.time())
+    await asyncio.sleep(0)
 
-    async def main() -> tuple[Deadline, FakeResponse]:
-        deadline, resp = _watch()
-        await asyncio.sleep(SHORT_S * 3)
-        return deadline, resp
 
-    deadline, resp = asyncio.run(main())
-    assert isinstance(deadline.expired, e.UpstreamTimeout) and resp.closed
-    assert "first token" in deadline.expired.message
+def test_no_first_token_is_a_first_token_timeout_at_first_token_s() -> None:
+    """Silence from dispatch: a tick before first_token_s nothing; at it, a 504 naming the
+    first token, the response closed."""
+
+    async def main(loop: VirtualLoop) -> list[tuple[bool, e.RelayError | None]]:
+        deadline, resp, _ = _watch(loop)
+        seen = []
+        for at in (FIRST_S - TICK, FIRST_S):
+            await _until(loop, at)
+            seen.append((resp.closed, deadline.expired))
+        return seen
+
+    (before, at) = _virtual(main)
+    assert before == (False, None)
+    assert at[0] and isinstance(at[1], e.UpstreamTimeout)
+    assert "first token" in at[1].message
 
 
 def test_silence_after_output_is_an_idle_timeout_and_output_rearms_it() -> None:
-    """Reads that keep coming hold the idle deadline off; a silence past idle_s after output
-    is the idle timeout (the 504 frame a stream ends with)."""
+    """Reads every half idle_s hold the idle deadline off for longer than idle_s; after the
+    last read, a tick before idle_s of silence nothing, at idle_s the idle timeout (the 504
+    frame a stream ends with)."""
 
-    async def main() -> tuple[Deadline, FakeResponse, bool]:
-        idle = 0.2  # ten times the reads' spacing: a loaded machine's late wake-up is no silence
-        deadline, resp = _watch(first_token_s=1.0, idle_s=idle)
-        deadline.first_output(time.perf_counter_ns())
-        for _ in range(15):  # reads for longer than idle_s, each well within it
-            await asyncio.sleep(idle / 10)
-            deadline.last_ns = time.perf_counter_ns()
-        alive = not resp.closed
-        await asyncio.sleep(idle * 3)
-        return deadline, resp, alive
+    async def main(loop: VirtualLoop) -> tuple[float, Deadline, FakeResponse, bool, bool]:
+        deadline, resp, now_ns = _watch(loop)
+        deadline.first_output(now_ns())
+        for _ in range(8):  # 4 idle_s of reads, each half idle_s after the last
+            await asyncio.sleep(IDLE_S / 2)
+            deadline.last_ns = now_ns()
+        last = loop.time() - START_S
+        alive = not resp.closed and deadline.expired is None
+        await _until(loop, last + IDLE_S - TICK)
+        still = not resp.closed and deadline.expired is None
+        await _until(loop, last + IDLE_S)
+        return last, deadline, resp, alive, still
 
-    deadline, resp, alive = asyncio.run(main())
-    assert alive
+    last, deadline, resp, alive, still = _virtual(main)
+    assert last == 8 * IDLE_S / 2 and alive and still
     assert isinstance(deadline.expired, e.UpstreamTimeout) and resp.closed
     assert "idle timeout" in deadline.expired.message
 
 
 def test_a_client_that_reads_nothing_is_stalled_not_timed_out() -> None:
-    """While the relay waits on the client, the pool's silence is not the pool's: past
-    max_blocked_s the stream ends as the slow client's (408)."""
+    """While the relay waits on the client, the pool's silence is not the pool's: no idle
+    timeout; a tick before max_blocked_s of waiting nothing, at it the stream ends as the
+    slow client's (408)."""
 
-    async def main() -> Deadline:
-        deadline, _ = _watch(first_token_s=1.0, blocked=SHORT_S)
-        deadline.first_output(time.perf_counter_ns())
+    async def main(loop: VirtualLoop) -> list[e.RelayError | None]:
+        deadline, _, now_ns = _watch(loop)
+        deadline.first_output(now_ns())
         deadline.sending = True
-        await asyncio.sleep(SHORT_S * 3)
+        seen = []
+        for at in (BLOCKED_S - TICK, BLOCKED_S):
+            await _until(loop, at)
+            seen.append(deadline.expired)
         deadline.cancel()
-        return deadline
+        return seen
 
-    assert isinstance(asyncio.run(main()).expired, e.SlowClientStalled)
+    before, at = _virtual(main)
+    assert before is None  # far past idle_s: the silence is the client's
+    assert isinstance(at, e.SlowClientStalled)

@@ -152,7 +152,6 @@ def test_a_fast_reader_on_each_kind_is_answered_and_closed_as_asked(
                 assert sidecar.event(rid2)["status"] == c.OK
         ev = sidecar.event(rid)
         assert (ev["status"], ev["client_unread_bytes"]) == (c.OK, None), kind
-        assert ev["e2e_ms"] < 2000, kind
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -160,14 +159,15 @@ def test_a_client_that_stops_reading_is_recorded_with_what_it_had_not_taken(
     scripted: ScriptedUpstream, impatient: InProcessSidecar, kind: str
 ) -> None:
     """A client that reads the head and stops: after the lane's record_wait_s the event is
-    written, `ok`, with client_unread_bytes > 0 and the stream phase so far (a lower bound)."""
+    written while the client still holds the connection, `ok`, with client_unread_bytes > 0
+    and the stream phase so far: at least the wait (how much more is the machine's)."""
     rid, sock, _ = _send(scripted, impatient.port, kind)
     with sock:
         assert b"200 OK" in sock.recv(256)
         ev = impatient.event(rid)  # written while the client still holds the connection
     assert ev["status"] == c.OK
     assert ev["client_unread_bytes"] > 0
-    assert STOPPED_WAIT_S * 1000 * 0.9 <= ev["stream_ms"] < STOPPED_WAIT_S * 1000 + 1500
+    assert ev["stream_ms"] >= STOPPED_WAIT_S * 1000 * 0.9
 
 
 def test_a_client_that_resets_before_taking_the_end_left_before_the_end(
@@ -204,8 +204,9 @@ def test_a_client_that_resets_right_after_the_end_read_it_all(
 def test_slow_upload_is_the_clients_time(
     scripted: ScriptedUpstream, sidecar: InProcessSidecar
 ) -> None:
-    """A body sent over 1.5 s to an idle pool: TTFT and the queue phase start when the body is
-    complete (TTFT under 100 ms); the 1.5 s is upload_ms, in no phase and not in e2e."""
+    """A body sent over 1.5 s to a pool that answers at once: the 1.5 s is upload_ms, in no
+    phase and not in e2e; TTFT and the queue phase start when the body is complete, so each is
+    shorter than the upload the same request measured."""
     rid = request_id()
     scripted.scripts[rid] = _script(rid, 3)
     body = orjson.dumps(chat_body(rid, stream=True))
@@ -222,9 +223,7 @@ def test_slow_upload_is_the_clients_time(
     ev = sidecar.event(rid)
     assert ev["status"] == c.OK
     assert ev["upload_ms"] >= 1400
-    assert ev["ttft_ms"] < 100
-    assert ev["queue_ms"] < 100
-    assert ev["e2e_ms"] < 500
+    assert ev["queue_ms"] <= ev["ttft_ms"] <= ev["e2e_ms"] < ev["upload_ms"]
 
 
 def test_one_connection_per_request_slow_reader_is_learned(
