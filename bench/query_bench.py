@@ -241,6 +241,8 @@ SELECT
   NULL::INTEGER AS pool_ahead_prompt_tokens,
   NULL::INTEGER AS pool_prompt_tokens_during,
   NULL::INTEGER AS pool_requests_during,
+  NULL::DOUBLE AS pool_others_prompt_share,
+  NULL::DOUBLE AS pool_others_running_share,
   CASE WHEN lane IN ('rag', 'agent') THEN substr(md5(lane || (i % 97)::VARCHAR), 1, 12)
   END AS prefix_fingerprint,
   CASE WHEN status = 'rejected' THEN NULL
