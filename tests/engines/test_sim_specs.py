@@ -179,3 +179,27 @@ def test_a_moe_model_from_its_config_serves_a_streamed_request(tmp_path: Path) -
     assert sum(bool(c.choices[0].delta.content) for c in chunks) >= 1
     assert chunks[-1].choices[0].finish_reason == "length"
     assert version == {"version": "sim-my-h100-mixtral-8x7b"}
+
+
+def test_engine_sim_runs_with_a_host_calibration(tmp_path: Path) -> None:
+    """`engine sim --calibration FILE` serves with the file's corrections (the rest built in);
+    a file that is not a host calibration is refused, saying how to make one."""
+    import argparse
+
+    from obs.engines.sim import cli as sim_cli
+    from obs.engines.sim.calibration import calibration_doc
+    from obs.engines.sim.hardware import CALIBRATION
+
+    parser = argparse.ArgumentParser()
+    sim_cli.add_parser(parser.add_subparsers())
+    host = tmp_path / "host.json"
+    checked = {"points": 3, "median_abs_error": 0.1, "max_abs_error": 0.2}
+    doc = calibration_doc(CALIBRATION.__class__(mbu=0.6), {}, checked)
+    host.write_text(json.dumps(doc), encoding="utf-8")
+    opts = sim_cli.options(parser.parse_args(["sim", "--calibration", str(host)]))
+    assert opts.perf is not None and opts.perf.cal.mbu == 0.6
+    assert opts.perf.cal.step_s == CALIBRATION.step_s
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}", encoding="utf-8")
+    with pytest.raises(ConfigError, match="engine sim check --fit"):
+        sim_cli.options(parser.parse_args(["sim", "--calibration", str(bad)]))

@@ -187,3 +187,36 @@ def test_a_calibration_file_of_another_kind_is_refused(tmp_path: Path) -> None:
     path.write_text('{"calibration": {}}', encoding="utf-8")
     with pytest.raises(ConfigError, match="engine sim check --fit"):
         load_calibration(path)
+
+
+@pytest.mark.process
+def test_plan_takes_a_host_calibrations_held_out_error_as_its_margin(tmp_path: Path) -> None:
+    """`plan --calibration FILE` pads latencies by the file's held-out error and says so in
+    its output and plan.json, naming the file."""
+    from obs.engines.sim.calibration import calibration_doc
+    from obs.engines.sim.hardware import CALIBRATION
+    from obs.loadgen.mix import load_mix
+    from obs.sweep.profile import resolve
+    from obs.sweep.replay import Replay
+
+    events = tmp_path / "events.jsonl.gz"
+    Replay(resolve("single-balanced"), load_mix(), events).run(60, 4.0, 0)
+    host = tmp_path / "host.json"
+    cal = CALIBRATION.__class__(mbu=0.7)
+    held = {"points": 12, "median_abs_error": 0.05, "max_abs_error": 0.123}
+    checked = {"points": 24, "median_abs_error": 0.03, "max_abs_error": 0.08, "held_out": held}
+    host.write_text(json.dumps(calibration_doc(cal, {"gpu": "H100"}, checked)), "utf-8")
+    root = Path(__file__).resolve().parents[2]
+    profile = root / "obs" / "data" / "profile-single-balanced.yaml"
+    cmd = [sys.executable, "-m", "obs.cli", "plan", str(events), "--config", str(profile)]
+    r = subprocess.run(
+        [*cmd, "--calibration", str(host), "--out", str(tmp_path / "plan")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode in (0, 1), r.stderr
+    settings = json.loads((tmp_path / "plan" / "plan.json").read_text("utf-8"))["settings"]
+    assert settings["margin"] == 0.123
+    assert str(host) in settings["margin_source"] and "held-out" in settings["margin_source"]
+    assert "margin 12.3%" in r.stdout
