@@ -63,6 +63,10 @@ class Budgets:
         self._bodies[addr] = self._bodies.get(addr, 0) + n
         return True
 
+    def client_body_fits(self, addr: str, n: int) -> bool:
+        """``n`` more body bytes stay within ``addr``'s own share (whatever all hold)."""
+        return self._bodies.get(addr, 0) + n <= self.max_client_body_bytes
+
     def free_body(self, addr: str, n: int) -> None:
         if n:
             self.body_bytes -= n

@@ -358,10 +358,35 @@ class HttpConnection(asyncio.Protocol):
     # ---- limits --------------------------------------------------------------------------
 
     def _hold_body(self, n: int) -> None:
-        """Count ``n`` more bytes of the current request's body, within the budgets."""
-        if not self.guard.budgets.hold_body(self.addr, n):
+        """Count ``n`` more bytes of the current request's body, within the budgets; when all
+        bodies fill the memory but this address has room, the slowest bodies being read are
+        refused to make it (``Guard.shed_bodies``)."""
+        budgets, guard = self.guard.budgets, self.guard
+        if not budgets.hold_body(self.addr, n) and not (
+            budgets.client_body_fits(self.addr, n)
+            and guard.shed_bodies(self.state.connections, n, self, self.loop.time())
+            and budgets.hold_body(self.addr, n)
+        ):
             raise self._refused(503, "body_memory", "the sidecar holds too many request bodies")
         self._bodies[-1] += n
+
+    def body_rate(self, now: float) -> float | None:
+        """Bytes a second of the body being read, while it holds some and nothing answered."""
+        cur = self.current
+        if not self._in_body or cur is None or cur is not self.reading or cur.response_started:
+            return None
+        if not self._bodies or not self._bodies[-1] or self.transport.is_closing():
+            return None
+        return self._body_got / max(now - self._body_began, 1e-6)
+
+    def shed_body(self) -> int:
+        """Refuse the body being read to free body memory for others (503)."""
+        freed = sum(self._bodies)
+        self.guard.budgets.free_body(self.addr, freed)
+        self._bodies.clear()
+        self._refuse(RequestLimit(503, "body_memory", "the sidecar needed the memory this "
+                                  "slow request body held"))  # fmt: skip
+        return freed
 
     def _bad_request(self) -> None:
         if self.transport.is_closing():

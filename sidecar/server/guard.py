@@ -43,6 +43,14 @@ class Evictable(Protocol):
         """Close it and stop counting it."""
         ...
 
+    def body_rate(self, now: float) -> float | None:
+        """Bytes a second of the body it is reading and holds (None: it holds none)."""
+        ...
+
+    def shed_body(self) -> int:
+        """Refuse the body it is reading (503 ``body_memory``); the bytes it freed."""
+        ...
+
 
 class Guard:
     """The limits and their counters, shared by every connection of one server."""
@@ -90,6 +98,21 @@ class Guard:
         self.hit("evicted")
         best.evicted()
         return True
+
+    def shed_bodies(
+        self, connections: Iterable[Evictable], need: int, keep: Evictable, now: float
+    ) -> bool:
+        """Body memory is full: refuse the bodies being read at the lowest rates, slowest
+        first, until ``need`` more bytes fit; False when they cannot (``keep``, the one that
+        needs them, is never shed)."""
+        b = self.budgets
+        holders = [(r, id(c), c) for c in connections
+                   if c is not keep and (r := c.body_rate(now)) is not None]  # fmt: skip
+        for _, _, conn in sorted(holders, key=lambda h: h[:2]):
+            if b.body_bytes + need <= b.max_body_bytes:
+                break
+            conn.shed_body()
+        return b.body_bytes + need <= b.max_body_bytes
 
     def hit(self, limit: str) -> None:
         self.hits[limit] += 1

@@ -107,3 +107,39 @@ def test_a_body_with_no_byte_for_the_idle_timeout_is_closed_408(
         s.sendall(HEAD)
         answer = read_all(s)  # until the sidecar closes (the socket's 30 s otherwise)
     assert status(answer) == 408, answer
+
+
+@pytest.mark.inproc
+def test_slow_bodies_filling_body_memory_yield_to_a_newcomer(
+    scripted: ScriptedUpstream, inproc: InprocFactory
+) -> None:
+    """Four addresses fill the body memory with bodies sent in part (each within its share):
+    a fifth address's 100 KiB chat is answered 200, and the slowest holder is refused 503
+    to make room (before: 503 for every other POST while the uploads held it)."""
+    limits = Limits(max_body_memory=1 << 20, body_idle_timeout_s=600.0, idle_timeout_s=600.0)
+    sc = inproc(lane_config({"main": [scripted.url]}), limits=limits)
+    part = 120 << 10
+    held = [_open(a, sc.port) for a in ADDRESSES for _ in range(2)]
+    try:
+        for s in held:  # 8 x 120 KiB of 200 KiB bodies: 960 KiB of the 1 MiB
+            s.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: "
+                b"application/json\r\ncontent-length: %d\r\n\r\n%b" % (200 << 10, b" " * part)
+            )
+            sc.on_loop(lambda: None, turns=10)  # read in order: the first is the slowest
+        text = "word " * (20 << 10)  # a 100 KiB prompt
+        body = json.dumps({"model": "tiny", "messages": [{"role": "user", "content": text}],
+                           "max_tokens": 4}).encode()  # fmt: skip
+        with _open(NEWCOMER, sc.port) as s:
+            s.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: "
+                b"application/json\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%b"
+                % (len(body), body)
+            )
+            answer = status(read_all(s))
+        said = [_said(s) for s in held]
+    finally:
+        for s in held:
+            s.close()
+    assert answer == 200
+    assert said.count(503) >= 1 and set(said) <= {0, 503}
