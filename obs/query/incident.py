@@ -33,6 +33,9 @@ from obs.query.table import to_json
 ALERT_STEP_S = 15.0  # the resolution at which fired alerts are read back
 CHANGE_FIELDS = ("pool", "settings_fingerprint", "config_fingerprint")
 WIDTH = 120  # every line of the words fits this many columns
+# The labels a fired alert is told by: its lane, SLO and pool; the replica an outlier alert
+# names (instance); the GPU and throttle reason of a GPU alert.
+ALERT_LABELS = ("lane", "slo", "pool", "severity", "instance", "Hostname", "gpu", "reason")
 NEEDED = (*COLUMNS, *CHANGE_FIELDS, *harm.COLUMNS)  # what a draft reads (a report materializes it)
 
 
@@ -121,7 +124,7 @@ def _alerts(url: str, scan: Source, slos: list[dict[str, Any]]) -> list[dict[str
         m, vals = s["metric"], s.get("values") or []
         if not vals:
             continue
-        labels = {k: v for k, v in m.items() if k in ("lane", "slo", "pool", "severity")}
+        labels = {k: v for k, v in m.items() if k in ALERT_LABELS}
         out.append(
             {
                 "alert": m.get("alertname", "?"),
