@@ -89,6 +89,7 @@ class HttpConnection(asyncio.Protocol):
         self._body_began = self._body_at = self._body_until = 0.0
         self._body_got = 0
         self.lost = self.reset_by_peer = False  # connection_lost was called (with an error)
+        self._garbage = False  # bytes that are no request follow the one being answered
 
     # ---- asyncio.Protocol ----------------------------------------------------------------
 
@@ -192,6 +193,11 @@ class HttpConnection(asyncio.Protocol):
         except httptools.HttpParserError:
             if self._refusal is not None:
                 self._refuse(self._refusal)
+                return
+            cur = self.current
+            if self.reading is None and cur is not None and not self._idle(cur):
+                self._garbage = True  # answered once the requests before it are (_next)
+                self.intake.hold()
                 return
             self._bad_request()
             return
@@ -328,11 +334,19 @@ class HttpConnection(asyncio.Protocol):
             return
         if self.pipeline:
             self._start(self.pipeline.popleft())
+        elif self._garbage:  # what followed the requests answered was no request: 400
+            if self._idle(self.current):
+                self._bad_request()
+            return
         self._resume_reading()
         cur = self.current  # not while answering a request that came while one lingered
-        idle = cur is None or (cur.response_complete and not cur.linger)
-        if idle and not self._in_message and not self.transport.is_closing():
+        if self._idle(cur) and not self._in_message and not self.transport.is_closing():
             self._arm(self.limits.idle_timeout_s, "keep_alive")
+
+    @staticmethod
+    def _idle(cur: Exchange | None) -> bool:
+        """No request is being answered (its response done, not lingering)."""
+        return cur is None or (cur.response_complete and not cur.linger)
 
     def shutdown(self) -> None:
         """The server stops: close now when idle, else after the response under way."""
@@ -344,7 +358,7 @@ class HttpConnection(asyncio.Protocol):
             ex.keep_alive = False
 
     def _resume_reading(self) -> None:  # unless a pipelined request waits for its turn
-        if self.pipeline or self.transport.is_closing():
+        if self.pipeline or self._garbage or self.transport.is_closing():
             return
         ex = self.reading
         if ex is not None and ex.body_bytes > BODY_HIGH_WATER:

@@ -57,3 +57,19 @@ def test_a_target_that_is_no_path_is_a_400_without_traceback(
     assert status(answer) == 400, answer
     assert after == before + 1
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def test_garbage_behind_a_request_is_answered_after_it(
+    plain: InProcessSidecar, scripted: ScriptedUpstream
+) -> None:
+    """A valid chat with garbage pipelined behind it in one write: the client reads the
+    chat's 200 and then the 400, in order (before: only the 400, while the pool ran the
+    chat)."""
+    body = b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}'
+    answer = _send(
+        plain.port,
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n%b" % (len(body), body) + b"GARBAGE\r\n\r\n",
+    )
+    assert status(answer) == 200, answer[:300]
+    assert b"HTTP/1.1 400 Bad Request" in answer.split(b"HTTP/1.1 200", 1)[1]
