@@ -13,7 +13,7 @@ from typing import Final
 from obs import conventions as c
 from obs.config import Config, Lane, Pool
 from obs.durations import seconds
-from obs.engines.adapters import reports
+from obs.engines.adapters import ADAPTERS, reports
 from obs.engines.metrics import STATE_FIELDS
 from obs.errors import ConfigError
 from obs.slo import Objective, objectives
@@ -252,13 +252,14 @@ def build_model(
         for p in config.pools
     )
     pools = tuple(replace(p, min_requests=_pool_floor(config, p.pool)) for p in pools)
-    hits = {p.pool for p in pools if "prefix_hits" in p.reports}
+    hits = {p.pool for p in pools if "prefix_hits" in p.reports and _usage_cached(p.engine)}
     lanes = tuple(
         LaneHealth(
             lane=lane.name,
             pool=lane.pool,
             queue_wait_max_s=_queue_wait_max_s(lane, th),
-            # A pool whose engine counts no prefix-cache hits cannot be judged on a floor.
+            # A pool whose engine counts no prefix-cache hits, or never puts cached tokens in
+            # its answers' usage (the lane's own ratio), cannot be judged on a floor.
             cache_hit_ratio_min=lane.slo.cache_hit_ratio_min if lane.pool in hits else None,
             e2e_p99_max_s=_e2e_max_s(lane),
             invalid_json_ratio_max=lane.alerts.invalid_json_ratio_max,
@@ -292,6 +293,14 @@ def build_model(
 def runbook_base(config: Config, override: str | None) -> str | None:
     """The runbook's URL: ``--runbook-url``, else the config's ``alerts.runbook_base_url``."""
     return override or config.alerts.runbook_base_url
+
+
+def _usage_cached(engine: str) -> bool:
+    """Whether answers of ``engine`` can carry ``usage.prompt_tokens_details.cached_tokens``
+    (the sidecar's per-lane cached_tokens): not TGI's or the simulator's (their adapters say
+    null); ``auto`` may be any engine."""
+    adapter = ADAPTERS.get(engine)
+    return adapter is None or not adapter.events.get("cached_tokens", "").startswith("null")
 
 
 def _pool_floor(config: Config, pool: str) -> int:
