@@ -30,8 +30,9 @@ import httptools
 
 from obs.sidecar.outcomes import RequestLimit
 from obs.sidecar.server import wire
+from obs.sidecar.server.body_clock import BodyClock
 from obs.sidecar.server.client import EXTENSION, OBS_EXTENSION, ClientConn
-from obs.sidecar.server.guard import Guard, body_stalled, content_length, plain_get
+from obs.sidecar.server.guard import Guard, content_length, plain_get
 from obs.sidecar.server.intake import BODY_PIECE, PIECE, Intake
 from obs.sidecar.server.limit_timer import LimitTimer
 from obs.sidecar.server.wire import BODY_HIGH_WATER, Clock, Exchange, Flow, http_scope, run_app
@@ -84,10 +85,7 @@ class HttpConnection(asyncio.Protocol):
         self._bodies: deque[int] = deque()  # body bytes held, per request not yet answered
         self.intake = Intake(self._feed_piece, self._piece_size)
         self._body_left = 0  # bytes of a sized body still to parse
-        # The body being read: when its head ended, when its last byte came, bytes so far, and
-        # its whole deadline (``body_timeout_s``), on the loop's clock.
-        self._body_began = self._body_at = self._body_until = 0.0
-        self._body_got = 0
+        self.body = BodyClock()  # the body being read, on the loop's clock
         self.lost = self.reset_by_peer = False  # connection_lost was called (with an error)
         self._garbage = False  # bytes that are no request follow the one being answered
 
@@ -117,16 +115,14 @@ class HttpConnection(asyncio.Protocol):
 
     def evictable(self) -> int:
         """2: idle (waits for a request), 1: a request's head trickles in, or its body does
-        (``guard.body_stalled``) with nothing answered yet, 0: serving."""
+        (``BodyClock.stalled``) with nothing answered yet, 0: serving."""
         if not self._counted or self.pipeline or self.transport.is_closing():
             return 0
         cur = self.current  # a lingering answer still serves its request
         if self._in_body:
             if cur is not self.reading or cur is None or cur.response_started:
                 return 0
-            now = self.loop.time()
-            return int(body_stalled(self.limits, self._body_began, self._body_at,
-                                    self._body_got, now))  # fmt: skip
+            return int(self.body.stalled(self.limits, self.loop.time()))
         if cur is not None and (not cur.response_complete or cur.linger):
             return 0
         return 1 if self._in_message else 2
@@ -251,10 +247,7 @@ class HttpConnection(asyncio.Protocol):
         self._bodies.append(0)  # counted as the body's bytes arrive (on_body)
         self._in_body = True
         self._head = 0
-        now = self.loop.time()
-        self._body_began = self._body_at = now
-        self._body_until = now + self.limits.body_timeout_s
-        self._body_got = 0
+        self.body.start(self.loop.time(), self.limits)
         self._arm(min(self.limits.body_timeout_s, self.limits.body_idle_timeout_s), "body_timeout")
         version = parser.get_http_version()
         ex = self.reading = self._exchange(version != "1.0" and parser.should_keep_alive())
@@ -270,8 +263,7 @@ class HttpConnection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         self._body_left -= len(body)
-        self._body_got += len(body)
-        self._body_at = self.loop.time()  # progress: the idle deadline moves (_expired)
+        self.body.progress(len(body), self.loop.time())  # the idle deadline moves (_expired)
         ex = self.reading
         if ex is None or ex.response_complete:
             return  # answered already (the connection closes): nothing keeps it
@@ -364,8 +356,7 @@ class HttpConnection(asyncio.Protocol):
         if ex is not None and ex.body_bytes > BODY_HIGH_WATER:
             return
         if self._in_body and not self._timer.limit:
-            self._body_at = self.loop.time()  # its time starts now (held for the app till now)
-            self._body_until = max(self._body_until, self._body_at + self.limits.body_timeout_s)
+            self.body.resume(self.loop.time(), self.limits)  # held for the app till now
             self._arm_body()
         self.intake.release()
 
@@ -391,7 +382,7 @@ class HttpConnection(asyncio.Protocol):
             return None
         if not self._bodies or not self._bodies[-1] or self.transport.is_closing():
             return None
-        return self._body_got / max(now - self._body_began, 1e-6)
+        return self.body.rate(now)
 
     def shed_body(self) -> int:
         """Refuse the body being read to free body memory for others (503)."""
@@ -447,7 +438,7 @@ class HttpConnection(asyncio.Protocol):
         """Arm the body's next deadline: its whole one, or ``body_idle_timeout_s`` after its
         last byte, whichever comes first; False when that has passed."""
         now = self.loop.time()
-        at = min(self._body_until, self._body_at + self.limits.body_idle_timeout_s)
+        at = self.body.deadline(self.limits)
         if at - now <= 0:
             return False
         self._arm(at - now, "body_timeout")

@@ -82,7 +82,7 @@ class Guard:
 
     def evict(self, connections: Iterable[Evictable]) -> bool:
         """At the connection cap, close one connection that serves no request to make room:
-        an idle one before a slow head or a stalled body (``body_stalled``), from the address
+        an idle one before a slow head or a stalled body (``BodyClock.stalled``), from the address
         holding the most. False when none can go (every slot serves a request: the newcomer
         is refused)."""
         best: Evictable | None = None
@@ -139,16 +139,6 @@ class GuardCollector(Collector):
         yield hits
         g = c.CLIENT_CONNECTIONS
         yield GaugeMetricFamily(g.name, g.help, value=self.guard.open)
-
-
-def body_stalled(limits: Limits, began: float, last: float, got: int, now: float) -> bool:
-    """A body being read since ``began`` (its head's end), ``got`` bytes so far, the last at
-    ``last``, is a slow client at ``now``: no byte for ``body_stall_s``, or on average slower
-    than ``min_body_rate`` once ``body_stall_s`` has passed (times on one clock)."""
-    if now - last >= limits.body_stall_s:
-        return True
-    took = now - began
-    return took >= limits.body_stall_s and got < limits.min_body_rate * took
 
 
 def content_length(headers: list[tuple[bytes, bytes]]) -> int | None:

@@ -4,7 +4,7 @@ cap, and closed when no byte comes for ``body_idle_timeout_s``.
 Raw sockets on 127.0.6.x against the in-process sidecar; the pool is ``ScriptedUpstream``
 (these tests are about the relay's port). The eviction rule itself (no byte for
 ``body_stall_s``, or slower than ``min_body_rate``) is pinned in virtual time on
-``guard.body_stalled``; the in-process sidecar runs it with ``body_stall_s`` 0, so an
+``body_clock.body_stalled``; the in-process sidecar runs it with ``body_stall_s`` 0, so an
 unfinished body yields to a newcomer whatever the machine's speed.
 """
 
@@ -15,7 +15,7 @@ import socket
 
 import pytest
 
-from obs.sidecar.server.guard import body_stalled
+from obs.sidecar.server.body_clock import BodyClock, body_stalled
 from obs.sidecar.server.limits import Limits
 from tests.sidecar.conftest import InprocFactory
 from tests.support.inproc import lane_config, request_id
@@ -93,6 +93,11 @@ def test_a_body_with_no_byte_for_body_stall_s_is_stalled() -> None:
     assert not body_stalled(lim, began=100.0, last=109.5, got=20_000, now=110.0)  # 2 KB/s
     assert body_stalled(lim, began=100.0, last=109.5, got=5_000, now=110.0)  # 0.5 KB/s
     assert not body_stalled(lim, began=100.0, last=101.0, got=10, now=101.5)  # too young
+    clock = BodyClock()
+    clock.start(100.0, lim)
+    clock.progress(1, 100.5)
+    assert clock.deadline(lim) == min(100.0 + lim.body_timeout_s, 100.5 + lim.body_idle_timeout_s)
+    assert clock.stalled(lim, 102.5) and not clock.stalled(lim, 101.0)
 
 
 @pytest.mark.inproc
