@@ -10,6 +10,8 @@ generate a set number of tokens). The rule's pure part is pinned on ``limits_for
 from __future__ import annotations
 
 import json
+import threading
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any
 
 import pytest
@@ -174,3 +176,34 @@ def test_one_tenant_header_names_one_tenant(
     body = json.dumps(CHAT | {"max_tokens": 4})
     r = budgeted.client.post("/v1/chat/completions", content=body, headers=headers)
     assert r.status_code == 400 and "x-tenant" in r.json()["error"]["message"]
+
+
+@pytest.mark.inproc
+def test_30_concurrent_requests_without_max_tokens_stay_within_the_limit(
+    scripted: ScriptedUpstream, inproc: InprocFactory
+) -> None:
+    """30 concurrent streams without ``max_tokens``, each using 600 tokens, the pool holding
+    them: those admitted use at most 1.5x the minute's limit (before: all 30 admitted, charged
+    their prompts only, 18x the limit)."""
+    sc = inproc(_config(scripted.url))
+    hold = threading.Event()
+
+    def one() -> int:
+        rid = request_id()
+        scripted.scripts[rid] = Script(pieces=[token_frame("a"), usage_frame(8, 600)], hold=hold)
+        headers = {"x-request-id": rid, "x-tenant": "acme"}
+        body = CHAT | {"stream": True}
+        r = sc.client.post("/v1/chat/completions", json=body, headers=headers, timeout=60)
+        return r.status_code
+
+    with ThreadPoolExecutor(30) as pool:
+        futures = [pool.submit(one) for _ in range(30)]
+        wait(futures, timeout=30, return_when=FIRST_COMPLETED)
+        for _ in range(300):  # the refused answer at once; the admitted wait for the pool
+            if sum(f.done() for f in futures) >= 29:
+                break
+            wait(futures, timeout=0.1)
+        hold.set()
+        codes = [f.result() for f in futures]
+    assert set(codes) <= {200, 429} and codes.count(200) >= 1
+    assert codes.count(200) * 608 <= 1.5 * LIMIT
