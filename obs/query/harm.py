@@ -201,7 +201,7 @@ def _victims(
     for q in missed:
         lanes[str(q.row["lane"])].append(q)
     judged = Counter(str(q.row["lane"]) for q in pool_reqs)
-    out = []
+    out: list[dict[str, Any]] = []
     for lane, qs in lanes.items():
         tenants = {q.row["tenant"] for q in qs if q.row["tenant"]}
         waited = ahead = 0.0

@@ -169,14 +169,19 @@ def incident_ttft(
     fig = _figure(11, 4.5)
     ax = fig.add_subplot()
     for lane, (ts, ys) in points.items():
-        ax.scatter(ts, ys, s=12, label=lane, color=palette.get(lane, "#777777"))
+        xs: Any = ts  # matplotlib plots datetimes (its stubs say floats)
+        ax.scatter(xs, ys, s=12, label=lane, color=palette.get(lane, "#777777"))
         if lane in thresholds:
             ax.axhline(thresholds[lane], color=palette.get(lane), linestyle="--", linewidth=0.8)
     if trigger is not None:
         lane, arrivals = trigger
-        ax.plot(arrivals, [0.02] * len(arrivals), "|", markersize=14, color="black",
+        at: Any = arrivals
+        ax.plot(at, [0.02] * len(arrivals), "|", markersize=14, color="black",
                 transform=ax.get_xaxis_transform(), label=f"{lane} arrivals (trigger)")  # fmt: skip
-    ax.axvspan(*window, color="#f0a030", alpha=0.12)
+    lo: Any
+    hi: Any
+    lo, hi = window
+    ax.axvspan(lo, hi, color="#f0a030", alpha=0.12)
     ax.set_yscale("log")
     _plain_log_ticks(ax.yaxis)
     ax.set_ylabel("TTFT (ms, log)")

@@ -75,7 +75,7 @@ def test_report_opens_with_what_happened(tmp_path: Path):
 
 def test_attainment_draws_a_bar_for_a_lane_at_zero():
     """A lane that attained 0% gets a visible bar (the same chart without it differs)."""
-    objectives = {"ttft": [0.9, 0.9], "tpot": [0.9, 0.9]}
+    objectives: dict[str, list[float | None]] = {"ttft": [0.9, 0.9], "tpot": [0.9, 0.9]}
     with_zero = plots.attainment(["a", "b"], {"ttft": [0.0, 1.0], "tpot": [None, 0.0]}, objectives)
     without = plots.attainment(["a", "b"], {"ttft": [None, 1.0], "tpot": [None, 0.0]}, objectives)
     assert with_zero.startswith(PNG) and with_zero != without
