@@ -30,21 +30,23 @@ FILES = rule_files(build_model(load_config(default_config_path())))
 INDEX = RuleIndex(FILES)
 
 
-def _run(tmp_path: Path, series: list[dict[str, str]], tests: list[dict[str, Any]]) -> None:
-    rules = tmp_path / HEALTH_FILE
-    rules.write_text(yaml.safe_dump(FILES[HEALTH_FILE], sort_keys=False), encoding="utf-8")
-    doc = {
-        "rule_files": [str(rules)],
-        "evaluation_interval": "1m",
-        "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": tests}],
-    }
-    path = tmp_path / "case.test.yml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+def promtool(tmp_path: Path, name: str, rules: dict[str, Any], tests: list[Any]) -> None:
+    """``promtool test rules`` on ``rules`` (written as ``name``) with ``tests``: passes."""
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(rules, sort_keys=False), encoding="utf-8")
+    doc = {"rule_files": [str(path)], "evaluation_interval": "1m", "tests": tests}
+    case = tmp_path / "case.test.yml"
+    case.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     proc = subprocess.run(
-        [require_binary("promtool"), "test", "rules", str(path)],
+        [require_binary("promtool"), "test", "rules", str(case)],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _run(tmp_path: Path, series: list[dict[str, str]], tests: list[dict[str, Any]]) -> None:
+    case = {"interval": "1m", "input_series": series, "alert_rule_test": tests}
+    promtool(tmp_path, HEALTH_FILE, FILES[HEALTH_FILE], [case])
 
 
 def _firing(
