@@ -8,6 +8,10 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from obs.deploy.manifest import Deployment
 
 DESCRIPTION = """\
 check: every address each service of docker-compose.yml and of the rendered kustomize package
@@ -59,7 +63,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     run.set_defaults(handler=run_stack)
 
 
-def load(kind: str, path: Path) -> object:
+def load(kind: str, path: Path) -> Deployment:
+    """The compose file, or the rendered package with the Prometheus its operator would run."""
     from obs.deploy import manifest
 
     if kind == "compose":
@@ -101,7 +106,7 @@ def run_stack(args: argparse.Namespace) -> int:
     path = args.file or Path("docker-compose.yml" if args.manifest == "compose" else "deploy/k8s")
     deployment = load(args.manifest, path)
     run_dir = args.dir or Path(tempfile.mkdtemp(prefix="vllm-obs-deploy-"))
-    run = stack.Stack(deployment, run_dir, network=args.network or stack.DEFAULT_NETWORK)  # type: ignore[arg-type]
+    run = stack.Stack(deployment, run_dir, network=args.network or stack.DEFAULT_NETWORK)
     print(f"[deploy] starting {path} in {run_dir} (logs in {run_dir / 'logs'})", flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
