@@ -244,14 +244,12 @@ GRID: dict[str, tuple[float, ...]] = {
     "v0_token_s": (0.0, 1e-6, 2e-6, 5e-6, 10e-6, 15e-6, 20e-6, 30e-6, 40e-6),
     "layer_s": (0.0, 5e-6, 10e-6, 15e-6, 20e-6, 30e-6, 40e-6, 50e-6, 60e-6, 80e-6),
     "fp8_mbu": (0.4, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9),
-    # the loop's own work per request (the template and tokens are on the tokeniser's
-    # thread): parsing and building a request, well under the 2.25 ms per request of a
-    # 200-prompt burst that vLLM gives a first token within 0.45 s (docs/sim.md)
-    "request_s": (0.0, 0.1e-3, 0.25e-3, 0.5e-3, 0.75e-3, 1e-3),
+    # request_s is set from vLLM's source, not fitted (docs/sim.md, "Current result")
     "first_token_s": (0.0, 2e-3, 5e-3, 8e-3, 10e-3, 12e-3, 15e-3, 18e-3, 20e-3, 25e-3),
     "roofline_p": (0.0, 1.0, 2.0, 4.0),
     "multistep_s": (0.0, 0.25e-3, 0.5e-3, 1e-3, 1.5e-3, 2e-3, 3e-3),
     "tp_step_s": (0.0, 0.25e-3, 0.5e-3, 1e-3, 1.5e-3, 2e-3, 3e-3),
+    "attn_mbu": (0.0, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8),
 }
 
 

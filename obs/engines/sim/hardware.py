@@ -14,7 +14,7 @@ parallelism). Its time is the sum of
 - prefill attention: the larger of ``4 x layers x hidden`` FLOPs per (query token,
   context token) pair at ``mfu``, and reading the chunks' context keys and values;
 - decode attention: reading each decoding sequence's keys and values (``kv bytes per
-  token`` per context token) at ``mbu``; it does not overlap the prefill's compute, so a
+  token`` per context token) at ``attn_mbu`` (``mbu`` when 0); it does not overlap the prefill's compute, so a
   mixed step pays both;
 - with ``tp > 1``, two all-reduces per layer of the step's activations (``tokens x
   hidden x 2`` bytes): ``allreduce_s`` each plus the ring's ``2 (tp-1)/tp`` of the bytes
@@ -148,9 +148,9 @@ class Calibration:
     # vLLM V0's CPU costs (0.5-0.6: one process for scheduling, input preparation and
     # sampling, no persistent batch): only for replaying published V0-era runs; the
     # simulator itself is V1 (the fields above).
-    v0_step_s: float = 0.002
-    v0_seq_s: float = 80e-6
-    v0_token_s: float = 15e-6
+    v0_step_s: float = 0.0025
+    v0_seq_s: float = 10e-6
+    v0_token_s: float = 1e-6
     layer_s: float = 0.0  # GPU time per layer per step that no roofline covers (small kernels)
     fp8_mbu: float = 0.7  # share of HBM bandwidth FP8 weight reads reach (scaled-mm kernels)
     # API server event loop's CPU per request (parse the body, build and send the engine's
@@ -158,7 +158,7 @@ class Calibration:
     request_s: float = 0.0005  # chosen from vLLM's source, not fitted (docs/sim.md)
     # per-request latency outside any queue (HTTP, IPC, first detokenize); a host whose own
     # figure is known declares it instead (bench/sim_calibration.py's host_floor)
-    first_token_s: float = 0.010
+    first_token_s: float = 0.015
     # How the linear layers' compute and weight reads combine: 0 takes the larger (the
     # roofline's bound), p > 0 the p-norm (c^p + m^p)^(1/p), slower than the bound where the
     # two are alike (a GEMM near the ridge point reaches neither ceiling; docs/sim.md).
@@ -170,6 +170,12 @@ class Calibration:
     # workers and their start in step (V1's MultiprocExecutor broadcasts it over a shared-
     # memory MessageQueue each step, V0's driver broadcast_tensor_dict; a tree of log2(tp)).
     tp_step_s: float = 0.0
+    # Share of HBM bandwidth the decode attention kernels reach reading each sequence's keys
+    # and values (0: mbu). Paged decode kernels read many short, scattered block lists, one
+    # thread block per sequence and head group, and reach less of it than a weight GEMM
+    # (FlashInfer, Ye et al., MLSys 2025, arXiv:2501.01005, measures decode attention's
+    # bandwidth use by batch and length): the per-sequence cost that grows with the batch.
+    attn_mbu: float = 0.0
 
     def engine(self, name: str) -> Calibration:
         """These numbers for vLLM's ``"v1"`` engine (as they are) or ``"v0"``."""
@@ -242,7 +248,7 @@ class PerfModel:
             4.0 * m.layers * m.hidden * prefill_pairs / flops,
             kv * (work.kv_read_tokens - decode_kv) / bandwidth,
         )
-        decode = kv * decode_kv / bandwidth
+        decode = kv * decode_kv / (g.bandwidth * (cal.attn_mbu or cal.mbu) * tp)
         floor = cal.layer_s * m.layers  # every layer's small kernels, whatever the batch
         gpu = floor + linear + prefill + decode + self.comm_seconds(work.tokens)
         return self.cpu_seconds(work) + gpu
