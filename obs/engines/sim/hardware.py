@@ -14,8 +14,8 @@ parallelism). Its time is the sum of
 - prefill attention: the larger of ``4 x layers x hidden`` FLOPs per (query token,
   context token) pair at ``mfu``, and reading the chunks' context keys and values;
 - decode attention: reading each decoding sequence's keys and values (``kv bytes per
-  token`` per context token) at ``attn_mbu`` (``mbu`` when 0); it does not overlap the prefill's compute, so a
-  mixed step pays both;
+  token`` per context token) at ``attn_mbu`` (``mbu`` when 0); it does not overlap the
+  prefill's compute, so a mixed step pays both;
 - with ``tp > 1``, two all-reduces per layer of the step's activations (``tokens x
   hidden x 2`` bytes): ``allreduce_s`` each plus the ring's ``2 (tp-1)/tp`` of the bytes
   over the GPU's link;
