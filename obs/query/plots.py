@@ -186,7 +186,7 @@ def incident_ttft(
     _plain_log_ticks(ax.yaxis)
     ax.set_ylabel("TTFT (ms, log)")
     ax.set_title("TTFT per request around the incident (UTC; shaded: its window)")
-    ax.legend(loc="upper left", fontsize="small", ncols=4)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")  # off the points
     ax.grid(True, which="both", alpha=0.3)
     fig.autofmt_xdate()
     return _png(fig)
