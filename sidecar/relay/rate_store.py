@@ -147,7 +147,7 @@ class RedisStore:
         try:
             async with asyncio.timeout(self.timeout_s * 2):
                 out = await self._take(keys=keys, args=[*args, WINDOW_S])
-            allowed, now, blocked, wait, *used = (int(v) for v in out)
+            allowed, now, blocked, wait, *used = _reply(out, len(limits))
         except (TimeoutError, OSError, ValueError, TypeError) as e:
             raise unavailable(e) from e
         except Exception as e:  # redis-py's own errors (connection refused, reset, ...)
@@ -163,6 +163,22 @@ class RedisStore:
 
     async def close(self) -> None:
         await self.client.aclose()
+
+
+def _reply(out: object, n: int) -> list[int]:
+    """The script's reply, checked: a list of ``4 + n`` integers (allowed 0 or 1, the second,
+    the blocked index 0 to ``n``, the wait, a non-negative use per counter); anything else
+    (what a server that is not this script's could answer) is a ``ValueError``, a store error,
+    read no further than its length."""
+    if not isinstance(out, list) or len(out) != 4 + n:
+        raise ValueError(
+            f"the rate-limit script answered {type(out).__name__}, not {4 + n} numbers"
+        )
+    if not all(type(v) is int for v in out):
+        raise ValueError("the rate-limit script answered a value that is no integer")
+    if out[0] not in (0, 1) or not 0 <= out[2] <= n or min(out[3:], default=0) < 0:
+        raise ValueError(f"the rate-limit script answered values out of range: {out[:4]}")
+    return out
 
 
 def unavailable(err: Exception) -> Rejected:
