@@ -10,7 +10,7 @@ attribution's phase and cause, the one rule ``budget``, ``show`` and the alerts 
   and when they came.
 * **The victims**: every other lane that missed in the window on the pool, ranked by harm:
   missed requests, then users hurt (tenants, else requests), never by budget percent; a lane
-  with fewer than ``SMALL_LANE`` requests judged is flagged ``small``. ``trigger_share``: of
+  with fewer than ``SMALL_LANE`` requests on the pool is flagged ``small``. ``trigger_share``: of
   the victim's missed requests' wait (arrival to first token), the share during which a
   trigger request that arrived before it was in flight on the same replica.
 * **The mechanism**: from the victims' causes and the replicas' state at dispatch (the
@@ -19,6 +19,9 @@ attribution's phase and cause, the one rule ``budget``, ``show`` and the alerts 
   token-budget-bound queueing (slots free, prompts ahead: the per-step token budget,
   ``--max-num-batched-tokens``), long prefills ahead; and what was fine (KV, other pools).
 * **The lever** that fits the mechanism and the lanes, naming the config keys.
+
+Only the events within ``PAD`` of a miss are read one by one; the rest of the log as sums per
+pool and lane (the trigger's baseline, each lane's requests).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from obs.query.error_budget import as_utc, spending
 from obs.query.scan import Source
 
 GAP_S = 60.0  # misses of a pool this far apart are two incidents
+PAD = timedelta(minutes=10)  # events read either side of a miss (its wait, the trigger's lead)
+MAX_WINDOWS = 200
 SMALL_LANE = 10  # a lane with fewer requests judged than this is flagged small
 SLOW_REPLICA_RATIO = 3.0  # a replica's median TTFT this many times its pool's others'
 SLOW_REPLICA_SHARE = 0.6  # ... holding this share of the window's misses: the mechanism
@@ -60,10 +65,58 @@ class Req:
     misses: list[tuple[str, str, str]] = field(default_factory=list)  # (slo, phase, cause)
 
 
-def _reqs(scan: Source) -> list[Req]:
+@dataclass(slots=True)
+class Usage:
+    """A pool's whole log: prompt tokens per lane, and its first and last arrival (the
+    trigger's baseline rate)."""
+
+    tokens: Counter[str] = field(default_factory=Counter)
+    requests: Counter[str] = field(default_factory=Counter)
+    first: datetime | None = None
+    last: datetime | None = None
+
+
+def _usage(scan: Source) -> dict[str, Usage]:
     col = scan.dialect.ts_column
+    out: dict[str, Usage] = defaultdict(Usage)
+    for pool, lane, n, tokens, lo, hi in scan.run(
+        f"SELECT pool, lane, count(*), sum(coalesce(prompt_tokens, 0)), min({col}), max({col}) "
+        f"FROM {scan.source} WHERE summarized IS NULL GROUP BY pool, lane"
+    ).rows:
+        u = out[str(pool)]
+        u.tokens[str(lane)] += int(tokens or 0)
+        u.requests[str(lane)] += int(n or 0)
+        if lo is not None and hi is not None:
+            lo, hi = as_utc(lo), as_utc(hi)
+            u.first = lo if u.first is None else min(u.first, lo)
+            u.last = hi if u.last is None else max(u.last, hi)
+    return out
+
+
+def _windows(times: list[datetime]) -> list[tuple[datetime, datetime]]:
+    """The spans around the misses whose events the story reads (``PAD`` either side)."""
+    out: list[tuple[datetime, datetime]] = []
+    for t in sorted(times):
+        if out and t - PAD <= out[-1][1]:
+            out[-1] = (out[-1][0], t + PAD)
+        else:
+            out.append((t - PAD, t + PAD))
+    if len(out) > MAX_WINDOWS:  # one span, not a query of thousands of ranges
+        out = [(out[0][0], out[-1][1])]
+    return out
+
+
+def _reqs(scan: Source, windows: list[tuple[datetime, datetime]]) -> list[Req]:
+    """The events in ``windows``, by arrival."""
+    if not windows:
+        return []
+    d, col = scan.dialect, scan.dialect.ts_column
+    spans = " OR ".join(
+        f"({col} >= {d.ts_literal(lo)} AND {col} <= {d.ts_literal(hi)})" for lo, hi in windows
+    )
     rows = scan.run(
-        f"SELECT {', '.join(COLUMNS)}, {col} AS _t FROM {scan.source} WHERE summarized IS NULL"
+        f"SELECT {', '.join(COLUMNS)}, {col} AS _t FROM {scan.source} "
+        f"WHERE summarized IS NULL AND ({spans})"
     ).records()
     out = []
     for r in rows:
@@ -77,11 +130,14 @@ def _reqs(scan: Source) -> list[Req]:
 
 
 def stories(scan: Source, config: Config) -> list[dict[str, Any]]:
-    """Every incident in the scan's window, first first (see the module's doc)."""
-    reqs = _reqs(scan)
+    """Every incident in the scan's window, first first (see the module's doc). Only the
+    events around the misses are read one by one; the rest of the log as sums per lane."""
+    spent = spending(scan, config)
+    reqs = _reqs(scan, _windows([as_utc(row["_t"]) for s in spent for _, row in s.misses]))
+    usage = _usage(scan) if reqs else {}
     index = {(q.row["request_id"], q.t.replace(microsecond=0)): q for q in reqs}
     by_id = {q.row["request_id"]: q for q in reqs}
-    for s in spending(scan, config):
+    for s in spent:
         for m, row in s.misses:
             t = as_utc(row["_t"]) + (row["upload_ms"] or 0.0) * ms
             q = index.get((row["request_id"], t.replace(microsecond=0))) or by_id.get(
@@ -95,7 +151,7 @@ def stories(scan: Source, config: Config) -> list[dict[str, Any]]:
     out = []
     for pool, pool_reqs in pools.items():
         for missed in _clusters([q for q in pool_reqs if q.misses]):
-            out.append(_story(pool, missed, pool_reqs, reqs, config))
+            out.append(_story(pool, missed, pool_reqs, reqs, usage[pool]))
     out.sort(key=lambda s: (s["start"], s["pool"]))
     return out
 
@@ -112,17 +168,17 @@ def _clusters(missed: list[Req]) -> Iterable[list[Req]]:
 
 
 def _story(
-    pool: str, missed: list[Req], pool_reqs: list[Req], every: list[Req], config: Config
+    pool: str, missed: list[Req], pool_reqs: list[Req], every: list[Req], usage: Usage
 ) -> dict[str, Any]:
     start, end = missed[0].t, max(q.first for q in missed)
     lead = max(q.first - q.t for q in missed)  # a request ahead came at most one wait before
     inside = [q for q in pool_reqs if start - lead <= q.t <= end]
-    trigger = _trigger(inside, pool_reqs, start, end)
+    trigger = _trigger(inside, usage, start, end)
     t_lane = trigger["lane"]
     t_reqs = [q for q in inside if q.row["lane"] == t_lane]
     if t_reqs:
         start = min(start, t_reqs[0].t)
-    victims = _victims([q for q in missed if q.row["lane"] != t_lane], t_reqs, pool_reqs, config)
+    victims = _victims([q for q in missed if q.row["lane"] != t_lane], t_reqs, usage.requests)
     trigger["missed"] = sum(1 for q in missed if q.row["lane"] == t_lane)
     mech = _mechanism(pool, [q for q in missed if q.row["lane"] != t_lane] or missed, pool_reqs,
                       every, start, end)  # fmt: skip
@@ -151,19 +207,15 @@ def _iso(t: datetime) -> str:
     return t.isoformat(timespec="seconds")
 
 
-def _trigger(
-    inside: list[Req], pool_reqs: list[Req], start: datetime, end: datetime
-) -> dict[str, Any]:
-    """The lane and tenant whose prompt tokens rose most in the window over their own rate
-    outside it."""
+def _trigger(inside: list[Req], usage: Usage, start: datetime, end: datetime) -> dict[str, Any]:
+    """The lane (and its tenant) whose prompt tokens rose most in the window over its own
+    rate outside it (over the pool's whole log)."""
     lo = min((q.t for q in inside), default=start)
     span = max(1.0, (end - lo).total_seconds())
-    first, last = pool_reqs[0].t, pool_reqs[-1].t
-    outside_s = max(0.0, (last - first).total_seconds() - span)
+    whole = (usage.last - usage.first).total_seconds() if usage.first and usage.last else 0.0
+    outside_s = max(0.0, whole - span)
     tokens_in: Counter[str] = Counter()
-    tokens_all: Counter[str] = Counter()
-    for q in pool_reqs:
-        tokens_all[str(q.row["lane"])] += q.row["prompt_tokens"] or 0
+    tokens_all = usage.tokens
     for q in inside:
         tokens_in[str(q.row["lane"])] += q.row["prompt_tokens"] or 0
 
@@ -194,13 +246,11 @@ def _trigger(
     }
 
 
-def _victims(
-    missed: list[Req], t_reqs: list[Req], pool_reqs: list[Req], config: Config
-) -> list[dict[str, Any]]:
+def _victims(missed: list[Req], t_reqs: list[Req], judged: Counter[str]) -> list[dict[str, Any]]:
+    """The lanes that missed, ranked by harm; ``judged``: each lane's requests on the pool."""
     lanes: dict[str, list[Req]] = defaultdict(list)
     for q in missed:
         lanes[str(q.row["lane"])].append(q)
-    judged = Counter(str(q.row["lane"]) for q in pool_reqs)
     out: list[dict[str, Any]] = []
     for lane, qs in lanes.items():
         tenants = {q.row["tenant"] for q in qs if q.row["tenant"]}
