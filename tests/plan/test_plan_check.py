@@ -220,3 +220,21 @@ def test_plan_takes_a_host_calibrations_held_out_error_as_its_margin(tmp_path: P
     assert settings["margin"] == 0.123
     assert str(host) in settings["margin_source"] and "held-out" in settings["margin_source"]
     assert "margin 12.3%" in r.stdout
+
+
+def test_a_closed_loop_run_keeps_at_most_its_concurrency_in_flight() -> None:
+    """A run with max_concurrency C replays behind a semaphore of C, as vllm bench serve
+    sends: at an infinite rate its throughput is C's, below a run of the same requests
+    sent all at once, and its TTFT (from each request's own start) is lower."""
+    from obs.engines.sim.hardware import perf_model
+    from obs.engines.sim.results import BenchRun
+    from obs.engines.sim.scheduler import SchedulerConfig
+
+    setup = check.Setup(perf_model("H100", "llama-3.1-8b"), SchedulerConfig(8192, 256))
+    lengths = ((512,) * 64, (64,) * 64)
+    closed = BenchRun("c2", *lengths, None, math.inf, 1.0, 2, {}, True)
+    burst = BenchRun("burst", *lengths, None, math.inf, 1.0, None, {}, True)
+    two, every = check.replay([closed, burst], setup, fresh=True)
+    assert two["request_throughput"] < every["request_throughput"]
+    assert two["mean_ttft_ms"] < every["mean_ttft_ms"]
+    assert two["mean_tpot_ms"] < every["mean_tpot_ms"]  # a batch of 2 decodes faster
