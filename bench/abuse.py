@@ -40,6 +40,7 @@ from typing import Any
 
 import httpx
 
+from bench.abuse_liveness import measure_liveness
 from bench.abuse_server import measure_server, sidecar_command
 from bench.procs import FakeVllm, ProcStat, Server
 from obs.procs import free_port
@@ -379,15 +380,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--scenario",
-        choices=["all", "flood", "server"],
+        choices=["all", "flood", "server", "liveness"],
         default="all",
         help="all: every attack at once; flood: 2,048 silent sockets from one address, /health "
-        "probed from another on the relay port and on --health-address (default: all)",
+        "probed from another on the relay port and on --health-address; server: the relay "
+        "server's attacks; liveness: trickling bodies at the cap and silent sockets on "
+        "--health-address (default: all)",
     )
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="vllm-obs-abuse-") as tmp:
         if args.scenario == "server":
             summary = measure_server(Path(tmp))
+        elif args.scenario == "liveness":
+            summary = measure_liveness(Path(tmp))
         elif args.scenario == "flood":
             summary = measure_flood(args.seconds, Path(tmp), flood=not args.baseline)
         else:

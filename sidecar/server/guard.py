@@ -72,8 +72,12 @@ class Guard:
         self._full_since = None
 
     def full_for(self) -> float:
-        """Seconds the relay has refused every new connection at its cap (0: it takes them)."""
-        return 0.0 if self._full_since is None else time.monotonic() - self._full_since
+        """Seconds the relay has refused every new connection at its cap (0: it takes them,
+        or has room now: slots freed since its last refusal)."""
+        since, b = self._full_since, self.budgets
+        if since is None or b.connections < b.max_connections:
+            return 0.0
+        return time.monotonic() - since
 
     @property
     def open(self) -> int:

@@ -99,10 +99,12 @@ def test_one_address_keeps_its_newest_silent_sockets(listener: tuple[HealthListe
 def test_a_full_relay_fails_readiness_never_liveness(listener: tuple[HealthListener, int]) -> None:
     """A relay refusing every newcomer at its cap for over ``STALL_S``: ``/ready`` is 503
     relay_full, ``/health`` (liveness) stays 200 (before: /health 503, the pod restarted);
-    one accepted connection makes ``/ready`` 200 again."""
+    one accepted connection, or a slot freed, makes ``/ready`` 200 again (before: a relay
+    emptied after refusals stayed 'full' until someone else connected)."""
     hl, port = listener
     guard = Guard(Limits(max_connections=1))
     hl.watch(lambda: guard.full_for() + STALL_S)  # as if refused for STALL_S already
+    guard.budgets.connect("127.0.6.4")  # the one slot serves
     guard.hit("max_connections")
     transport = httpx.HTTPTransport(local_address=PROBER)
     with httpx.Client(transport=transport, timeout=5) as client:
@@ -110,9 +112,14 @@ def test_a_full_relay_fails_readiness_never_liveness(listener: tuple[HealthListe
         live = client.get(f"http://127.0.0.1:{port}/health")
         guard.accepted()
         again = client.get(f"http://127.0.0.1:{port}/ready")
+        guard.hit("max_connections")  # refused again; then the slot frees, nobody comes
+        full = client.get(f"http://127.0.0.1:{port}/ready").status_code
+        guard.budgets.disconnect("127.0.6.4")
+        freed = client.get(f"http://127.0.0.1:{port}/ready").status_code
     assert (ready.status_code, ready.json()["status"]) == (503, "relay_full")
     assert live.status_code == 200
     assert again.status_code == 200
+    assert (full, freed) == (503, 200)  # room again is ready, before anyone is accepted
 
 
 def test_slots_shut_the_oldest_silent_of_the_address_holding_most() -> None:

@@ -100,6 +100,7 @@ def test_readiness_fails_when_the_relay_refuses_everyone() -> None:
     listener.watch(lambda: guard.full_for() + STALL_S)  # as if refused STALL_S already
     try:
         assert httpx.get(f"http://127.0.0.1:{port}/ready").status_code == 200
+        guard.budgets.connect("127.0.0.2")  # the one slot serves
         guard.hit("max_connections")
         time.sleep(0.05)
         full = httpx.get(f"http://127.0.0.1:{port}/ready")
