@@ -9,6 +9,8 @@ gauge, not guessed from timing.
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import threading
 import time
@@ -26,17 +28,20 @@ from obs.engines.llamacpp_server import LlamaServer
 from obs.engines.server import VllmServer
 from tests.conftest import VLLM_B_QUEUE_CAP, SidecarFactory
 from tests.support import chat_body, event_of
+from tests.support.engine_core import engine_core_pid
 from tests.support.lanes_support import (
     CHAT,
     LONG,
     assert_rejected,
     holding,
+    lane_gauge,
     lane_spec,
     lanes_config,
     post_lane,
     rejections,
     wait_queued,
 )
+from tests.support.probes import wait_for
 
 pytestmark = pytest.mark.engine
 
@@ -184,23 +189,34 @@ def test_tenant_fair_share_refuses_the_tenant_holding_its_share(
 def test_vllm_503_load_shedding_is_counted_as_engine_queue_full(
     vllm_b: VllmServer, sidecar: SidecarFactory, tmp_path: Path
 ) -> None:
-    """vLLM's own --max-num-queued-reqs 503s reach the client and count as engine_queue_full."""
+    """vLLM's own --max-num-queued-reqs 503s reach the client and count as engine_queue_full.
+    The burst reaches vLLM while its engine core is frozen (tests.support.engine_core): more
+    requests wait than its cap allows however fast the engine would have served them, so
+    some are shed in one burst on any machine."""
     cfg = lanes_config(tmp_path, {"p": [vllm_b.url]}, [lane_spec("a")])
     sc = sidecar(config=cfg, traces=False)
-    # vLLM's limit is arrival-timed: it sheds what waits beyond the cap between two of its
-    # steps (milliseconds here). A burst of plain httpx.post calls trickled in, one request
-    # per client built (~21 ms of CA-bundle loading each, under the GIL), so each was running
-    # before the next came and a loaded machine saw no 503 in ten bursts. The clients are
-    # built and connected first, then all send together.
-    burst, codes = 4 * VLLM_B_QUEUE_CAP, Counter[int]()
-    shed: list[httpx.Response] = []
-    for attempt in range(5):
-        bodies = [chat_body(f"burst {attempt}.{i}", 800, **LONG) for i in range(burst)]
-        results = _together(sc.url, bodies)
-        codes.update(r.status_code for r in results)
-        shed += [r for r in results if r.status_code == 503]
-        if shed:
-            break
+    # The clients are built and connected first, then all send together (a client built
+    # during the burst costs ~21 ms of CA-bundle loading under the GIL).
+    burst = 4 * VLLM_B_QUEUE_CAP
+    bodies = [chat_body(f"burst {i}", 800, **LONG) for i in range(burst)]
+    answered: list[httpx.Response] = []
+    core = engine_core_pid(vllm_b)
+    os.kill(core, signal.SIGSTOP)
+    sender = ThreadPoolExecutor(1)
+    try:
+        sent = sender.submit(_together, sc.url, bodies, answered)
+        wait_for(  # every request of the burst dispatched to vLLM (or already answered)
+            "the burst to reach vLLM",
+            lambda: lane_gauge(sc, c.IN_FLIGHT.name, "a") + len(answered) >= burst,
+            60,
+            0.05,
+        )
+    finally:
+        os.kill(core, signal.SIGCONT)
+        sender.shutdown(wait=True)
+    results = sent.result()
+    codes = Counter(r.status_code for r in results)
+    shed = [r for r in results if r.status_code == 503]
     assert codes[200] and codes[503], codes
     for r in shed:
         assert "busy" in r.json()["error"]["message"]  # vLLM's own words, relayed
@@ -213,16 +229,21 @@ def test_vllm_503_load_shedding_is_counted_as_engine_queue_full(
     assert rejections(sc)[("a", c.ENGINE_QUEUE_FULL)] == codes[503]
 
 
-def _together(base: str, bodies: list[dict[str, object]]) -> list[httpx.Response]:
+def _together(
+    base: str, bodies: list[dict[str, object]], answered: list[httpx.Response]
+) -> list[httpx.Response]:
     """POST each body to lane ``a`` from its own client, all at once: every client is built
-    and has its keep-alive connection open (a scrape) before any request is sent."""
+    and has its keep-alive connection open (a scrape) before any request is sent; each answer
+    is added to ``answered`` as it comes."""
     clients = [httpx.Client(base_url=base, timeout=120) for _ in bodies]
     start = threading.Barrier(len(bodies))
 
     def send(client: httpx.Client, body: dict[str, object]) -> httpx.Response:
         client.get("/metrics")
         start.wait(60)
-        return client.post(CHAT, json=body, headers={"x-lane": "a"})
+        r = client.post(CHAT, json=body, headers={"x-lane": "a"})
+        answered.append(r)
+        return r
 
     try:
         with ThreadPoolExecutor(len(bodies)) as ex:

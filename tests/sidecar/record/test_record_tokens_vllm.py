@@ -22,6 +22,7 @@ from obs.sidecar.testing import SidecarProcess
 from tests.conftest import SidecarFactory
 from tests.support.engine_core import Throttle, engine_core_throttled
 from tests.support.probes import metric, wait_for
+from tests.support.tcp import closed_both_ways, server_side
 
 pytestmark = pytest.mark.engine
 
@@ -30,6 +31,7 @@ GENERATED = "vllm:generation_tokens_total"
 # Nearly the shared engine's whole context (2048): the engine must still be decoding when
 # the test freezes it.
 MANY = 2000
+READ_WAIT_S = 10.0  # a read's wait for a token the engine made (a starved machine's too)
 
 
 def client_of(sc: SidecarProcess, timeout_s: float = 60) -> openai.OpenAI:
@@ -106,40 +108,39 @@ def test_cancelled_empty_text_streams_count_the_tokens_made(
     with frames that list their tokens, exactly the tokens vLLM's counter says it made.
 
     The engine core is frozen before the cancel, so no token is made after the client's
-    last read. Plain frames can each carry several tokens when vLLM's API server fell
-    behind its engine (it merges them): then vLLM made more than the frames show.
+    last read: what is judged holds however fast the engine ran. Plain frames can each carry
+    several tokens when vLLM's API server fell behind its engine (it merges them): then vLLM
+    made more than the frames show.
     """
     sc = sidecar(vllm.url, traces=False)
     extra: dict[str, Any] = {"ignore_eos": True, **({"logprobs": True} if listed else {})}
-    ev: dict[str, Any] = {}
-    for _ in range(3):
-        before = idle_generated(vllm)
-        rid = uuid.uuid4().hex
-        # The engine runs in slices, in step with the client, until the client has read 10
-        # tokens; then it stops.
-        with client_of(sc, timeout_s=3) as client, engine_core_throttled(vllm) as throttle:
-            chunks = client.chat.completions.create(
-                model="tiny", messages=EMPTY_TEXT, max_tokens=MANY, temperature=0, stream=True,
-                extra_body=extra, extra_headers={"X-Request-Id": rid},
-            )  # fmt: skip
-            read = read_tokens(chunks, stop_at=10, throttle=throttle)
-            if read < 10:  # the client's read timed out before 10 tokens (a starved machine)
-                chunks.close()
-                continue
-            throttle.freeze()
-            read += read_tokens(chunks)  # what was made before the freeze, then a read timeout
-            chunks.close()
-            ev = sc.events_of(rid)[0]
-            # The sidecar closed vLLM's connection before it wrote the event; vLLM's API
-            # server (not frozen) aborts the request as it sees the close, before the engine
-            # resumes.
-            time.sleep(1)
-        made = idle_generated(vllm) - before
-        # Should the slices still not hold the engine back, the engine makes all MANY tokens
-        # before the freeze: no cancel happened, so run it again.
-        if (ev["status"], ev["completion_tokens"]) != (c.OK, MANY):
-            break
-    assert ev, "in every try the client's reads timed out before 10 tokens"
+    before = idle_generated(vllm)
+    rid = uuid.uuid4().hex
+    # The engine runs in slices, in step with the client, until the client has read 10
+    # tokens; then it stops. A read waits up to READ_WAIT_S for what the engine made (the
+    # last one, after the freeze, ends the reading: nothing more can come).
+    with client_of(sc, timeout_s=READ_WAIT_S) as client, engine_core_throttled(vllm) as throttle:
+        chunks = client.chat.completions.create(
+            model="tiny", messages=EMPTY_TEXT, max_tokens=MANY, temperature=0, stream=True,
+            extra_body=extra, extra_headers={"X-Request-Id": rid},
+        )  # fmt: skip
+        read = read_tokens(chunks, stop_at=10, throttle=throttle)
+        assert read >= 10, f"the client read {read} tokens, then nothing for {READ_WAIT_S} s"
+        throttle.freeze()
+        streams = {p for p, state in server_side(vllm.port).items() if state == "ESTABLISHED"}
+        read += read_tokens(chunks)  # what was made before the freeze, then a read timeout
+        chunks.close()
+        ev = sc.events_of(rid)[0]
+        # The sidecar closed vLLM's connection before it wrote the event; vLLM's API server
+        # (not frozen) closes its side as it sees that, and aborts the request, before the
+        # engine resumes (tests.support.tcp).
+        wait_for(
+            "vLLM to see the sidecar close the stream's connection",
+            lambda: closed_both_ways(vllm.port, streams),
+            30,
+            0.05,
+        )
+    made = idle_generated(vllm) - before
     assert (ev["status"], ev["tokens_source"]) == (c.DISCONNECTED, c.TOKENS_COUNTED)
     assert ev["completion_tokens"] == read >= 10
     if listed:
