@@ -161,7 +161,7 @@ class Counters:
         that second is still held."""
         w = self.buckets.get(counter)
         if w is not None and second in w:
-            w[second] += delta
+            w[second] = max(0, w[second] + delta)  # a bucket never holds less than nothing
 
     def _live(self, counter: str, now_s: int) -> dict[int, int]:
         w = self.buckets.setdefault(counter, {})

@@ -50,7 +50,7 @@ local window = tonumber(ARGV[#ARGV])
 local used, live = {}, {}
 local blocked, worst = 0, 0
 for i = 1, #KEYS do
-  local limit, cost = tonumber(ARGV[2*i-1]), tonumber(ARGV[2*i])
+  local limit, cost = tonumber(ARGV[2*i-1]), math.max(0, tonumber(ARGV[2*i]))
   local h = redis.call('HGETALL', KEYS[i])
   local sum, secs = 0, {}
   for j = 1, #h, 2 do
@@ -84,7 +84,7 @@ if blocked > 0 then
   return {0, now, blocked, worst, unpack(used)}
 end
 for i = 1, #KEYS do
-  local cost = tonumber(ARGV[2*i])
+  local cost = math.max(0, tonumber(ARGV[2*i]))  -- never a negative cost (a bank)
   redis.call('HINCRBY', KEYS[i], now, cost)
   redis.call('EXPIRE', KEYS[i], window + 1)
   used[i] = used[i] + cost
@@ -92,10 +92,15 @@ end
 return {1, now, 0, 0, unpack(used)}
 """
 
-# A correction: add ARGV[2] to field ARGV[1] while the field is still held.
+# A correction: add ARGV[2] to field ARGV[1] while the field is still held, never below 0.
 CORRECT = """
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
-  return redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[2])
+  local v = redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[2])
+  if v < 0 then
+    redis.call('HSET', KEYS[1], ARGV[1], 0)
+    return 0
+  end
+  return v
 end
 return 0
 """
