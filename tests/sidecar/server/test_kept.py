@@ -4,11 +4,11 @@ answers a flood would otherwise compute once per request)."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
 from obs.sidecar.server.kept import Kept
+from obs.sweep.virtual import VirtualLoop
 
 
 def test_concurrent_askers_share_one_computation() -> None:
@@ -59,22 +59,26 @@ def test_an_answer_is_kept_its_ttl_and_a_failure_is_not() -> None:
 
 
 def test_rest_spaces_computations_and_never_answers_older_than_the_request() -> None:
-    """With rest 4, a get right after a 50 ms computation waits about 200 ms and gets a new
-    answer computed after it asked, never the previous one."""
-    computed_at: list[float] = []
+    """With rest 4, a get right after a computation of 1/16 s waits exactly 4/16 s (in
+    virtual time: obs.sweep.virtual.VirtualLoop, the Kept's clock) and gets a new answer
+    computed after it asked, never the previous one."""
+    loop = VirtualLoop()
+    took = 2**-4  # exact in binary: the virtual clock's sums are exact
 
     async def compute() -> float:
-        await asyncio.sleep(0.05)
-        computed_at.append(time.monotonic())
-        return computed_at[-1]
+        await asyncio.sleep(took)
+        return loop.time()
 
     async def main() -> tuple[float, float, float]:
-        kept: Kept[float] = Kept(0.0, rest=4.0)
+        kept: Kept[float] = Kept(0.0, rest=4.0, clock=loop.time)
         first = await kept.get("k", compute)
-        asked = time.monotonic()
+        asked = loop.time()
         second = await kept.get("k", compute)
         return first, asked, second
 
-    first, asked, second = asyncio.run(main())
-    assert second > asked > first  # fresh: computed after the second get asked
-    assert second - first >= 4 * 0.05  # rested four times the computation's time in between
+    try:
+        first, asked, second = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert (first, asked) == (took, took)  # the first answer, at once
+    assert second == asked + 4 * took + took  # rested four times its computation, then fresh
