@@ -27,7 +27,7 @@ from collections.abc import Callable
 from obs.sidecar.pools.pools import Replica
 
 MAX_HOMES = 65_536  # ~10 MB at most: an id and a reference each
-MAX_LOOKUPS = 20  # lookups of ids this sidecar does not know, per client per window
+MAX_LOOKUPS = 120  # lookups of ids this sidecar does not know, per client per window
 LOOKUP_WINDOW_S = 60.0
 MAX_LOOKERS = 10_000  # clients whose lookups are counted (the oldest forgotten first)
 
