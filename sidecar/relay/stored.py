@@ -17,7 +17,9 @@ response it does not hold 404 before generating anything; the last 404 is the cl
 most ``homes.MAX_LOOKUPS`` a minute per client (then the sidecar's own 404).
 
 Stored responses have owners (``homes.owner_of``): a request naming one that another key or
-tenant made is answered 404 by the sidecar, as if it did not exist. A client's ``request_id``
+tenant made is answered 404 by the sidecar, as if it did not exist. Only the sidecar that saw
+a response made knows its owner: one found by a lookup (another sidecar's, or from before a
+restart) has none here, and anyone may name it. A client's ``request_id``
 on ``POST /v1/responses`` (vLLM makes it the stored response's id) is dropped from the body
 (``Stored.rewrite``): a client cannot choose an id, so cannot overwrite another's response.
 
@@ -148,7 +150,7 @@ def _home(
     """The replica of ``named`` when ``owner`` may use it; None to look it up; ``NotFound``
     when another owns it or the client has looked up too many unknown ids."""
     known, made_by = homes.owner(named)
-    if known and made_by != owner:
+    if known and made_by is not None and made_by != owner:
         raise e.NotFound(f"no stored response {named!r}")
     home = homes.home(named)
     if home is None and not homes.may_look_up(client or owner or ""):
@@ -190,7 +192,7 @@ def learn(
     named (found by a lookup), and the answer's own (``answer_id``) unless it is not stored."""
     if stored is None or status >= 300:
         return
-    if stored.lookup and stored.named is not None:
-        homes.remember(stored.named, replica, stored.owner)
+    if stored.lookup and stored.named is not None:  # found, not seen made: owner unknown
+        homes.remember(stored.named, replica, None)
     if stored.store and answer_id is not None:
         homes.remember(answer_id, replica, stored.owner)

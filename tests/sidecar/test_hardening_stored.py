@@ -16,7 +16,11 @@ import json
 import pytest
 
 from obs.config import parse_config
-from obs.sidecar.pools.homes import MAX_LOOKUPS
+from obs.events import Event
+from obs.sidecar.outcomes import NotFound
+from obs.sidecar.pools.homes import MAX_LOOKUPS, ResponseHomes
+from obs.sidecar.pools.pools import PoolSet
+from obs.sidecar.relay import stored
 from tests.sidecar.conftest import InprocFactory
 from tests.support.inproc import InProcessSidecar, request_id
 from tests.support.scripted_upstream import Script, ScriptedUpstream
@@ -110,3 +114,34 @@ def test_an_unknown_id_is_looked_up_in_the_lanes_pool_only_and_capped(
         codes.append(_post(owned, "sk-bob", path, {}, rid))
     assert codes == [404] * (MAX_LOOKUPS + 1)
     assert _sent(scripted, path) == 2 * MAX_LOOKUPS
+
+
+def test_a_response_found_by_lookup_has_no_owner_here() -> None:
+    """A response this sidecar saw made is its maker's (another key: ``NotFound``); one it
+    found by a lookup (another sidecar made it) has no owner here, so whoever looked it up
+    does not claim it from its maker."""
+    config = parse_config(
+        {
+            "pools": [{"name": "p", "replicas": ["http://a:1"]}],
+            "lanes": [{"name": "main", "pool": "p"}],
+            "default_lane": "main",
+        }
+    )
+    (replica,) = PoolSet(config, 60.0).replicas["p"]
+    homes = ResponseHomes()
+
+    def plan(owner: str, named: str) -> stored.Stored | None:
+        ev = Event(route="/v1/responses", pool="p")
+        return stored.plan(ev, {"path": "/v1/responses"}, {"previous_response_id": named},
+                           homes, owner, owner)  # fmt: skip
+
+    made = stored.plan(Event(route="/v1/responses", pool="p"), {"path": "/v1/responses"}, {},
+                       homes, "key:alice", "alice")  # fmt: skip
+    stored.learn(made, 200, "resp_made", replica, homes)
+    with pytest.raises(NotFound):
+        plan("key:bob", "resp_made")
+    found = plan("key:bob", "resp_elsewhere")
+    assert found is not None and found.lookup
+    stored.learn(found, 200, None, replica, homes)
+    alice = plan("key:alice", "resp_elsewhere")
+    assert alice is not None and alice.home is replica
