@@ -196,8 +196,7 @@ def closing(
             "RAG prompts hit the interactive pool."
         )
     stories = list(doc.get("incidents") or [])
-    # The incident with the most harm done to other lanes leads.
-    stories.sort(key=lambda x: -sum(v["missed"] for v in x["victims"]))
+    stories.sort(key=incident.harm_done, reverse=True)  # the most harm done to other lanes
     if stories:
         day = str(doc.get("since") or stories[0]["start"])[:10]
         lines += incident.story_lines(stories[0], day)

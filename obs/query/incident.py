@@ -33,6 +33,7 @@ from obs.query.table import to_json
 ALERT_STEP_S = 15.0  # the resolution at which fired alerts are read back
 CHANGE_FIELDS = ("pool", "settings_fingerprint", "config_fingerprint")
 WIDTH = 120  # every line of the words fits this many columns
+MAX_TOLD = 5  # incidents told in words, the most harmful (JSON: all)
 # The labels a fired alert is told by: its lane, SLO and pool; the replica an outlier alert
 # names (instance); the GPU and throttle reason of a GPU alert.
 ALERT_LABELS = ("lane", "slo", "pool", "severity", "instance", "Hostname", "gpu", "reason")
@@ -151,6 +152,11 @@ def _wrap(text: str, indent: str = "  ") -> list[str]:
     return textwrap.wrap(text, WIDTH, subsequent_indent=indent, break_on_hyphens=False) or [""]
 
 
+def harm_done(inc: dict[str, Any]) -> tuple[int, int]:
+    """How much an incident hurt: the other lanes' missed requests, then the trigger's own."""
+    return sum(v["missed"] for v in inc["victims"]), inc["trigger"].get("missed") or 0
+
+
 def story_lines(inc: dict[str, Any], day: str | None) -> list[str]:
     """One incident in words: trigger, victims, mechanism, what was fine, lever."""
     t = inc["trigger"]
@@ -183,8 +189,14 @@ def words(doc: dict[str, Any]) -> str:
     day = doc["since"][:10] if doc["since"] else None
     span = f"{doc['since'] or 'the first event'} to {doc['until'] or 'the last event'} (UTC)"
     lines = [f"Incident draft, {span}", ""]
-    for inc in doc.get("incidents", []):
+    incidents = doc.get("incidents", [])
+    shown = sorted(incidents, key=harm_done, reverse=True)[:MAX_TOLD]
+    for inc in (i for i in incidents if i in shown):  # the most harmful, in time order
         lines += [*story_lines(inc, day), ""]
+    if len(incidents) > len(shown):
+        rest = len(incidents) - len(shown)
+        more = f"{rest} more incident{'s' if rest != 1 else ''} with fewer misses"
+        lines += [*_wrap(f"{more}: --format json lists every one."), ""]
     if not doc["slos"]:
         lines.append("No lane missed an SLO in the window.")
     elif doc.get("incidents"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -213,3 +214,27 @@ def test_incident_names_the_cause_show_and_the_alerts_name(
         "(cause engine_queue, as show and the alerts say; budget, on the window's "
         in (inc["mechanism"])
     )
+
+
+def test_words_tell_the_most_harmful_incidents_and_count_the_rest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Seven separate incidents: the words tell the five that hurt most, in time order, and
+    say how many more the JSON lists."""
+    events = []
+    for k in range(7):  # one chat miss every 5 minutes, k of them for incident k
+        for j in range(k + 1):
+            events.append(
+                event(ts=ts(k * 300.0 + j), lane="chat", pool="p", replica="http://r1",
+                      queue_ms=900.0, prefill_ms=40.0, pool_in_flight=0, pool_max_running=8)
+            )  # fmt: skip
+        events += [event(ts=ts(k * 300.0 + 100 + j), lane="chat", pool="p") for j in range(20)]
+    log = str(write_jsonl(tmp_path / "events.jsonl", events))
+    config = tmp_path / "lanes.yaml"
+    config.write_text(yaml.safe_dump(LANES), encoding="utf-8")
+    doc = json.loads(_run(capsys, log, "--config", str(config), "--format", "json"))
+    assert len(doc["incidents"]) == 7
+    text = _run(capsys, log, "--config", str(config))
+    told = re.findall(r"Incident on pool p, (?:at|from) (\d\d:\d\d:\d\d)", text)
+    assert told == ["12:10:00", "12:15:00", "12:20:00", "12:25:00", "12:30:00"]
+    assert "2 more incidents with fewer misses: --format json lists every one." in text
