@@ -22,8 +22,8 @@ from obs.query import plots
 from obs.query.aggregate import METRICS, latency_condition, summary
 from obs.query.error_budget import COLUMNS as BUDGET_COLUMNS
 from obs.query.error_budget import budget, tables
+from obs.query.incident import MAX_TOLD, draft, harm_done, words
 from obs.query.incident import NEEDED as INCIDENT_COLUMNS
-from obs.query.incident import draft, words
 from obs.query.intervals import timeline
 from obs.query.requests import SLOWEST_COLUMNS, slowest
 from obs.query.scan import SRC, Source
@@ -219,7 +219,8 @@ def _story_section(doc: dict[str, Any], zoom: bytes | None) -> str:
     parts = ['<h2>What happened</h2><div class="story">']
     if not doc["incidents"]:
         parts.append("<p>No lane missed an SLO in the window.</p>")
-    for inc in doc["incidents"]:
+    shown = sorted(doc["incidents"], key=harm_done, reverse=True)[:MAX_TOLD]
+    for inc in (i for i in doc["incidents"] if i in shown):  # the most harmful, in time order
         t = inc["trigger"]
         who = f"lane <b>{html.escape(str(t['lane']))}</b>"
         if t.get("tenant"):
@@ -248,6 +249,9 @@ def _story_section(doc: dict[str, Any], zoom: bytes | None) -> str:
         if inc["fine"]:
             parts.append(f"<p>Fine: {html.escape('; '.join(inc['fine']))}.</p>")
         parts.append(f"<p>Lever: {html.escape(inc['lever'])}.</p>")
+    rest = len(doc["incidents"]) - len(shown)
+    if rest:
+        parts.append(f"<p>{rest} more incidents with fewer misses (the draft below).</p>")
     parts.append("</div>")
     if zoom is not None:
         b64 = base64.b64encode(zoom).decode()
@@ -256,10 +260,10 @@ def _story_section(doc: dict[str, Any], zoom: bytes | None) -> str:
 
 
 def _zoom(scan: Source, config: Config, doc: dict[str, Any]) -> bytes | None:
-    """Every request's TTFT around the first incident's window (None: no incident)."""
+    """Every request's TTFT around the most harmful incident's window (None: no incident)."""
     if not doc["incidents"]:
         return None
-    inc = doc["incidents"][0]
+    inc = max(doc["incidents"], key=harm_done)
     start, end = (datetime.fromisoformat(inc[k]) for k in ("start", "end"))
     lo, hi = start - ZOOM_PAD, end + ZOOM_PAD
     d, col = scan.dialect, scan.dialect.ts_column
