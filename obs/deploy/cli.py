@@ -108,16 +108,18 @@ def run_stack(args: argparse.Namespace) -> int:
     run_dir = args.dir or Path(tempfile.mkdtemp(prefix="vllm-obs-deploy-"))
     run = stack.Stack(deployment, run_dir, network=args.network or stack.DEFAULT_NETWORK)
     print(f"[deploy] starting {path} in {run_dir} (logs in {run_dir / 'logs'})", flush=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # Ctrl-C or SIGTERM, while starting or running: stop every process started so far. SIGINT
+    # is set explicitly: a shell starting this in the background leaves it ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         run.start()
         for line in run.summary():
             print(f"[deploy] {line}", flush=True)
         print("[deploy] running; Ctrl-C stops every process", flush=True)
-        stop.wait()
+        threading.Event().wait()
     except KeyboardInterrupt:
-        pass
+        print("[deploy] stopping", flush=True)
     except stack.StackError as err:
         print(f"[deploy] {err}", file=sys.stderr)
         return 1
