@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 
 from obs.config import Admission, Config, Lane
-from obs.engines.sim.hardware import PerfModel, StepWork, perf_model
+from obs.engines.sim.hardware import StepWork
 from obs.lanes import CHARS_PER_TOKEN, Classifier, RequestAttrs
 from obs.loadgen.mix import Mix
 from obs.loadgen.plan import Arrivals, PlannedRequest, iter_plan
@@ -97,21 +97,17 @@ def lane_loads(config: Config, mix: Mix, seed: int = 0) -> dict[str, LaneLoad]:
     }
 
 
-def _perf(flags: GpuFlags) -> PerfModel:
-    return perf_model(flags.gpu, flags.model)
-
-
 def decode_step_s(flags: GpuFlags, context: float) -> float:
     """One decode step of a full batch (``max_num_seqs``) at ``context`` tokens each."""
     batch = flags.max_num_seqs or 256
     c = batch * context
-    return _perf(flags).step_seconds(StepWork(batch, c, c, batch, c))
+    return flags.perf().step_seconds(StepWork(batch, c, c, batch, c))
 
 
 def prefill_s(flags: GpuFlags, tokens: float) -> float:
     """GPU seconds of a ``tokens`` prefill inside full steps (its share of their cost)."""
     budget = flags.max_num_batched_tokens or 8192
-    step = _perf(flags).step_seconds(StepWork(budget, budget * budget / 2, budget, 1))
+    step = flags.perf().step_seconds(StepWork(budget, budget * budget / 2, budget, 1))
     return tokens * step / budget
 
 

@@ -6,8 +6,9 @@ A profile file is a lanes config (``docs/lanes.md``) with three additions: a
 replicas to start), and optionally ``base_lanes: default``, which takes the
 shipped six lanes and lets ``lanes:`` override fields of them by lane name.
 Pool ``replicas`` are optional: the sweep fills them with the pools it starts
-(or, with ``--external``, uses the URLs given). Every error names the file and
-the field.
+(or, with ``--external``, uses the URLs given). A ``gpu:`` block's ``calibration``
+(a host calibration file, ``engine sim check --fit``) is read here, once, relative to
+the profile's folder. Every error names the file and the field.
 """
 
 from __future__ import annotations
@@ -17,7 +18,17 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from obs.config import (
     Config,
@@ -27,6 +38,8 @@ from obs.config import (
     validation_error,
 )
 from obs.config_blocks import NAME_RE, DeclaredEngine
+from obs.engines.sim.calibration import HostCalibration, load_calibration
+from obs.engines.sim.hardware import PerfModel, perf_model, with_calibration
 from obs.errors import ConfigError
 
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -53,6 +66,32 @@ FLAGS = {
 }
 
 
+def _calibration(value: object, info: ValidationInfo) -> HostCalibration | None:
+    """A ``gpu:`` block's ``calibration``: the host calibration file it names, read once;
+    a relative path is taken from the profile's folder (the validation context's ``base``)."""
+    if value is None or isinstance(value, HostCalibration):
+        return value
+    if not isinstance(value, str | Path) or not str(value).strip():
+        raise ValueError("give the path of a host calibration file (engine sim check --fit)")
+    path = Path(value).expanduser()
+    base = (info.context or {}).get("base")
+    if not path.is_absolute() and base is not None:
+        path = Path(base) / path
+    path = path.resolve()
+    try:
+        return load_calibration(path)
+    except ConfigError as e:  # its words name engine sim's flag; here the field is named
+        raise ValueError(f"{path}: {str(e).removeprefix(f'--calibration {path}: ')}") from e
+
+
+# The loaded file; it dumps as its (resolved) path.
+CalibrationFile = Annotated[
+    HostCalibration | None,
+    PlainValidator(_calibration),
+    PlainSerializer(lambda c: None if c is None else c.path, return_type=str | None),
+]
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -70,10 +109,19 @@ class GpuFlags(_Model):
     stream_interval: PositiveInt | None = None
     prefix_caching: bool = True
     kv_blocks: PositiveInt | None = None  # --num-gpu-blocks-override (default: what fits)
+    calibration: CalibrationFile = None  # --calibration: this host's corrections (docs/sim.md)
+
+    def perf(self) -> PerfModel:
+        """The replica's performance model: the GPU and model, with the calibration's
+        corrections when the block names one (as ``engine sim --calibration`` applies them)."""
+        perf = perf_model(self.gpu, self.model)
+        return perf if self.calibration is None else with_calibration(perf, self.calibration.cal)
 
     def sim_args(self) -> list[str]:
         """The ``vllm-obs engine sim`` arguments these flags stand for."""
         args = ["--gpu", self.gpu, "--model", self.model]
+        if self.calibration is not None:
+            args += ["--calibration", self.calibration.path]
         for field in ("max_num_batched_tokens", "max_num_seqs", "long_prefill_token_threshold"):
             value = getattr(self, field)
             if value is not None:
@@ -257,12 +305,16 @@ def _lanes(spec: ProfileSpec, source: str) -> tuple[list[Any], str | None]:
     return lanes, spec.default_lane or base["default_lane"]
 
 
-def parse_profile(data: object, source: str = "<profile>") -> Profile:
-    """Validate loaded YAML; errors name ``source`` and each field."""
+def parse_profile(data: object, source: str = "<profile>", base: Path | None = None) -> Profile:
+    """Validate loaded YAML; errors name ``source`` and each field. Relative file paths in
+    it (a ``gpu:`` block's ``calibration``) are taken from ``base``, by default the folder
+    of ``source`` when that is a file, else the current directory."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: a profile is a YAML mapping (name, pools, lanes)")
+    if base is None and Path(source).is_file():
+        base = Path(source).parent
     try:
-        spec = ProfileSpec.model_validate(data)
+        spec = ProfileSpec.model_validate(data, context={"base": base})
     except ValidationError as e:
         raise validation_error(source, "profile", e) from e
     lanes, default_lane = _lanes(spec, source)
@@ -298,7 +350,7 @@ def is_profile(data: object) -> bool:
 
 def load_profile(path: str | Path) -> Profile:
     """Read and validate a profile file."""
-    return parse_profile(read_yaml(path, "profile"), str(path))
+    return parse_profile(read_yaml(path, "profile"), str(path), Path(path).parent)
 
 
 def shipped_path(name: str) -> Path:

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from obs.config import Config, Lane
 from obs.engines.sim.api import TOKENS_PER_MESSAGE
-from obs.engines.sim.hardware import PerfModel, perf_model, with_calibration
+from obs.engines.sim.hardware import PerfModel, with_calibration
 from obs.engines.sim.scheduler import SchedulerConfig, SimRequest
 from obs.errors import ConfigError
 from obs.events import Event
@@ -133,7 +133,7 @@ class Replay:
                 max_num_seqs=flags.max_num_seqs or 256,
                 long_prefill_token_threshold=flags.long_prefill_token_threshold or 0,
             )
-            perf = scaled(perf_model(flags.gpu, flags.model), scale)
+            perf = scaled(flags.perf(), scale)
             for url in urls[pool]:
                 self.replicas[url] = VirtualReplica(
                     self.loop,
