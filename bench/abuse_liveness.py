@@ -85,10 +85,18 @@ def measure_liveness(work: Path) -> dict[str, Any]:
     port, health_port = free_port(), free_port()
     health = f"http://127.0.0.1:{health_port}"
     cmd = sidecar_command(
-        fake.url, port, work / "liveness.jsonl", "--max-connections", str(CAP),
-        "--idle-timeout", "60", "--header-timeout", "60",
-        "--health-address", f"127.0.0.1:{health_port}",
-    )  # fmt: skip
+        fake.url,
+        port,
+        work / "liveness.jsonl",
+        "--max-connections",
+        str(CAP),
+        "--idle-timeout",
+        "60",
+        "--header-timeout",
+        "60",
+        "--health-address",
+        f"127.0.0.1:{health_port}",
+    )
     url = f"http://127.0.0.1:{port}"
     sidecar = Server("sidecar", cmd, work / "liveness.log", url + "/health")
     sidecar.start()

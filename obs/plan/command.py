@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -22,6 +23,7 @@ from obs.plan.judge import calibration_margin
 from obs.plan.planner import PoolPlan, PoolPlanner
 from obs.plan.replay import PoolModel
 from obs.plan.source import read_traffic, window_seconds
+from obs.plan.traffic import Traffic
 from obs.progress import ProgressLine
 
 CALIBRATION = Path(__file__).resolve().parents[2] / "bench" / "results" / "sim_calibration.json"
@@ -158,6 +160,42 @@ def autoscaler_bounds(
     return write_bounds(package, bounds, "vllm-obs plan")
 
 
+def _plan_pools(
+    req: PlanRequest,
+    config: Config,
+    models: dict[str, PoolModel],
+    traffic: Traffic,
+    growth: float,
+    margin: float,
+    say: Callable[[str], None],
+    progress: _Progress,
+    tell_partial: bool = True,
+) -> list[PoolPlan]:
+    """Each pool's plan at ``growth``, saying (``tell_partial``) which pools were replayed in
+    part (``--max-requests``)."""
+    plans = []
+    for name, model in models.items():
+        planner = PoolPlanner(
+            config,
+            model,
+            traffic,
+            growth,
+            margin,
+            seed=req.seed,
+            max_requests=req.max_requests,
+            say=say,
+            progress=progress,
+        )
+        if tell_partial and planner.plan.replayed_s < traffic.span_s:
+            say(
+                f"[plan] pool {name}: replaying the busiest {planner.plan.replayed_s:g} s of "
+                f"the {traffic.span_s:g} s window ({planner.plan.requests} requests, "
+                f"--max-requests {req.max_requests})"
+            )
+        plans.append(planner.run())
+    return plans
+
+
 def plan(req: PlanRequest, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
 
@@ -199,26 +237,7 @@ def plan(req: PlanRequest, stdout: TextIO | None = None, stderr: TextIO | None =
     if not offered:
         raise InputError("no event of the events belongs to a lane of --config: nothing to plan")
     progress = _Progress(stderr, req.progress)
-    plans: list[PoolPlan] = []
-    for name, model in models.items():
-        planner = PoolPlanner(
-            config,
-            model,
-            traffic,
-            req.growth,
-            margin,
-            seed=req.seed,
-            max_requests=req.max_requests,
-            say=say,
-            progress=progress,
-        )
-        if planner.plan.replayed_s < traffic.span_s:
-            say(
-                f"[plan] pool {name}: replaying the busiest {planner.plan.replayed_s:g} s of "
-                f"the {traffic.span_s:g} s window ({planner.plan.requests} requests, "
-                f"--max-requests {req.max_requests})"
-            )
-        plans.append(planner.run())
+    plans = _plan_pools(req, config, models, traffic, req.growth, margin, say, progress)
     settings = report.Settings(
         source=list(req.events),
         config=str(req.config),
@@ -238,11 +257,9 @@ def plan(req: PlanRequest, stdout: TextIO | None = None, stderr: TextIO | None =
         recorded = plans
         if req.growth != 1:
             say("[plan] planning each pool for the recorded traffic too (--k8s: minReplicas)")
-            recorded = [
-                PoolPlanner(config, m, traffic, 1.0, margin, seed=req.seed,
-                            max_requests=req.max_requests, say=say, progress=progress).run()
-                for m in models.values()
-            ]  # fmt: skip
+            recorded = _plan_pools(
+                req, config, models, traffic, 1.0, margin, say, progress, tell_partial=False
+            )
         written.append(autoscaler_bounds(req.k8s, recorded, plans, say))
     print(report.text(doc), file=stdout, end="")
     say(f"[plan] wrote {', '.join(str(p) for p in written)}")

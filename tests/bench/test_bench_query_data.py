@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
 
 from bench.query_bench import generate_jsonl
 from obs.events import Event
@@ -28,6 +29,7 @@ def test_generated_events_have_every_event_field_and_load_back(tmp_path: Path) -
         Event(**row)
 
 
+@pytest.mark.process  # the CLI in a subprocess
 def test_the_query_tool_summarises_the_generated_log(tmp_path: Path) -> None:
     """`vllm-obs query summary` reads the synthetic log whole: every event counted, none bad."""
     path = tmp_path / "events.jsonl"

@@ -57,7 +57,9 @@ def k8s_lines() -> list[tuple[str, list[str]]]:
     out = []
     for path in sorted((ROOT / "deploy" / "k8s").rglob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
-            spec = (doc or {}).get("spec", {}).get("template", {}).get("spec", {})
+            if not isinstance(doc, dict):  # a JSON patch (a list of operations): no pod
+                continue
+            spec = doc.get("spec", {}).get("template", {}).get("spec", {})
             containers = [
                 {"image": VLLM_IMAGE, **c} if c.get("name") == "vllm" and "args" in c else c
                 for c in spec.get("containers", [])
