@@ -56,6 +56,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "and closed (default: %(default)s)",
     )
     g.add_argument(
+        "--body-idle-timeout",
+        type=float,
+        default=_D.body_idle_timeout_s,
+        metavar="SECONDS",
+        help="a body that sends no byte for this long is answered 408 and closed, whatever "
+        "--body-timeout leaves (default: %(default)s)",
+    )
+    g.add_argument(
+        "--body-stall",
+        type=float,
+        default=_D.body_stall_s,
+        metavar="SECONDS",
+        help="at --max-connections, a body that sent no byte for this long may be evicted "
+        "(408) for a newcomer (default: %(default)s)",
+    )
+    g.add_argument(
+        "--min-body-rate",
+        type=int,
+        default=_D.min_body_rate,
+        metavar="BYTES_PER_S",
+        help="at --max-connections, a body arriving slower than this (averaged since its "
+        "head) may be evicted (408) for a newcomer (default: %(default)s)",
+    )
+    g.add_argument(
         "--idle-timeout",
         type=float,
         default=_D.idle_timeout_s,
@@ -128,9 +152,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--health-address",
         metavar="HOST:PORT",
-        help="also serve GET /health on this address, on a listener of its own that no flood "
-        "of the relay's port reaches (point liveness probes here); 503 when the relay's event "
-        "loop has not turned for 10 s",
+        help="also serve GET /health and GET /ready on this address, on a listener of its own "
+        "that no flood of the relay's port reaches: /health (liveness) is 503 when the relay's "
+        "event loop has not turned for 10 s, /ready (readiness) also while the relay is full",
     )
     g.add_argument(
         "--split-salt-file",
@@ -158,6 +182,9 @@ def settings_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "--max-request-line": args.max_request_line,
         "--header-timeout": args.header_timeout,
         "--body-timeout": args.body_timeout,
+        "--body-idle-timeout": args.body_idle_timeout,
+        "--body-stall": args.body_stall,
+        "--min-body-rate": args.min_body_rate,
         "--idle-timeout": args.idle_timeout,
         "--max-connections": args.max_connections,
         "--max-json-elements": args.max_json_elements,
@@ -183,6 +210,9 @@ def settings_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         max_headers=args.max_headers,
         header_timeout_s=args.header_timeout,
         body_timeout_s=args.body_timeout,
+        body_idle_timeout_s=args.body_idle_timeout,
+        body_stall_s=args.body_stall,
+        min_body_rate=args.min_body_rate,
         idle_timeout_s=args.idle_timeout,
         max_connections=args.max_connections,
         max_client_connections=args.max_client_connections,
