@@ -14,21 +14,37 @@ from pathlib import Path
 STATES = {"01": "ESTABLISHED", "06": "TIME_WAIT", "08": "CLOSE_WAIT", "09": "LAST_ACK"}
 
 
-def server_side(port: int) -> dict[int, str]:
-    """Each connection whose local end is ``port`` (a listening server's accepted ones), by
-    the peer's port: its state's name (the number when unnamed). Listening sockets left out."""
-    out: dict[int, str] = {}
+def _rows(port: int) -> list[tuple[int, str, int]]:
+    """(peer's port, state, bytes received and not yet read) of each connection whose local
+    end is ``port``; listening sockets left out."""
+    rows = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         path = Path(table)
         if not path.exists():
             continue
         for line in path.read_text().splitlines()[1:]:
             fields = line.split()
-            local, remote, state = fields[1], fields[2], fields[3]
+            local, remote, state, queues = fields[1], fields[2], fields[3], fields[4]
             if int(local.rsplit(":", 1)[1], 16) != port or state == "0A":  # 0A: LISTEN
                 continue
-            out[int(remote.rsplit(":", 1)[1], 16)] = STATES.get(state, state)
-    return out
+            rx = int(queues.split(":")[1], 16)
+            rows.append((int(remote.rsplit(":", 1)[1], 16), state, rx))
+    return rows
+
+
+def unread(port: int, peer: int) -> int | None:
+    """Bytes the server on ``port`` has received from ``peer`` (its port) and not read yet;
+    None when there is no such connection."""
+    for remote, _, rx in _rows(port):
+        if remote == peer:
+            return rx
+    return None
+
+
+def server_side(port: int) -> dict[int, str]:
+    """Each connection whose local end is ``port`` (a listening server's accepted ones), by
+    the peer's port: its state's name (the number when unnamed). Listening sockets left out."""
+    return {remote: STATES.get(state, state) for remote, state, _ in _rows(port)}
 
 
 def closed_both_ways(port: int, peers: set[int]) -> bool:
