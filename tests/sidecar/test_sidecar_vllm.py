@@ -14,10 +14,12 @@ import pytest
 
 from obs.conventions import PHASES
 from obs.engines.server import VllmServer
+from obs.procs import free_port
 from obs.sidecar.testing import OtlpReceiver
 from tests.conftest import SidecarFactory, require_binary
 from tests.support import probes
 from tests.support.engine_core import engine_core_throttled
+from tests.support.forwarder import Forwarder, http_bodies
 from tests.support.tcp import closed_both_ways, server_side
 
 pytestmark = pytest.mark.engine
@@ -28,6 +30,7 @@ COMPLETIONS = "/v1/completions"
 # of them meet a scheduler hiccup of the shared machine (2 of 4 did once, 15 and 28 ms).
 STREAMED = 8
 _CREATED = re.compile(rb'"created":\d+')
+_FINGERPRINT = re.compile(rb'"system_fingerprint":"[^"]*"')
 
 
 def _body(route: str, stream: bool, usage: bool | None, max_tokens: int = 12) -> dict[str, Any]:
@@ -46,16 +49,40 @@ def _raw(base: str, route: str, body: dict[str, Any], request_id: str) -> tuple[
 def test_relay_is_byte_faithful(
     vllm: VllmServer, sidecar: SidecarFactory, route: str, stream: bool, usage: bool | None
 ) -> None:
-    """Through the sidecar a client receives exactly the bytes vLLM sends directly."""
-    sc = sidecar(vllm.url, traces=False)
-    body = _body(route, stream, usage)
-    rid = uuid.uuid4().hex
-    direct = _raw(vllm.url, route, body, rid)
-    relayed = _raw(sc.url, route, body, rid)
-    assert relayed[0] == direct[0] == 200
-    assert relayed[1] == direct[1]
-    (event,) = sc.wait_events(1)
+    """Through the sidecar a client receives exactly the bytes vLLM sent the sidecar (read on
+    the wire between them, so vLLM's framing that time is what is compared: a loaded engine
+    merges tokens into fewer frames, and two runs of one greedy request differ); where the
+    sidecar asked for usage the client did not, those bytes less the usage frame."""
+    tap = Forwarder(int(vllm.url.rsplit(":", 1)[1]), free_port(), record=True)
+    tap.start()
+    try:
+        sc = sidecar(tap.url, traces=False)
+        rid = uuid.uuid4().hex
+        status, relayed = _raw(sc.url, route, _body(route, stream, usage), rid)
+        (event,) = sc.wait_events(1)
+    finally:
+        tap.stop()
+    assert status == 200
+    sent = [b for conn in tap.sent for b in http_bodies(bytes(conn)) if rid.encode() in b]
+    assert len(sent) == 1, f"vLLM's answer to {rid} not found once on the wire"
+    upstream = _CREATED.sub(b'"created":0', sent[0])
     assert event["usage_injected"] is (stream and not usage)
+    if not event["usage_injected"]:
+        assert relayed == upstream
+        return
+    # vLLM asked for usage writes its system_fingerprint on the usage frame, which a client
+    # that did not ask never sees: the sidecar drops that frame and puts the fingerprint back
+    # on the finishing frame, where vLLM writes it for a client that did not ask.
+    frames = upstream.split(b"\n\n")
+    (usage_frame,) = [f for f in frames if b'"choices":[]' in f and b'"usage"' in f]
+    fingerprint = _FINGERPRINT.search(usage_frame)
+    assert fingerprint is not None
+    expected = [
+        f[:-1] + b"," + fingerprint.group() + b"}" if b'"finish_reason":"' in f else f
+        for f in frames
+        if f is not usage_frame
+    ]
+    assert relayed == b"\n\n".join(expected)
 
 
 def test_openai_client_gets_same_content_and_usage_only_when_asked(
