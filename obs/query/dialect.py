@@ -17,7 +17,8 @@ values of each timing in server memory.
 from __future__ import annotations
 
 import calendar
-from datetime import datetime
+from datetime import UTC, datetime
+from typing import Any
 
 
 def _q(values: tuple[float, ...]) -> str:
@@ -49,6 +50,10 @@ class DuckDB:
     def ts_literal(self, t: datetime) -> str:
         """A time filter bound (``t`` naive UTC)."""
         return f"TIMESTAMP '{t.isoformat(sep=' ')}'"
+
+    def ts_value(self, v: Any) -> datetime:
+        """A ``ts_column`` value read back, as a naive UTC datetime."""
+        return v  # type: ignore[no-any-return]  # DuckDB's TIMESTAMP reads as one
 
     def sample(self, column: str, share: float) -> str:
         """True for a deterministic ``share`` of the rows, by a hash of ``column``."""
@@ -132,6 +137,9 @@ FROM (
 
     def ts_literal(self, t: datetime) -> str:
         return str(calendar.timegm(t.timetuple()) * 1000 + t.microsecond // 1000)
+
+    def ts_value(self, v: Any) -> datetime:
+        return datetime.fromtimestamp(int(v) / 1000, tz=UTC).replace(tzinfo=None)
 
     def sample(self, column: str, share: float) -> str:
         return f"(cityHash64({column}) % 1000000) < {round(share * 1_000_000)}"

@@ -273,7 +273,8 @@ def _zoom(scan: Source, config: Config, doc: dict[str, Any]) -> bytes | None:
     ).rows
     points: dict[str, tuple[list[datetime], list[float]]] = {}
     arrivals: list[datetime] = []
-    for lane, t, ttft in rows:
+    for lane, v, ttft in rows:
+        t = d.ts_value(v)  # ClickHouse's ts_ms is epoch milliseconds
         if lane == inc["trigger"]["lane"]:
             arrivals.append(t)
         if ttft is not None:
