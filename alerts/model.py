@@ -144,8 +144,8 @@ HEALTH_POLICY: Final = {
     c.ALERT_GPU_UTILISATION_OUT_OF_BAND: Policy("ticket", "30m"),
     c.ALERT_SPEC_DECODE_ACCEPTANCE_DROP: Policy("ticket", "15m"),
     c.ALERT_REPLICA_OUTLIER: Policy("ticket", "5m"),  # obs.alerts.replica_rules
-    c.ALERT_GPU_XID: Policy("page", "1m"),  # obs.alerts.gpu_fault_rules
-    c.ALERT_GPU_ECC: Policy("page", "1m"),
+    c.ALERT_GPU_XID: Policy("page", "3m"),  # obs.alerts.gpu_fault_rules
+    c.ALERT_GPU_ECC: Policy("page", "3m"),
     c.ALERT_GPU_THROTTLED: Policy("ticket", "10m"),
 }
 

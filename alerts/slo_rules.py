@@ -18,6 +18,7 @@ from obs.durations import seconds
 
 from . import expr as e
 from .budget_rules import alert_annotations, lane_budget_rules
+from .holders import holder_note
 from .model import SLI, AlertModel, Window
 
 Rule = dict[str, Any]
@@ -97,6 +98,13 @@ def describe(sli: SLI) -> str:
     return f"{share} of requests with {_TITLE[sli.kind]} <= {sli.threshold_ms:g} ms"
 
 
+def _notes(model: AlertModel, sli: SLI, window: str) -> dict[str, str]:
+    """The top phase and cause, then who else holds the lane's pool (alerts/holders.py)."""
+    notes = alert_annotations(model, sli, window)
+    notes["top_cause"] += holder_note(sli.pool, sli.lane)
+    return notes
+
+
 def _burn_alert(model: AlertModel, sli: SLI, w: Window) -> Rule:
     factor = e.num(w.factor)
     cond = [
@@ -136,6 +144,6 @@ def _burn_alert(model: AlertModel, sli: SLI, w: Window) -> Rule:
                 f"with at least {sli.min_requests} requests over {w.long}.{pace}"
             ),
             "runbook_url": model.runbook(sli.alert),
-            **alert_annotations(model, sli, w.long),
+            **_notes(model, sli, w.long),
         },
     }
