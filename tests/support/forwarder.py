@@ -86,7 +86,8 @@ class Forwarder:
 def http_bodies(stream: bytes) -> list[bytes]:
     """The bodies of the HTTP/1.1 answers one connection carried, in order (Content-Length or
     chunked; an answer cut short ends the list)."""
-    bodies, at = [], 0
+    bodies: list[bytes] = []
+    at = 0
     while (end := stream.find(b"\r\n\r\n", at)) >= 0:
         head = stream[at:end].decode("latin-1").lower().split("\r\n")
         fields = dict(line.split(":", 1) for line in head[1:] if ":" in line)
