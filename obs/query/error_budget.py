@@ -8,11 +8,15 @@ with the ``vllm-obs query show`` command for each. Apart, not charged: the clien
 threshold; the server's clock starts after it, so no gate judges it).
 
 Judged, as the alert rules judge (``obs.alerts``): TTFT and TPOT as ``obs.query.slo`` does;
-availability over every request but refused and abandoned ones. Each miss is attributed
-by ``obs.attribution``'s rule, against the window's exact baseline: the mean of each phase
-over the lane's good requests in the window (the sidecar's ``miss_cause`` used a running
-one). Two queries, on DuckDB and ClickHouse alike: one aggregate for the baselines and
-counts, one that reads back only the misses; the attribution runs here, once per miss.
+availability over every request but refused and abandoned ones. A miss's phase and cause is
+one answer (``causes``): the one the sidecar stamped on the event for its first missed gate
+(``miss_slo``, ``miss_phase``, ``miss_cause``: what ``show`` prints, what the burn-rate
+alerts' ``top_cause`` counts and ``incident`` tells); a gate the event carries no stamp for
+(a second missed gate, a log written before the fields, a lane the sidecar did not judge) is
+attributed by ``obs.attribution``'s rule against the window's exact baseline: the mean of
+each phase over the lane's good requests in the window. Two queries, on DuckDB and
+ClickHouse alike: one aggregate for the baselines and counts, one that reads back only the
+misses; the attribution runs here, once per miss.
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from obs.attribution import Baseline, Facts, Miss, attribute
-from obs.config import Config
-from obs.conventions import AVAILABILITY_EXCLUDED_OUTCOMES, PHASES, SLO_KINDS
+from obs.config import Config, Lane
+from obs.conventions import AVAILABILITY_EXCLUDED_OUTCOMES, MISS_CAUSES, PHASES, SLO_KINDS
 from obs.durations import parse_duration
 from obs.errors import InputError
 from obs.query import slo
@@ -50,7 +54,8 @@ _FACT_COLUMNS = (
 # The client's own time, judged by no gate (the server's clock starts after it), shown apart
 # as a client cause: uploads that alone took longer than the lane's TTFT threshold.
 SLOW_UPLOAD = "slow_upload"
-COLUMNS = ("request_id", "ts", *DIMENSIONS, *_FACT_COLUMNS, "upload_ms")
+STAMP = ("miss_slo", "miss_phase", "miss_cause")  # the sidecar's attribution of the first gate
+COLUMNS = ("request_id", "ts", *DIMENSIONS, *_FACT_COLUMNS, "upload_ms", *STAMP)
 
 
 @dataclass(slots=True)
@@ -153,6 +158,23 @@ def _baselines(scan: Source, config: Config) -> tuple[dict[str, Baseline], dict[
     return bases, counts
 
 
+def causes(row: dict[str, Any], lane: Lane | None, base: Baseline) -> tuple[Miss, ...]:
+    """Each gate of ``lane`` the event ``row`` missed, with the phase and cause it is charged
+    to: the sidecar's stamp for the gate it stamped (``miss_slo``'s first, else the first
+    gate missed; a known cause and phase only), ``obs.attribution``'s rule against ``base``
+    for any other. The one answer ``budget``, ``incident`` and ``report`` give, and the one
+    ``show`` prints and the burn-rate alerts count."""
+    out = attribute(Facts.of_row(row), lane, base)
+    cause, phase = row.get("miss_cause"), row.get("miss_phase")
+    if not out or cause not in MISS_CAUSES:
+        return out
+    gate = str(row.get("miss_slo") or out[0].slo).split(",")[0]
+    return tuple(
+        Miss(m.slo, phase if phase in PHASES else m.phase, cause) if m.slo == gate else m
+        for m in out
+    )
+
+
 def _missed_rows(scan: Source, config: Config) -> list[dict[str, Any]]:
     cond = f"(_ttft_judged AND NOT _ttft_met) OR (_tpot_judged AND NOT _tpot_met) OR {slo.BAD}"
     source = slo.judged_rows(config, SRC, scan.dialect)
@@ -181,9 +203,9 @@ def spending(scan: Source, config: Config) -> list[Spend]:
                     spend.slow_uploads = counts[lane.name][SLOW_UPLOAD]
                 out[(lane.name, kind)] = spend
     for row in _missed_rows(scan, config):
-        f = Facts.of_row(row)
-        for m in attribute(f, config.lane(f.lane), bases.get(f.lane, Baseline())):
-            out[(f.lane, m.slo)].misses.append((m, row))
+        lane = row["lane"]
+        for m in causes(row, config.lane(lane), bases.get(lane, Baseline())):
+            out[(lane, m.slo)].misses.append((m, row))
     return list(out.values())
 
 

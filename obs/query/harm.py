@@ -1,7 +1,8 @@
 """Who hurt whom: an incident as trigger, victims, mechanism and lever, per pool.
 
-From the events of a window and the misses ``obs.query.error_budget.spending`` charges (the
-attribution's phase and cause, the one rule ``budget``, ``show`` and the alerts read):
+From the events of a window and the misses ``obs.query.error_budget.spending`` charges (each
+miss's phase and cause from ``error_budget.causes``: the one answer ``budget``, ``show`` and
+the alerts give):
 
 * **The incident's window**: a pool's misses, split where none came for ``GAP_S``; it starts
   at the first missed request's arrival and ends at the last one's first token (its end).
@@ -49,7 +50,7 @@ COLUMNS = (
     "request_id", "lane", "tenant", "pool", "replica", "status", "prompt_tokens", "upload_ms",
     "queue_ms", "prefill_ms", "first_token_ms", "ttft_ms", "e2e_ms", "summarized",
     "pool_in_flight", "pool_max_running", "pool_kv_usage", "pool_preempting",
-    "pool_ahead_prompt_tokens", "pool_others_prompt_share", "miss_cause",
+    "pool_ahead_prompt_tokens", "pool_others_prompt_share",
 )  # fmt: skip
 ms = timedelta(milliseconds=1)
 
@@ -183,10 +184,8 @@ def _story(
     mech = _mechanism(pool, [q for q in missed if q.row["lane"] != t_lane] or missed, pool_reqs,
                       every, start, end)  # fmt: skip
     lever = _lever(mech["kind"], pool, t_lane, victims, mech)
-    if mech["kind"] != mech["cause"]:  # the cause show and the alerts name, and budget's
-        said, other = mech["cause"], mech["budget_cause"]
-        also = "" if other == said else f"; budget, on the window's baseline: {other}"
-        mech["line"] += f" (cause {said}, as show and the alerts say{also})"
+    if mech["kind"] != mech["cause"]:  # the cause show, budget and the alerts name
+        mech["line"] += f" (cause {mech['cause']}, as show, budget and the alerts say)"
     return {
         "pool": pool,
         "start": _iso(start),
@@ -196,7 +195,6 @@ def _story(
         "mechanism": mech["line"],
         "mechanism_kind": mech["kind"],
         "cause": mech["cause"],
-        "budget_cause": mech["budget_cause"],
         "fine": mech["fine"],
         "slow_replica": mech.get("replica"),
         "lever": lever,
@@ -306,12 +304,10 @@ def _mechanism(
     pool: str, missed: list[Req], pool_reqs: list[Req], every: list[Req], start: datetime,
     end: datetime,
 ) -> dict[str, Any]:  # fmt: skip
-    # The cause the sidecar stamped on the events (what `show` and the alerts' burn by cause
-    # say), else the window's attribution (what `budget` says).
+    # The cause behind most of the misses' first gates (error_budget.causes: the sidecar's
+    # stamp where the event has one, what `show`, `budget` and the alerts' burn by cause say).
     causes = Counter(cause for q in missed for _, _, cause in q.misses[:1])
-    stamped = Counter(str(q.row["miss_cause"]) for q in missed if q.row["miss_cause"])
-    budget_cause = causes.most_common(1)[0][0] if causes else "other"
-    cause = stamped.most_common(1)[0][0] if stamped else budget_cause
+    cause = causes.most_common(1)[0][0] if causes else "other"
     window = [q for q in pool_reqs if start <= q.t <= end]
     kv = [float(q.row["pool_kv_usage"]) for q in window if q.row["pool_kv_usage"] is not None]
     preempted = sum(1 for q in missed if q.row["pool_preempting"])
@@ -330,7 +326,7 @@ def _mechanism(
         for p, (n, m) in sorted(others.items())
         if not m
     ]
-    base: dict[str, Any] = {"cause": cause, "budget_cause": budget_cause, "fine": fine}
+    base: dict[str, Any] = {"cause": cause, "fine": fine}
     slow = _slow_replica(missed, window)
     if slow is not None:
         return {
@@ -348,7 +344,7 @@ def _mechanism(
     top = max((q.row["pool_in_flight"] + 1 for q in slots), default=None)
     cap = max((q.row["pool_max_running"] for q in slots), default=None)
     ahead = max((q.row["pool_ahead_prompt_tokens"] or 0 for q in missed), default=0)
-    queued = {cause, budget_cause} & {"engine_queue", "prefills_ahead", "admission_queue"}
+    queued = cause in ("engine_queue", "prefills_ahead", "admission_queue")
     if queued and slots and len(full) * 2 > len(slots):
         return {"kind": "slot_bound", **base,
                 "line": f"slot-bound queueing: every batch slot was taken ({len(full)} of "

@@ -6,8 +6,9 @@ requests were ahead of them, the mechanism and what was fine, and the lever. The
 lane and SLO that missed in the window (``obs.query.error_budget``'s spending): from when to
 when (the first and last miss, and the span that holds the middle 90% of them; one time when
 they are the same second), the misses against the requests judged and the share of the
-window's budget they burned, the phase and cause behind most of them (``obs.attribution``'s
-rule) with what that cause means and the lever the runbook names for it
+window's budget they burned, the phase and cause behind most of them
+(``obs.query.error_budget.causes``: the sidecar's stamp, else ``obs.attribution``'s rule)
+with what that cause means and the lever the runbook names for it
 (``obs.conventions.CAUSE_WORDS``), and the replica and tenant behind most misses. Then the
 settings and config changes in the window (``obs.query.changes``) and, given Prometheus, the
 alerts that fired in it (its ``ALERTS`` series). Plain data first (``--format json``), then

@@ -200,20 +200,23 @@ def test_incident_names_one_slow_replica(
     assert "http://r2" in inc["mechanism"] and inc["lever"].startswith("drain replica http://r2")
 
 
-def test_incident_names_the_cause_show_and_the_alerts_name(
+def test_incident_names_the_cause_show_budget_and_the_alerts_name(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The misses' stamped cause (what `show` prints and the alerts' burn by cause counts) is
-    the incident's cause; where the window's re-attribution (`budget`) differs, the line
-    names both."""
+    the incident's cause and budget's, where the window's re-attribution alone would have
+    said prefills_ahead; the mechanism's line names it as one answer."""
     log, config = _burst(tmp_path, slots=4, in_flight=4, stamp="engine_queue")
     doc = json.loads(_run(capsys, log, "--config", config, "--format", "json"))
     (inc,) = doc["incidents"]
-    assert (inc["cause"], inc["budget_cause"]) == ("engine_queue", "prefills_ahead")
-    assert (
-        "(cause engine_queue, as show and the alerts say; budget, on the window's "
-        in (inc["mechanism"])
-    )
+    assert inc["cause"] == "engine_queue" and "budget_cause" not in inc
+    assert "(cause engine_queue, as show, budget and the alerts say)" in inc["mechanism"]
+    (s,) = doc["slos"]
+    assert [(r["cause"], r["misses"]) for r in s["causes"]] == [("engine_queue", 10)]
+    (tmp_path / "unstamped").mkdir()
+    unstamped, _ = _burst(tmp_path / "unstamped", slots=4, in_flight=4)
+    doc = json.loads(_run(capsys, unstamped, "--config", config, "--format", "json"))
+    assert doc["incidents"][0]["cause"] == "prefills_ahead"
 
 
 def test_words_tell_the_most_harmful_incidents_and_count_the_rest(
