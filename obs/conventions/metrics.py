@@ -394,7 +394,8 @@ SLO_MISSES = _m(
     CAUSE,
 )
 
-# Every metric above, in the order defined (the README's metric table follows it).
+# Every metric above, in the order defined (the metric table of docs/reference.md follows it:
+# python -m obs.reference docs/reference.md regenerates it).
 ALL_METRICS: Final[tuple[Metric, ...]] = tuple(
     v for v in list(globals().values()) if isinstance(v, Metric)
 )
