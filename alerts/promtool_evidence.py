@@ -21,7 +21,7 @@ from obs.slo import LATENCY_HISTOGRAMS
 
 from . import series as s
 from . import timeline as tl
-from .model import SLI, Window
+from .model import SLI, AlertModel, Window
 from .rules import RuleIndex
 
 Group = dict[str, Any]
@@ -32,6 +32,11 @@ BUSY_PER_MIN, BUSY_BAD = 600, 540  # 90% bad
 def evidence_tests(sli: SLI, index: RuleIndex) -> list[Group]:
     """The three cases for one SLO."""
     return [_two_requests(sli), _busy(sli, index), *_trickle(sli, index)]
+
+
+def lane_evidence_tests(model: AlertModel, lane: str, index: RuleIndex) -> list[Group]:
+    """The evidence floor's cases for every SLO of ``lane``."""
+    return [g for sli in model.lane_slis(lane) for g in evidence_tests(sli, index)]
 
 
 def stairs(times: list[int], steps: int) -> str:

@@ -18,7 +18,6 @@ from obs import conventions as c
 from . import series as s
 from . import timeline as tl
 from .model import SLI, AlertModel
-from .promtool_evidence import evidence_tests
 from .rules import RuleIndex
 
 REQUESTS_PER_STEP = 10_000
@@ -26,7 +25,8 @@ ACTIVE_S = 60  # rate() needs two samples: conditions hold from the second minut
 
 
 def lane_tests(model: AlertModel, lane: str, index: RuleIndex) -> list[dict[str, Any]]:
-    """Every test group for the SLOs of ``lane``."""
+    """The one-minute test groups for the SLOs of ``lane`` (the evidence floor's hours-long
+    groups are in ``promtool_evidence``, a file of their own)."""
     groups = []
     for sli in model.lane_slis(lane):
         groups.append(_burning(sli, index))
@@ -36,7 +36,6 @@ def lane_tests(model: AlertModel, lane: str, index: RuleIndex) -> list[dict[str,
             groups.append(_just_below(sli, index, (f + below) / 2, f))
         if sli.kind == "availability":
             groups.append(_no_failures(sli, index))
-        groups += evidence_tests(sli, index)
     return groups
 
 

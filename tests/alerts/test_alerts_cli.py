@@ -31,7 +31,8 @@ def test_writes_rules_and_tests_for_the_default_config(
     printed = capsys.readouterr().out.split()
     names = sorted(p.name for p in rules.iterdir())
     assert "health.rules.yml" in names and "slo-chat.rules.yml" in names
-    assert len(printed) == 2 * len(names)
+    slo = [n for n in names if n.startswith("slo-")]  # each also has its evidence-floor file
+    assert len(printed) == 2 * len(names) + len(slo)
     doc = yaml.safe_load((tests / "slo-chat.test.yml").read_text(encoding="utf-8"))
     assert doc["rule_files"] == ["../rules/slo-chat.rules.yml"]
     text = (rules / "health.rules.yml").read_text(encoding="utf-8")

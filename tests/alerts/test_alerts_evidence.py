@@ -43,7 +43,7 @@ def test_floor_cases_pass_and_fail_without_the_floor(tmp_path: Path) -> None:
     tests = promtool_files(model, files, tmp_path, tmp_path)
     write(tmp_path, files, "quiet.yaml", "*.rules.yml")
     write(tmp_path, tests, "quiet.yaml", "*.test.yml")
-    test_file = tmp_path / "slo-quiet.test.yml"
+    test_file = tmp_path / "slo-quiet.evidence.test.yml"
     ok = _promtool(promtool, test_file)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     name = "slo-quiet.rules.yml"

@@ -77,11 +77,13 @@ def _touches(group: dict[str, Any], rule: dict[str, Any], reads: set[str]) -> bo
 def test_every_alert_rule_has_pending_firing_and_silent_cases() -> None:
     """Each alerting rule pends for its `for`, then fires in one case, and is silent in another."""
     rules_files = _load(RULES_DIR, "*.rules.yml")
-    tests = _load(TESTS_DIR, "*.test.yml")
-    assert len(tests) == len(rules_files)
-    for test_name, doc in tests.items():
+    tests: dict[str, dict[str, Any]] = {}  # rule file -> every group of its test files
+    for doc in _load(TESTS_DIR, "*.test.yml").values():
         (rule_file,) = doc["rule_files"]
-        groups = rules_files[Path(rule_file).name]["groups"]
+        tests.setdefault(Path(rule_file).name, {"tests": []})["tests"] += doc["tests"]
+    assert sorted(tests) == sorted(rules_files)
+    for test_name, doc in tests.items():
+        groups = rules_files[test_name]["groups"]
         rules = [r for g in groups for r in g["rules"]]
         records: dict[str, set[str]] = {}
         for r in rules:

@@ -30,7 +30,8 @@ def test_rules_and_tests_in_one_directory_are_both_kept(tmp_path: Path) -> None:
     rules = sorted(p.name for p in d.glob("*.rules.yml"))
     tests = sorted(p.name for p in d.glob("*.test.yml"))
     assert "health.rules.yml" in rules and "slo-chat.rules.yml" in rules
-    assert tests == sorted(r.replace(".rules.yml", ".test.yml") for r in rules)
+    evidence = [r.replace(".rules.yml", ".evidence.test.yml") for r in rules if r[:4] == "slo-"]
+    assert tests == sorted([r.replace(".rules.yml", ".test.yml") for r in rules] + evidence)
     doc = yaml.safe_load((d / "slo-chat.test.yml").read_text(encoding="utf-8"))
     assert doc["rule_files"] == ["./slo-chat.rules.yml"]
     stale = d / "slo-gone.rules.yml"
