@@ -56,14 +56,17 @@ def closed_within(s: socket.socket, timeout_s: float) -> float | None:
     return time.monotonic() - t0
 
 
-def trickle(s: socket.socket, byte: bytes, seconds: float, every_s: float = 0.3) -> float:
-    """Send ``byte`` every ``every_s`` until the server cuts ``s``; seconds it took (or all)."""
+def trickle(s: socket.socket, byte: bytes, seconds: float, every_s: float = 0.3) -> bool:
+    """Send ``byte`` every ``every_s`` until the server cuts ``s``: whether it did within
+    ``seconds`` (a hang guard: which timer cut it, the caller reads from the server)."""
     t0 = time.monotonic()
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+    try:
         while time.monotonic() - t0 < seconds:
             s.sendall(byte)
             time.sleep(every_s)
-    return time.monotonic() - t0
+    except (BrokenPipeError, ConnectionResetError):
+        return True
+    return False
 
 
 def read_response(s: socket.socket) -> bytes:
