@@ -7,13 +7,47 @@ has ended, off the relay path; so ids are made here, cheaply.
 
 from __future__ import annotations
 
-import random
+import os
 import re
+import struct
+from array import array
 from dataclasses import dataclass
 
 _TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
-# Ids need uniqueness, not secrecy: the module generator (reseeded after fork), as
-# OpenTelemetry's own RandomIdGenerator does; SystemRandom cost a syscall per id.
+
+
+class _Ids:
+    """64-bit ids from the kernel's CSPRNG (``os.urandom``, as ``secrets`` uses), drawn 512
+    at a time: a syscall per hundreds of requests, not per id. The sidecar's span id is what
+    keeps a forged engine span out of its trace (docs/security.md), so ids must not be
+    predictable: the ``random`` module's Mersenne Twister gives its state away in 624 outputs.
+    ``list.pop`` is atomic, so two threads (the relay's loop, an exporter's) never take the
+    same id; a forked child forgets the parent's, so no two processes hand out the same."""
+
+    BATCH = 512
+
+    def __init__(self) -> None:
+        self._left: list[int] = []
+
+    def next(self) -> int:
+        try:
+            return self._left.pop()
+        except IndexError:
+            self._left.extend(array("Q", os.urandom(8 * self.BATCH)))
+            return self._left.pop()
+
+    def forget(self) -> None:
+        self._left.clear()
+
+
+_IDS = _Ids()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_IDS.forget)
+
+
+def new_request_id() -> str:
+    """A request id when the client sent none: 64 unpredictable bits in hex, as vLLM's."""
+    return f"{_IDS.next():016x}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,9 +74,9 @@ class TraceIds:
 
 
 def new_span_id(owner: tuple[int, int] | None = None) -> int:
-    """A random span id; with ``owner`` (index, count) one that ``owner_of`` maps to
+    """An unpredictable span id; with ``owner`` (index, count) one that ``owner_of`` maps to
     ``index``: the worker that made it (``--workers``: obs.sidecar.server.workers)."""
-    sid = random.getrandbits(64) or 1
+    sid = _IDS.next() or 1
     if owner is None or owner[1] <= 1:
         return sid
     index, count = owner
@@ -54,9 +88,9 @@ _ZERO_ID = bytes(8)
 
 
 def new_span_ids(count: int) -> bytes:
-    """``count`` random span ids drawn at once, 8 big-endian bytes each, none of them zero."""
+    """``count`` unpredictable span ids, 8 big-endian bytes each, none of them zero."""
     while True:
-        ids = random.getrandbits(64 * count).to_bytes(8 * count, "big")
+        ids = struct.pack(f">{count}Q", *[_IDS.next() for _ in range(count)])
         if _ZERO_ID not in ids:  # (a zero run across two ids, as rare, draws again too)
             return ids
 
@@ -82,4 +116,4 @@ def new_ids(traceparent: str | None, owner: tuple[int, int] | None = None) -> Tr
                 parent_span_id=int(m.group(2), 16),
                 sampled=bool(int(m.group(3), 16) & 1),
             )
-    return TraceIds(random.getrandbits(128) or 1, new_span_id(owner), None, True)
+    return TraceIds((_IDS.next() << 64 | _IDS.next()) or 1, new_span_id(owner), None, True)
