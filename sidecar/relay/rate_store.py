@@ -135,12 +135,16 @@ class RedisStore:
     def __init__(self, url: str, timeout_s: float) -> None:
         import redis.asyncio as aioredis  # only where a store is configured
 
+        from obs.sidecar.relay.redis_replies import BoundedReplies
+
         self.url = url
         self.client = aioredis.Redis.from_url(
             url,
             socket_timeout=timeout_s,
             socket_connect_timeout=timeout_s,
             retry_on_timeout=False,
+            protocol=2,
+            parser_class=BoundedReplies,  # a huge reply is refused unread (a store error)
         )
         self._take = self.client.register_script(TAKE)
         self._correct = self.client.register_script(CORRECT)

@@ -57,7 +57,10 @@ class GarbageRedis:
         with conn, conn.makefile("rb") as f:
             while (cmd := _command(f)) is not None:  # type: ignore[arg-type]
                 name = cmd[0].upper() if cmd else b""
-                conn.sendall(b"+OK\r\n" if name in (b"CLIENT", b"HELLO") else self.reply)
+                try:
+                    conn.sendall(b"+OK\r\n" if name in (b"CLIENT", b"HELLO") else self.reply)
+                except OSError:  # the client hung up on a reply it would not read
+                    return
 
 
 @pytest.fixture
@@ -110,3 +113,25 @@ def test_a_garbage_reply_is_a_store_error(garbage: GarbageRedis) -> None:
         asyncio.run(go("closed"))
     assert closed.value.rejection_reason == c.RATE_LIMIT_STORE and closed.value.status == 503
     assert len(failed) == 2
+
+
+HUGE = b"*2000000\r\n" + b":1\r\n" * 2_000_000  # 8 MB: the review's 12.8 s stall
+
+
+@pytest.mark.parametrize("garbage", [HUGE, b"$100000000\r\n"], indirect=True)
+def test_a_huge_reply_is_refused_before_it_is_read(garbage: GarbageRedis) -> None:
+    """A reply of two million elements (or a 100 MB string) is a store error named by its
+    size line alone: refused before redis-py reads it (before: all of it was parsed, with the
+    event loop held, and only then refused for its length). Closed: 503 ``rate_limit_store``."""
+
+    async def go() -> object:
+        limiter = _limiter(garbage.url, "closed")
+        try:
+            return await limiter.charge("acme", None, 10, 10)
+        finally:
+            await limiter.close()
+
+    with pytest.raises(Rejected) as closed:
+        asyncio.run(go())
+    assert closed.value.rejection_reason == c.RATE_LIMIT_STORE and closed.value.status == 503
+    assert "more than" in str(closed.value) and "not the script's" in str(closed.value)
