@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import socket
+import statistics
 import threading
 import time
 import uuid
@@ -26,8 +27,10 @@ import yaml
 from obs.sidecar.testing import SidecarProcess
 from tests.conftest import SidecarFactory
 from tests.support import chat_body
+from tests.support.probes import wait_for
 from tests.support.rawhttp import read_all, status
 from tests.support.scripted_upstream import ScriptedUpstream
+from tests.support.tcp import unread
 
 BODY = json.dumps(chat_body()).encode()
 KEY = "sk-right"
@@ -88,9 +91,22 @@ def test_pipelined_flood_is_bounded_and_others_are_served(
     sidecar: SidecarFactory, pool: ScriptedUpstream
 ) -> None:
     """50 sockets from 127.0.0.2 each write 6,000 pipelined GET /health and read nothing: the
-    sidecar's memory high-water mark stays under 300 MB and a chat from 127.0.0.3 gets 200
-    within 3 s (before: 0.9-1.1 GB and 10-20 s)."""
+    sidecar's memory high-water mark stays under 300 MB and chats from 127.0.0.3 are served
+    about as fast as the same chats before the flood, measured in this test on this machine
+    (median of 5 each, within 10 times; before: 0.9-1.1 GB and 10-20 s against milliseconds)."""
     sc = sidecar(pool.url, traces=False)
+
+    def chat_s() -> float:
+        t0 = time.monotonic()
+        with httpx.Client(
+            base_url=sc.url, timeout=60, transport=httpx.HTTPTransport(local_address="127.0.0.3")
+        ) as c:
+            r = c.post("/v1/chat/completions", content=BODY,
+                       headers={"content-type": "application/json"})  # fmt: skip
+        assert r.status_code == 200, r.text
+        return time.monotonic() - t0
+
+    alone = statistics.median(chat_s() for _ in range(5))
     before = _high_water_mb(sc.pid)
     flood = b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n" * 6000
     stop = threading.Event()
@@ -98,30 +114,30 @@ def test_pipelined_flood_is_bounded_and_others_are_served(
 
     def attack() -> None:
         with contextlib.suppress(OSError):
-            s = _from("127.0.0.2", sc.port, timeout_s=30)
+            s = _from("127.0.0.2", sc.port, timeout_s=120)
             socks.append(s)
             s.sendall(flood)  # blocks once the sidecar stops reading: that is the point
-            stop.wait(30)
+            stop.wait(120)
 
     threads = [threading.Thread(target=attack, daemon=True) for _ in range(50)]
     for t in threads:
         t.start()
     try:
-        time.sleep(3)  # the flood is in the sidecar's buffers
-        t0 = time.monotonic()
-        with httpx.Client(
-            base_url=sc.url, timeout=30, transport=httpx.HTTPTransport(local_address="127.0.0.3")
-        ) as c:
-            r = c.post("/v1/chat/completions", content=BODY,
-                       headers={"content-type": "application/json"})  # fmt: skip
-        took = time.monotonic() - t0
+        # The flood is in place: 50 connections, each with bytes the sidecar has not read.
+        wait_for(
+            "the 50 flooding connections to fill the sidecar's side",
+            lambda: (
+                len(socks) == 50 and all(unread(sc.port, s.getsockname()[1]) for s in list(socks))
+            ),
+            120,
+        )
+        flooded = statistics.median(chat_s() for _ in range(5))
         hwm = _high_water_mb(sc.pid)
     finally:
         stop.set()
         for s in socks:
             s.close()
-    assert len(socks) == 50
-    assert r.status_code == 200 and took < 3.0, (r.status_code, took)
+    assert flooded <= 10 * alone, f"a chat took {flooded:.3f} s in the flood, {alone:.3f} s before"
     assert hwm < 300, f"high-water mark {hwm:.0f} MB (at start {before:.0f} MB)"
 
 
@@ -137,7 +153,10 @@ def test_declared_bodies_never_sent_reserve_nothing(
             s = _from(f"127.0.0.{2 + i % 4}", sc.port, timeout_s=30)
             s.sendall(DECLARED_32MIB)
             held.append(s)
-        time.sleep(0.5)
+        # The eight heads are with the sidecar: nothing left unread on its side.
+        ports = [s.getsockname()[1] for s in held]
+        wait_for("the sidecar to read the 8 heads",
+                 lambda: all(unread(sc.port, p) == 0 for p in ports), 60)  # fmt: skip
         codes = [status(_post("127.0.0.9", sc.port, b"")) for _ in range(5)]
     finally:
         for s in held:
@@ -191,22 +210,25 @@ def test_a_trailer_never_sets_the_lane_tenant_or_priority(
 def test_an_early_401_is_the_only_answer_and_the_connection_closes(
     sidecar: SidecarFactory, pool: ScriptedUpstream, tmp_path: Path
 ) -> None:
-    """A keyless POST declaring a body it does not send gets one 401, then the connection
-    closes within 10 s: no second, unsolicited answer (before: a 408 after 60 s)."""
+    """A keyless POST declaring a body it does not send gets one 401, then the sidecar closes
+    the connection: no second, unsolicited answer (before: a 408 after 60 s). The body
+    timeouts are far off (300 s), so the close is the refusal's own, not a timer's; the
+    socket's 120 s are a hang guard."""
     keys = [{"sha256": hashlib.sha256(KEY.encode()).hexdigest(), "tenant": "gold"}]
-    sc: SidecarProcess = sidecar(config=_config(tmp_path, pool, api_keys=keys), traces=False)
-    with _from("127.0.0.2", sc.port, timeout_s=15) as s:
+    sc: SidecarProcess = sidecar(
+        config=_config(tmp_path, pool, api_keys=keys),
+        args=("--body-timeout", "300", "--body-idle-timeout", "300"),
+        traces=False,
+    )
+    with _from("127.0.0.2", sc.port, timeout_s=120) as s:
         s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
                   b"content-type: application/json\r\ncontent-length: 100000\r\n\r\n{")  # fmt: skip
-        t0 = time.monotonic()
         answer = b""
-        with contextlib.suppress(TimeoutError, ConnectionResetError):
-            while chunk := s.recv(65536):
+        with contextlib.suppress(ConnectionResetError):  # a reset is a close too
+            while chunk := s.recv(65536):  # until the sidecar closes (TimeoutError: it never did)
                 answer += chunk
-        took = time.monotonic() - t0
     assert status(answer) == 401
     assert answer.count(b"HTTP/1.1 ") == 1, answer
-    assert took < 10
 
 
 def test_a_thousand_upgrades_in_one_write_are_all_answered(
