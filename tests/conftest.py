@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -72,6 +73,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Tests sharing a costly session resource go to one worker (``tests.support.workers``)."""
     return workers.make_scheduler(config, log)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """With VLLM_OBS_SCOPE_COSTS set, each test's seconds (setup to teardown) are written
+    there by its xdist unit: what orders the units (``tests.support.workers``)."""
+    started = time.monotonic()
+    yield
+    workers.measure(item, time.monotonic() - started)
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by the tiers given here

@@ -9,14 +9,23 @@ fixtures a test uses names its scope), and a test that ends the main engine is a
 own (run after the larger ones: its worker starts that engine again if it needs it later).
 
 The worker knows a test's fixtures; the controller, which schedules, knows only its node id:
-the first worker writes each test's scope to a file the controller names (``SCOPES_ENV``)
-before it reports its collection, and the controller's scheduler reads it.
+the first worker writes each test's scope and tier to a file the controller names
+(``SCOPES_ENV``) before it reports its collection, and the controller's scheduler reads it.
+
+Which unit a free worker takes next: the costliest left (longest first, so that no long unit
+starts last while the other worker idles), with the ``ends:`` units after all others. A unit's
+cost is its seconds in ``scope_costs.tsv`` beside this module (a whole run's measure: run the
+suite with ``VLLM_OBS_SCOPE_COSTS=FILE`` set and then ``python -m tests.support.workers FILE``),
+else an estimate from its tests' tiers (``TIER_S``). Only the order depends on it: a stale file
+costs time, never a result.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +33,10 @@ import pytest
 from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
 SCOPES_ENV = "VLLM_OBS_XDIST_SCOPES"
+COSTS_ENV = "VLLM_OBS_SCOPE_COSTS"  # set: each worker appends its units' seconds there
+COSTS = Path(__file__).with_name("scope_costs.tsv")
+# A unit missing from COSTS: its tests' seconds by tier (the suite's means, roughly).
+TIER_S = {"unit": 0.02, "inproc": 0.1, "process": 2.0, "stack": 6.0, "engine": 6.0}
 # The session resources whose tests go to one worker, in order of precedence.
 SHARED = (
     "traced_engine",
@@ -65,13 +78,57 @@ def unconfigure(config: pytest.Config) -> None:
         Path(path).unlink(missing_ok=True)
 
 
+def _tier(item: pytest.Item) -> str:
+    return next((t for t in TIER_S if item.get_closest_marker(t) is not None), "process")
+
+
 def record(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On the first worker: each collected test's scope, for the controller."""
+    """On the first worker: each collected test's scope and tier, for the controller."""
     path = os.environ.get(SCOPES_ENV)
     worker = getattr(config, "workerinput", {}).get("workerid")
     if path and worker == "gw0":
-        lines = (f"{item.nodeid}\t{scope_of(item)}\n" for item in items)
+        lines = (f"{item.nodeid}\t{scope_of(item)}\t{_tier(item)}\n" for item in items)
         Path(path).write_text("".join(lines), encoding="utf-8")
+
+
+def measure(item: pytest.Item, seconds: float) -> None:
+    """With ``COSTS_ENV`` set: add one phase's seconds (setup, call or teardown) of ``item``
+    to the file it names, by scope."""
+    path = os.environ.get(COSTS_ENV)
+    if path:
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(f"{scope_of(item)}\t{seconds:.3f}\n")
+
+
+def read_costs(path: Path) -> dict[str, float]:
+    """Seconds by scope in a file of ``scope<TAB>seconds`` lines (summed when repeated)."""
+    out: dict[str, float] = {}
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            scope, _, secs = line.rpartition("\t")
+            if scope and not line.startswith("#"):
+                out[scope] = out.get(scope, 0.0) + float(secs)
+    return out
+
+
+class CostliestFirst(OrderedDict[str, dict[str, bool]]):
+    """xdist's work queue, which takes the next unit with ``popitem(last=False)``: the costliest
+    left instead of the first in, ``ends:`` units last."""
+
+    def __init__(self, cost: dict[str, float]) -> None:
+        super().__init__()
+        self._cost = cost
+
+    def _key(self, scope: str) -> tuple[bool, float]:
+        if scope.startswith("ends:"):
+            return (False, 0.0)  # after all others, in their own order (tests/conftest.py)
+        return (True, self._cost.get(scope, 0.0))
+
+    def popitem(self, last: bool = True) -> tuple[str, dict[str, bool]]:
+        if last:
+            return super().popitem(last=True)
+        scope = max(self, key=self._key)  # the first of equals: xdist's own order
+        return scope, self.pop(scope)
 
 
 class SharedResourceScheduling(LoadScopeScheduling):
@@ -81,12 +138,24 @@ class SharedResourceScheduling(LoadScopeScheduling):
     def __init__(self, config: pytest.Config, log: Any = None) -> None:
         super().__init__(config, log)
         self._scopes: dict[str, str] | None = None
+        self._measured = read_costs(COSTS)
+        self._estimate: dict[str, float] = {}
+        self.workqueue = CostliestFirst(self._estimate)
 
     def _split_scope(self, nodeid: str) -> str:
         if self._scopes is None:
             path = os.environ.get(SCOPES_ENV)
             text = Path(path).read_text(encoding="utf-8") if path else ""
-            self._scopes = dict(line.split("\t", 1) for line in text.splitlines() if "\t" in line)
+            self._scopes = {}
+            for line in text.splitlines():
+                node, scope, tier = [*line.split("\t"), "", ""][:3]
+                if scope:
+                    self._scopes[node] = scope
+                    estimate = self._estimate.get(scope, 0.0) + TIER_S.get(tier, 0.0)
+                    self._estimate[scope] = estimate
+            for scope, secs in self._measured.items():
+                if scope in self._estimate:
+                    self._estimate[scope] = secs
         return self._scopes.get(nodeid) or super()._split_scope(nodeid)
 
 
@@ -95,3 +164,24 @@ def make_scheduler(config: pytest.Config, log: Any) -> LoadScopeScheduling | Non
     if config.getoption("dist") == "loadscope":
         return SharedResourceScheduling(config, log)
     return None
+
+
+def main(argv: list[str]) -> int:
+    """``python -m tests.support.workers FILE``: write ``scope_costs.tsv`` from the seconds a
+    run with ``VLLM_OBS_SCOPE_COSTS=FILE`` measured."""
+    if len(argv) != 1 or argv[0].startswith("-"):
+        print("usage: python -m tests.support.workers MEASURED_FILE", file=sys.stderr)
+        return 2
+    measured = read_costs(Path(argv[0]))
+    if not measured:
+        print(f"{argv[0]}: no measured scopes", file=sys.stderr)
+        return 1
+    head = "# seconds by xdist unit, from one whole run (tests/support/workers.py)\n"
+    rows = sorted(measured.items(), key=lambda kv: -kv[1])
+    COSTS.write_text(head + "".join(f"{k}\t{v:.0f}\n" for k, v in rows), encoding="utf-8")
+    print(f"{COSTS}: {len(rows)} units, {sum(measured.values()):.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
