@@ -1,14 +1,19 @@
-"""The GPU faults NVIDIA's dcgm-exporter reports, alerted on (per GPU: ``Hostname``, ``gpu``).
+"""The GPU faults NVIDIA's dcgm-exporter reports, alerted on (per GPU: its host and ``gpu``,
+``gpu_rules.GPU``).
 
-* ``VllmObsGPUXidError``: ``DCGM_FI_DEV_XID_ERRORS`` (the last XID error's number) above 0:
-  the driver reported an XID (79: fell off the bus; 48, 63, 64: memory; 13, 31, 43: an
-  application fault). A page: the replica on that GPU may compute wrongly or hang.
+* ``VllmObsGPUXidError``: ``DCGM_FI_DEV_XID_ERRORS`` (a gauge: the last XID error's number)
+  above 0: the driver reported an XID (79: fell off the bus; 48, 63, 64: memory; 13, 31, 43:
+  an application fault). dcgm-exporter labels it ``err_code`` and ``err_msg`` (the XID in
+  words, ``internal/pkg/collector/gpu_collector.go``); the alert keeps ``err_msg``. A page:
+  the replica on that GPU may compute wrongly or hang.
 * ``VllmObsGPUMemoryErrors``: double-bit (uncorrectable) volatile ECC errors or rows remapped
   for uncorrectable errors in the last ``ECC_WINDOW``, or a failed row remap. A page.
 * ``VllmObsGPUThrottled``: the share of the last ``THROTTLE_WINDOW`` the GPU's clocks were held
   down by its thermal or power limit (``DCGM_FI_DEV_THERMAL_VIOLATION``,
-  ``_POWER_VIOLATION``: microseconds, counters), label ``reason``, above ``THROTTLE_MAX``:
-  the replica on it computes slower than its pool's others (``VllmObsReplicaOutlier``).
+  ``_POWER_VIOLATION``: counters of nanoseconds, as dcgm-exporter's ``etc/default-counters.csv``
+  says since its commit e61056b, #589, and DCGM's field ids do), label ``reason``, above
+  ``THROTTLE_MAX``: the replica on it computes slower than its pool's others
+  (``VllmObsReplicaOutlier``).
 
 dcgm-exporter ships the XID gauge and the row-remap series in its default counters; the ECC
 and violation counters are commented out there and must be enabled (docs/alerts.md). A GPU
@@ -20,14 +25,14 @@ from __future__ import annotations
 from obs import conventions as c
 
 from . import expr as e
+from .gpu_rules import GPU, GPU_ID, HOST
 from .health_rules import _alert
 from .model import AlertModel
 from .slo_rules import Group, Rule
 
-GPU = ("Hostname", "gpu")  # dcgm-exporter's labels of one GPU
-HOST = "{{ $labels.Hostname }}"
-GPU_ID = "{{ $labels.gpu }}"
+XID_TEXT = "err_msg"  # dcgm-exporter's label of the XID gauge: the error in words
 REASON = "reason"
+NS_PER_S = "1e9"  # the violation counters count nanoseconds throttled
 ECC_WINDOW = "10m"
 THROTTLE_WINDOW = "5m"
 THROTTLE_MAX = 0.1  # a tenth of the time throttled
@@ -43,11 +48,12 @@ def _xid(model: AlertModel) -> Rule:
     return _alert(
         model,
         c.ALERT_GPU_XID,
-        f"{e.agg('max', c.DCGM_XID_ERRORS, *GPU)} > 0",
+        f"{e.agg('max', c.DCGM_XID_ERRORS, *GPU, XID_TEXT)} > 0",
         {},
         f"GPU {GPU_ID} on {HOST} reported XID {{{{ $value }}}}",
         f"GPU {GPU_ID} on host {HOST} reported XID error {{{{ $value }}}} (dcgm-exporter's "
-        "DCGM_FI_DEV_XID_ERRORS, the last one seen). The replica on it may hang or answer "
+        "DCGM_FI_DEV_XID_ERRORS, the last one seen; its err_msg label says it in words). The "
+        "replica on it may hang or answer "
         "wrongly: drain it, read the driver's log (dmesg: NVRM: Xid), and reset or replace the "
         "GPU before it serves again.",
     )
@@ -85,7 +91,7 @@ def _throttle(model: AlertModel) -> list[Rule]:
             _alert(
                 model,
                 c.ALERT_GPU_THROTTLED,
-                f"{share} / 1e6\n> {e.num(THROTTLE_MAX)}",
+                f"{share} / {NS_PER_S}\n> {e.num(THROTTLE_MAX)}",
                 {REASON: reason},
                 f"GPU {GPU_ID} on {HOST} throttled ({reason}) {{{{ $value | humanizePercentage }}}}"
                 " of the time",

@@ -26,8 +26,11 @@ from .health_rules import PCT, _alert
 from .model import AlertModel, PoolHealth
 from .slo_rules import Group, Rule
 
-GPU = ("Hostname", "gpu")  # dcgm-exporter's labels of one GPU
-HOST = "{{ $labels.Hostname }}"
+# dcgm-exporter's labels of one GPU: its index and its host, ``Hostname`` up to 4.5.3-4.8.2
+# and ``hostname`` after (its commit d5e5f51, #655; internal/pkg/rendermetrics/render_metrics.go).
+# Grouped by both, a GPU keeps its host (the other is empty) whichever release scrapes it.
+GPU = ("Hostname", "hostname", "gpu")
+HOST = "{{ $labels.Hostname }}{{ $labels.hostname }}"
 GPU_ID = "{{ $labels.gpu }}"
 BAND = "band"
 VLLM_KINDS = ("vllm", "auto")

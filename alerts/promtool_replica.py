@@ -91,7 +91,7 @@ def _fault_cases(index: RuleIndex) -> list[Group]:
     for reason, counter_name in THROTTLES:
 
         def throttled(share: float, name: str = counter_name) -> Any:
-            per_min = share * 60 * 1e6  # microseconds throttled a minute
+            per_min = share * 60 * 1e9  # nanoseconds throttled a minute
             return lambda n: [_gpu(name, f"0+{number(per_min)}x{n}")]
 
         rule = index.find(c.ALERT_GPU_THROTTLED, reason=reason)

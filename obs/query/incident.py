@@ -36,8 +36,10 @@ CHANGE_FIELDS = ("pool", "settings_fingerprint", "config_fingerprint")
 WIDTH = 120  # every line of the words fits this many columns
 MAX_TOLD = 5  # incidents told in words, the most harmful (JSON: all)
 # The labels a fired alert is told by: its lane, SLO and pool; the replica an outlier alert
-# names (instance); the GPU and throttle reason of a GPU alert.
-ALERT_LABELS = ("lane", "slo", "pool", "severity", "instance", "Hostname", "gpu", "reason")
+# names (instance); the GPU (its host: dcgm-exporter's Hostname, hostname after 4.5.3-4.8.2),
+# its XID in words and throttle reason of a GPU alert.
+ALERT_LABELS = ("lane", "slo", "pool", "severity", "instance", "Hostname", "hostname", "gpu",
+                "err_msg", "reason")  # fmt: skip
 NEEDED = (*COLUMNS, *CHANGE_FIELDS, *harm.COLUMNS)  # what a draft reads (a report materializes it)
 
 

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.stack
 DATA = Path(__file__).resolve().parents[2] / "tests" / "data"
 STEPS = 60
 GPU = {"Hostname": "node-a", "gpu": "0"}
+XID_79 = {**GPU, "err_msg": "GPU has fallen off the bus"}  # the page's err_msg label
 FILES = rule_files(build_model(load_config(default_config_path())))
 INDEX = RuleIndex(FILES)
 
@@ -59,10 +60,12 @@ def _firing(
     return {"eval_time": at, "alertname": alert, "exp_alerts": [expected(rule, labels, value)]}
 
 
-def _fault_page(grow: dict[str, str] | None = None) -> list[dict[str, str]]:
-    """Every series of the fault page as scraped, constant, or growing as ``grow`` says."""
+def _fault_page(grow: dict[str, str] | None = None, host: str = "Hostname") -> list[dict[str, str]]:
+    """Every series of the fault page as scraped, constant, or growing as ``grow`` says;
+    ``host``: the name dcgm-exporter gives its host label (``hostname`` after 4.5.3-4.8.2)."""
     out = []
-    for name, (labels, value) in page_series(DATA / "dcgm-exporter-faults.txt").items():
+    for name, (page_labels, value) in page_series(DATA / "dcgm-exporter-faults.txt").items():
+        labels = page_labels.replace('Hostname="', f'{host}="')
         values = (grow or {}).get(name) or f"{value:g}+0x{STEPS}"
         out.append(
             {"series": f'{name}{{{labels},job="dcgm",instance="node-a:9400"}}', "values": values}
@@ -71,13 +74,14 @@ def _fault_page(grow: dict[str, str] | None = None) -> list[dict[str, str]]:
 
 
 def test_the_fault_page_fires_its_xid_and_nothing_else(tmp_path: Path) -> None:
-    """The page as it is (XID 79, old ECC counts that no longer grow, a remap that did not
-    fail, no throttling growth) fires the XID alert only."""
+    """The page as it is (XID 79 with dcgm-exporter's err_msg, old ECC counts that no longer
+    grow, a remap that did not fail, no throttling growth) fires the XID alert only, naming
+    the XID in words."""
     _run(
         tmp_path,
         _fault_page(),
         [
-            _firing(c.ALERT_GPU_XID, "5m", GPU, 79),
+            _firing(c.ALERT_GPU_XID, "5m", XID_79, 79),
             _firing(c.ALERT_GPU_ECC, "30m", None),
             _firing(c.ALERT_GPU_THROTTLED, "30m", None),
         ],
@@ -86,10 +90,11 @@ def test_the_fault_page_fires_its_xid_and_nothing_else(tmp_path: Path) -> None:
 
 def test_growing_ecc_and_throttle_counters_fire(tmp_path: Path) -> None:
     """A double-bit ECC error 20 minutes in fires the memory alert; 30 s of every minute held
-    by the thermal limit fires the throttle alert (reason thermal, 50%); power stays quiet."""
+    by the thermal limit (the counter counts nanoseconds) fires the throttle alert (reason
+    thermal, 50%); power stays quiet."""
     grow = {
         c.DCGM_ECC_DBE_VOL: f"2+0x20 3+0x{STEPS - 21}",
-        c.DCGM_THERMAL_VIOLATION: f"123456789+30000000x{STEPS}",
+        c.DCGM_THERMAL_VIOLATION: f"123456789000+30000000000x{STEPS}",
     }
     _run(
         tmp_path,
@@ -100,6 +105,25 @@ def test_growing_ecc_and_throttle_counters_fire(tmp_path: Path) -> None:
             _firing(c.ALERT_GPU_THROTTLED, "20m", GPU, 0.5, reason="thermal"),
         ],
     )
+
+
+def test_faults_fire_with_the_host_label_a_later_dcgm_exporter_writes(tmp_path: Path) -> None:
+    """dcgm-exporter after 4.5.3-4.8.2 spells its host label ``hostname``: the same page fires
+    the same XID and throttle alerts, labelled with it and naming the host. 60 ms of thermal
+    throttling a minute (0.1% of the time; the nanoseconds read as microseconds: 100%) is
+    quiet."""
+    host = {"hostname": "node-a", "gpu": "0"}
+    grow = {c.DCGM_THERMAL_VIOLATION: f"0+30000000000x{STEPS}"}
+    _run(
+        tmp_path,
+        _fault_page(grow, host="hostname"),
+        [
+            _firing(c.ALERT_GPU_XID, "5m", {**host, "err_msg": XID_79["err_msg"]}, 79),
+            _firing(c.ALERT_GPU_THROTTLED, "20m", host, 0.5, reason="thermal"),
+        ],
+    )
+    quiet = {c.DCGM_THERMAL_VIOLATION: f"0+60000000x{STEPS}"}
+    _run(tmp_path, _fault_page(quiet), [_firing(c.ALERT_GPU_THROTTLED, "30m", None)])
 
 
 def _replicas(times: float) -> list[dict[str, str]]:
