@@ -97,7 +97,8 @@ def _expected(events: list[Event]) -> dict[tuple[str, str], Counter[tuple[str, s
 
 
 def test_budget_matches_direct_attribution(log: tuple[Path, list[Event]]) -> None:
-    """Misses per lane, SLO, phase and cause are the rule applied with the window's baseline."""
+    """Misses per lane, SLO, phase and cause of events the sidecar did not stamp are the rule
+    applied with the window's baseline."""
     path, events = log
     doc = budget(open_scan(path), CONFIG, [str(path)])
     want = _expected(events)
