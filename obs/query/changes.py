@@ -98,7 +98,9 @@ def _last(scan: Source, before: datetime, pool: str, replica: str | None = None)
 
 
 def pool_span(scan: Source, pool: str) -> tuple[datetime, datetime] | None:
-    """The first and last event time of ``pool`` in ``scan``."""
+    """The first and last event time of ``pool`` in ``scan``, as datetimes on either source:
+    the alias ``ts`` is what makes ClickHouse's epoch milliseconds (``ts_ms``) read back as
+    one (``ClickHouseScan``'s conversion of an Int64 ``ts``)."""
     ends = [
         scan.run(
             f"SELECT {fn}({scan.dialect.ts_column}) AS ts FROM {scan.source} "
