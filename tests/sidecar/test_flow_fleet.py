@@ -10,6 +10,7 @@ light enough to flood on a CPU box) and a real redis-server:
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import threading
 import time
@@ -19,10 +20,12 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 import yaml
 
 from obs import conventions as c
 from obs.engines.sim.process import SimServer
+from obs.sidecar.policy import rate_limit as rl
 from obs.sidecar.process import SidecarProcess
 from tests.support import probes
 from tests.support.redis_server import RedisServer
@@ -199,8 +202,9 @@ def test_two_sidecars_hold_the_pool_at_its_target(sim: SimServer, tmp_path: Path
 
 def test_tokens_per_minute_shared_through_redis(redis_server: RedisServer, tmp_path: Path) -> None:
     """A tenant's tokens-per-minute limit shared through Redis by two sidecars: the tokens
-    they admit within the minute stay under 110% of the limit, and every refused request is
-    answered 429 with Retry-After and x-ratelimit-* headers."""
+    they admit stay under 110% of the limit in each minute the load spans (by Redis's own
+    clock, the one the shared window counts in: one minute here, more on a starved machine),
+    and every refused request is answered 429 with Retry-After and x-ratelimit-* headers."""
     limit = 6000
     tenant = f"acme{random.getrandbits(16)}"
     with SimServer(["--max-num-seqs", "64"]) as sim:
@@ -240,9 +244,11 @@ def test_tokens_per_minute_shared_through_redis(redis_server: RedisServer, tmp_p
                         await asyncio.gather(*(one(wave * 10 + i) for i in range(10)))
                         await asyncio.sleep(0.5)
 
-            started = time.monotonic()
+            store = redis.Redis.from_url(redis_server.url)
+            started = store.time()[0]  # the seconds the Lua script charges to
             asyncio.run(load())
-            took = time.monotonic() - started
+            took = store.time()[0] - started
+            store.close()
         finally:
             for p in procs:
                 p.stop()
@@ -250,10 +256,15 @@ def test_tokens_per_minute_shared_through_redis(redis_server: RedisServer, tmp_p
     ok = [e for e in events if e["status"] == c.OK]
     admitted = sum((e["prompt_tokens"] or 0) + (e["completion_tokens"] or 0) for e in ok)
     refused = [r for r in answers if r.status_code == 429]
-    report = f"{len(ok)} ok, {admitted} tokens admitted in {took:.0f} s, {len(refused)} refused"
+    # The window is any 60 one-second buckets: the load's seconds (both ends included) fit in
+    # this many disjoint windows, each admitting at most the limit.
+    windows = math.ceil((took + 1) / rl.WINDOW_S)
+    report = (
+        f"{len(ok)} ok, {admitted} tokens admitted in {took} s ({windows} window(s)), "
+        f"{len(refused)} refused"
+    )
     print(report)
-    assert took < 60, report
-    assert limit * 0.5 <= admitted <= 1.1 * limit, report
+    assert limit * 0.5 <= admitted <= 1.1 * limit * windows, report
     assert len(ok) + len(refused) == len(answers) == 80, report
     for r in refused:
         assert int(r.headers["retry-after"]) >= 1, r.headers
