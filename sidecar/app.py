@@ -32,12 +32,9 @@ from obs.exporters.prom import ColdStartCollector, Metrics, PoolStateCollector
 from obs.exporters.served import DriftCollector, ServedCollector
 from obs.lanes import Classifier
 from obs.served import config_fingerprint
-from obs.sidecar.outcomes import (
-    MethodNotAllowed,
-    NotFound,
-    RelayError,
-    UpstreamUnavailable,
-)
+from obs.sidecar import endings as end
+from obs.sidecar.endings import Ending
+from obs.sidecar.outcomes import Refusal, Refused, RelayError
 from obs.sidecar.policy.admission import LaneGate
 from obs.sidecar.policy.auth import Tenants
 from obs.sidecar.policy.recognition import Recognizer
@@ -296,7 +293,7 @@ class SidecarApp:
         async def metrics(scope: Scope) -> Answer:
             if self.settings.metrics_address is not None:
                 host, port = self.settings.metrics_address
-                return error_answer(NotFound(f"metrics are served on {host}:{port}"))
+                return error_answer(Refusal(404, f"metrics are served on {host}:{port}"))
             # OpenMetrics (with the latency exemplars) when the scraper asks for it, as
             # Prometheus does; the text format otherwise.
             accept = request_headers(scope).get("accept", "")
@@ -314,25 +311,29 @@ class SidecarApp:
         redirect (which would name the client's ``Host``)."""
         route = self.own_routes.get(scope["path"])
         if route is None:
-            answer = error_answer(NotFound("route not served by the vllm-obs sidecar"))
+            answer = error_answer(Refusal(404, "route not served by the vllm-obs sidecar"))
         elif scope["method"] != "GET":
-            answer = error_answer(MethodNotAllowed("method not allowed"))
+            answer = error_answer(Refusal(405, "method not allowed"))
         else:
             try:
                 answer = await route(scope)
-            except RelayError as err:  # headers the sidecar refuses, an unknown key, ...
+            except Refused as refused:  # headers the sidecar refuses, an unknown key, ...
+                answer = error_answer(refused.refusal)
+            except RelayError as err:
                 answer = error_answer(err)
         await answer.send(send)
 
     async def _models(self, scope: Scope) -> Answer:
         """The union of the pools' model lists (``obs.sidecar.relay.models_route``)."""
         headers = request_headers(scope)
-        self.tenants.resolve(headers)  # raises (answered by ``api``) for a key it refuses
+        tenant = self.tenants.resolve(headers)
+        if isinstance(tenant, Refusal):  # a key it refuses
+            return error_answer(tenant)
         models = await cached_union(
             self.models_cache, self.session(), self.pools, headers, self.pool_keys, self.tenants
         )
         if not models:
-            return error_answer(UpstreamUnavailable("no pool answered /v1/models"))
+            return error_answer(Ending(end.UNAVAILABLE, "no pool answered /v1/models"))
         return Answer(orjson.dumps({"object": "list", "data": models}))
 
 

@@ -8,13 +8,20 @@ object. Ok (no object); the client's mistakes (``BadRequest``, ``Unauthorized``,
 ``UpstreamTimeout``, ``UpstreamProtocol``, ``PoolErrorFrame``; ``FallBack``: on to the lane's
 fallback pool); the lane's deadline on a whole answer (``AnswerDeadline``); ``ClientLeft``,
 ``SlowClientStalled``, the shutdown, our own bug (``Internal``). ``LOWER`` maps each lower
-exception to its outcome; tests/sidecar/test_outcomes.py fails on one it lacks.
+exception to its outcome (a deadline's verdict, ``Expired``, among them);
+tests/sidecar/test_outcomes.py fails on one it lacks.
+
+No step builds an outcome: a refusal is a plain ``Refusal`` (policy returns it, a parser or
+the server's connection raises it as ``Refused``) and a relay step's ending an
+``obs.sidecar.endings.Ending``; ``endings.outcome`` makes either the outcome, once (the
+factories here, ``refused`` and ``lower_outcome``, are what it asks).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -335,6 +342,55 @@ class TraceExportRefused(RelayError):
         self.reason = reason
 
 
+# ---- refusals: a decision not to serve, as a value ------------------------------------
+
+# Whose rule refused a request (``Refusal.by``).
+CLIENT = "client"  # the client's mistake: 400, 401, 404, 405, 413 (the status says which)
+ADMISSION = "admission"  # a lane's or pool's gate, a rate limit: ``reason`` in REJECTION_REASONS
+CONNECTION = "connection"  # the server's connection limits: ``reason`` names the limit
+TRACES = "traces"  # the OTLP trace route (``reason``: its refusal counter's label)
+
+RATE_REASONS = frozenset({c.RATE_LIMIT_REQUESTS, c.RATE_LIMIT_TOKENS})
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A decision not to serve a request: whose rule (``by``), why (``reason``, ``detail``:
+    what the client reads), the status, and when to retry; ``headers`` a rate limit adds
+    (``x-ratelimit-*``)."""
+
+    status: int
+    detail: str
+    reason: str | None = None
+    by: str = CLIENT
+    retry_after: int | None = None
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+
+
+class Refused(Exception):
+    """A ``Refusal`` raised from where the step that found it cannot return it (a parser, a
+    callback); whoever answers catches it and asks ``outcome``."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.detail)
+        self.refusal = refusal
+
+
+def refused(r: Refusal) -> RelayError:
+    """The outcome of the refusal ``r`` (``obs.sidecar.endings.outcome`` asks here)."""
+    if r.by == ADMISSION:
+        assert r.reason is not None
+        if r.reason in RATE_REASONS:
+            assert r.retry_after is not None
+            return RateLimited(r.reason, r.detail, r.retry_after, list(r.headers))
+        return Rejected(r.reason, r.detail, r.status, r.retry_after)
+    if r.by == CONNECTION:
+        return RequestLimit(r.status, r.reason or "", r.detail)
+    if r.by == TRACES:
+        return TraceExportRefused(r.status, r.reason or "", r.detail)
+    return for_status(r.status, r.detail)  # the client's mistake, by its status
+
+
 class FallBack(Exception):
     """The pool refused, failed or timed out before the first byte: try the fallback pool."""
 
@@ -354,6 +410,21 @@ class ConnectFailed(UpstreamError):
     """No connection: refused, unreachable, or not accepted within ``connect_s``."""
 
 
+FIRST_TOKEN, IDLE, STALLED = "first_token", "idle", "stalled"  # which deadline passed
+
+
+class Expired(UpstreamError):
+    """A deadline's verdict on the pool's response (obs.sidecar.relay.deadline): the response
+    is closed with it as its failure, so whatever reads the response fails with it and the
+    table below makes it the outcome. ``kind``: ``FIRST_TOKEN`` (no first token within the
+    lane's ``first_token_s``), ``IDLE`` (a silence past ``idle_s``), ``STALLED`` (the client
+    read nothing for ``slow_client.max_blocked_s``); ``seconds``: that bound."""
+
+    def __init__(self, kind: str, seconds: float) -> None:
+        super().__init__(f"{kind} deadline ({seconds:g} s)")
+        self.kind, self.seconds = kind, seconds
+
+
 def _unavailable(err: BaseException, doing: str) -> RelayError:
     return UpstreamUnavailable(f"no replica accepted a connection while {doing} ({err})")
 
@@ -370,6 +441,26 @@ def _broken(err: BaseException, doing: str) -> RelayError:
     return UpstreamProtocol(f"the pool's connection failed while {doing}: {err.__class__.__name__}")
 
 
+def _expired(err: BaseException, doing: str) -> RelayError:
+    assert isinstance(err, Expired)
+    s = err.seconds
+    if err.kind == STALLED:
+        return SlowClientStalled(
+            f"the client read nothing for {s:g} s (the lane's slow_client.max_blocked_s); "
+            "the stream was ended"
+        )
+    if err.kind == IDLE:
+        return UpstreamTimeout(f"the pool stopped sending while streaming (idle timeout: {s:g} s)")
+    return UpstreamTimeout(
+        f"the pool sent no first token within the lane's first_token_s ({s:g} s)"
+    )
+
+
+def _refusal(err: BaseException, doing: str) -> RelayError:
+    assert isinstance(err, Refused)
+    return refused(err.refusal)
+
+
 def _ours(err: BaseException, doing: str) -> RelayError:
     return Internal(err)
 
@@ -382,6 +473,8 @@ def _itself(err: BaseException, doing: str) -> RelayError:
 # Each lower exception's outcome, by class (the first entry along the class's MRO wins).
 LOWER: dict[type[BaseException], Callable[[BaseException, str], RelayError]] = {
     RelayError: _itself,  # an outcome already
+    Refused: _refusal,  # a refusal raised where it could not be returned
+    Expired: _expired,  # a deadline's verdict, the response's failure (relay.deadline)
     ConnectFailed: _unavailable,  # the pool client: no connection
     UpstreamError: _protocol,  # the pool client: the pool broke HTTP, or its connection
     TimeoutError: _timeout,  # a deadline on a read of the pool

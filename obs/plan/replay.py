@@ -25,7 +25,8 @@ from obs.engines.sim.scheduler import SchedulerConfig, SimRequest
 from obs.plan.judge import Outcome
 from obs.plan.resample import Arrival
 from obs.plan.search import Limits
-from obs.sidecar.policy.admission import LaneGate, Rejected, Ticket
+from obs.sidecar.outcomes import Refusal
+from obs.sidecar.policy.admission import LaneGate, Ticket, cost_of
 from obs.sidecar.pools.pools import PoolSet
 from obs.sweep.virtual import VirtualLoop, VirtualReplica
 
@@ -143,10 +144,9 @@ class PoolReplay:
         gate = self.gates[a.lane]
         out = self.run_.outcomes[a.lane]
         s = a.shape
-        try:
-            ticket = Ticket("default", gate.check(s.prompt_tokens, s.max_tokens))
-            await gate.admit(ticket)
-        except Rejected:
+        ticket = Ticket("default", cost_of(s.prompt_tokens, s.max_tokens))
+        admitted = gate.check(s.prompt_tokens, s.max_tokens) or await gate.admit(ticket)
+        if isinstance(admitted, Refusal):
             out.append(Outcome(ok=False, rejected=True))
             return
         peak = self.run_.peak_in_flight

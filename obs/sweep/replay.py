@@ -46,7 +46,8 @@ from obs.events import Event
 from obs.lanes import Classifier
 from obs.loadgen.mix import Mix
 from obs.loadgen.plan import Arrivals, PlannedRequest, iter_plan
-from obs.sidecar.policy.admission import LaneGate, Rejected, Ticket
+from obs.sidecar.outcomes import Refusal
+from obs.sidecar.policy.admission import LaneGate, Ticket, cost_of
 from obs.sidecar.pools.pools import PoolSet
 from obs.sweep.capacity import MODEL, ROUTE, SSE_BYTES_PER_TOKEN, Sizing, request_attrs, size
 from obs.sweep.profile import Profile
@@ -234,10 +235,9 @@ class Replay:
             stream=p.stream,
             max_tokens=p.max_tokens,
         )
-        try:
-            ticket = Ticket("default", gate.check(estimate, p.max_tokens))
-            await gate.admit(ticket)
-        except Rejected as r:
+        ticket = Ticket("default", cost_of(estimate, p.max_tokens))
+        r = gate.check(estimate, p.max_tokens) or await gate.admit(ticket)
+        if isinstance(r, Refusal):
             self._record(event, received, status="rejected", http=r.status, reason=r.reason)
             return
         try:

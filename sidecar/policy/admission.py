@@ -2,7 +2,8 @@
 
 A lane's gate admits a request at once when the lane has a free slot and
 budget and nobody is queued ahead of it; otherwise the request waits in the
-lane's queue, or is refused at once with a reason:
+lane's queue, or is refused at once with a reason (a ``Refusal``, returned: the decision,
+made the outcome by ``obs.sidecar.endings``):
 
 | reason              | status | when                                                    |
 |---------------------|--------|---------------------------------------------------------|
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 
 from obs import conventions as c
 from obs.config import Admission, Lane
-from obs.sidecar.outcomes import Rejected
+from obs.sidecar.outcomes import ADMISSION, Refusal
 from obs.sidecar.policy import priority
 
 
@@ -92,54 +93,34 @@ class LaneGate:
             or any(r.match.min_prompt_tokens or r.match.max_prompt_tokens for r in rules)
         )
 
-    def check(self, prompt_tokens: int | None, max_tokens: int | None) -> int:
-        """Refuse at once what can never be admitted; returns the request's token cost."""
+    def check(self, prompt_tokens: int | None, max_tokens: int | None) -> Refusal | None:
+        """The refusal of what can never be admitted (413), else None."""
         a = self.policy
         pt = prompt_tokens or 0
         if a.max_prompt_tokens is not None and pt > a.max_prompt_tokens:
-            raise Rejected(
-                c.PROMPT_TOO_LONG,
-                f"the prompt is about {pt} tokens; lane {self.lane!r} accepts at most "
-                f"{a.max_prompt_tokens}",
-                413,
-                None,
-            )
-        cost = pt + (max_tokens or 0)
+            why = f"the prompt is about {pt} tokens; lane {self.lane!r} accepts at most "
+            return _refusal(c.PROMPT_TOO_LONG, f"{why}{a.max_prompt_tokens}", 413, None)
+        cost = cost_of(prompt_tokens, max_tokens)
         if self.whole_budget is not None and cost > self.whole_budget:
-            raise Rejected(
-                c.OVER_TOKEN_BUDGET,
-                f"prompt plus max_tokens is about {cost} tokens, more than lane "
-                f"{self.lane!r}'s whole in-flight budget of {self.whole_budget}",
-                413,
-                None,
-            )
-        return cost
+            why = f"prompt plus max_tokens is about {cost} tokens, more than lane {self.lane!r}"
+            budget = f"'s whole in-flight budget of {self.whole_budget}"
+            return _refusal(c.OVER_TOKEN_BUDGET, why + budget, 413, None)
+        return None
 
-    async def admit(self, ticket: Ticket) -> bool:
-        """Wait for a slot (or raise :class:`Rejected`); once admitted, :meth:`release` it.
-
-        Returns False when the ticket was withdrawn (its client left) while queued.
-        """
+    async def admit(self, ticket: Ticket) -> bool | Refusal:
+        """Wait for a slot: True once admitted (then :meth:`release` it), False when the
+        ticket was withdrawn (its client left) while queued, or the ``Refusal``."""
         tenant = ticket.tenant
         if not self.limited or (not self.queue and self._fits(ticket.tokens)):
             self._take(ticket)
             return True
         a = self.policy
         if a.tenant_fair_share and self.by_tenant.get(tenant, 0) >= self._share(tenant):
-            raise Rejected(
-                c.TENANT_SHARE,
-                f"lane {self.lane!r} is full and tenant {tenant!r} holds its fair share "
-                f"({self._share(tenant)} requests)",
-                429,
-                1,
-            )
+            why = f"lane {self.lane!r} is full and tenant {tenant!r} holds its fair share "
+            return _refusal(c.TENANT_SHARE, f"{why}({self._share(tenant)} requests)", 429, 1)
         if len(self.queue) >= a.max_queue and not self._displace(ticket):
-            raise Rejected(
-                c.QUEUE_FULL,
-                f"lane {self.lane!r} is at capacity and its queue is full ({a.max_queue} waiting)",
-                429,
-                1,
-            )
+            why = f"lane {self.lane!r} is at capacity and its queue is full "
+            return _refusal(c.QUEUE_FULL, f"{why}({a.max_queue} waiting)", 429, 1)
         ticket.waiter = asyncio.get_running_loop().create_future()
         ticket.queued_at = asyncio.get_running_loop().time()
         self.queue.append(ticket)
@@ -150,12 +131,9 @@ class LaneGate:
             admitted = ticket.waiter.done() and ticket.waiter.result()
             if not admitted:
                 self._leave_queue(ticket)
-                raise Rejected(
-                    c.QUEUE_TIMEOUT,
-                    f"lane {self.lane!r} had no free slot within {a.queue_timeout_s:g} s",
-                    429,
-                    max(1, math.ceil(a.queue_timeout_s / 2)),
-                ) from None
+                why = f"lane {self.lane!r} had no free slot within {a.queue_timeout_s:g} s"
+                retry = max(1, math.ceil(a.queue_timeout_s / 2))
+                return _refusal(c.QUEUE_TIMEOUT, why, 429, retry)
         except BaseException:
             if ticket.waiter.done() and ticket.waiter.result():
                 self.release(ticket)
@@ -163,13 +141,9 @@ class LaneGate:
                 self._leave_queue(ticket)
             raise
         if ticket.displaced:
-            raise Rejected(
-                c.LOWER_PRIORITY,
-                f"lane {self.lane!r} is at capacity and a request of higher priority took "
-                f"this one's place in its full queue (priority {ticket.priority})",
-                429,
-                1,
-            )
+            why = f"lane {self.lane!r} is at capacity and a request of higher priority took "
+            place = f"this one's place in its full queue (priority {ticket.priority})"
+            return _refusal(c.LOWER_PRIORITY, why + place, 429, 1)
         return admitted
 
     def withdraw(self, ticket: Ticket) -> None:
@@ -252,6 +226,15 @@ class LaneGate:
             counts[tenant] = n
         else:
             counts.pop(tenant, None)
+
+
+def cost_of(prompt_tokens: int | None, max_tokens: int | None) -> int:
+    """A request's token cost in its lane's budget: its prompt and its output cap."""
+    return (prompt_tokens or 0) + (max_tokens or 0)
+
+
+def _refusal(reason: str, detail: str, status: int, retry_after: int | None) -> Refusal:
+    return Refusal(status, detail, reason, ADMISSION, retry_after)
 
 
 def share(limit: int | None, workers: int) -> int | None:

@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 
 from obs.config import Auth
-from obs.sidecar import outcomes as e
+from obs.sidecar.outcomes import Refusal
 
 
 class Tenants:
@@ -38,20 +38,21 @@ class Tenants:
         """True when the sidecar itself checks client keys (they stop here, never upstream)."""
         return bool(self.by_hash)
 
-    def resolve(self, headers: Mapping[str, str]) -> str | None:
-        """The tenant from the client's API key (401 without a listed key) or the header."""
+    def resolve(self, headers: Mapping[str, str]) -> str | Refusal | None:
+        """The tenant from the client's API key or the header, or the ``Refusal`` (401
+        without a listed key, 400 for a header that names more than one)."""
         if self.by_hash:
             scheme, _, key = headers.get("authorization", "").partition(" ")
             if scheme.lower() != "bearer" or not key.strip():
-                raise e.Unauthorized("an API key is required: send 'Authorization: Bearer KEY'")
+                return Refusal(401, "an API key is required: send 'Authorization: Bearer KEY'")
             tenant = self.by_hash.get(hashlib.sha256(key.strip().encode()).hexdigest())
             if tenant is None:
-                raise e.Unauthorized("the API key is not valid for this service")
+                return Refusal(401, "the API key is not valid for this service")
             return tenant
         if self.header:
             value = headers.get(self.header)
             if value and "," in value:  # repeated, or joined by a gateway that appends
-                raise e.BadRequest(f"the {self.header} header must name one tenant")
+                return Refusal(400, f"the {self.header} header must name one tenant")
             return value[:64] if value else None
         return None
 

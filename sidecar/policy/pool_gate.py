@@ -7,7 +7,8 @@ and at that poll (``polled`` snapshots it). Room is looked for again whenever on
 process's requests to the pool ends (``release``) and after each poll (``polled``). A
 request waits when others are queued ahead of it, so newcomers never overtake the queue.
 
-Refusals: ``pool_queue_full`` (the pool's queue holds ``saturation.max_queue``) and
+Refusals (a ``Refusal``, returned: made the outcome by ``obs.sidecar.endings``):
+``pool_queue_full`` (the pool's queue holds ``saturation.max_queue``) and
 ``pool_queue_timeout``. ``Hold.gate`` says which bound held an admitted request
 (``saturation.GATES``), None when it went at once.
 """
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from obs import conventions as c
 from obs.config import Config, Pool
 from obs.config_blocks import Saturation
-from obs.sidecar.outcomes import Rejected
+from obs.sidecar.outcomes import ADMISSION, Refusal
 from obs.sidecar.policy.pool_queue import PoolQueue, Waiting
 from obs.sidecar.policy.saturation import ReplicaView, Room, room
 
@@ -80,9 +81,9 @@ class PoolGate:
 
     async def admit(
         self, lane: str, tenant: str | None, band: int, timeout_s: float, hold: Hold
-    ) -> bool:
-        """Wait for room (or raise ``Rejected``); once admitted, ``release`` it.
-        False when the request was withdrawn (its client left) while queued."""
+    ) -> bool | Refusal:
+        """Wait for room: True once admitted (then ``release`` it), False when the request
+        was withdrawn (its client left) while queued, or the ``Refusal``."""
         if not self.queue:
             r = self.room()
             if r.free > 0:
@@ -94,9 +95,11 @@ class PoolGate:
             hold.gate = self.last.gate if self.last is not None else None
         self.held = True
         if len(self.queue) >= self.policy.max_queue:
-            self._make_room(band, (lane, tenant or ""))
+            full = self._make_room(band, (lane, tenant or ""))
+            if full is not None:
+                return full
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[bool] = loop.create_future()
+        fut: asyncio.Future[bool | Refusal] = loop.create_future()
         w = Waiting(lane, tenant or "", band, self.weight(lane, tenant), loop.time(), fut)
         hold.waiting = w
         self.queue.push(w)
@@ -106,12 +109,9 @@ class PoolGate:
             if _admitted(fut):
                 return True
             self.queue.remove(w)
-            raise Rejected(
-                c.POOL_QUEUE_TIMEOUT,
-                f"pool {self.pool!r} had no room within {timeout_s:g} s",
-                429,
-                max(1, math.ceil(timeout_s / 2)),
-            ) from None
+            why = f"pool {self.pool!r} had no room within {timeout_s:g} s"
+            retry = max(1, math.ceil(timeout_s / 2))
+            return Refusal(429, why, c.POOL_QUEUE_TIMEOUT, ADMISSION, retry)
         except BaseException:
             if _admitted(fut):
                 self.release()
@@ -119,20 +119,21 @@ class PoolGate:
                 self.queue.remove(w)
             raise
 
-    def _make_room(self, band: int, flow: tuple[str, str]) -> None:
+    def _make_room(self, band: int, flow: tuple[str, str]) -> Refusal | None:
         """The queue is full: displace what a newcomer of ``band`` and ``flow`` outranks
         (``PoolQueue.victim``: that request is refused ``pool_queue_full``), or refuse it."""
         n = self.policy.max_queue
         full = f"pool {self.pool!r} is saturated and its queue is full ({n} waiting)"
         w = self.queue.victim(band, flow)
         if w is None:
-            raise Rejected(c.POOL_QUEUE_FULL, full, 429, 1)
+            return Refusal(429, full, c.POOL_QUEUE_FULL, ADMISSION, 1)
         self.queue.remove(w)
         fut = w.item
         assert isinstance(fut, asyncio.Future)
         if not fut.done():
             why = f"{full}; a request of higher priority or a smaller flow took this one's place"
-            fut.set_exception(Rejected(c.POOL_QUEUE_FULL, why, 429, 1))
+            fut.set_result(Refusal(429, why, c.POOL_QUEUE_FULL, ADMISSION, 1))
+        return None
 
     def withdraw(self, hold: Hold) -> None:
         """The client left while queued: stop waiting (``admit`` returns False)."""
@@ -179,6 +180,6 @@ class PoolGate:
         self.held = False
 
 
-def _admitted(fut: asyncio.Future[bool]) -> bool:
+def _admitted(fut: asyncio.Future[bool | Refusal]) -> bool:
     """The queued request was given room (not withdrawn, displaced or cancelled)."""
-    return fut.done() and not fut.cancelled() and fut.exception() is None and fut.result()
+    return fut.done() and not fut.cancelled() and fut.exception() is None and fut.result() is True

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from obs import conventions as c
 from obs.config import Config
-from obs.sidecar.outcomes import RateLimited
+from obs.sidecar.outcomes import ADMISSION, Refusal
 
 WINDOW_S = 60
 ABSENT_CONTEXT = 4096  # a request without an output cap, on pools that declare no max_model_len
@@ -237,7 +237,7 @@ class PromptCalibration:
             self.ratio += self.ALPHA * (seen - self.ratio)
 
 
-def refusal(limits: Sequence[Limit], d: Decision) -> RateLimited:
+def refusal(limits: Sequence[Limit], d: Decision) -> Refusal:
     """The 429 of a refused request: which counter refused, when to retry, and the headers."""
     assert d.blocked is not None
     lim = limits[d.blocked]
@@ -253,4 +253,4 @@ def refusal(limits: Sequence[Limit], d: Decision) -> RateLimited:
             f"({d.used[d.blocked]} used); retry in {d.retry_after_s} s"
         )
     reason = c.RATE_LIMIT_TOKENS if lim.kind == TOKENS else c.RATE_LIMIT_REQUESTS
-    return RateLimited(reason, msg, d.retry_after_s, headers(limits, d))
+    return Refusal(429, msg, reason, ADMISSION, d.retry_after_s, tuple(headers(limits, d)))

@@ -6,7 +6,8 @@ client's address; a request without that identity uses its address, and one with
 address its request id. The hash is keyed with the sidecar's split salt (a secret), and
 the event keeps a keyed hash of the identity (``identity``), so that ``query canary`` can
 cap one client's weight in its verdict. A fallback (:class:`FallBack`) is raised by the relay only
-before anything was sent to the client.
+before anything was sent to the client. Policy decides and returns: a fallback's reason, or
+how the request ended instead (an ``Ending``, made the outcome by ``obs.sidecar.endings``).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from obs import splits
 from obs.config import Lane
 from obs.events import Event
 from obs.lanes import RequestAttrs
-from obs.sidecar import outcomes as e
-from obs.sidecar.outcomes import FallBack
+from obs.sidecar import endings as end
+from obs.sidecar.endings import Ending
+from obs.sidecar.outcomes import FallBack, UpstreamTimeout
 from obs.sidecar.policy import priority
 from obs.sidecar.types import Scope
 
@@ -71,37 +73,33 @@ def refused(status: int) -> bool:
     return status >= 500 or status == 429
 
 
-def unavailable(pool: str, last: Exception | None, may_fall_back: bool) -> Exception:
-    """What no replica of ``pool`` accepting a connection raises: a fallback, or the error."""
+def unavailable(pool: str, last: Exception | None, may_fall_back: bool) -> str | Ending:
+    """No replica of ``pool`` accepted a connection: the fallback's reason, or the ending."""
     if may_fall_back:
-        return FallBack(c.FALLBACK_UNAVAILABLE)
-    return e.UpstreamUnavailable(
-        f"pool {pool!r} is unavailable: no replica accepted a connection "
-        f"({last if last else 'no replicas'})"
-    )
+        return c.FALLBACK_UNAVAILABLE
+    why = f"({last if last else 'no replicas'})"
+    detail = f"pool {pool!r} is unavailable: no replica accepted a connection {why}"
+    return Ending(end.UNAVAILABLE, detail)
 
 
 def fallback_reason(
     err: Exception, lane: Lane, fallback: str | None, *, stream: bool, started: bool, gone: bool
-) -> str:
+) -> str | Ending | None:
     """Whether a request that failed with ``err`` on its pool goes once to ``fallback``: the
-    reason it does (the event's ``fallback_reason``), or what the client gets instead, raised.
+    reason it does (the event's ``fallback_reason``), or how it ends instead: an ``Ending``,
+    or None when ``err`` stands.
 
     A decision only: the relay owns the loop that routes the request again (policy never
     calls the relay). ``started``: the client has the response head; ``gone``: it left."""
     if isinstance(err, FallBack):
         return err.reason
-    if not isinstance(err, e.UpstreamTimeout):
-        raise err
+    if not isinstance(err, UpstreamTimeout):
+        return None
     if not (stream or started):
         # A non-streamed answer's first byte comes with its last token, so its timeout
         # says the pool was still generating, not that it never started: the lane's
         # deadline, never sent to a second pool to do the work twice.
-        raise e.AnswerDeadline(
-            f"the pool's answer was not whole within the lane's first_token_s "
-            f"({lane.timeouts.first_token_s:g} s): a non-streamed answer comes with its last "
-            "token (stream it, or give the lane a longer first_token_s)"
-        ) from err
+        return Ending(end.ANSWER_DEADLINE, seconds=lane.timeouts.first_token_s)
     if fallback is None or started or gone:
-        raise err  # streaming began (or nobody waits): never a second answer
+        return None  # streaming began (or nobody waits): never a second answer
     return c.FALLBACK_TIMEOUT

@@ -242,12 +242,13 @@ class Response:
             if not conn.transport.is_closing():
                 conn.transport.resume_reading()
 
-    def close(self) -> None:
-        """Abort the connection (vLLM aborts a request whose connection closes)."""
+    def close(self, why: UpstreamError | None = None) -> None:
+        """Abort the connection (vLLM aborts a request whose connection closes); an
+        unfinished response fails with ``why`` (a deadline's verdict) or as closed."""
         if self._conn.resp is self and self._conn.transport is not None:
             self._conn.transport.abort()
         if not self.complete:
-            self._fail(UpstreamError("the sidecar closed the pool's connection"))
+            self._fail(why or UpstreamError("the sidecar closed the pool's connection"))
 
     def release(self) -> None:
         """Done with this response: the connection goes back to the pool, or is closed."""

@@ -18,7 +18,7 @@ import asyncio
 from typing import Any
 
 from obs.json_check import ValueCount
-from obs.sidecar import outcomes as e
+from obs.sidecar.outcomes import Refusal, Refused
 from obs.sidecar.relay.payloads import try_json
 from obs.sidecar.types import Receive
 
@@ -29,21 +29,20 @@ PARSERS = 2
 MAX_MODEL_CHARS = 256  # the event's ``model`` is cut to this (a client chooses it)
 
 
-async def read_body(receive: Receive, max_bytes: int) -> bytes:
-    """The whole request body; 413 past ``max_bytes``, ``ClientLeft`` if the client left
+async def read_body(receive: Receive, max_bytes: int) -> bytes | None:
+    """The whole request body; a 413 refusal past ``max_bytes``; None if the client left
     (or the server refused the body: the relay asks its connection which)."""
     chunks: list[bytes] = []
     size = 0
     while True:
         msg = await receive()
         if msg["type"] == "http.disconnect":
-            raise e.ClientLeft
+            return None
         body = msg.get("body", b"")
         size += len(body)
         if size > max_bytes:
-            raise e.PayloadTooLarge(
-                f"request body exceeds the sidecar's limit of {max_bytes} bytes"
-            )
+            why = f"request body exceeds the sidecar's limit of {max_bytes} bytes"
+            raise Refused(Refusal(413, why))
         chunks.append(body)
         if not msg.get("more_body", False):
             return b"".join(chunks)
@@ -63,10 +62,8 @@ class BodyParser:
         count = ValueCount()
         for at in range(0, len(raw), SLICE):
             if count.feed(raw[at : at + SLICE]) > self.max_elements:
-                raise e.PayloadTooLarge(
-                    f"request body holds more than {self.max_elements} JSON values "
-                    "(--max-json-elements)"
-                )
+                why = f"request body holds more than {self.max_elements} JSON values"
+                raise Refused(Refusal(413, f"{why} (--max-json-elements)"))
             await asyncio.sleep(0)
         if self._parsers is None:
             self._parsers = asyncio.Semaphore(PARSERS)

@@ -5,13 +5,14 @@ A lane's ``timeouts.first_token_s`` runs from dispatch to the first output token
 both, so the sidecar's pool connections have none and this watchdog keeps both.
 The relay's hot path stores one timestamp per read (``last_ns``); the timer wakes
 when a deadline could have passed, re-arms itself if data came meanwhile, and
-otherwise closes the upstream response: the body fails, and vLLM aborts the
-request when its connection closes. While the relay waits on a slow client
-(``sending``) the pool's silence is the client's doing: the timer re-arms, up to
-the lane's ``slow_client.max_blocked_s`` of waiting; then the stream ends with
-``SlowClientStalled`` and, a moment later (once the relay has recorded it), the
-client's connection is closed, so a client that never reads cannot hold a
-lane slot for ever.
+otherwise closes the upstream response with its verdict (``outcomes.Expired``) as the
+failure: whatever reads the response fails with it, the mapping table makes it the outcome
+(``obs.sidecar.endings``), and vLLM aborts the request when its connection closes. While
+the relay waits on a slow client (``sending``) the pool's silence is the client's doing:
+the timer re-arms, up to the lane's ``slow_client.max_blocked_s`` of waiting; then the
+stream ends with a ``STALLED`` verdict and, a moment later (once the relay has recorded
+it), the client's connection is closed, so a client that never reads cannot hold a lane
+slot for ever.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from obs.sidecar import outcomes as e
+from obs.sidecar.outcomes import FIRST_TOKEN, IDLE, STALLED, Expired
 from obs.sidecar.pools.upstream import Response
 from obs.sidecar.server.client import ClientConn
 
@@ -61,7 +62,7 @@ class Deadline:
         self._blocked_s = max_blocked_s
         self._blocked_ns = int(min(max_blocked_s, 1e9) * NS)
         self._client = client
-        self.expired: e.RelayError | None = None
+        self.expired: Expired | None = None  # the verdict, once a deadline passed
         self._handle = self._arm(self._first_ns, self._now_ns())
 
     def _arm(self, due_ns: int, now_ns: int) -> asyncio.TimerHandle:
@@ -97,19 +98,14 @@ class Deadline:
             self._handle = self._arm(due, now)
             return
         if self.last_ns:
-            self.expired = e.UpstreamTimeout(
-                f"the pool stopped sending while streaming (idle timeout: {self._idle_s:g} s)"
-            )
+            self.expired = Expired(IDLE, self._idle_s)
         else:
-            self.expired = first_token_timeout(self._first_s)
-        self._resp.close()
+            self.expired = Expired(FIRST_TOKEN, self._first_s)
+        self._resp.close(self.expired)
 
     def _stalled(self) -> None:
-        self.expired = e.SlowClientStalled(
-            f"the client read nothing for {self._blocked_s:g} s (the lane's "
-            "slow_client.max_blocked_s); the stream was ended"
-        )
-        self._resp.close()
+        self.expired = Expired(STALLED, self._blocked_s)
+        self._resp.close(self.expired)
         if self._client is not None:
             self._loop.call_later(CLIENT_CLOSE_AFTER_S, self._client.abort)
 
@@ -121,9 +117,3 @@ class Deadline:
 
     def cancel(self) -> None:
         self._handle.cancel()
-
-
-def first_token_timeout(first_token_s: float) -> e.UpstreamTimeout:
-    return e.UpstreamTimeout(
-        f"the pool sent no first token within the lane's first_token_s ({first_token_s:g} s)"
-    )

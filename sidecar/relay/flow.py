@@ -4,8 +4,9 @@ room in its pool when the pool admits by saturation.
 
 ``FlowControl.charge`` raises the rate limit's 429 (``admission_gate: rate_limit``);
 ``admit_pool`` waits in the pool's one queue or raises its 429 (``pool:GATE``, the bound
-that held it); ``settle`` corrects the token charge by what the request used, once it
-finished. A request sent to its lane's fallback pool is not gated again there.
+that held it): the gates decide (a ``Refusal``), raised to the relay, which answers it;
+``settle`` corrects the token charge by what the request used, once it finished. A request
+sent to its lane's fallback pool is not gated again there.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from obs.config import Config
 from obs.exporters.flow import FlowCollector
-from obs.sidecar.outcomes import Rejected
+from obs.sidecar.outcomes import Refusal, Refused, Rejected
 from obs.sidecar.policy.admission import Ticket
 from obs.sidecar.policy.pool_gate import Hold, PoolGate
 from obs.sidecar.policy.rate_limit import TOKENS
@@ -34,13 +35,11 @@ LANE_GATE = "lane"
 async def admit_lane(req: Request, plan: Plan, ticket: Ticket) -> bool:
     """The lane's gate (False: the client left while queued); the event names it when it
     queued or refused the request."""
-    try:
-        admitted = await plan.gate.admit(ticket)
-    except Rejected:
+    admitted = await plan.gate.admit(ticket)
+    if ticket.queued_at or isinstance(admitted, Refusal):
         req.event.admission_gate = LANE_GATE
-        raise
-    if ticket.queued_at:
-        req.event.admission_gate = LANE_GATE
+    if isinstance(admitted, Refusal):
+        raise Refused(admitted)
     return admitted
 
 
@@ -112,6 +111,8 @@ class FlowControl:
         finally:
             if hold.gate is not None:
                 ev.admission_gate = f"pool:{hold.gate}"
+        if isinstance(admitted, Refusal):
+            raise Refused(admitted)
         req.pool_admitted = admitted
         return admitted
 

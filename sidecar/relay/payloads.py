@@ -14,7 +14,7 @@ import orjson
 from obs import conventions as c
 from obs.events import Event
 from obs.openai_api import BadField, Reading, event_text, prefix_text, read_request
-from obs.sidecar import outcomes as e
+from obs.sidecar.outcomes import Refusal, Refused
 from obs.sidecar.relay.api_events import message_finish, response_finish
 from obs.sidecar.relay.sse import StreamState
 from obs.sidecar.types import Scope
@@ -74,7 +74,7 @@ def request_headers(scope: Scope) -> dict[str, str]:
         for k, v in raw:
             name = k.decode("latin-1")
             if name in joined and name in SINGLE_HEADERS:
-                raise e.BadRequest(f"the request has more than one {name} header")
+                raise Refused(Refusal(400, f"the request has more than one {name} header"))
             joined.setdefault(name, []).append(v.decode("latin-1"))
         out = {name: ", ".join(values) for name, values in joined.items()}
     return out
@@ -110,12 +110,13 @@ def read_fields(route: str, body: dict[str, Any] | None, model_chars: int) -> Re
             body or {}, chat=route == "/v1/chat/completions", strict=route in GENERATE_ROUTES
         )
     except BadField as err:
-        raise e.BadRequest(f"invalid request field {err}") from err
+        raise Refused(Refusal(400, f"invalid request field {err}")) from err
     mt, name = read.max_tokens, "max_tokens"
     if route == RESPONSES and body and "max_output_tokens" in body:  # the Responses API's cap
         mt, name = output_cap(body["max_output_tokens"]), "max_output_tokens"
     if mt is not None and mt < 1:  # vLLM refuses it too: never charged as a negative cost
-        raise e.BadRequest(f"invalid request field {name}: must be at least 1, got {mt}")
+        why = f"invalid request field {name}: must be at least 1, got {mt}"
+        raise Refused(Refusal(400, why))
     # an event holds 32 bits: any cap past them exceeds every model's length
     mt = mt if mt is None else min(MAX_TOKENS_CAP, mt)
     return Reading(event_text(read.model, model_chars), read.stream, mt)

@@ -25,7 +25,8 @@ import structlog
 
 from obs import conventions as c
 from obs.config import Config, RateLimits
-from obs.sidecar.outcomes import Rejected
+from obs.sidecar.endings import outcome
+from obs.sidecar.outcomes import ADMISSION, Refusal, Rejected, RelayError
 from obs.sidecar.policy.rate_limit import (
     WINDOW_S,
     Charge,
@@ -190,11 +191,11 @@ def _reply(out: object, n: int) -> list[int]:
     return out
 
 
-def unavailable(err: Exception) -> Rejected:
+def unavailable(err: Exception) -> RelayError:
     """The store did not answer: 503 ``rate_limit_store`` when the config fails closed."""
     why = f"{type(err).__name__}: {err}"
     msg = f"the rate-limit store did not answer ({why}); try again shortly"
-    return Rejected(c.RATE_LIMIT_STORE, msg, 503, 1)
+    return outcome(Refusal(503, msg, c.RATE_LIMIT_STORE, ADMISSION, 1))
 
 
 class RateLimiter:
@@ -245,7 +246,7 @@ class RateLimiter:
                 raise
             return None
         if not d.allowed:
-            raise refusal(limits, d)
+            raise outcome(refusal(limits, d))  # policy's decision, the outcome made once
         return Charge(limits, d.second, prompt_tokens, tuple(headers(limits, d)))
 
     async def settle(self, charge: Charge, used_tokens: int, prompt_tokens: int = 0) -> None:

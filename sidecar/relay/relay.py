@@ -7,8 +7,9 @@ per-request bookkeeping (event, spans, metrics) happens once, after the last
 byte: the relay tells its ``Recorder`` (obs.sidecar.record.recorder: processors, then
 the exporters) when the record starts and hands it the finished record at the end, and
 reads nothing back.
-How a request fails, and what the client and the event are told, is the error
-type's (obs.sidecar.outcomes), answered through obs.sidecar.relay.respond.
+How a request ends is a value its step hands back (a ``Refusal``, an ``Ending``: obs.sidecar.
+endings), made the outcome once (``endings.outcome``: obs.sidecar.outcomes), settled on the
+request and answered through obs.sidecar.relay.respond.
 """
 
 from __future__ import annotations
@@ -25,10 +26,20 @@ from obs import conventions as c
 from obs.config import Lane
 from obs.lanes import Classifier
 from obs.record import Finished
+from obs.sidecar import endings as end
 from obs.sidecar import outcomes as e
-from obs.sidecar.outcomes import ConnectFailed, FallBack, UpstreamError
+from obs.sidecar.endings import Ending
+from obs.sidecar.outcomes import (
+    FIRST_TOKEN,
+    ConnectFailed,
+    Expired,
+    FallBack,
+    Refusal,
+    Refused,
+    UpstreamError,
+)
 from obs.sidecar.policy import traffic
-from obs.sidecar.policy.admission import LaneGate, Ticket
+from obs.sidecar.policy.admission import LaneGate, Ticket, cost_of
 from obs.sidecar.policy.auth import Tenants
 from obs.sidecar.policy.recognition import Recognizer
 from obs.sidecar.pools.homes import ResponseHomes, owner_of
@@ -43,7 +54,7 @@ from obs.sidecar.relay.bodies import (
     BodyParser,
     read_body,
 )
-from obs.sidecar.relay.deadline import Deadline, first_token_timeout
+from obs.sidecar.relay.deadline import Deadline
 from obs.sidecar.relay.flow import FlowControl, admit_lane
 from obs.sidecar.relay.payloads import (
     ENDED_STREAMS,
@@ -72,7 +83,6 @@ NO_CONNECTION = (
     "the relay runs on the sidecar's own server (obs.sidecar.serve), which hands it the "
     "client connection; this ASGI server does not"
 )
-SHUTDOWN_MESSAGE = "the sidecar shut down before the request finished (--shutdown-grace ended)"
 
 
 class Relay:
@@ -136,6 +146,8 @@ class Relay:
             await self._handle(req, scope, receive, send)
         except e.RelayError as err:
             await fail(req, send, err, req.clock.current_phase())
+        except Refused as refused:  # the request side's refusal: the client's mistake
+            await fail(req, send, refused.refusal, req.clock.current_phase())
         except asyncio.CancelledError:
             # The server cancels the requests still running when --shutdown-grace ends: close the
             # upstream (vLLM aborts), tell the client, and log the request like any other.
@@ -144,12 +156,12 @@ class Relay:
             if req.response is not None:
                 req.response.close()
             if not req.done:  # else the client has the whole answer: it stays as it was
-                await fail(req, send, e.ShuttingDown(SHUTDOWN_MESSAGE), req.clock.current_phase())
+                await fail(req, send, Ending(end.SHUTDOWN), req.clock.current_phase())
             if req.conn is not None:  # what is still buffered reaches the client before exit
                 await req.conn.drained(SHUTDOWN_FLUSH_S)
         except Exception as err:  # never a traceback to the client, never a lost event
             log.exception("relay_internal_error", request_id=req.event.request_id)
-            await fail(req, send, e.Internal(err), req.clock.current_phase())
+            await fail(req, send, Ending(end.BUG, cause=err), req.clock.current_phase())
         finally:
             self._finish(req)
             # Recorded: let go of the outcome (raised, its traceback's frames hold the request)
@@ -174,23 +186,24 @@ class Relay:
         ev.request_id = rid[:128]
         req.ids = new_ids(headers.get("traceparent"), self.worker)
         ev.trace_id, ev.span_id = req.ids.trace_id_hex, req.ids.span_id_hex
-        ev.tenant = self.tenants.resolve(headers)
+        tenant = self.tenants.resolve(headers)
+        if isinstance(tenant, Refusal):
+            raise Refused(tenant)
+        ev.tenant = tenant
         req.share_key = self.tenants.share_key(ev.tenant, scope.get("client"))
         if req.conn is None:  # one hot path: the client connection of the sidecar's own server
-            raise e.Internal(RuntimeError(NO_CONNECTION))
+            raise end.outcome(Ending(end.BUG, NO_CONNECTION))
         method = req.method = stored.method_of(ev.route)  # POST, or GET: a stored response
         if scope["method"] != method:
-            raise e.MethodNotAllowed(
-                f"{scope['method']} is not allowed on {scope['path']}; use {method}"
-            )
-        try:
-            raw = await read_body(receive, self.max_body_bytes)
-        except e.ClientLeft:
+            why = f"{scope['method']} is not allowed on {scope['path']}; use {method}"
+            raise Refused(Refusal(405, why))
+        raw = await read_body(receive, self.max_body_bytes)
+        if raw is None:  # the client left, or the server refused the body
             refused = req.conn.refusal if req.conn is not None else None
             if refused is None:
                 req.disconnected = True
                 return
-            raise refused from None  # what the server answered is what the event says
+            raise Refused(refused)  # what the server answered is what the event says
         # The server-side clock starts now: the upload was the client's time (upload_ms).
         req.body_complete(body_ns(scope))  # ev.ts: when the record ends (_finish)
         body: dict[str, Any] | None = None
@@ -217,7 +230,10 @@ class Relay:
         pools = (ev.pool, lane.fallback) if lane.fallback else (ev.pool,)
         req.placed = Start(ev, req.ids, pools)  # the record begins as it is sent (_sent)
         gate = self.gates[lane.name]
-        cost = gate.check(attrs.prompt_tokens, ev.max_tokens)
+        refusal = gate.check(attrs.prompt_tokens, ev.max_tokens)
+        if refusal is not None:
+            raise Refused(refusal)
+        cost = cost_of(attrs.prompt_tokens, ev.max_tokens)
         inject = False
         usage = generate and body is not None and ev.stream and not wants_usage(body)
         if usage and body is not None and single_choice(body):
@@ -266,10 +282,15 @@ class Relay:
             return
         except (FallBack, e.UpstreamTimeout) as err:
             started, gone = req.started, req.disconnected
-            reason = traffic.fallback_reason(
+            decided = traffic.fallback_reason(
                 err, plan.lane, fallback, stream=ev.stream, started=started, gone=gone
             )
-        assert fallback is not None  # policy raised otherwise
+            if decided is None:  # the error stands
+                raise
+            if isinstance(decided, Ending):  # the lane's answer deadline
+                raise end.outcome(decided) from err
+            reason = decided
+        assert fallback is not None  # policy decided otherwise
         log.info("lane_fallback", lane=ev.lane, pool=ev.pool, to=fallback, reason=reason)
         req.clock.dispatched = 0  # the time on the refusing pool counts as queueing
         req.response = None
@@ -332,7 +353,10 @@ class Relay:
                     ago_s = (time.perf_counter_ns() - req.clock.first_up) / 1e9
                     self.pools.served_token(replica, time.time() - ago_s)
                 return
-        raise traffic.unavailable(pool, last_err, may_fall_back)
+        decided = traffic.unavailable(pool, last_err, may_fall_back)
+        if isinstance(decided, Ending):
+            raise end.outcome(decided)
+        raise FallBack(decided)
 
     async def _post(
         self, req: Request, replica: Replica, lane: Lane, plan: Plan, headers: dict[str, str]
@@ -348,7 +372,7 @@ class Relay:
                 async with asyncio.timeout(t.first_token_s):
                     conn = await up.connect(replica.url, t.connect_s)
             except TimeoutError as err:
-                raise first_token_timeout(t.first_token_s) from err
+                raise end.failed(Expired(FIRST_TOKEN, t.first_token_s), "connecting") from err
         resp = up.send(conn, replica.url, req.target, plan.raw, headers, req.method)
         slow = lane.admission.slow_client
         deadline = Deadline(
@@ -358,11 +382,10 @@ class Relay:
         try:
             self._sent(req)  # while the pool works
             await resp.wait_head()
-        except UpstreamError as err:  # the deadline closed it, or the pool failed
+        except UpstreamError as err:  # the deadline closed it (its verdict), or the pool failed
             deadline.cancel()
-            if deadline.expired is not None:
-                raise deadline.expired from err
-            raise e.UpstreamProtocol(f"pool {replica.pool!r} failed: {err}") from err
+            how = f"pool {replica.pool!r} failed: {err}"
+            raise end.outcome(Ending(end.POOL_FAILED, how, cause=err)) from err
         except BaseException:  # cancelled, or our own bug: the response is never reused
             deadline.cancel()
             resp.close()
@@ -394,11 +417,13 @@ class Relay:
     def _finish(self, req: Request) -> None:
         self._sent(req)  # a request never sent is recorded alike
         ev, clock = req.event, req.clock
-        if not clock.end:
-            clock.end = time.perf_counter_ns()
+        # The record ends here, once: when the client's side acknowledged a stream's last
+        # byte (ClientConn.drained), else now, just after the last send (no await since).
+        acked = req.conn.acked_ns if req.conn is not None else 0
+        clock.end = acked or time.perf_counter_ns()
         ev.ts = self._event_time(req.wall_ns)
         if req.disconnected:  # the client left: unless it ended otherwise before
-            req.settle(e.ClientLeft(), clock.current_phase())
+            req.settle(Ending(end.LEFT), clock.current_phase())
         kept = None
         if self.capture is not None:  # redacted into the event by the capture step
             kept = (req.capture_body, req.capture_frames, req.capture_whole)

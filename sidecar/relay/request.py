@@ -10,7 +10,8 @@ from typing import Any
 from obs.config import Lane
 from obs.events import Event
 from obs.phases import Clock, ms
-from obs.sidecar.outcomes import RelayError
+from obs.sidecar.endings import Ending, outcome
+from obs.sidecar.outcomes import Refusal, RelayError
 from obs.sidecar.policy.admission import LaneGate, Ticket
 from obs.sidecar.policy.pool_gate import Hold, PoolGate
 from obs.sidecar.policy.rate_limit import Charge
@@ -168,13 +169,15 @@ class Request:
             self.event.prefix_fingerprint = fingerprint(body)
             self.json_answer = JsonAnswer.asked_by(body)  # None unless it asks for JSON
 
-    def settle(self, outcome: RelayError, phase: str | None) -> RelayError:
-        """How the request ended: recorded on its event once. The first outcome settled
-        stands; it is returned, so what the client is answered is written from the same
-        object as the event (``obs.sidecar.relay.respond``)."""
+    def settle(self, ended: RelayError | Ending | Refusal, phase: str | None) -> RelayError:
+        """How the request ended: its outcome (``obs.sidecar.endings.outcome`` of a step's
+        ending or a refusal), recorded on its event once. The first one settled stands; it
+        is returned, so what the client is answered is written from the same object as the
+        event (``obs.sidecar.relay.respond``)."""
         if self.outcome is None:
-            self.outcome = outcome
-            outcome.record(self.event, phase)
+            settled = ended if isinstance(ended, RelayError) else outcome(ended)
+            self.outcome = settled
+            settled.record(self.event, phase)
         return self.outcome
 
     def release(self) -> None:

@@ -11,7 +11,8 @@ nothing once the last byte was sent.
 
 from __future__ import annotations
 
-from obs.sidecar.outcomes import RelayError
+from obs.sidecar.endings import Ending
+from obs.sidecar.outcomes import Refusal, RelayError
 from obs.sidecar.relay.request import Request
 from obs.sidecar.server.client import ClientConn
 from obs.sidecar.types import Send
@@ -56,9 +57,12 @@ async def send_error(req: Request, send: Send, err: RelayError) -> None:
     await send({"type": BODY, "body": err.body(), "more_body": False})
 
 
-async def fail(req: Request, send: Send, err: RelayError, phase: str | None) -> None:
-    """The request failed with ``err`` in ``phase``: settle it (``Request.settle``: recorded on
-    the event, unless an outcome was settled before), then answer the settled outcome.
+async def fail(
+    req: Request, send: Send, err: RelayError | Ending | Refusal, phase: str | None
+) -> None:
+    """The request ended with ``err`` in ``phase``: settle it (``Request.settle``: its
+    outcome, recorded on the event unless one was settled before), then answer the settled
+    outcome: the relay's one answer path for every failure and refusal.
     Once the server has refused the request (``ClientConn.refusal``: it answered 408, 503,
     ... itself), that refusal is the outcome, whatever the relay found after it."""
     refused = req.conn.refusal if req.conn is not None else None

@@ -37,7 +37,7 @@ from typing import Any, Final
 from urllib.parse import parse_qs
 
 from obs.events import Event
-from obs.sidecar import outcomes as e
+from obs.sidecar.outcomes import Refusal, Refused
 from obs.sidecar.pools.homes import ResponseHomes
 from obs.sidecar.pools.pools import PoolSet, Replica
 from obs.sidecar.types import Scope
@@ -114,7 +114,7 @@ def plan(
     """What a request of ``ev.route`` needs (None for any other route), once its lane placed
     it: the event's pool becomes the named response's replica's, and a retrieval's event says
     whether it asked for a stream. ``owner``: who makes the request (``homes.owner_of``);
-    ``client``: whom its lookups are counted against. Raises ``NotFound`` for a response
+    ``client``: whom its lookups are counted against. Refuses (404: ``Refused``) a response
     another owner made, or a lookup past the client's."""
     route = ev.route
     if route == RESPONSES:
@@ -147,17 +147,15 @@ def plan(
 def _home(
     homes: ResponseHomes, named: str, owner: str | None, client: str | None
 ) -> Replica | None:
-    """The replica of ``named`` when ``owner`` may use it; None to look it up; ``NotFound``
+    """The replica of ``named`` when ``owner`` may use it; None to look it up; a 404 ``Refused``
     when another owns it or the client has looked up too many unknown ids."""
     known, made_by = homes.owner(named)
     if known and made_by is not None and made_by != owner:
-        raise e.NotFound(f"no stored response {named!r}")
+        raise Refused(Refusal(404, f"no stored response {named!r}"))
     home = homes.home(named)
     if home is None and not homes.may_look_up(client or owner or ""):
-        raise e.NotFound(
-            f"no stored response {named!r} here (this client looked up too many unknown ids; "
-            "retry in a minute)"
-        )
+        why = "this client looked up too many unknown ids; retry in a minute"
+        raise Refused(Refusal(404, f"no stored response {named!r} here ({why})"))
     return home
 
 

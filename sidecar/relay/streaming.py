@@ -25,8 +25,9 @@ import time
 
 from obs.config import SlowClient
 from obs.phases import ms
-from obs.sidecar import outcomes as e
-from obs.sidecar.outcomes import UpstreamError
+from obs.sidecar import endings as end
+from obs.sidecar.endings import Ending
+from obs.sidecar.outcomes import RelayError, UpstreamError
 from obs.sidecar.pools.upstream import Response
 from obs.sidecar.relay.deadline import Deadline
 from obs.sidecar.relay.payloads import (
@@ -224,7 +225,7 @@ async def respond(
         req.event.http_status = resp.status
         out_headers = response_headers(req, resp)
         if not is_stream(resp):
-            await relay_whole(req, resp, out_headers, send, dl)
+            await relay_whole(req, resp, out_headers, send)  # bounded by dl: closed, it fails
             return
         await send_head(req, send, resp.status, out_headers)
     await relay_stream(req, resp, inject, send, slow, dl)
@@ -260,9 +261,9 @@ async def relay_stream(
         await _abort_slow_reader(req, state, send, sink.limit)
         ev.stream_blocked_ms = ms(sink.blocked)
         return
-    if sink.error is not None and not req.disconnected:
-        err = deadline.expired or e.lower_outcome(sink.error, "streaming")
-        await end_stream_with_error(req, send, stream_failed(req, state, err))
+    if sink.error is not None and not req.disconnected:  # a deadline's verdict among them
+        failed = Ending(end.FAILED, "streaming", cause=sink.error)
+        await end_stream_with_error(req, send, stream_failed(req, state, failed))
         ev.stream_blocked_ms = ms(sink.blocked)
         return
     req.release()  # the pool is done with this request, whatever the client still has to read
@@ -270,7 +271,8 @@ async def relay_stream(
         # A client that leaves on the pool's error frame (the openai SDK raises on it and
         # closes) left because of the pool's answer: that answer is the outcome.
         if state.error is not None:
-            req.settle(e.PoolErrorFrame(state.error), clock.current_phase(upstream_done=True))
+            frame = Ending(end.POOL_FRAME, frame=state.error)
+            req.settle(frame, clock.current_phase(upstream_done=True))
         ev.stream_blocked_ms = ms(sink.blocked)
         apply_usage(ev, state)
         return
@@ -281,10 +283,10 @@ async def relay_stream(
     if splitter.pending and state.done:  # bytes after [DONE]: the pool's, relayed as they are
         tail.append(splitter.pending)
     if not state.done and state.error is None and ev.route in ENDED_STREAMS:
-        err = e.UpstreamProtocol("the pool ended the stream without its last frame ([DONE])")
-        tail.append(stream_failed(req, state, err).sse_frame())
+        tail.append(stream_failed(req, state, Ending(end.CUT)).sse_frame())
     elif state.error is not None:  # the pool's error frame: a 4xx code is the client's mistake
-        req.settle(e.PoolErrorFrame(state.error), clock.current_phase(upstream_done=True))
+        frame = Ending(end.POOL_FRAME, frame=state.error)
+        req.settle(frame, clock.current_phase(upstream_done=True))
     elif req.json_answer is not None:  # the whole answer came: judge it (a cut one is not)
         ev.json_valid = req.json_answer.verdict()
     perf = time.perf_counter_ns
@@ -295,8 +297,7 @@ async def relay_stream(
     if sink.last and sink.last_out and not clock.first_sent:  # it held the first token
         clock.first_sent = t0
     deadline.cancel()  # the pool is done: its deadlines do not run while the client reads
-    await _until_acknowledged(req, conn, slow.record_wait_s)
-    clock.end = conn.acked_ns or perf()  # when the client's bytes said so, not when we woke
+    await _until_acknowledged(req, conn, slow.record_wait_s)  # the record's end: conn.acked_ns
     ev.stream_blocked_ms = ms(sink.blocked + t1 - t0)
     apply_usage(ev, state)
 
@@ -311,7 +312,7 @@ async def _until_acknowledged(req: Request, conn: ClientConn, wait_s: float) -> 
         req.event.client_unread_bytes = unread
         if conn.left:
             req.disconnected = True
-            req.settle(e.ClientLeft(), "stream")
+            req.settle(Ending(end.LEFT), "stream")
 
 
 async def relay_whole(
@@ -319,22 +320,22 @@ async def relay_whole(
     resp: Response,
     out_headers: list[tuple[bytes, bytes]],
     send: Send,
-    deadline: Deadline,
 ) -> None:
-    """A response that is not a stream (an error status, a non-streamed answer), sent whole."""
+    """A response that is not a stream (an error status, a non-streamed answer), sent whole;
+    the first-token deadline that bounds it fails it with its verdict."""
     ev, clock = req.event, req.clock
     try:  # a whole answer is its first token: the first-token deadline bounds it
         data = await resp.read()
     except UpstreamError as err:
         if req.disconnected:
             return
-        raise deadline.expired or e.lower_outcome(err, "reading the response") from err
+        raise end.failed(err, "reading the response") from err  # a deadline's verdict too
     if resp.status < 400:  # an error body is no first token: no TTFT, TPOT or output for it
         clock.first_up = clock.last_up = time.perf_counter_ns()
     if req.capture_frames is not None:
         req.capture_whole = data
     if resp.status >= 400:  # 503: vLLM's own admission (--max-num-queued-reqs/-tokens)
-        req.settle(e.pool_status(resp.status, error_message(data)), None)
+        req.settle(Ending(end.POOL_STATUS, error_message(data), status=resp.status), None)
     elif ev.route in ENDED_STREAMS:  # a completion, a response or a message
         req.answer_id = read_completion(ev, data)
         if req.json_answer is not None:
@@ -342,30 +343,27 @@ async def relay_whole(
             ev.json_valid = req.json_answer.verdict()
     await send_head(req, send, resp.status, out_headers)
     await send({"type": _BODY, "body": data, "more_body": False})
-    req.done = True
-    clock.end = time.perf_counter_ns()
+    req.done = True  # the record ends now (Relay._finish)
     if clock.first_up:
-        clock.first_sent = clock.end
+        clock.first_sent = time.perf_counter_ns()
 
 
 async def _abort_slow_reader(req: Request, state: StreamState, send: Send, limit: int) -> None:
     """The lane's ``abort`` policy: the client fell ``limit`` bytes behind; end its stream."""
-    err = e.SlowClientStalled(
-        f"the client fell more than {limit} bytes behind the stream; aborted (slow_client)"
-    )
-    await end_stream_with_error(req, send, stream_failed(req, state, err))
+    ended = Ending(end.SLOW_READER, limit=limit)
+    await end_stream_with_error(req, send, stream_failed(req, state, ended))
 
 
-def stream_failed(req: Request, state: StreamState, err: e.RelayError) -> e.RelayError:
-    """The stream failed with ``err`` (a stalled client's 408 is its own): settled, so the
-    event says so, with the tokens that came; the settled outcome is returned."""
-    settled = req.settle(err, req.clock.current_phase())
+def stream_failed(req: Request, state: StreamState, ended: Ending) -> RelayError:
+    """The stream ended as ``ended`` says (a stalled client's 408 is its own): settled, so
+    the event says so, with the tokens that came; the settled outcome is returned."""
+    settled = req.settle(ended, req.clock.current_phase())
     apply_usage(req.event, state)
     return settled
 
 
-async def end_stream_with_error(req: Request, send: Send, err: e.RelayError) -> None:
+async def end_stream_with_error(req: Request, send: Send, err: RelayError) -> None:
     """End a started stream with ``err``'s frame: its own type and code (an idle timeout's
-    504, a stalled client's 408, a broken pool's 502), as the event records it."""
+    504, a stalled client's 408, a broken pool's 502), as the event records it; the record
+    ends now (``Relay._finish``)."""
     await send_error(req, send, err)
-    req.clock.end = time.perf_counter_ns()

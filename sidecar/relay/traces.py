@@ -43,8 +43,8 @@ from prometheus_client import CollectorRegistry, Counter
 
 from obs import conventions as c
 from obs.engines.spans import engine_of
-from obs.sidecar.outcomes import ClientLeft, PayloadTooLarge
-from obs.sidecar.outcomes import TraceExportRefused as Refused
+from obs.sidecar.endings import outcome
+from obs.sidecar.outcomes import TRACES, Refusal, Refused
 from obs.sidecar.record.engine_join import EngineJoin
 from obs.sidecar.record.otlp import ReceivedSpan, keep_traces, parse_export, spans_of
 from obs.sidecar.relay.bodies import read_body
@@ -101,11 +101,11 @@ def inflate(raw: bytes, encoding: str, max_bytes: int) -> bytes:
     try:
         out = d.decompress(raw, max_bytes + 1)
     except zlib.error as err:
-        raise Refused(400, "invalid", "the gzip body is corrupt") from err
+        raise refused(400, "invalid", "the gzip body is corrupt") from err
     if len(out) > max_bytes or d.unconsumed_tail:
-        raise Refused(413, "too_large", f"the export inflates past {max_bytes} bytes")
+        raise refused(413, "too_large", f"the export inflates past {max_bytes} bytes")
     if not d.eof or d.unused_data:  # cut short, or more gzip members after the first
-        raise Refused(400, "invalid", "the body is not one whole gzip stream")
+        raise refused(400, "invalid", "the body is not one whole gzip stream")
     return out
 
 
@@ -119,7 +119,7 @@ def decode(
     except Refused:
         raise
     except Exception as err:  # protobuf's errors, a recursion limit: all the sender's fault
-        raise Refused(400, "invalid", "not an OTLP trace export") from err
+        raise refused(400, "invalid", "not an OTLP trace export") from err
     out = None
     if forward and keep_traces(req, ours):
         out = req.SerializeToString()
@@ -155,12 +155,14 @@ class TraceReceiver:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            status, body = await self._receive(scope, receive)
+            received = await self._receive(scope, receive)
         except Refused as err:
-            self.refused(err.reason)
-            status, body = err.status, err.body()
-        except ClientLeft:
+            self.refused(err.refusal.reason or "")
+            answer = outcome(err.refusal)
+            received = answer.status, answer.body()
+        if received is None:  # the client left
             return
+        status, body = received
         ctype = b"application/x-protobuf" if status == 200 else b"application/json"
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", ctype)]})  # fmt: skip
@@ -168,16 +170,16 @@ class TraceReceiver:
 
     async def _check(self, scope: Scope, headers: dict[bytes, bytes]) -> str:
         if self.replicas is None:
-            raise Refused(404, "closed", "route not served by the vllm-obs sidecar")
+            raise refused(404, "closed", "route not served by the vllm-obs sidecar")
         if not self._trusted(scope, headers) and not await self._trusted_now(scope, headers):
-            raise Refused(403, "source", "trace exports are accepted from the pools only")
+            raise refused(403, "source", "trace exports are accepted from the pools only")
         if scope["method"] != "POST":
-            raise Refused(405, "method", "POST OTLP/HTTP protobuf here")
+            raise refused(405, "method", "POST OTLP/HTTP protobuf here")
         if not headers.get(b"content-type", b"").startswith(b"application/x-protobuf"):
-            raise Refused(415, "media_type", "only OTLP/HTTP protobuf is accepted")
+            raise refused(415, "media_type", "only OTLP/HTTP protobuf is accepted")
         encoding = headers.get(b"content-encoding", b"").decode("latin-1").strip().lower()
         if encoding not in ("", "identity", "gzip"):
-            raise Refused(415, "encoding", "only gzip or identity content-encoding")
+            raise refused(415, "encoding", "only gzip or identity content-encoding")
         return encoding
 
     def _trusted(self, scope: Scope, headers: dict[bytes, bytes]) -> bool:
@@ -199,13 +201,15 @@ class TraceReceiver:
         self.sources = await asyncio.to_thread(pool_addresses, self.replicas)
         return self._trusted(scope, headers)
 
-    async def _receive(self, scope: Scope, receive: Receive) -> tuple[int, bytes]:
+    async def _receive(self, scope: Scope, receive: Receive) -> tuple[int, bytes] | None:
         headers: dict[bytes, bytes] = {}
         for k, v in scope["headers"]:
             headers.setdefault(k.lower(), v)
         encoding = await self._check(scope, headers)
         async with self._decoders:
             raw = await self._read(receive)
+            if raw is None:
+                return None
             decoded = await asyncio.to_thread(
                 decode, raw, encoding, self.max_bytes, self.join.knows_parent,
                 self.forward is not None,
@@ -219,8 +223,13 @@ class TraceReceiver:
             self.forward(decoded.forward)
         return 200, b""
 
-    async def _read(self, receive: Receive) -> bytes:
+    async def _read(self, receive: Receive) -> bytes | None:
         try:
             return await read_body(receive, self.max_bytes)
-        except PayloadTooLarge as err:
-            raise Refused(413, "too_large", f"the export is over {self.max_bytes} bytes") from err
+        except Refused as err:  # past max_bytes
+            raise refused(413, "too_large", f"the export is over {self.max_bytes} bytes") from err
+
+
+def refused(status: int, reason: str, message: str) -> Refused:
+    """The trace route's refusal (``reason``: its refusal counter's label)."""
+    return Refused(Refusal(status, message, reason, TRACES))

@@ -8,7 +8,8 @@ took 155 of the ~480 ms a sidecar took to import on this project's 2-core machin
 
 from __future__ import annotations
 
-from obs.sidecar.outcomes import RelayError
+from obs.sidecar.endings import Ending, outcome
+from obs.sidecar.outcomes import Refusal, RelayError
 from obs.sidecar.types import Send
 
 
@@ -35,6 +36,8 @@ class Answer:
         await send({"type": "http.response.body", "body": self.body, "more_body": False})
 
 
-def error_answer(err: RelayError) -> Answer:
-    """The sidecar's own error: status, body and headers from ``obs.sidecar.outcomes``."""
+def error_answer(ended: RelayError | Refusal | Ending) -> Answer:
+    """The sidecar's own error: status, body and headers from its outcome
+    (``obs.sidecar.endings.outcome`` of a refusal or an ending)."""
+    err = ended if isinstance(ended, RelayError) else outcome(ended)
     return Answer(err.body(), err.status, headers=err.headers())

@@ -46,7 +46,7 @@ from collections.abc import Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from obs.sidecar.outcomes import RequestLimit
+    from obs.sidecar.outcomes import Refusal
     from obs.sidecar.server.connection import HttpConnection
     from obs.sidecar.server.wire import Exchange
 
@@ -94,7 +94,7 @@ class ClientConn:
             callback()
 
     @property
-    def refusal(self) -> RequestLimit | None:
+    def refusal(self) -> Refusal | None:
         """What the server refused this request with (408, 503, ...), if it did."""
         return self._ex.refusal
 

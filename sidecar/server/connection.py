@@ -28,7 +28,8 @@ from typing import Any
 
 import httptools
 
-from obs.sidecar.outcomes import RequestLimit
+from obs.sidecar.endings import outcome
+from obs.sidecar.outcomes import CONNECTION, Refusal, Refused
 from obs.sidecar.server import wire
 from obs.sidecar.server.body_clock import BodyClock
 from obs.sidecar.server.client import EXTENSION, OBS_EXTENSION, ClientConn
@@ -80,7 +81,7 @@ class HttpConnection(asyncio.Protocol):
         self._received_ns = 0
         self._expect_continue = False
         self._counted = False
-        self._refusal: RequestLimit | None = None  # raised in a parser callback: answered
+        self._refusal: Refusal | None = None  # raised in a parser callback: answered
         self.addr = ""
         self._bodies: deque[int] = deque()  # body bytes held, per request not yet answered
         self.intake = Intake(self._feed_piece, self._piece_size)
@@ -107,7 +108,7 @@ class HttpConnection(asyncio.Protocol):
             over = self.guard.budgets.connect(self.addr)
         if over is not None:
             whose = "the sidecar has" if over == "max_connections" else "this client has"
-            self._refuse(RequestLimit(503, over, f"{whose} too many open connections"))
+            self._refuse(_limit(503, over, f"{whose} too many open connections"))
             return
         self._counted = True
         self.guard.accepted()
@@ -131,7 +132,7 @@ class HttpConnection(asyncio.Protocol):
         self._counted = False
         self.guard.budgets.disconnect(self.addr)
         if self._in_body:  # its request's event says what its client got
-            self._refuse(RequestLimit(408, "body_timeout", "the request body stalled while "
+            self._refuse(_limit(408, "body_timeout", "the request body stalled while "
                                       "the sidecar was full"))  # fmt: skip
             return
         self._disarm()
@@ -202,7 +203,7 @@ class HttpConnection(asyncio.Protocol):
             and self._head > self.limits.max_header_bytes
             and not self.transport.is_closing()
         ):
-            self._refuse(RequestLimit(431, "header_bytes", "request headers are too large"))
+            self._refuse(_limit(431, "header_bytes", "request headers are too large"))
 
     # ---- httptools callbacks -------------------------------------------------------------
 
@@ -389,7 +390,7 @@ class HttpConnection(asyncio.Protocol):
         freed = sum(self._bodies)
         self.guard.budgets.free_body(self.addr, freed)
         self._bodies.clear()
-        self._refuse(RequestLimit(503, "body_memory", "the sidecar needed the memory this "
+        self._refuse(_limit(503, "body_memory", "the sidecar needed the memory this "
                                   "slow request body held"))  # fmt: skip
         return freed
 
@@ -400,16 +401,16 @@ class HttpConnection(asyncio.Protocol):
             self.transport, 400, b"text/plain; charset=utf-8", BAD_REQUEST.encode()
         )
 
-    def _refused(self, status: int, limit: str, message: str) -> RequestLimit:
+    def _refused(self, status: int, limit: str, message: str) -> Refused:
         """The refusal a parser callback raises (the parser stops; ``_feed`` answers it)."""
-        self._refusal = RequestLimit(status, limit, message)
-        return self._refusal
+        self._refusal = _limit(status, limit, message)
+        return Refused(self._refusal)
 
-    def _refuse(self, refusal: RequestLimit) -> None:
+    def _refuse(self, refusal: Refusal) -> None:
         """Answer ``refusal`` (when no response is under way) and close the connection; the
         request whose body was being read is told (``Exchange.refused``), so its event
         records the status its client received."""
-        self.guard.hit(refusal.limit)
+        self.guard.hit(refusal.reason or "")
         self._disarm()
         transport = self.transport
         if transport.is_closing():
@@ -424,7 +425,8 @@ class HttpConnection(asyncio.Protocol):
         if reading is not None:
             reading.refused(refusal)
         if answer:
-            wire.answer_and_close(transport, refusal.status, b"application/json", refusal.body())
+            refused = outcome(refusal)  # status and body as the relay records them
+            wire.answer_and_close(transport, refused.status, b"application/json", refused.body())
         else:
             transport.close()
 
@@ -454,8 +456,13 @@ class HttpConnection(asyncio.Protocol):
             self.transport.close()
         else:
             self._refuse(
-                RequestLimit(408, limit, f"the client was too slow sending the request ({limit})")
+                _limit(408, limit, f"the client was too slow sending the request ({limit})")
             )
+
+
+def _limit(status: int, limit: str, message: str) -> Refusal:
+    """The connection's ``limit`` refusing a request (the guard counts it by that name)."""
+    return Refusal(status, message, limit, CONNECTION)
 
 
 def _absolute(target: bytes) -> bool:

@@ -36,7 +36,7 @@ from typing import Any
 import httptools
 import structlog
 
-from obs.sidecar.outcomes import RequestLimit
+from obs.sidecar.outcomes import Refusal
 from obs.sidecar.server.client import EXTENSION
 from obs.sidecar.types import Message, Receive, Scope, Send
 
@@ -150,7 +150,7 @@ class Exchange:
         self.on_settle = on_settle  # a kept-alive lingering response settled: the next request
         self.linger = False  # close / keep-alive clock deferred to ``settle``
         self.body_ns = 0  # perf_counter_ns of the read that completed the body; 0: not yet
-        self.refusal: RequestLimit | None = None  # the server refused it (connection.py)
+        self.refusal: Refusal | None = None  # the server refused it (connection.py)
         self._event = asyncio.Event()
         self._head = b""  # the response's head, until the body's first write or the next turn
         self._head_with_end = False  # the body's end is in hand: the head waits for it
@@ -171,7 +171,7 @@ class Exchange:
         self.more_body = False
         self._event.set()
 
-    def refused(self, refusal: RequestLimit) -> None:
+    def refused(self, refusal: Refusal) -> None:
         """The server answered ``refusal`` and closed: the app sees the client go, and
         ``refusal`` says why (the relay records it as the event's outcome)."""
         self.refusal = refusal

@@ -17,7 +17,7 @@ import pytest
 
 from obs.config import parse_config
 from obs.events import Event
-from obs.sidecar.outcomes import NotFound
+from obs.sidecar.outcomes import Refused
 from obs.sidecar.pools.homes import MAX_LOOKUPS, ResponseHomes
 from obs.sidecar.pools.pools import PoolSet
 from obs.sidecar.relay import stored
@@ -117,7 +117,7 @@ def test_an_unknown_id_is_looked_up_in_the_lanes_pool_only_and_capped(
 
 
 def test_a_response_found_by_lookup_has_no_owner_here() -> None:
-    """A response this sidecar saw made is its maker's (another key: ``NotFound``); one it
+    """A response this sidecar saw made is its maker's (another key: a 404 refusal); one it
     found by a lookup (another sidecar made it) has no owner here, so whoever looked it up
     does not claim it from its maker."""
     config = parse_config(
@@ -138,8 +138,9 @@ def test_a_response_found_by_lookup_has_no_owner_here() -> None:
     made = stored.plan(Event(route="/v1/responses", pool="p"), {"path": "/v1/responses"}, {},
                        homes, "key:alice", "alice")  # fmt: skip
     stored.learn(made, 200, "resp_made", replica, homes)
-    with pytest.raises(NotFound):
+    with pytest.raises(Refused) as other:
         plan("key:bob", "resp_made")
+    assert other.value.refusal.status == 404
     found = plan("key:bob", "resp_elsewhere")
     assert found is not None and found.lookup
     stored.learn(found, 200, None, replica, homes)

@@ -180,9 +180,10 @@ def test_every_exception_a_transport_module_raises_has_an_outcome(path: str) -> 
 
 
 def test_the_transport_scan_sees_the_pool_clients_errors() -> None:
-    """The scan is not empty: the pool client builds UpstreamError and ConnectFailed."""
+    """The scan is not empty: the pool client builds UpstreamError and ConnectFailed, the
+    server raises its refusals (``Refused``, a ``Refusal`` its parser's callback found)."""
     assert {e.UpstreamError, e.ConnectFailed} <= _exceptions_made("pools/upstream.py")
-    assert e.RequestLimit in _exceptions_made("server/connection.py")
+    assert e.Refused in _exceptions_made("server/connection.py")
 
 
 @pytest.mark.parametrize(

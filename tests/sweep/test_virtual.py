@@ -11,7 +11,8 @@ from obs.config import Admission, Lane
 from obs.engines.sim.frontend import FrontEnd, FrontEndCost
 from obs.engines.sim.hardware import StepWork, perf_model
 from obs.engines.sim.scheduler import SchedulerConfig, SimRequest
-from obs.sidecar.policy.admission import LaneGate, Rejected, Ticket
+from obs.sidecar.outcomes import Refusal
+from obs.sidecar.policy.admission import LaneGate, Ticket
 from obs.sweep.virtual import VirtualLoop, VirtualReplica, gap_percentile
 
 H100 = perf_model("H100", "llama-3.1-8b")
@@ -48,10 +49,9 @@ def test_the_sidecars_queue_timeout_runs_in_virtual_seconds() -> None:
     async def one(name: str, at: float, hold: float) -> None:
         await asyncio.sleep(at)
         ticket = Ticket("t", 1)
-        try:
-            await gate.admit(ticket)
-        except Rejected as r:
-            outcomes[name] = (r.reason, loop.time())
+        r = await gate.admit(ticket)
+        if isinstance(r, Refusal):
+            outcomes[name] = (r.reason or "", loop.time())
             return
         await asyncio.sleep(hold)
         gate.release(ticket)

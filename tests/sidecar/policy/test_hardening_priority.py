@@ -13,7 +13,7 @@ import asyncio
 
 from obs import conventions as c
 from obs.config import Config, parse_config
-from obs.sidecar.outcomes import Rejected
+from obs.sidecar.outcomes import Refusal
 from obs.sidecar.policy import saturation as sat
 from obs.sidecar.policy.pool_gate import Hold, PoolGate
 from obs.sidecar.policy.pool_queue import PoolQueue, Waiting
@@ -52,10 +52,10 @@ def _full_gate() -> PoolGate:
 
 
 async def _outcome(gate: PoolGate, lane: str, tenant: str, band: int) -> str:
-    try:
-        return "admitted" if await gate.admit(lane, tenant, band, 600, Hold()) else "withdrawn"
-    except Rejected as err:
-        return str(err.rejection_reason)
+    got = await gate.admit(lane, tenant, band, 600, Hold())
+    if isinstance(got, Refusal):
+        return str(got.reason)
+    return "admitted" if got else "withdrawn"
 
 
 def test_a_band_0_flood_filling_the_queue_refuses_no_band_7_chat() -> None:

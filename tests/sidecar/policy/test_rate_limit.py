@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from obs import conventions as c
 from obs.config import Config, parse_config
-from obs.sidecar.outcomes import RateLimited
+from obs.sidecar.outcomes import RateLimited, refused
 from obs.sidecar.policy import rate_limit as rl
 from obs.sidecar.relay.rate_store import LocalStore, RateLimiter
 
@@ -54,9 +54,9 @@ def test_refusal_names_retry_and_headers() -> None:
     assert counters.take(lim, 1000).allowed
     d = counters.take(lim, 1010)
     assert not d.allowed and d.blocked == 0 and d.retry_after_s == 50
-    err = rl.refusal(lim, d)
-    assert err.status == 429 and err.rejection_reason == c.RATE_LIMIT_TOKENS
-    h = dict(err.headers())
+    r = rl.refusal(lim, d)  # the decision; its outcome answers it
+    assert (r.status, r.reason, r.retry_after) == (429, c.RATE_LIMIT_TOKENS, 50)
+    h = dict(refused(r).headers())
     assert h[b"retry-after"] == b"50"
     assert h[b"x-ratelimit-limit-tokens"] == b"100"
     assert h[b"x-ratelimit-remaining-tokens"] == b"40"
@@ -70,7 +70,7 @@ def test_cost_over_whole_limit_never_fits() -> None:
     lim = (rl.Limit("tenant:a", rl.TOKENS, 100, 150),)
     d = rl.Counters().take(lim, 5)
     assert not d.allowed and d.retry_after_s == rl.WINDOW_S
-    assert "whole limit" in rl.refusal(lim, d).message
+    assert "whole limit" in rl.refusal(lim, d).detail
 
 
 def test_all_or_none() -> None:

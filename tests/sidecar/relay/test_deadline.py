@@ -1,5 +1,6 @@
-"""The deadline watchdog alone against a fake pool response, in virtual time: which outcome
-each silence becomes, exactly when, and that the response is closed.
+"""The deadline watchdog alone against a fake pool response, in virtual time: which verdict
+each silence becomes (and, through the table, which outcome), exactly when, and that the
+response is closed with the verdict as its failure.
 
 The watchdog runs on ``obs.sweep.virtual.VirtualLoop`` (the clock jumps to the next timer
 instead of waiting) and reads that loop's time (``Deadline(now_ns=...)``), so each deadline
@@ -25,9 +26,16 @@ START_S = 1.0  # the virtual clock's start (0 ns is the watchdog's "no read yet"
 class FakeResponse:
     def __init__(self) -> None:
         self.closed = False
+        self.why: e.UpstreamError | None = None
 
-    def close(self) -> None:
-        self.closed = True
+    def close(self, why: e.UpstreamError | None = None) -> None:
+        self.closed, self.why = True, why
+
+
+def _outcome(verdict: e.Expired | None) -> e.RelayError:
+    """What the relay makes of a response failed with ``verdict`` (the table)."""
+    assert verdict is not None
+    return e.lower_outcome(verdict, "streaming")
 
 
 def _virtual(main: Callable[[VirtualLoop], Coroutine[Any, Any, T]]) -> T:
@@ -61,18 +69,21 @@ def test_no_first_token_is_a_first_token_timeout_at_first_token_s() -> None:
     """Silence from dispatch: a tick before first_token_s nothing; at it, a 504 naming the
     first token, the response closed."""
 
-    async def main(loop: VirtualLoop) -> list[tuple[bool, e.RelayError | None]]:
+    async def main(
+        loop: VirtualLoop,
+    ) -> list[tuple[bool, e.Expired | None, e.UpstreamError | None]]:
         deadline, resp, _ = _watch(loop)
         seen = []
         for at in (FIRST_S - TICK, FIRST_S):
             await _until(loop, at)
-            seen.append((resp.closed, deadline.expired))
+            seen.append((resp.closed, deadline.expired, resp.why))
         return seen
 
     (before, at) = _virtual(main)
-    assert before == (False, None)
-    assert at[0] and isinstance(at[1], e.UpstreamTimeout)
-    assert "first token" in at[1].message
+    assert before == (False, None, None)
+    assert at[0] and at[1] is at[2] and at[1] is not None and at[1].kind == e.FIRST_TOKEN
+    made = _outcome(at[1])
+    assert isinstance(made, e.UpstreamTimeout) and "first token" in made.message
 
 
 def test_silence_after_output_is_an_idle_timeout_and_output_rearms_it() -> None:
@@ -95,8 +106,9 @@ def test_silence_after_output_is_an_idle_timeout_and_output_rearms_it() -> None:
 
     last, deadline, resp, alive, still = _virtual(main)
     assert last == 8 * IDLE_S / 2 and alive and still
-    assert isinstance(deadline.expired, e.UpstreamTimeout) and resp.closed
-    assert "idle timeout" in deadline.expired.message
+    assert resp.closed and resp.why is deadline.expired
+    made = _outcome(deadline.expired)
+    assert isinstance(made, e.UpstreamTimeout) and "idle timeout" in made.message
 
 
 def test_a_client_that_reads_nothing_is_stalled_not_timed_out() -> None:
@@ -104,7 +116,7 @@ def test_a_client_that_reads_nothing_is_stalled_not_timed_out() -> None:
     timeout; a tick before max_blocked_s of waiting nothing, at it the stream ends as the
     slow client's (408)."""
 
-    async def main(loop: VirtualLoop) -> list[e.RelayError | None]:
+    async def main(loop: VirtualLoop) -> list[e.Expired | None]:
         deadline, _, now_ns = _watch(loop)
         deadline.first_output(now_ns())
         deadline.sending = True
@@ -117,4 +129,4 @@ def test_a_client_that_reads_nothing_is_stalled_not_timed_out() -> None:
 
     before, at = _virtual(main)
     assert before is None  # far past idle_s: the silence is the client's
-    assert isinstance(at, e.SlowClientStalled)
+    assert isinstance(_outcome(at), e.SlowClientStalled)
