@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import httpx
 import pytest
 
@@ -18,13 +16,15 @@ BODY = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_t
 
 
 def test_upstream_down_fails_fast_then_recovers(vllm: VllmServer, sidecar: SidecarFactory) -> None:
-    """Pool refusing connections: a fast OpenAI-style 503, recorded; then it serves again."""
+    """Pool refusing connections: an OpenAI-style 503 at once, recorded; then it serves again.
+
+    "At once" is judged by the event, not the clock: the request ended in the queue phase as
+    a refused connection (upstream_connect), not a timeout, while the pool was still down (the
+    client's 60 s are a hang guard)."""
     fwd = Forwarder(vllm.port, free_port())
     sc = sidecar(fwd.url, traces=False)
-    t0 = time.perf_counter()
-    r = httpx.post(sc.url + "/v1/chat/completions", json=BODY, timeout=10)
-    elapsed = time.perf_counter() - t0
-    assert r.status_code == 503 and elapsed < 1.0
+    r = httpx.post(sc.url + "/v1/chat/completions", json=BODY, timeout=60)
+    assert r.status_code == 503
     assert r.headers["retry-after"] == "1"
     err = r.json()["error"]
     assert "unavailable" in err["message"] and err["type"] == "ServiceUnavailableError"
