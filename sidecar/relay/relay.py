@@ -292,8 +292,7 @@ class Relay:
             reason = decided
         assert fallback is not None  # policy decided otherwise
         log.info("lane_fallback", lane=ev.lane, pool=ev.pool, to=fallback, reason=reason)
-        req.clock.dispatched = 0  # the time on the refusing pool counts as queueing
-        req.response = None
+        req.response = None  # the time on the refusing pool counts as queueing (_route_pool)
         ev.fallback_from, ev.fallback_reason, ev.pool = ev.pool, reason, fallback
         await self._route_pool(req, plan, send, fallback, False)
 
@@ -312,18 +311,23 @@ class Relay:
             affinity = ev.prefix_fingerprint
         kept = req.stored
         candidates = stored.candidates(kept, self.pools, pool, affinity)  # up to two, or all
-        for attempt, replica in enumerate(candidates):
-            if req.disconnected:
-                return
+        tries = enumerate(candidates)
+        while True:
+            attempt, replica = next(tries, (len(candidates), None))
+            gone = req.disconnected and replica is not None
+            # The one place the dispatch moves: to this try's start, or back to 0 when none is
+            # on (still queued): a try the pool refused to connect, failed over (503, or a
+            # stored response elsewhere) or sent to the fallback pool ends at the next one.
+            req.clock.dispatched = 0 if replica is None or gone else time.perf_counter_ns()
+            if replica is None or gone:
+                break
             ev.replica, ev.pool = replica.url, replica.pool
             ev.settings_fingerprint = replica.served.fingerprint if replica.served else None
             replica.stamp_dispatch(ev)
-            req.clock.dispatched = time.perf_counter_ns()
             with replica.lease(len(plan.raw) // 4, ev, req.clock):  # ~4 bytes a token: prefill
                 try:
                     resp, deadline = await self._post(req, replica, lane, plan, up_headers)
-                except ConnectFailed as err:
-                    req.clock.dispatched = 0  # never reached the pool: still queued
+                except ConnectFailed as err:  # never reached the pool: still queued
                     self.pools.mark_failed(replica)
                     last_err = err
                     log.warning("upstream_connect_failed", replica=replica.url, attempt=attempt)
@@ -334,7 +338,6 @@ class Relay:
                         # vLLM sheds load with 503 (--max-num-queued-reqs): try the other one;
                         # a stored response not on this replica (404): the next one.
                         resp.release()
-                        req.clock.dispatched = 0
                         log.info("upstream_failover", replica=replica.url, status=resp.status)
                         continue
                     if may_fall_back and traffic.refused(resp.status):
@@ -353,6 +356,8 @@ class Relay:
                     ago_s = (time.perf_counter_ns() - req.clock.first_up) / 1e9
                     self.pools.served_token(replica, time.time() - ago_s)
                 return
+        if gone:
+            return
         decided = traffic.unavailable(pool, last_err, may_fall_back)
         if isinstance(decided, Ending):
             raise end.outcome(decided)
