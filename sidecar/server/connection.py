@@ -397,9 +397,7 @@ class HttpConnection(asyncio.Protocol):
     def _bad_request(self) -> None:
         if self.transport.is_closing():
             return
-        wire.answer_and_close(
-            self.transport, 400, b"text/plain; charset=utf-8", BAD_REQUEST.encode()
-        )
+        wire.answer_and_close(self.transport, outcome(Refusal(400, BAD_REQUEST)))
 
     def _refused(self, status: int, limit: str, message: str) -> Refused:
         """The refusal a parser callback raises (the parser stops; ``_feed`` answers it)."""
@@ -425,8 +423,7 @@ class HttpConnection(asyncio.Protocol):
         if reading is not None:
             reading.refused(refusal)
         if answer:
-            refused = outcome(refusal)  # status and body as the relay records them
-            wire.answer_and_close(transport, refused.status, b"application/json", refused.body())
+            wire.answer_and_close(transport, outcome(refusal))  # as the relay records it
         else:
             transport.close()
 

@@ -36,7 +36,8 @@ from typing import Any
 import httptools
 import structlog
 
-from obs.sidecar.outcomes import Refusal
+from obs.sidecar.endings import BUG, Ending, outcome
+from obs.sidecar.outcomes import Refusal, RelayError
 from obs.sidecar.server.client import EXTENSION
 from obs.sidecar.types import Message, Receive, Scope, Send
 
@@ -321,13 +322,13 @@ class Exchange:
             self.on_settle()
 
 
-def answer_and_close(
-    transport: asyncio.Transport, status: int, content_type: bytes, body: bytes
-) -> None:
-    """The server's own answer (no app ran, or its answer goes nowhere), then close."""
+def answer_and_close(transport: asyncio.Transport, err: RelayError) -> None:
+    """The server's own answer of ``err`` (no app ran, or its answer goes nowhere): its
+    status and JSON body, as the relay answers an outcome and records it; then close."""
+    body = err.body()
     transport.write(
-        b"%bcontent-type: %b\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%b"
-        % (_STATUS_LINES[status], content_type, len(body), body)
+        b"%bcontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%b"
+        % (_STATUS_LINES[err.status], len(body), body)
     )
     transport.close()
 
@@ -396,8 +397,10 @@ async def run_app(app: Callable[[Scope, Receive, Send], Awaitable[None]], ex: Ex
 
 
 def _internal_error(ex: Exchange) -> None:
+    """The app failed (or returned) before answering: our own 500, as an outcome."""
     ex.keep_alive = False
-    body = b"Internal Server Error"
-    ex.start(500, [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", b"21")])
+    err = outcome(Ending(BUG, "the app ended without an answer"))
+    body = err.body()
+    ex.start(err.status, [*err.headers(), (b"content-length", b"%d" % len(body))])
     ex.write(body)
     ex.end()

@@ -20,10 +20,11 @@ listens on; what only a real engine shows needs the ``engine`` tier.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,16 +32,38 @@ from prometheus_client import CollectorRegistry
 
 from obs.config import Config, parse_config
 from obs.exporters.memory import InMemoryExporter
-from obs.procs import free_port
+from obs.procs import free_port, wait_http
 from obs.sidecar.app import create_app
-from obs.sidecar.serve import relay_server
+from obs.sidecar.serve import RelayServer, relay_server
+from obs.sidecar.server.guard import Guard
+from obs.sidecar.server.limits import Limits
 from obs.sidecar.settings import Settings
+from obs.sidecar.types import Receive, Scope, Send
 from tests.support.probes import Samples, parse_samples
 from tests.support.quick_ack import quick_ack_client
 
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
 T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def served_app(
+    app: Callable[[Scope, Receive, Send], Awaitable[None]], ready_path: str = "/"
+) -> Iterator[int]:
+    """``app`` alone on the sidecar's own server (``RelayServer``, default limits) in a
+    thread, on a free 127.0.0.1 port (yielded) once ``ready_path`` answers; stopped after."""
+    port = free_port()
+    server = RelayServer(app, Guard(Limits()), host="127.0.0.1", port=port, shutdown_grace_s=1)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_http(f"http://127.0.0.1:{port}{ready_path}")
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(STOP_TIMEOUT_S)
+    assert not thread.is_alive()
 
 
 def request_id() -> str:

@@ -8,17 +8,13 @@ answers with the value it was given, so the test compares it with its clock.
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from obs.procs import free_port, wait_http
-from obs.sidecar.serve import RelayServer
-from obs.sidecar.server.guard import Guard
-from obs.sidecar.server.limits import Limits
 from obs.sidecar.types import Receive, Scope, Send
+from tests.support.inproc import served_app
 from tests.support.probes import wait_for
 from tests.support.rawhttp import read_response
 from tests.support.tcp import unread
@@ -38,17 +34,8 @@ async def _echo_received(scope: Scope, receive: Receive, send: Send) -> None:
 
 @pytest.fixture
 def served() -> Iterator[int]:
-    port = free_port()
-    server = RelayServer(
-        _echo_received, Guard(Limits()), host="127.0.0.1", port=port, shutdown_grace_s=1
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_http(f"http://127.0.0.1:{port}/")
-    yield port
-    server.should_exit = True
-    thread.join(10)
-    assert not thread.is_alive()
+    with served_app(_echo_received) as port:
+        yield port
 
 
 def test_received_ns_is_the_first_read_of_each_request(served: int) -> None:

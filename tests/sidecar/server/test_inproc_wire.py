@@ -162,7 +162,9 @@ def test_malformed_request_gets_400_and_close(sidecar: InProcessSidecar) -> None
     """Bytes that are no HTTP request: 400 from the server itself, the connection closed."""
     answer = exchange(sidecar.port, b"HELLO\x00 / HTTP/1.1\r\n\r\n", 5)
     assert status(answer) == 400
-    assert answer.endswith(b"Invalid HTTP request received.")
+    assert answer.endswith(
+        b'"message":"Invalid HTTP request received.","type":"BadRequestError","param":null,"code":400}}'
+    )
 
 
 def test_upgrade_get_then_a_second_request_on_the_same_connection(
