@@ -21,6 +21,7 @@ from obs.phases import Clock
 from obs.record import Finished
 from obs.sidecar.record.engine_join import EngineJoin
 from obs.sidecar.record.otlp import ReceivedSpan
+from obs.sweep.virtual import VirtualLoop
 from obs.tracecontext import TraceIds
 
 MS = 1_000_000
@@ -171,3 +172,23 @@ def test_failed_requests_are_not_held() -> None:
 
     _run(scenario)
     assert len(h.exported) == 1
+
+
+def test_a_record_without_its_span_is_written_absent_exactly_when_the_wait_ends() -> None:
+    """No span comes: the record is held through the join wait, not written a tick before its
+    end, and written once at it, marked absent (virtual time: the loop's clock jumps)."""
+    loop = VirtualLoop()
+    h = Harness(wait_s=0.5)
+    seen: list[tuple[float, int]] = []
+
+    async def scenario() -> None:
+        h.send(_finished(4, 4, "w"))
+        await asyncio.sleep(0.5 - 1e-6)
+        seen.append((loop.time(), len(h.exported)))
+        await asyncio.sleep(2e-6)
+        seen.append((loop.time(), len(h.exported)))
+
+    loop.run_until_complete(scenario())
+    loop.close()
+    assert [n for _, n in seen] == [0, 1]
+    assert h.exported[0].event.engine_view == "absent" and h.results == []
