@@ -38,7 +38,7 @@ from obs.sidecar.relay.payloads import (
 )
 from obs.sidecar.relay.request import MAX_GAPS, Request
 from obs.sidecar.relay.respond import BODY as _BODY
-from obs.sidecar.relay.respond import send_error, send_head, start_head
+from obs.sidecar.relay.respond import fail, send_head, start_head
 from obs.sidecar.relay.sse import FrameSplitter, StreamState, UsageStripper, classify
 from obs.sidecar.server.client import ClientConn
 from obs.sidecar.types import Send
@@ -257,13 +257,15 @@ async def relay_stream(
     req.first_read_chunks = sink.first_read
     ev.burst_chunks = sink.burst or None
     sink.resumed()  # a wait on the client still on when the stream ended counts as blocked
+    # The stream ends with an error frame: the client fell too far behind (the lane's
+    # ``abort`` policy), or the pool failed (a deadline's verdict among its failures).
+    ended = None
     if sink.aborted:
-        await _abort_slow_reader(req, state, send, sink.limit)
-        ev.stream_blocked_ms = ms(sink.blocked)
-        return
-    if sink.error is not None and not req.disconnected:  # a deadline's verdict among them
-        failed = Ending(end.FAILED, "streaming", cause=sink.error)
-        await end_stream_with_error(req, send, stream_failed(req, state, failed))
+        ended = Ending(end.SLOW_READER, limit=sink.limit)
+    elif sink.error is not None and not req.disconnected:
+        ended = Ending(end.FAILED, "streaming", cause=sink.error)
+    if ended is not None:
+        await end_stream(req, state, send, ended)
         ev.stream_blocked_ms = ms(sink.blocked)
         return
     req.release()  # the pool is done with this request, whatever the client still has to read
@@ -348,12 +350,6 @@ async def relay_whole(
         clock.first_sent = time.perf_counter_ns()
 
 
-async def _abort_slow_reader(req: Request, state: StreamState, send: Send, limit: int) -> None:
-    """The lane's ``abort`` policy: the client fell ``limit`` bytes behind; end its stream."""
-    ended = Ending(end.SLOW_READER, limit=limit)
-    await end_stream_with_error(req, send, stream_failed(req, state, ended))
-
-
 def stream_failed(req: Request, state: StreamState, ended: Ending) -> RelayError:
     """The stream ended as ``ended`` says (a stalled client's 408 is its own): settled, so
     the event says so, with the tokens that came; the settled outcome is returned."""
@@ -362,8 +358,8 @@ def stream_failed(req: Request, state: StreamState, ended: Ending) -> RelayError
     return settled
 
 
-async def end_stream_with_error(req: Request, send: Send, err: RelayError) -> None:
-    """End a started stream with ``err``'s frame: its own type and code (an idle timeout's
-    504, a stalled client's 408, a broken pool's 502), as the event records it; the record
-    ends now (``Relay._finish``)."""
-    await send_error(req, send, err)
+async def end_stream(req: Request, state: StreamState, send: Send, ended: Ending) -> None:
+    """End a started stream as ``ended`` says, with its outcome's frame (an idle timeout's
+    504, a stalled client's 408, a broken pool's 502), as the event records it: through the
+    relay's one answer path (``respond.fail``); the record ends now (``Relay._finish``)."""
+    await fail(req, send, stream_failed(req, state, ended), None)
