@@ -235,11 +235,24 @@ class RateLimits(_Model):
     whole limit), or in Redis (``redis://HOST:PORT/DB``), shared by every worker and sidecar
     replica. ``on_store_error``: when Redis cannot be reached within ``timeout_s``, ``open``
     admits the request (counted in ``rate_limit_store_errors_total``, which alerts) and
-    ``closed`` refuses it with 503."""
+    ``closed`` refuses it with 503. ``default``: the limits of every tenant not named under
+    ``tenants:`` (each its own window), and of requests naming no tenant (one window for all
+    of them); without it they are not limited."""
 
     store: Annotated[str, Field(pattern=r"^rediss?://")] | None = None
     on_store_error: Literal["open", "closed"] = "open"
     timeout_s: PositiveFloat = 0.25
+    default: RateLimit | None = None
+
+    @field_validator("default")
+    @classmethod
+    def _limits_something(cls, default: RateLimit | None) -> RateLimit | None:
+        if default is not None and not (default.requests_per_minute or default.tokens_per_minute):
+            raise ValueError(
+                "it limits nothing: give it requests_per_minute, "
+                "tokens_per_minute or both (or leave it out: unlisted tenants are unlimited)"
+            )
+        return default
 
 
 class AlertSettings(_Model):

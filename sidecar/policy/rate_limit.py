@@ -75,23 +75,39 @@ def output_estimate(config: Config, prompt_tokens: int, max_tokens: int | None) 
     return max(1, context - max(0, prompt_tokens))
 
 
+def default_scope(tenant: str | None, share_key: str | None) -> str:
+    """The counter of a tenant that ``tenants:`` does not name, under ``rate_limits.default``:
+    the tenant's own; ``client ADDRESS``'s when the tenant is one past what its address may
+    bring (``share_key``: ``obs.sidecar.policy.auth.Tenants.share_key``), so naming a new
+    tenant on every request is no way out of the limit; one for every request naming none."""
+    if tenant is None:
+        return "no tenant"
+    if share_key and share_key != tenant:
+        return share_key  # "client ADDRESS"
+    return f"tenant:{tenant}"
+
+
 def limits_for(
     config: Config,
     tenant: str | None,
     key_hash: str | None,
     prompt_tokens: int,
     max_tokens: int | None,
+    share_key: str | None = None,
 ) -> tuple[Limit, ...]:
-    """The counters a request is charged to: its tenant's and its API key's configured
-    limits (none when neither is limited). The token cost is the prompt's estimate plus
-    ``output_estimate``, never below zero. Without a cap, an estimate past a counter's whole
-    limit is charged as the limit (the request waits for an empty window, and is corrected to
-    what it used: it is not refused for what it might generate)."""
+    """The counters a request is charged to: its tenant's (or, unlisted, the configured
+    default's: ``default_scope``) and its API key's configured limits (none when neither is
+    limited). The token cost is the prompt's estimate plus ``output_estimate``, never below
+    zero. Without a cap, an estimate past a counter's whole limit is charged as the limit (the
+    request waits for an empty window, and is corrected to what it used: it is not refused
+    for what it might generate)."""
     out: list[Limit] = []
     tokens = max(0, prompt_tokens) + output_estimate(config, prompt_tokens, max_tokens)
     scopes: list[tuple[str, object]] = []
     if tenant is not None and tenant in config.tenants:
         scopes.append((f"tenant:{tenant}", config.tenants[tenant]))
+    elif config.rate_limits.default is not None:
+        scopes.append((default_scope(tenant, share_key), config.rate_limits.default))
     if key_hash is not None:
         key = next((k for k in config.auth.api_keys if k.sha256 == key_hash), None)
         if key is not None:

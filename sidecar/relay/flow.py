@@ -51,8 +51,11 @@ class FlowControl:
     ) -> None:
         self.limiter = limiter
         self.pool_gates = pool_gates
-        self.needs_prompt_tokens = any(t.tokens_per_minute for t in config.tenants.values()) or any(
-            k.tokens_per_minute for k in config.auth.api_keys
+        default = config.rate_limits.default
+        self.needs_prompt_tokens = (
+            any(t.tokens_per_minute for t in config.tenants.values())
+            or any(k.tokens_per_minute for k in config.auth.api_keys)
+            or bool(default and default.tokens_per_minute)
         )
         self._settling: set[asyncio.Task[None]] = set()
 
@@ -86,7 +89,9 @@ class FlowControl:
         try:
             max_tokens = charged_output(ev.route, ev.max_tokens)  # None: no cap (payloads)
             prompt = max(0, plan.cost - (ev.max_tokens or 0))  # the lane gate's estimate
-            req.charge = await self.limiter.charge(ev.tenant, key_hash, prompt, max_tokens)
+            req.charge = await self.limiter.charge(
+                ev.tenant, key_hash, prompt, max_tokens, req.share_key
+            )
         except Rejected:
             ev.admission_gate = RATE_LIMIT_GATE
             raise

@@ -209,8 +209,10 @@ class RateLimiter:
     ) -> None:
         self.config = config
         self.policy: RateLimits = config.rate_limits
-        self.enabled = bool(config.tenants) or any(
-            k.requests_per_minute or k.tokens_per_minute for k in config.auth.api_keys
+        self.enabled = (
+            bool(config.tenants)
+            or config.rate_limits.default is not None
+            or any(k.requests_per_minute or k.tokens_per_minute for k in config.auth.api_keys)
         )
         self.store: Store = store or (
             RedisStore(self.policy.store, self.policy.timeout_s)
@@ -226,13 +228,15 @@ class RateLimiter:
         key_hash: str | None,
         prompt_tokens: int,
         max_tokens: int | None,
+        share_key: str | None = None,
     ) -> Charge | None:
-        """Charge the request (None: nothing limits it, or the store failed open); raises
+        """Charge the request (None: nothing limits it, or the store failed open); ``share_key``
+        is what fair share counts it under (an unlisted tenant's default limit); raises
         ``RateLimited`` (429) or ``Rejected`` ``rate_limit_store`` (503, failing closed)."""
         if not self.enabled:
             return None
         scaled = self.calibration.scale(prompt_tokens)
-        limits = limits_for(self.config, tenant, key_hash, scaled, max_tokens)
+        limits = limits_for(self.config, tenant, key_hash, scaled, max_tokens, share_key)
         if not limits:
             return None
         try:
