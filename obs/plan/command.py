@@ -234,6 +234,8 @@ def plan(req: PlanRequest, stdout: TextIO | None = None, stderr: TextIO | None =
         f"offered to the config's lanes over {traffic.span_s:g} s"
         + (" (request shapes sampled per lane)" if traffic.sampled else "")
     )
+    for note in traffic.notes:
+        say(f"[plan] warning: {note}")
     if not offered:
         raise InputError("no event of the events belongs to a lane of --config: nothing to plan")
     progress = _Progress(stderr, req.progress)

@@ -41,8 +41,8 @@ _SERVED = f"status = '{OK}' AND prompt_tokens IS NOT NULL AND completion_tokens 
 def _span(scan: Source) -> tuple[float, float, int]:
     ts = scan.dialect.ts_column
     rows = scan.run(
-        f"SELECT min({ts}) AS t0, max({ts}) AS t1, count(*) AS n, {scan.extra} FROM {SRC} "
-        "WHERE request_id IS NOT NULL"
+        f"SELECT min({ts}) AS t0, max({ts}) AS t1, count(request_id) AS n, {scan.extra} "
+        f"FROM {SRC}"  # every line, so the scan counts those that are not events
     ).rows
     t0, t1 = (epoch_seconds(v) for v in rows[0][:2]) if rows else (None, None)
     if t0 is None or t1 is None:
@@ -112,6 +112,7 @@ def read_traffic(
         events=events,
         sampled=any(share < 1 for share in shares.values()),
         start=datetime.fromtimestamp(start, UTC),
+        notes=tuple(scan.report.messages()),
     )
 
 

@@ -50,6 +50,7 @@ class Traffic:
     events: int = 0  # events read in the window
     sampled: bool = False  # some lane's shapes are a sample of its served requests
     start: datetime | None = None  # the first interval's start (UTC)
+    notes: tuple[str, ...] = ()  # what the scan skipped (malformed or out-of-range lines)
 
     def pools(self) -> dict[str, list[str]]:
         """Pool -> its lanes (in the order first seen)."""

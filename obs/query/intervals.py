@@ -25,6 +25,7 @@ QUANTILES = (0.5, 0.95, 0.99)
 # Nice interval lengths (seconds); the automatic choice is the shortest giving <= MAX_BUCKETS.
 NICE_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 MAX_BUCKETS = 100
+MAX_INTERVALS = 100_000  # rows of one timeline: past it, a longer --interval is asked for
 _COLUMNS = (
     "requests",
     "rps",
@@ -88,6 +89,12 @@ def timeline(
     keys = sorted({k for _, k in cells}, key=lambda k: (k is None, str(k)))
     step = timedelta(seconds=secs)
     t, end = min(starts), max(starts)
+    count = (end - t) // step + 1
+    if count > MAX_INTERVALS:
+        raise InputError(
+            f"the events from {t} to {end} are {count:,} intervals of {secs} s (at most "
+            f"{MAX_INTERVALS:,}): give a longer --interval, or --since/--until"
+        )
     rows = []
     while t <= end:
         for k in keys:

@@ -19,6 +19,7 @@ import itertools
 import os
 import threading
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from obs.errors import InputError
@@ -45,6 +46,12 @@ _EXTRA = ("_malformed_files", "_max_schema")
 # characters, which no command-line argument can, so a user-supplied value
 # quoted into the query can never be mistaken for it.
 SRC = "\0src\0"
+# Dates no sidecar writes: a line dated before EARLIEST or more than AHEAD past the reader's
+# clock (a hand-made log of 9999-12-31) is skipped as not an event and counted with the
+# malformed lines; its date sent ``timeline`` past what a datetime holds and ``plan`` into a
+# replay over millennia.
+EARLIEST = datetime(2000, 1, 1)
+AHEAD = timedelta(days=1)  # a sidecar's clock may run a little ahead of the reader's
 
 
 @dataclass(slots=True)
@@ -65,7 +72,10 @@ class ScanReport:
         out = []
         for f, n in sorted(self.malformed.items()):
             if n:
-                out.append(f"{f}: skipped {n} malformed line{'s' * (n != 1)} (not an event)")
+                out.append(
+                    f"{f}: skipped {n} malformed line{'s' * (n != 1)} (not an event: "
+                    f"unreadable, or dated before {EARLIEST:%Y} or after tomorrow)"
+                )
         for f in self.truncated:
             out.append(f"{f}: skipped a truncated last line (a write cut short)")
         if self.max_schema_version and self.max_schema_version > SCHEMA_VERSION:
@@ -96,6 +106,19 @@ def connect(threads: int | None = None) -> duckdb.DuckDBPyConnection:
         "SET enable_progress_bar_print = false"
     )
     return con
+
+
+def dated(select: str, now: datetime | None = None) -> str:
+    """``select`` (the canonical columns and ``filename``) with every column but
+    ``filename`` null in a row dated outside ``EARLIEST`` to ``now + AHEAD``: a row read as
+    a malformed line, skipped by every query and counted."""
+    late = (now or datetime.now(UTC)).replace(tzinfo=None) + AHEAD
+    inside = (
+        f"{TS} IS NULL OR ({TS} >= {DUCKDB.ts_literal(EARLIEST)} AND {TS} < "
+        f"{DUCKDB.ts_literal(late)})"
+    )
+    cols = ", ".join(f"CASE WHEN _dated THEN {name} END AS {name}" for name in COLUMNS)
+    return f"SELECT {cols}, filename FROM (SELECT *, {inside} AS _dated FROM ({select}))"
 
 
 def _list_sql(files: tuple[str, ...]) -> str:
@@ -195,12 +218,12 @@ class Scan:
             columns = (
                 "{" + ", ".join(f"{sql_str(k)}: {sql_str(v)}" for k, v in COLUMNS.items()) + "}"
             )
-            parts.append(
-                f"SELECT * FROM (SELECT {_projection(None)}, filename FROM read_json("
+            read = (
+                f"SELECT {_projection(None)}, filename FROM read_json("
                 f"{_list_sql(self.inputs.jsonl)}, columns = {columns}, "
-                "format = 'newline_delimited', ignore_errors = true, filename = true)) "
-                f"WHERE request_id IS NULL OR ({where})"
+                "format = 'newline_delimited', ignore_errors = true, filename = true)"
             )
+            parts.append(f"SELECT * FROM ({dated(read)}) WHERE request_id IS NULL OR ({where})")
         if self.inputs.parquet:
             reader = (
                 f"read_parquet({_list_sql(self.inputs.parquet)}, union_by_name = true, "
@@ -210,11 +233,8 @@ class Scan:
                 (str(r[0]), str(r[1]))
                 for r in self._execute(f"DESCRIBE SELECT * FROM {reader}").fetchall()
             )
-            parts.append(
-                f"SELECT * FROM (SELECT {_projection(available)}, NULL::VARCHAR AS filename "
-                f"FROM {reader}) "
-                f"WHERE {where}"
-            )
+            read = f"SELECT {_projection(available)}, NULL::VARCHAR AS filename FROM {reader}"
+            parts.append(f"SELECT * FROM ({dated(read)}) WHERE {where}")
         return "(" + " UNION ALL ".join(parts) + ")"
 
     def _execute(self, sql: str) -> duckdb.DuckDBPyConnection:
