@@ -14,6 +14,10 @@ from . import expr as e
 from .panels import Grid, Query, timeseries
 
 MODEL = "model_name"  # vLLM labels its metrics model_name
+# dcgm-exporter's host label: Hostname up to its release 4.5.3-4.8.2, hostname after (its commit
+# d5e5f51, #655), as the GPU rules group (alerts/gpu_rules.py GPU). Grouped by both, a pod keeps
+# its host (the other is empty) whichever release is scraped; the legend shows the one set.
+HOST = ("Hostname", "hostname")
 
 
 def models_row(grid: Grid) -> None:
@@ -99,8 +103,8 @@ def models_row(grid: Grid) -> None:
 def gpus_row(grid: Grid) -> None:
     """GPU utilisation, memory and power from NVIDIA's dcgm-exporter, per pod and host."""
     grid.row("GPUs (NVIDIA dcgm-exporter)")
-    by = ("Hostname", "pod")
-    legend = "{{Hostname}} {{pod}}"
+    by = (*HOST, "pod")
+    legend = "".join(f"{{{{{h}}}}}" for h in HOST) + " {{pod}}"
     used, free = c.DCGM_FB_USED, c.DCGM_FB_FREE
     for title, expr, unit, what in (
         (

@@ -12,9 +12,11 @@ import pytest
 import yaml
 
 from obs import conventions as c
+from obs.alerts.gpu_rules import GPU
 from obs.config import Config
 from obs.dashboards import render
 from obs.dashboards.build import iter_panels
+from obs.dashboards.models import HOST
 from obs.dashboards.variables import referenced
 from tests.support import strings
 from tests.support.dashboards_support import CONFIGS, UIDS, board_exprs, board_variables
@@ -186,11 +188,21 @@ def _dcgm_page() -> set[str]:
 
 
 def test_gpu_panels_read_dcgm_counters_by_pod() -> None:
-    """The pools dashboard's GPU panels name dcgm-exporter's counters, keyed by pod and host."""
+    """The pools dashboard's GPU panels name dcgm-exporter's counters, keyed by pod and host
+    under either spelling of its host label (the GPU rules' two), the legend naming the one
+    set."""
     board = render(CONFIGS["default"])["vllm-obs-pools"]
     gpu = [x for x in board_exprs(board) if "DCGM_" in x]
     assert {n for x in gpu for n in metric_names(x)} == set(c.DCGM_METRICS) == _dcgm_page()
-    assert gpu and all("Hostname, pod" in x for x in gpu)
+    assert set(HOST) == set(GPU) - {"gpu"} == {"Hostname", "hostname"}
+    assert gpu and all("Hostname, hostname, pod" in x for x in gpu)
+    legends = {
+        t["legendFormat"]
+        for p in iter_panels(board)
+        for t in p.get("targets", [])
+        if "DCGM_" in t["expr"]
+    }
+    assert legends == {"{{Hostname}}{{hostname}} {{pod}}"}
 
 
 def test_every_metric_is_in_conventions_or_vllm_reference(

@@ -129,7 +129,9 @@ def _openmetrics(config: Config, t0: int) -> Iterator[str]:
             yield from _family(name, [(s, 2.0) for s in engine], t0)
         else:
             yield from _family(name, [(s, 0.0) for s in engine], t0)
-    gpus = [{"gpu": "0", "Hostname": "node-a", "pod": f"vllm-{p.name}-0"} for p in config.pools]
+    # dcgm-exporter's host label, Hostname up to 4.5.3-4.8.2 and hostname after: one of each.
+    hosts = itertools.cycle(("Hostname", "hostname"))
+    gpus = [{"gpu": "0", next(hosts): "node-a", "pod": f"vllm-{p.name}-0"} for p in config.pools]
     for name in c.DCGM_METRICS:
         yield from _family(name, [(s, 0.0) for s in gpus], t0)
     for lane in config.lanes:
