@@ -8,6 +8,7 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,10 +85,18 @@ def answered(sc: SidecarProcess) -> str:
 
 
 class Stream:
-    """A streamed request read on a thread: frames as they come, the body at the end."""
+    """A streamed request read on a thread: frames as they come, the body at the end.
+    ``on_data`` is called after each read (``Throttle.read``: the engine runs in step)."""
 
-    def __init__(self, url: str, body: dict[str, Any], request_id: str | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        body: dict[str, Any],
+        request_id: str | None = None,
+        on_data: Callable[[], None] = lambda: None,
+    ) -> None:
         self.request_id = request_id or uuid.uuid4().hex
+        self._on_data = on_data
         self._buf = bytearray()  # not bytes +=: quadratic copying would starve the test thread
         self.status: int | None = None
         self.error: BaseException | None = None
@@ -105,6 +114,7 @@ class Stream:
                     self._buf += data
                     if b'"content":"' in data.replace(b'"content":""', b""):
                         self.first_output.set()
+                    self._on_data()
         except httpx.HTTPError as e:
             self.error = e
         finally:
@@ -153,15 +163,15 @@ GRACEFUL = (0, -signal.SIGTERM)
 
 
 def assert_exits_promptly(sc: SidecarProcess) -> None:
-    """Nothing left in flight or queued; SIGTERM then ends the sidecar at once, cleanly."""
+    """Nothing left in flight or queued; SIGTERM then ends the sidecar by the clean path:
+    graceful exit, stopped logged, no request cut at the end of the grace, no task cancelled
+    (the stop's 120 s are a hang guard, not a bound on how fast it stops)."""
     for gauge in ("vllm_obs_in_flight_requests", "vllm_obs_queued_requests"):
-        wait_until(lambda g=gauge: metric(sc.url, g) == 0, 5, f"{gauge} back to 0")
-    t0 = time.monotonic()
-    rc = sc.stop()
-    took = time.monotonic() - t0
+        wait_until(lambda g=gauge: metric(sc.url, g) == 0, 60, f"{gauge} back to 0")
+    rc = sc.stop(timeout_s=120)
     log = sc.log_tail(1 << 20)
     assert rc in GRACEFUL and "sidecar_stopped" in log, log[-3000:]
-    assert took < 5, f"SIGTERM took {took:.1f} s: something held the shutdown"
+    assert "shutdown_grace_ended" not in log, "requests were still running at shutdown"
     assert "Cancel" not in log, "tasks were still running at shutdown"
 
 
