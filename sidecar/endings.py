@@ -7,7 +7,8 @@ pool's gates, the tenant check and the rate limiter return one; the server's con
 limits, the trace route and the request's parsers raise one (``outcomes.Refused``) from
 where they cannot return. A relay step that ends otherwise than with the pool's whole
 answer says so with an ``Ending`` (the client left, the pool cut its stream or sent an error
-frame or status, a slow reader was cut off, ...). A deadline's verdict is the pool's response's failure (``outcomes.Expired``): an
+frame or status, a slow reader was cut off, ...). A deadline's verdict is the pool's
+response's failure (``outcomes.Expired``): an
 ``Ending`` of kind ``FAILED`` carries it, or any lower exception, as its cause, and the
 mapping table (``outcomes.LOWER``) decides it. ``outcome`` is the one place any of these
 becomes the outcome (``obs.sidecar.outcomes``) whose status, body or frame the client is

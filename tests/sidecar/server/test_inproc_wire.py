@@ -163,7 +163,8 @@ def test_malformed_request_gets_400_and_close(sidecar: InProcessSidecar) -> None
     answer = exchange(sidecar.port, b"HELLO\x00 / HTTP/1.1\r\n\r\n", 5)
     assert status(answer) == 400
     assert answer.endswith(
-        b'"message":"Invalid HTTP request received.","type":"BadRequestError","param":null,"code":400}}'
+        b'"message":"Invalid HTTP request received.","type":"BadRequestError",'
+        b'"param":null,"code":400}}'
     )
 
 
