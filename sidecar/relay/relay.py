@@ -15,7 +15,6 @@ request and answered through obs.sidecar.relay.respond.
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from functools import partial
 from typing import Any
@@ -72,7 +71,7 @@ from obs.sidecar.relay.respond import fail
 from obs.sidecar.relay.streaming import respond, stream_at_head
 from obs.sidecar.server.client import body_ns, client_conn, received_ns
 from obs.sidecar.types import Receive, Scope, Send
-from obs.tracecontext import new_ids
+from obs.tracecontext import new_ids, new_request_id
 
 log = structlog.get_logger("vllm_obs.relay")
 
@@ -182,7 +181,7 @@ class Relay:
     async def _handle(self, req: Request, scope: Scope, receive: Receive, send: Send) -> None:
         ev = req.event
         headers = request_headers(scope)
-        rid = headers.get("x-request-id") or f"{random.getrandbits(64):016x}"  # as vLLM's
+        rid = headers.get("x-request-id") or new_request_id()  # 64 unpredictable bits, as vLLM's
         ev.request_id = rid[:128]
         req.ids = new_ids(headers.get("traceparent"), self.worker)
         ev.trace_id, ev.span_id = req.ids.trace_id_hex, req.ids.span_id_hex
